@@ -1,0 +1,66 @@
+"""`gpuvar` command line: one subcommand per pipeline stage, each runnable without Snakemake.
+
+Every stage module `gpuvar.<stage>.cli` exposes `configure(parser)` and `run(args) -> int`; heavy imports
+stay inside `run` so `gpuvar --help` is instant. A GpuvarError (bad input, bad config) prints one line
+and exits 2 — no traceback for a user mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from gpuvar import __version__
+from gpuvar.errors import GpuvarError
+
+SUBCOMMANDS = {
+    "ingest": ("gpuvar.ingest.cli", "read a profiler file into canonical Parquet"),
+    "demo-data": ("gpuvar.demo.cli", "write deterministic synthetic traces in real profiler formats"),
+    "bin": ("gpuvar.binning.cli", "MPI binning: per-bin statistics and top-k variable windows"),
+    "causal": ("gpuvar.causal.cli", "DirectLiNGAM causal discovery on the top-k rows"),
+    "plot": ("gpuvar.plots.cli", "draw causal graphs, parallel coordinates, timelines, scaling"),
+    "bench": ("gpuvar.bench.cli", "benchmarks printing JSON"),
+    "schema": ("gpuvar.schema_cli", "print the canonical schema as Markdown"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuvar", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"gpuvar {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("gpuvar"):
+                continue  # stage not built yet
+            raise
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        module.configure(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args._module.run(args) or 0)
+    except GpuvarError as exc:
+        print(f"gpuvar {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gpuvar {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

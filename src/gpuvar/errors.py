@@ -1,0 +1,26 @@
+"""Project exceptions. A GpuvarError is a user-facing problem: the CLI prints it on one line, no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class GpuvarError(Exception):
+    """Base class for errors caused by user input or environment, reported as one line."""
+
+
+class InputError(GpuvarError):
+    """A profiler file that cannot be read: names the file and what is wrong with it."""
+
+    def __init__(self, path: str | Path, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class ConfigError(GpuvarError):
+    """An invalid configuration value: names the key path, the bad value and what is allowed."""
+
+
+class StageError(GpuvarError):
+    """A pipeline stage that cannot proceed (e.g. an MPI rank failed, an output is unwritable)."""

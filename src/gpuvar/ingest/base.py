@@ -1,0 +1,81 @@
+"""What a reader returns, and small parsing helpers every reader shares."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from gpuvar.errors import InputError
+
+
+@dataclass
+class ReaderOutput:
+    """A reader's result: canonical-named frames (extra source columns kept) plus the row accounting.
+
+    rows_read counts data rows in the source per table; dropped[table][reason] counts rows a documented
+    filter removed. The driver checks rows_read == rows written + dropped for every table.
+    """
+
+    format: str
+    kernels: pd.DataFrame
+    memcpy: pd.DataFrame | None = None
+    rows_read: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, Counter] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def drop(self, table: str, reason: str, count: int) -> None:
+        if count:
+            self.dropped.setdefault(table, Counter())[reason] += int(count)
+
+
+def read_head(path: Path, size: int = 65536) -> bytes:
+    """First bytes of a file, for content sniffing."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError as exc:
+        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+
+
+def decode_text(path: Path) -> str:
+    """Whole file as text: UTF-8 (BOM stripped), falling back to latin-1; CRLF/CR normalised to LF."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    if b"\x00" in raw[:4096]:
+        raise InputError(path, "binary file, not a CSV")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_csv_text(path: Path, text: str, **kwargs) -> pd.DataFrame:
+    """pandas CSV parse of already-decoded text; a parser failure becomes a one-line InputError."""
+    try:
+        return pd.read_csv(io.StringIO(text), **kwargs)
+    except pd.errors.EmptyDataError:
+        raise InputError(path, "empty CSV (no header)") from None
+    except (pd.errors.ParserError, ValueError) as exc:
+        raise InputError(path, f"malformed CSV: {str(exc).splitlines()[0]}") from None
+
+
+def require_columns(path: Path, columns, required, what: str = "CSV") -> None:
+    """InputError naming the missing columns, if any."""
+    missing = [c for c in required if c not in columns]
+    if missing:
+        raise InputError(path, f"{what} lacks required column(s) {', '.join(missing)}")
+
+
+def to_number(series: pd.Series) -> pd.Series:
+    """Numbers as profilers print them: '53,261,312', ' 12 ', 'n/a' -> float (NaN when not a number)."""
+    if series.dtype.kind in "iufb":
+        return series
+    cleaned = series.astype(str).str.replace(",", "", regex=False).str.strip()
+    return pd.to_numeric(cleaned, errors="coerce")

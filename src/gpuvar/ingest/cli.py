@@ -1,0 +1,20 @@
+"""Read a profiler file (format detected by content) into canonical Parquet: kernels.parquet, memcpy.parquet
+when the source has copies, and ingest.json with rows read/written and dropped rows by reason."""
+
+from __future__ import annotations
+
+import json
+
+
+def configure(p):
+    p.add_argument("source", help="profiler file or folder (nsys .sqlite, ncu .csv, rocprof/omniperf/rocprofv3 CSV)")
+    p.add_argument("--output", "-o", required=True, help="output folder")
+    p.add_argument("--format", default="auto", help="format name or 'auto' (default: detect by content)")
+
+
+def run(args) -> int:
+    from gpuvar.ingest import ingest
+
+    report = ingest(args.source, args.output, args.format)
+    print(json.dumps({"format": report["format"], "tables": report["tables"]}, sort_keys=True))
+    return 0

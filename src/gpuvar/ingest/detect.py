@@ -1,0 +1,49 @@
+"""Format detection by content (never by file name alone).
+
+Each reader module exposes FORMAT (its name), `sniff(path, head) -> bool` and `read(path) -> ReaderOutput`.
+Sniffers are tried in order; the first that claims the file wins. Directories are offered to every sniffer
+too (rocprofv3 and Omniperf write folders).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from gpuvar.errors import InputError
+from gpuvar.ingest.base import read_head
+
+# module names under gpuvar.ingest, in sniffing order (most specific first)
+READER_MODULES = ("nsys", "rocprof_db", "ncu", "rocprofv3", "omniperf", "rocprof")
+
+
+def reader_modules():
+    """Import the reader modules lazily (each pulls in only what it needs)."""
+    modules = []
+    for name in READER_MODULES:
+        try:
+            modules.append(importlib.import_module(f"gpuvar.ingest.{name}"))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"gpuvar.ingest.{name}":
+                raise
+    return modules
+
+
+def formats() -> dict[str, object]:
+    """Format name -> reader module."""
+    return {m.FORMAT: m for m in reader_modules()}
+
+
+def detect(path: str | Path):
+    """The reader module for `path`, chosen by content; InputError if none claims it."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "no such file or directory")
+    head = b"" if path.is_dir() else read_head(path)
+    if not path.is_dir() and not head:
+        raise InputError(path, "empty file")
+    for module in reader_modules():
+        if module.sniff(path, head):
+            return module
+    names = ", ".join(formats())
+    raise InputError(path, f"unrecognised format (supported: {names})")

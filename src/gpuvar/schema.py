@@ -1,0 +1,198 @@
+"""The canonical schema every reader maps onto, and the Table 1 counter names.
+
+Readers produce a pandas DataFrame that uses canonical column names where they know them and keeps every
+other source column; `finalize_kernels` / `finalize_memcpy` then add what can be derived (duration, grid
+totals, shared memory, the launch-configuration key, short names), fill absent columns with nulls and cast
+to the documented types, so every downstream stage sees the same columns whatever the vendor.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+_ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
+
+
+@dataclass(frozen=True)
+class CanonicalColumn:
+    table: str
+    column: str
+    type: str
+    unit: str
+    group: str
+    sources: dict[str, str]
+    description: str
+
+
+@lru_cache(maxsize=None)
+def canonical_columns(table: str) -> tuple[CanonicalColumn, ...]:
+    """The documented columns of `table` ('kernels' or 'memcpy'), in output order."""
+    vendors = ("nsys", "ncu", "rocprof", "omniperf", "rocprofv3")
+    text = resources.files("gpuvar.data").joinpath("canonical_schema.csv").read_text()
+    rows = [r for r in csv.DictReader(text.splitlines()) if r["table"] == table]
+    return tuple(
+        CanonicalColumn(
+            r["table"], r["column"], r["type"], r["unit"], r["group"], {v: r[v] for v in vendors}, r["description"]
+        )
+        for r in rows
+    )
+
+
+@lru_cache(maxsize=None)
+def table1_mapping() -> dict[str, tuple[str, str]]:
+    """Paper Table 1: original counter/column name -> (simplified name, group)."""
+    text = resources.files("gpuvar.data").joinpath("table1.csv").read_text()
+    return {r["original"]: (r["simplified"], r["group"]) for r in csv.DictReader(text.splitlines())}
+
+
+def table1_rename(columns) -> dict[str, str]:
+    """Rename map for the Table 1 counters present in `columns` (exact, then case-insensitive match)."""
+    mapping = table1_mapping()
+    by_lower = {k.lower(): v[0] for k, v in mapping.items()}
+    out = {}
+    for col in columns:
+        if col in mapping:
+            out[col] = mapping[col][0]
+        elif col.lower() in by_lower:
+            out[col] = by_lower[col.lower()]
+    return out
+
+
+def feature_group(column: str) -> str:
+    """Group of a canonical or Table 1 column; 'counter' for anything else (kept vendor counters)."""
+    for table in ("kernels", "memcpy"):
+        for c in canonical_columns(table):
+            if c.column == column:
+                return c.group
+    for simplified, group in table1_mapping().values():
+        if simplified == column:
+            return group
+    return "counter"
+
+
+_SHORT_NAME = re.compile(r"^(?:void\s+)?([^(<\s]+(?:::[^(<\s]+)*)")
+
+
+def short_kernel_name(name: str) -> str:
+    """'void ns::foo<float>(float*, int)' -> 'ns::foo' ; keeps the name when nothing matches."""
+    if not isinstance(name, str):
+        return name
+    m = _SHORT_NAME.match(name.strip())
+    return m.group(1).split("::")[-1] if m else name
+
+
+def _int_column(values) -> pd.Series:
+    """Nullable int64 from anything numeric; non-integral floats are rounded (ns resolution)."""
+    s = pd.to_numeric(pd.Series(values), errors="coerce")
+    if s.dtype.kind == "f":
+        s = s.round()
+    return s.astype("Int64")
+
+
+def _launch_config_key(df: pd.DataFrame) -> pd.Categorical:
+    """Readable launch-configuration key, formatted once per distinct configuration (fast on 100 M rows)."""
+    parts = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "lds_per_workgroup"]
+    missing = np.iinfo(np.int64).min
+    keys = pd.DataFrame(
+        {p: (_int_column(df[p]) if p in df.columns else pd.Series(pd.NA, index=df.index, dtype="Int64")) for p in parts}
+    ).fillna(missing).astype(np.int64)
+    codes, uniques = pd.MultiIndex.from_frame(keys).factorize()
+
+    def show(v):
+        return "?" if v == missing else str(v)
+
+    labels = [
+        "g{}x{}x{} b{}x{}x{} r{} s{}".format(*(show(v) for v in combo)) for combo in uniques
+    ]
+    return pd.Categorical.from_codes(codes, categories=labels)
+
+
+def _derive_kernel_columns(df: pd.DataFrame) -> pd.DataFrame:
+    def col(name):
+        return df[name] if name in df.columns else pd.Series(pd.NA, index=df.index, dtype="Int64")
+
+    if "duration" not in df.columns and {"start", "end"} <= set(df.columns):
+        df["duration"] = _int_column(df["end"]) - _int_column(df["start"])
+    for dim in ("grid", "block"):
+        for axis in "xyz":
+            if f"{dim}_{axis}" not in df.columns:
+                df[f"{dim}_{axis}"] = pd.Series(pd.NA, index=df.index, dtype="Int64")
+    if "grid_size" not in df.columns:
+        df["grid_size"] = _int_column(col("grid_x")) * _int_column(col("grid_y")).fillna(1) * _int_column(
+            col("grid_z")
+        ).fillna(1)
+    if "workgroup_size" not in df.columns:
+        df["workgroup_size"] = _int_column(col("block_x")) * _int_column(col("block_y")).fillna(1) * _int_column(
+            col("block_z")
+        ).fillna(1)
+    if "lds_per_workgroup" not in df.columns and (
+        "static_shared_memory" in df.columns or "dynamic_shared_memory" in df.columns
+    ):
+        df["lds_per_workgroup"] = _int_column(col("static_shared_memory")).fillna(0) + _int_column(
+            col("dynamic_shared_memory")
+        ).fillna(0)
+    if "kernel_short_name" not in df.columns and "kernel_name" in df.columns:
+        df["kernel_short_name"] = df["kernel_name"].astype("category").map(short_kernel_name).astype(object)
+    return df
+
+
+def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
+    columns = canonical_columns(table)
+    known = {c.column for c in columns}
+    arrays, fields = [], []
+    for c in columns:
+        if c.column == "launch_config":
+            continue
+        typ = _ARROW_TYPES[c.type]
+        if c.column in df.columns:
+            values = df[c.column]
+            if c.type == "int64":
+                arr = pa.array(_int_column(values), type=pa.int64(), from_pandas=True)
+            elif c.type == "string":
+                arr = pa.array(values.astype(object).where(values.notna(), None), type=pa.string())
+            else:
+                arr = pa.array(pd.to_numeric(values, errors="coerce"), type=typ, from_pandas=True)
+        else:
+            arr = pa.nulls(len(df), type=typ)
+        arrays.append(arr)
+        fields.append(pa.field(c.column, typ))
+    if table == "kernels":
+        key = _launch_config_key(df)
+        arrays.append(pa.array(np.asarray(key, dtype=object), type=pa.string()))
+        fields.append(pa.field("launch_config", pa.string()))
+    for extra in df.columns:
+        if extra in known:
+            continue
+        values = df[extra]
+        if values.dtype == object:
+            numeric = pd.to_numeric(values, errors="coerce")
+            if numeric.notna().sum() == values.notna().sum():
+                values = numeric
+        try:
+            arr = pa.array(values, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            arr = pa.array(values.astype(str).where(values.notna(), None), type=pa.string())
+        arrays.append(arr)
+        fields.append(pa.field(str(extra), arr.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def finalize_kernels(df: pd.DataFrame) -> pa.Table:
+    """Canonical kernel table: documented columns first (derived where possible), extra columns kept after."""
+    return _finalize(_derive_kernel_columns(df.copy()), "kernels")
+
+
+def finalize_memcpy(df: pd.DataFrame) -> pa.Table:
+    """Canonical memcpy table."""
+    df = df.copy()
+    if "duration" not in df.columns and {"start", "end"} <= set(df.columns):
+        df["duration"] = _int_column(df["end"]) - _int_column(df["start"])
+    return _finalize(df, "memcpy")
