@@ -97,21 +97,45 @@ def _int_column(values) -> pd.Series:
     return s.astype("Int64")
 
 
+LAUNCH_CONFIG_PARTS = (
+    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "lds_per_workgroup"
+)
+_MISSING = np.iinfo(np.int64).min
+
+
+def launch_config_codes(parts: list[np.ndarray]) -> tuple[np.ndarray, list[str]]:
+    """Codes and readable labels ('g128x1x1 b256x1x1 r32 s0') of each distinct launch configuration.
+
+    Each column is factorised on its own and the codes combined in mixed radix, then factorised again: linear
+    time, where np.unique(axis=0) costs seconds per million rows. _MISSING marks an absent value ('?').
+    """
+    key = np.zeros(len(parts[0]), dtype=np.int64)
+    uniques_per_part = []
+    for values in parts:
+        codes, uniques = pd.factorize(values)
+        key = key * len(uniques) + codes
+        uniques_per_part.append(uniques)
+    codes, combos = pd.factorize(key)
+    labels = []
+    for combo in combos:
+        digits = []
+        for uniques in reversed(uniques_per_part):
+            combo, digit = divmod(int(combo), len(uniques))
+            digits.append(uniques[digit])
+        shown = ["?" if v == _MISSING else str(v) for v in reversed(digits)]
+        labels.append("g{}x{}x{} b{}x{}x{} r{} s{}".format(*shown))
+    return codes, labels
+
+
 def _launch_config_key(df: pd.DataFrame) -> pd.Categorical:
-    """Readable launch-configuration key, formatted once per distinct configuration (fast on 100 M rows)."""
-    parts = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "lds_per_workgroup"]
-    missing = np.iinfo(np.int64).min
-    keys = pd.DataFrame(
-        {p: (_int_column(df[p]) if p in df.columns else pd.Series(pd.NA, index=df.index, dtype="Int64")) for p in parts}
-    ).fillna(missing).astype(np.int64)
-    codes, uniques = pd.MultiIndex.from_frame(keys).factorize()
-
-    def show(v):
-        return "?" if v == missing else str(v)
-
-    labels = [
-        "g{}x{}x{} b{}x{}x{} r{} s{}".format(*(show(v) for v in combo)) for combo in uniques
+    """Launch-configuration key of every row (see launch_config_codes)."""
+    parts = [
+        (_int_column(df[p]) if p in df.columns else pd.Series(pd.NA, index=df.index, dtype="Int64"))
+        .fillna(_MISSING)
+        .to_numpy(dtype=np.int64)
+        for p in LAUNCH_CONFIG_PARTS
     ]
+    codes, labels = launch_config_codes(parts)
     return pd.Categorical.from_codes(codes, categories=labels)
 
 

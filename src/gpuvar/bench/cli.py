@@ -1,0 +1,30 @@
+"""Benchmarks printing one JSON object each: `binning` (gpuvar vs DuckDB vs pandas), `causal` (fast
+pwling vs lingam), `ingest` (nsys SQLite rows/s)."""
+
+from __future__ import annotations
+
+import importlib
+
+BENCHES = {
+    "binning": ("gpuvar.bench.binning", "configure_binning", "run_binning"),
+    "causal": ("gpuvar.bench.causal", "configure_causal", "run_causal"),
+    "ingest": ("gpuvar.bench.ingest", "configure_ingest", "run_ingest"),
+}
+
+
+def configure(p):
+    sub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    for name, (module_name, configure_name, run_name) in BENCHES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        bp = sub.add_parser(name, help=(module.__doc__ or name).strip().splitlines()[0])
+        getattr(module, configure_name)(bp)
+        bp.set_defaults(_bench_run=getattr(module, run_name))
+
+
+def run(args) -> int:
+    return int(args._bench_run(args) or 0)

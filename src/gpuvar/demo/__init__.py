@@ -1,0 +1,1 @@
+"""Embedded demo: deterministic synthetic GPU traces with a planted causal structure, in real formats."""

@@ -1,0 +1,79 @@
+"""Write deterministic synthetic GPU traces in real profiler formats (the embedded demo).
+
+The default `--format set` writes the datasets the default config analyses: four Nsight Systems SQLite
+"ranks" (as in the paper's workflow datasets), one Nsight Compute CSV (a PerfCounter dataset) and one rocprof
+counter CSV, plus demo.json describing the planted causal structure. `--format canonical` writes canonical
+Parquet directly, for benchmarks of any size.
+"""
+
+from __future__ import annotations
+
+import json
+
+SET_FORMATS = ("set", "canonical", "nsys", "rocprof", "ncu", "ncu-wide")
+
+PLANTED = {
+    "kernel_variability": {"grid_x": "+", "grid_y": "-", "tcp_pending_stall": "+ (AMD / ncu counters)"},
+    "memory_stall": {"linked_copy_kind == 8 (DtoD)": "+ heavy-tailed copy durations"},
+    "gpu_time_variation (ncu)": {"dram__bytes_read.sum": "+", "grid_x": "+"},
+    "variable_windows": "about 15 % of 16384-launch windows have 4x kernel noise",
+}
+
+
+def configure(p):
+    p.add_argument("--output", "-o", required=True, help="output folder (or file for single formats)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--rows", type=int, default=None, help="kernel launches per dataset (default: per format)")
+    p.add_argument("--format", choices=SET_FORMATS, default="set", help="what to write (default: the demo set)")
+    p.add_argument("--variant", type=int, default=0, help="dataset variant (shifts the kernel mix), single formats")
+    p.add_argument("--workers", type=int, default=None, help="processes for --format canonical (default 2)")
+
+
+def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
+    """The default demo: rank0..3 nsys SQLite, one ncu CSV, one rocprof CSV, demo.json."""
+    from pathlib import Path
+
+    from gpuvar.canonical_io import write_json
+    from gpuvar.demo.ncu_writer import write_ncu_demo
+    from gpuvar.demo.nsys_writer import write_nsys_demo
+    from gpuvar.demo.rocprof_writer import write_rocprof_demo
+
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    rows = rows or 20_000
+    written = {}
+    for rank in range(4):
+        written[f"rank{rank}"] = write_nsys_demo(outdir / f"rank{rank}.sqlite", rows, seed, variant=rank)
+    written["perfcounter"] = write_ncu_demo(outdir / "perfcounter_ncu.csv", max(rows // 10, 200), seed, variant=0)
+    written["amd"] = write_rocprof_demo(outdir / "amd_rocprof.csv", max(rows // 4, 500), seed, variant=1)
+    manifest = {"seed": seed, "rows": rows, "datasets": written, "planted": PLANTED}
+    write_json(manifest, outdir / "demo.json")
+    return manifest
+
+
+def run(args) -> int:
+    from gpuvar.errors import GpuvarError
+
+    if args.rows is not None and args.rows <= 0:
+        raise GpuvarError(f"--rows must be a positive number of kernel launches, got {args.rows}")
+    if args.format == "set":
+        result = write_demo_set(args.output, args.seed, args.rows)
+    elif args.format == "canonical":
+        from gpuvar.demo.canonical_writer import write_canonical_demo
+
+        result = write_canonical_demo(args.output, args.rows or 1_000_000, args.seed, args.variant, args.workers)
+    elif args.format == "nsys":
+        from gpuvar.demo.nsys_writer import write_nsys_demo
+
+        result = write_nsys_demo(args.output, args.rows or 100_000, args.seed, args.variant)
+    elif args.format == "rocprof":
+        from gpuvar.demo.rocprof_writer import write_rocprof_demo
+
+        result = write_rocprof_demo(args.output, args.rows or 10_000, args.seed, args.variant)
+    else:
+        from gpuvar.demo.ncu_writer import write_ncu_demo
+
+        layout = "wide" if args.format == "ncu-wide" else "long"
+        result = write_ncu_demo(args.output, args.rows or 1_000, args.seed, args.variant, layout=layout)
+    print(json.dumps(result, sort_keys=True, default=str))
+    return 0
