@@ -154,8 +154,10 @@ def _describe(error: dict) -> str:
 
 def _expand_globs(raw: dict, base: Path) -> dict:
     """A dataset whose source is a glob becomes one dataset per match, named '<name>_<file stem>'."""
+    if not isinstance(raw.get("datasets"), list):
+        return raw
     out = []
-    for d in raw.get("datasets") or []:
+    for d in raw["datasets"]:
         source = d.get("source") if isinstance(d, dict) else None
         if isinstance(source, str) and any(ch in source for ch in "*?["):
             pattern = source if Path(source).is_absolute() else str(base / source)

@@ -1,0 +1,37 @@
+# The two commands of the README:
+#   make demo   build the environment and run the whole workflow on the embedded demo
+#   make test   build the environment and run the test suite (what CI runs, via .ci/run)
+# Only python3 (3.11+), pip and Debian packages are needed; everything else is installed here.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= 2
+export PATH := $(BIN):$(PATH)
+
+.PHONY: env demo test lint dag clean
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[mpich,bench,test]'
+	touch $@
+
+demo: $(STAMP)
+	snakemake --profile profiles/local --cores $(CORES)
+
+test: $(STAMP)
+	bash .ci/test.sh
+
+lint: $(STAMP)
+	snakemake --lint
+	snakefmt --check Snakefile workflow/rules
+
+dag: $(STAMP)
+	snakemake --rulegraph | tee results/rulegraph.dot
+
+clean:
+	rm -rf results logs benchmarks resources/demo .snakemake

@@ -1,0 +1,21 @@
+# gpuvar: explain run-to-run performance variability of GPU programs.
+#
+#   make_demo_data -> ingest_trace -> bin_trace (MPI) -> discover_causal_graph -> plots
+#
+# One branch per dataset (and per target); see config/config.yaml and README.md.
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/demo.smk"
+include: "workflow/rules/ingest.smk"
+include: "workflow/rules/binning.smk"
+include: "workflow/rules/causal.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        analysis_outputs(),

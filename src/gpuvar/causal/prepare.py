@@ -1,0 +1,204 @@
+"""Turn top-k trace rows into clean analysis tables: one per group (kernel name) and one for all rows.
+
+Why each step: DirectLiNGAM needs finite values, at least as many rows as variables, and no exactly
+dependent columns (a residual of zero makes the entropy measure NaN and the order arbitrary). Every
+column or row removed is recorded with its reason, and a group that cannot be analysed becomes a skip
+record with a reason — never a crash and never a silently empty graph.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gpuvar.errors import GpuvarError
+
+ALL_GROUP = "__all__"
+# Identifiers and timestamps: numeric, but not causes of variability.
+EXCLUDED_COLUMNS = (
+    "start", "end", "duration", "launch_id", "correlation_id", "process_id",
+    "device_id", "stream_id", "bin", "bin_id",
+)  # fmt: skip
+# Other targets computed from durations: as features they would leak the target.
+TARGET_COLUMNS = ("kernel_variability", "memory_stall", "gpu_time_variation", "perf_variability")
+EXCLUDED_SUFFIXES = ("_start", "_end", "_id", "_duration")
+COLLINEAR_TOL = 1e-12  # |corr| within this of 1 counts as perfectly collinear
+
+
+@dataclass
+class Prepared:
+    """One group's analysis table (z-scored, target last) or a skip record (data is None)."""
+
+    group: str
+    target: str
+    data: pd.DataFrame | None = None
+    features: list[str] = field(default_factory=list)
+    rows_in: int = 0
+    rows_used: int = 0
+    rows_dropped: dict[str, int] = field(default_factory=dict)
+    dropped_columns: dict[str, str] = field(default_factory=dict)
+    skip_reason: str | None = None
+    scale: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def record(self) -> dict:
+        """JSON-ready description (everything but the data)."""
+        return {
+            "group": self.group,
+            "target": self.target,
+            "status": "skipped" if self.skip_reason else "ok",
+            "skip_reason": self.skip_reason,
+            "rows_in": self.rows_in,
+            "rows_used": self.rows_used,
+            "rows_dropped": dict(self.rows_dropped),
+            "features": list(self.features),
+            "dropped_columns": dict(self.dropped_columns),
+            "scale": self.scale,
+        }
+
+
+def group_slug(name: str) -> str:
+    """Filesystem-safe, deterministic folder name: sanitised prefix + 8 hex of sha1(full name)."""
+    digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:8]
+    prefix = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")[:40] or "group"
+    return f"{prefix}-{digest}"
+
+
+def select_features(df: pd.DataFrame, target: str, group_by: str | None, features) -> tuple[list[str], dict]:
+    """Candidate feature columns in a deterministic order, and the requested columns rejected with why.
+
+    features: 'auto' (every numeric column except identifiers, times, targets and the group column, in
+    frame order), a comma-separated string, or a list (kept in the given order).
+    """
+    rejected: dict[str, str] = {}
+    if features is None or (isinstance(features, str) and features.strip() == "auto"):
+        chosen = []
+        for col in df.columns:
+            name = str(col)
+            if name in (target, group_by):
+                continue
+            if name in EXCLUDED_COLUMNS or name in TARGET_COLUMNS or name.endswith(EXCLUDED_SUFFIXES):
+                continue
+            if pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
+                chosen.append(name)
+        return chosen, rejected
+    names = [f.strip() for f in features.split(",")] if isinstance(features, str) else [str(f) for f in features]
+    names = list(dict.fromkeys(n for n in names if n))
+    missing = [n for n in names if n not in df.columns]
+    if missing:
+        raise GpuvarError(f"feature column(s) not in the rows: {', '.join(missing)}")
+    chosen = []
+    for name in names:
+        if name == target:
+            rejected[name] = "is the target"
+        elif not (pd.api.types.is_numeric_dtype(df[name]) or pd.api.types.is_bool_dtype(df[name])):
+            rejected[name] = f"not numeric (dtype {df[name].dtype})"
+        else:
+            chosen.append(name)
+    return chosen, rejected
+
+
+def _dependent_columns(values: np.ndarray, names: list[str], target: str) -> dict[str, str]:
+    """Features that are exact linear functions of the target or of earlier kept features (first kept).
+
+    Sequential Gram-Schmidt on z-scored columns, target first: a column whose residual variance is
+    ~0 (1 - R^2 <= 2e-12, i.e. |corr| within 1e-12 of 1 for a pair) adds nothing but singularity.
+    """
+    n = values.shape[0]
+    z = (values - values.mean(axis=0)) / values.std(axis=0)
+    basis: list[np.ndarray] = []
+    kept: list[int] = []
+    dropped: dict[str, str] = {}
+    for k in range(z.shape[1]):
+        v = z[:, k].copy()
+        for _ in range(2):  # re-orthogonalise once for stability
+            for q in basis:
+                v -= (q @ v) * q
+        if kept and (v @ v) / n <= 2 * COLLINEAR_TOL:
+            corr = np.array([(z[:, j] @ z[:, k]) / n for j in kept])
+            hit = int(np.argmax(np.abs(corr)))
+            if abs(abs(corr[hit]) - 1) <= COLLINEAR_TOL:
+                other = names[kept[hit]]
+                what = "the target" if other == target else other
+                kind = "duplicate of" if corr[hit] > 0 and np.allclose(values[:, k], values[:, kept[hit]]) else "collinear with"
+                dropped[names[k]] = f"{kind} {what} (corr {corr[hit]:+.12g})"
+            else:
+                dropped[names[k]] = "exact linear combination of earlier columns"
+            continue
+        basis.append(v / np.sqrt(v @ v))
+        kept.append(k)
+    return dropped
+
+
+def prepare_group(frame: pd.DataFrame, group: str, target: str, features: list[str], min_rows: int) -> Prepared:
+    """Clean one group's rows: drop unusable columns and rows, z-score, or return a skip record."""
+    prep = Prepared(group=group, target=target, rows_in=len(frame))
+    cols = list(features)
+    table = frame[cols + [target]].astype(np.float64)
+    for col in cols:
+        if table[col].isna().all():
+            prep.dropped_columns[col] = "all values missing"
+    cols = [c for c in cols if c not in prep.dropped_columns]
+    table = table[cols + [target]]
+    arr = table.to_numpy()
+    finite = np.isfinite(arr)
+    bad_rows = ~finite.all(axis=1)
+    if bad_rows.any():
+        prep.rows_dropped["non_finite"] = int(bad_rows.sum())
+        for c, name in enumerate(cols + [target]):
+            count = int((~finite[:, c]).sum())
+            if count:
+                prep.rows_dropped[f"non_finite:{name}"] = count
+    table = table[~bad_rows]
+    prep.rows_used = len(table)
+    if len(table) < max(min_rows, 2):
+        prep.skip_reason = f"{len(table)} usable rows < min_rows {max(min_rows, 2)}"
+        return prep
+    if table[target].nunique() < 2:
+        prep.skip_reason = "target is constant"
+        return prep
+    for col in cols:
+        if table[col].nunique() < 2:
+            prep.dropped_columns[col] = "constant"
+    cols = [c for c in cols if c not in prep.dropped_columns]
+    if cols:
+        dependent = _dependent_columns(table[[target] + cols].to_numpy(), [target] + cols, target)
+        prep.dropped_columns.update(dependent)
+        cols = [c for c in cols if c not in dependent]
+    prep.features = cols
+    if not cols:
+        prep.skip_reason = "no usable feature left (" + (", ".join(sorted(set(prep.dropped_columns.values()))) or "none given") + ")"
+        return prep
+    if len(cols) + 1 >= len(table):
+        prep.skip_reason = f"{len(cols) + 1} variables >= {len(table)} rows"
+        return prep
+    table = table[cols + [target]]
+    mean, std = table.mean(), table.std(ddof=0)
+    prep.scale = {c: {"mean": float(mean[c]), "std": float(std[c])} for c in table.columns}
+    prep.data = ((table - mean) / std).reset_index(drop=True)
+    return prep
+
+
+def prepare_all(
+    df: pd.DataFrame, target: str, group_by: str | None = "kernel_name", features="auto", min_rows: int = 30
+) -> tuple[list[Prepared], dict]:
+    """Prepared tables for every group (sorted by name) then `__all__`; plus rejected requested features."""
+    if target not in df.columns:
+        raise GpuvarError(f"target column {target!r} not in the rows (columns: {', '.join(map(str, df.columns))})")
+    if not (pd.api.types.is_numeric_dtype(df[target]) or pd.api.types.is_bool_dtype(df[target])):
+        raise GpuvarError(f"target column {target!r} is not numeric (dtype {df[target].dtype})")
+    if group_by and group_by not in df.columns:
+        raise GpuvarError(f"group column {group_by!r} not in the rows")
+    chosen, rejected = select_features(df, target, group_by, features)
+    out = []
+    if group_by:
+        keys = df[group_by].astype("string").fillna("<missing>")
+        for name in sorted(keys.unique()):
+            out.append(prepare_group(df[(keys == name).to_numpy()], str(name), target, chosen, min_rows))
+    out.append(prepare_group(df, ALL_GROUP, target, chosen, min_rows))
+    for prep in out:
+        prep.dropped_columns = {**rejected, **prep.dropped_columns}
+    return out, rejected

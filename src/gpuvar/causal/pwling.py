@@ -1,0 +1,257 @@
+"""Vectorised DirectLiNGAM (pwling measure): the same algorithm as `lingam.DirectLiNGAM(measure='pwling')`.
+
+Why: lingam's causal-order search loops over every ordered pair in Python (about p^3 small numpy calls;
+p=74, n=1000 takes ~60 s). Here each search step builds the residuals r_i^(j) = z_i - cov(z_i,z_j)/var(z_j) z_j
+for a block of pairs as one (rows, cols, n) array and evaluates the maximum-entropy approximation on it.
+The element-wise operations, reductions along the contiguous sample axis (numpy's pairwise summation, as
+in lingam's 1-D calls) and the sequential sum of the measure over j follow lingam's code, so the argmax
+picks the same variable; only the covariances come from BLAS matrix products instead of 2x2 `np.cov`
+(differences of a few ulp). Prior knowledge is applied the strong way, as lingam does by default
+(`apply_prior_knowledge_softly=False`): partial orders restrict the candidates, no-path pairs are left out
+of the adjacency regressions. The adjacency step is lingam's adaptive lasso (`predict_adaptive_lasso`)
+re-implemented with the same sklearn estimators, so lingam itself (3.5 s to import) is not needed.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+_K1 = 79.047
+_K2 = 7.4129
+_GAMMA = 0.37457
+_H_GAUSS = (1 + np.log(2 * np.pi)) / 2
+_BLOCK_ELEMENTS = 1 << 16  # floats per work buffer (512 KiB): two buffers per thread stay in cache
+
+
+def _entropy_rows(u: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """lingam's `_entropy` for each vector along the last axis of u (u is not modified)."""
+    n = u.shape[-1]
+    np.exp(u, out=buf)  # cosh(u) = (e^u + e^-u) / 2: float64 np.cosh is not vectorised, exp is 2x faster
+    np.add(buf, np.reciprocal(buf), out=buf)
+    np.multiply(buf, 0.5, out=buf)
+    np.log(buf, out=buf)
+    a = np.add.reduce(buf, axis=-1) / n
+    np.multiply(u, u, out=buf)
+    np.multiply(buf, -0.5, out=buf)  # == (-(u**2))/2 exactly: scaling by 2 is exact
+    np.exp(buf, out=buf)
+    np.multiply(buf, u, out=buf)
+    b = np.add.reduce(buf, axis=-1) / n
+    return _H_GAUSS - _K1 * (a - _GAMMA) ** 2 - _K2 * b**2
+
+
+def _std_rows(r: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """np.std along the last axis, with numpy's own operation order (mean, subtract, square, mean, sqrt)."""
+    n = r.shape[-1]
+    m = np.add.reduce(r, axis=-1, keepdims=True) / n
+    np.subtract(r, m, out=buf)
+    np.multiply(buf, buf, out=buf)
+    return np.sqrt(np.add.reduce(buf, axis=-1) / n)
+
+
+def _standardise(x: np.ndarray) -> np.ndarray:
+    """(x - mean) / std per row, as lingam does for each column."""
+    n = x.shape[-1]
+    mean = np.add.reduce(x, axis=-1, keepdims=True) / n
+    return (x - mean) / np.std(x, axis=-1, keepdims=True)
+
+
+def _pair_coefficients(z: np.ndarray) -> np.ndarray:
+    """coef[i, j] = cov(z_i, z_j) / var(z_j) (biased, lingam's `_residual`)."""
+    n = z.shape[-1]
+    zc = z - np.add.reduce(z, axis=-1, keepdims=True) / n
+    cov = (zc @ zc.T) * np.true_divide(1, n)
+    return cov / np.var(z, axis=-1)[None, :]
+
+
+def _residual_entropies(
+    z: np.ndarray, coef: np.ndarray, rows: np.ndarray, cols: np.ndarray, pool: ThreadPoolExecutor | None
+) -> np.ndarray:
+    """E[a, b] = entropy of the standardised residual of z[rows[a]] regressed on z[cols[b]].
+
+    Pairs with rows[a] == cols[b] are meaningless (zero residual) and come back as NaN; callers skip them.
+    Blocks are independent and numpy releases the GIL in ufuncs, so a thread pool splits them over cores
+    without changing any value.
+    """
+    n = z.shape[1]
+    out = np.empty((len(rows), len(cols)))
+    if len(rows) == 0 or len(cols) == 0:
+        return out
+    col_block = max(1, min(len(cols), _BLOCK_ELEMENTS // n))
+    row_block = max(1, _BLOCK_ELEMENTS // (n * col_block))
+
+    def block(r0: int, c0: int) -> None:
+        ri = rows[r0 : r0 + row_block]
+        cj = cols[c0 : c0 + col_block]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            r = np.multiply(coef[np.ix_(ri, cj)][:, :, None], z[cj][None, :, :])
+            np.subtract(z[ri][:, None, :], r, out=r)  # xi - coef * xj
+            buf = np.empty_like(r)
+            s = _std_rows(r, buf)
+            np.divide(r, s[:, :, None], out=r)
+            out[r0 : r0 + len(ri), c0 : c0 + len(cj)] = _entropy_rows(r, buf)
+
+    starts = [(r0, c0) for c0 in range(0, len(cols), col_block) for r0 in range(0, len(rows), row_block)]
+    if pool is None or len(starts) == 1:
+        for r0, c0 in starts:
+            block(r0, c0)
+    else:
+        for f in [pool.submit(block, r0, c0) for r0, c0 in starts]:
+            f.result()
+    return out
+
+
+def extract_partial_orders(pk: np.ndarray) -> np.ndarray:
+    """[from, to] pairs implied by a prior-knowledge matrix (NaN = unknown), as lingam extracts them."""
+    path_pairs = np.array(np.where(pk == 1)).transpose()
+    no_path_pairs = np.array(np.where(pk == 0)).transpose()
+    check = np.concatenate([path_pairs, path_pairs[:, [1, 0]]])
+    if len(check) > 0:
+        pairs, counts = np.unique(check, axis=0, return_counts=True)
+        if len(pairs[counts > 1]) > 0:
+            raise ValueError(f"prior knowledge is inconsistent at {pairs[counts > 1].tolist()}")
+    check = np.concatenate([no_path_pairs, no_path_pairs[:, [1, 0]]])
+    if len(check) > 0:
+        pairs, counts = np.unique(check, axis=0, return_counts=True)
+        check = np.concatenate([no_path_pairs, pairs[counts > 1]])
+        pairs, counts = np.unique(check, axis=0, return_counts=True)
+        no_path_pairs = pairs[counts < 2]
+    check = np.concatenate([path_pairs, no_path_pairs[:, [1, 0]]])
+    if len(check) == 0:
+        return np.empty((0, 2), dtype=int)
+    return np.unique(check, axis=0)[:, [1, 0]]
+
+
+def _search_step(xt: np.ndarray, U: np.ndarray, Uc: list[int], pool: ThreadPoolExecutor | None) -> int:
+    """One causal-order pick: the candidate with the largest -sum_j min(0, dMI(i, j))^2."""
+    if len(Uc) == 1:
+        return Uc[0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = _standardise(xt[U])
+        hz = _entropy_rows(z, np.empty_like(z))
+        coef = _pair_coefficients(z)
+    pos = {v: k for k, v in enumerate(U.tolist())}
+    cand = np.array([pos[i] for i in Uc])
+    others = np.setdiff1d(np.arange(len(U)), cand)
+    q = len(U)
+    ent = np.full((q, q), np.nan)  # ent[a, b]: entropy of residual of U[a] on U[b]
+    ent[cand, :] = _residual_entropies(z, coef, cand, np.arange(q), pool)
+    if len(others):
+        ent[np.ix_(others, cand)] = _residual_entropies(z, coef, others, cand, pool)
+    # diff[c, b] = (H(x_j) + H(r_i^(j))) - (H(x_i) + H(r_j^(i))) for i = U[cand[c]], j = U[b]
+    diff = (hz[None, :] + ent[cand, :]) - (hz[cand][:, None] + ent[:, cand].T)
+    m = np.zeros(len(cand))
+    with np.errstate(invalid="ignore"):
+        for b in range(q):  # sequential over j, as lingam's `M +=` loop
+            term = np.minimum(0.0, diff[:, b]) ** 2
+            term[cand == b] = 0.0
+            m = m + term
+    return Uc[int(np.argmax(-1.0 * m))]
+
+
+def default_threads() -> int:
+    """Cores this process may use (the affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def causal_order(X: np.ndarray, prior_knowledge: np.ndarray | None = None, threads: int | None = None) -> list[int]:
+    """DirectLiNGAM causal order of the columns of X (n_samples, n_features).
+
+    prior_knowledge uses lingam's convention: pk[i, j] = 0 means x_j has no directed path to x_i,
+    1 means it has one, -1 unknown. threads: worker threads for the entropy blocks (None = usable cores);
+    the result does not depend on it.
+    """
+    threads = default_threads() if threads is None else max(1, int(threads))
+    if threads == 1:
+        return _causal_order(X, prior_knowledge, None)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return _causal_order(X, prior_knowledge, pool)
+
+
+def _causal_order(X: np.ndarray, prior_knowledge: np.ndarray | None, pool: ThreadPoolExecutor | None) -> list[int]:
+    X = np.asarray(X, dtype=np.float64)
+    n, p = X.shape
+    partial = None
+    if prior_knowledge is not None:
+        pk = np.asarray(prior_knowledge, dtype=np.float64)
+        if pk.shape != (p, p):
+            raise ValueError("the shape of prior knowledge must be (n_features, n_features)")
+        partial = extract_partial_orders(np.where(pk < 0, np.nan, pk))
+    xt = np.array(X.T, order="C", copy=True)
+    U = np.arange(p)
+    order: list[int] = []
+    for _ in range(p):
+        if partial is not None and len(partial):
+            blocked = set(partial[:, 1].tolist())
+            Uc = [int(i) for i in U if i not in blocked]
+        else:
+            Uc = [int(i) for i in U]
+        m = _search_step(xt, U, Uc, pool)
+        rest = U[U != m]
+        if len(rest):
+            xm = xt[m]
+            xs = xt[rest]
+            cm = xm - np.add.reduce(xm) / n
+            cs = xs - np.add.reduce(xs, axis=-1, keepdims=True) / n
+            with np.errstate(divide="ignore", invalid="ignore"):
+                coef = ((cs @ cm) * np.true_divide(1, n)) / np.var(xm)
+            xt[rest] = xs - coef[:, None] * xm[None, :]
+        order.append(int(m))
+        U = rest
+        if partial is not None:
+            partial = partial[partial[:, 0] != m]
+    return order
+
+
+def adaptive_lasso(X: np.ndarray, predictors: list[int], target: int, gamma: float = 1.0) -> np.ndarray:
+    """lingam.utils.predict_adaptive_lasso: adaptive-lasso (BIC) pruning, then OLS on the kept predictors."""
+    from sklearn.linear_model import LassoLarsIC, LinearRegression
+    from sklearn.preprocessing import StandardScaler
+
+    X_std = StandardScaler().fit_transform(X)
+    lr = LinearRegression()
+    lr.fit(X_std[:, predictors], X_std[:, target])
+    weight = np.power(np.abs(lr.coef_), gamma)
+    reg = LassoLarsIC(criterion="bic")
+    reg.fit(X_std[:, predictors] * weight, X_std[:, target])
+    pruned = np.abs(reg.coef_ * weight) > 0.0
+    coef = np.zeros(reg.coef_.shape)
+    if pruned.sum() > 0:
+        lr = LinearRegression()
+        pred = np.array(predictors)
+        lr.fit(X[:, pred[pruned]], X[:, target])
+        coef[pruned] = lr.coef_
+    return coef
+
+
+def adjacency(X: np.ndarray, order: list[int], prior_knowledge: np.ndarray | None = None) -> np.ndarray:
+    """B[i, j] = direct effect of x_j on x_i, regressing each variable on its predecessors in `order`."""
+    X = np.asarray(X, dtype=np.float64)
+    p = X.shape[1]
+    pk = None
+    if prior_knowledge is not None:
+        pk = np.where(np.asarray(prior_knowledge, dtype=np.float64) < 0, np.nan, prior_knowledge).astype(float)
+        np.fill_diagonal(pk, 0)
+    B = np.zeros((p, p))
+    for k in range(1, len(order)):
+        target = order[k]
+        predictors = order[:k]
+        if pk is not None:
+            predictors = [j for j in predictors if pk[target, j] != 0]
+        if not predictors:
+            continue
+        B[target, predictors] = adaptive_lasso(X, predictors, target)
+    return B
+
+
+def fit(
+    X: np.ndarray, prior_knowledge: np.ndarray | None = None, threads: int | None = None
+) -> tuple[list[int], np.ndarray]:
+    """(causal order, adjacency matrix) as `lingam.DirectLiNGAM(prior_knowledge=pk).fit(X)` gives them."""
+    order = causal_order(X, prior_knowledge, threads)
+    return order, adjacency(X, order, prior_knowledge)

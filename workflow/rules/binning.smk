@@ -1,0 +1,34 @@
+rule bin_trace:
+    input:
+        kernels=rules.ingest_trace.output.kernels,
+    output:
+        bins="results/bin/{dataset}/{target}/bins.parquet",
+        rows="results/bin/{dataset}/{target}/topk_rows.parquet",
+        report="results/bin/{dataset}/{target}/bin.json",
+    log:
+        "logs/bin_trace/{dataset}_{target}.log",
+    benchmark:
+        "benchmarks/bin_trace/{dataset}_{target}.tsv"
+    conda:
+        ENV
+    threads: CFG.binning.ranks
+    resources:
+        mpi="mpiexec",
+        tasks=CFG.binning.ranks,
+        cpus_per_task=1,
+        mem_mb_per_cpu=2000,
+        runtime=30,
+    params:
+        outdir=subpath(output.report, parent=True),
+        memcpy=lambda wildcards, input: Path(input.kernels).with_name("memcpy.parquet"),
+        bin_width=CFG.binning.bin_width,
+        top_k=CFG.binning.top_k,
+        group=CFG.targets.variability_group,
+        link=CFG.targets.memcpy_link,
+        features=feature_option(CFG.binning.features),
+        workers=CFG.binning.workers_per_rank,
+    shell:
+        "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels} --memcpy {params.memcpy}"
+        " --target {wildcards.target} --group {params.group} --link {params.link}"
+        " --bin-width {params.bin_width} --top-k {params.top_k} --features {params.features}"
+        " --workers-per-rank {params.workers} --output {params.outdir} > {log} 2>&1"

@@ -1,0 +1,42 @@
+import re
+import sys
+from pathlib import Path
+
+from gpuvar.config import validate_config
+from gpuvar.errors import ConfigError
+
+try:
+    CFG = validate_config(config, Path(workflow.basedir))
+except ConfigError as error:
+    sys.exit(f"gpuvar: {error}")
+
+DATASETS = {d.name: d for d in CFG.datasets}
+ANALYSES = [(d.name, target) for d in CFG.datasets for target in d.targets]
+ENV = "../../envs/gpuvar.yaml"
+
+
+wildcard_constraints:
+    dataset="|".join(re.escape(name) for name in DATASETS),
+    target="kernel_variability|memory_stall",
+
+
+def dataset_source(wildcards):
+    """The profiler file or folder of a dataset (an output of make_demo_data for the demo)."""
+    return DATASETS[wildcards.dataset].source
+
+
+def dataset_format(wildcards):
+    return DATASETS[wildcards.dataset].format
+
+
+def feature_option(features):
+    return "auto" if features == "auto" else ",".join(features)
+
+
+def analysis_outputs():
+    """Everything `all` builds: per dataset and target, the binning and causal results."""
+    outputs = []
+    for dataset, target in ANALYSES:
+        outputs.append(f"results/bin/{dataset}/{target}/bin.json")
+        outputs.append(f"results/causal/{dataset}/{target}")
+    return outputs

@@ -1,0 +1,27 @@
+DEMO_FILES = [f"rank{rank}.sqlite" for rank in range(4)] + [
+    "perfcounter_ncu.csv",
+    "amd_rocprof.csv",
+    "demo.json",
+]
+
+
+if CFG.demo.enabled:
+
+    rule make_demo_data:
+        output:
+            expand("resources/demo/{file}", file=DEMO_FILES),
+        log:
+            "logs/make_demo_data/demo.log",
+        benchmark:
+            "benchmarks/make_demo_data/demo.tsv"
+        conda:
+            ENV
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        params:
+            seed=CFG.demo.seed,
+            rows=CFG.demo.rows,
+        shell:
+            "gpuvar demo-data --output resources/demo --seed {params.seed} --rows {params.rows} > {log} 2>&1"

@@ -1,0 +1,21 @@
+rule ingest_trace:
+    input:
+        dataset_source,
+    output:
+        kernels="results/ingest/{dataset}/kernels.parquet",
+        report="results/ingest/{dataset}/ingest.json",
+    log:
+        "logs/ingest_trace/{dataset}.log",
+    benchmark:
+        "benchmarks/ingest_trace/{dataset}.tsv"
+    conda:
+        ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        format=dataset_format,
+        outdir=subpath(output.kernels, parent=True),
+    shell:
+        "gpuvar ingest {input:q} --output {params.outdir} --format {params.format} > {log} 2>&1"
