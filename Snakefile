@@ -9,6 +9,10 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+# plots + paper come before the stage rules: paper.smk adds config/paper.yaml's datasets to the {dataset}
+# wildcard constraint, which Snakemake applies only to rules defined after it.
+include: "workflow/rules/plots.smk"
+include: "workflow/rules/paper.smk"
 include: "workflow/rules/demo.smk"
 include: "workflow/rules/ingest.smk"
 include: "workflow/rules/binning.smk"
@@ -19,3 +23,4 @@ rule all:
     default_target: True
     input:
         analysis_outputs(),
+        plot_outputs(),

@@ -6,7 +6,7 @@ from gpuvar.config import validate_config
 from gpuvar.errors import ConfigError
 
 try:
-    CFG = validate_config(config, Path(workflow.basedir))
+    CFG = validate_config(config, Path.cwd())
 except ConfigError as error:
     sys.exit(f"gpuvar: {error}")
 

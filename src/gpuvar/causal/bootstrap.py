@@ -9,15 +9,17 @@ worker limits BLAS to one thread because the pool already fills the cores.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ProcessPoolExecutor
 import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("gpuvar.causal")
-
-_STATE: dict = {}
+_LIMITS = None  # keeps a worker's BLAS thread limit alive
 
 
 def resample_indices(n: int, seed: int, index: int) -> np.ndarray:
@@ -39,55 +41,83 @@ def fit_adjacency(X: np.ndarray, prior_knowledge: np.ndarray | None, engine: str
     raise ValueError(f"unknown engine {engine!r} (allowed: fast, lingam)")
 
 
-def _init_worker(X, prior_knowledge, engine, seed):
+def _init_worker() -> None:
+    """One BLAS thread per worker: the pool already fills the cores."""
     from threadpoolctl import threadpool_limits
 
-    _STATE.update(X=X, pk=prior_knowledge, engine=engine, seed=seed, limits=threadpool_limits(1))
+    global _LIMITS
+    _LIMITS = threadpool_limits(1)
 
 
-def _one(index: int) -> np.ndarray:
-    X = _STATE["X"]
-    rows = resample_indices(len(X), _STATE["seed"], index)
-    return fit_adjacency(X[rows], _STATE["pk"], _STATE["engine"], threads=_STATE.get("threads", 1))[1]
+def _fit_resamples(X, prior_knowledge, engine: str, seed: int, indices: list[int], threads: int | None = 1):
+    """Adjacency matrices of the given resamples, stacked in the given order."""
+    out = np.empty((len(indices), X.shape[1], X.shape[1]))
+    for k, index in enumerate(indices):
+        rows = resample_indices(len(X), seed, index)
+        out[k] = fit_adjacency(X[rows], prior_knowledge, engine, threads=threads)[1]
+    return out
+
+
+def make_pool(workers: int) -> ProcessPoolExecutor:
+    """Spawned worker processes, reusable across groups (spawning costs ~1 s per worker)."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker)
 
 
 def bootstrap_adjacencies(
-    X: np.ndarray, prior_knowledge: np.ndarray | None, n_samples: int, seed: int, workers: int, engine: str
+    X: np.ndarray,
+    prior_knowledge: np.ndarray | None,
+    n_samples: int,
+    seed: int,
+    workers: int = 1,
+    engine: str = "fast",
+    pool: ProcessPoolExecutor | None = None,
 ) -> np.ndarray:
-    """Adjacency matrices of resamples 0..n_samples-1, stacked (n_samples, p, p), in resample order."""
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    out = np.empty((n_samples, X.shape[1], X.shape[1]))
-    step = max(1, n_samples // 10)
+    """Adjacency matrices of resamples 0..n_samples-1, stacked (n_samples, p, p), in resample order.
 
-    def progress(k: int) -> None:
-        if (k + 1) % step == 0 or k + 1 == n_samples:
-            log.info("bootstrap %d/%d resamples (%d%%)", k + 1, n_samples, 100 * (k + 1) // n_samples)
+    workers=1 runs in-process; otherwise `pool` (or a pool made here) runs chunks of resamples.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    p = X.shape[1]
+    out = np.empty((n_samples, p, p))
+    if n_samples == 0:
+        return out
+    n_chunks = 10 if workers <= 1 else max(10, 4 * workers)
+    chunks = [c.tolist() for c in np.array_split(np.arange(n_samples), min(n_chunks, n_samples))]
+    state = {"done": 0, "decile": 0}
+
+    def progress(count: int) -> None:
+        state["done"] += count
+        decile = 10 * state["done"] // n_samples
+        if decile > state["decile"]:
+            state["decile"] = decile
+            log.info("bootstrap %d/%d resamples (%d%%)", state["done"], n_samples, 100 * state["done"] // n_samples)
 
     if workers <= 1:
         from threadpoolctl import threadpool_limits
 
-        _STATE.update(X=X, pk=prior_knowledge, engine=engine, seed=seed, threads=None)
-        try:
-            with threadpool_limits(1):
-                for k in range(n_samples):
-                    out[k] = _one(k)
-                    progress(k)
-        finally:
-            _STATE.clear()
+        with threadpool_limits(1):
+            for chunk in chunks:
+                out[chunk] = _fit_resamples(X, prior_knowledge, engine, seed, chunk, threads=None)
+                progress(len(chunk))
         return out
-    ctx = multiprocessing.get_context("spawn")
-    chunk = max(1, n_samples // (workers * 4))
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(X, prior_knowledge, engine, seed)) as pool:  # fmt: skip
-        for k, B in enumerate(pool.map(_one, range(n_samples), chunksize=chunk)):
-            out[k] = B
-            progress(k)
+    own = pool is None
+    pool = make_pool(workers) if own else pool
+    try:
+        futures = [pool.submit(_fit_resamples, X, prior_knowledge, engine, seed, chunk) for chunk in chunks]
+        for chunk, future in zip(chunks, futures):
+            out[chunk] = future.result()
+            progress(len(chunk))
+    finally:
+        if own:
+            pool.shutdown()
     return out
 
 
 def summarise_edges(stack: np.ndarray, names: list[str]) -> pd.DataFrame:
     """One row per edge seen in any resample: probability (share of resamples with a non-zero coefficient)
     and the coefficient's mean, std, q05, q50, q95 over the resamples where it is present."""
+    import pandas as pd
+
     n_samples = stack.shape[0]
     present = stack != 0
     rows = []

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuvar.causal.bootstrap import bootstrap_adjacencies, fit_adjacency, summarise_edges
+from gpuvar.causal.bootstrap import bootstrap_adjacencies, fit_adjacency, make_pool, summarise_edges
 from gpuvar.causal.prepare import Prepared, group_slug, prepare_all
 
 log = logging.getLogger("gpuvar.causal")
@@ -105,7 +105,9 @@ def _write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def discover_group(prep: Prepared, outdir: Path, bootstrap: int, workers: int, seed: int, engine: str) -> dict:
+def discover_group(
+    prep: Prepared, outdir: Path, bootstrap: int, workers: int, seed: int, engine: str, pool=None
+) -> dict:
     """Fit one prepared group and write its files; returns the causal.json record."""
     import networkx as nx
     from threadpoolctl import threadpool_limits
@@ -129,7 +131,7 @@ def discover_group(prep: Prepared, outdir: Path, bootstrap: int, workers: int, s
     boot = None
     if bootstrap > 0:
         t0 = time.perf_counter()
-        stack = bootstrap_adjacencies(X, pk, bootstrap, seed, workers, engine)
+        stack = bootstrap_adjacencies(X, pk, bootstrap, seed, workers, engine, pool)
         boot = summarise_edges(stack, names)
         boot.to_csv(outdir / "bootstrap_edges.csv", index=False)
         timings["bootstrap_s"] = round(time.perf_counter() - t0, 4)
@@ -146,6 +148,8 @@ def discover_group(prep: Prepared, outdir: Path, bootstrap: int, workers: int, s
         top_contributors=contrib.head(5).to_dict("records"),
         timings=timings,
     )
+    if not (contrib["contribution_pct"] > 0).any():
+        record["note"] = "no feature has a directed path to the target (all total effects are zero)"
     _write_json(outdir / "causal.json", record)
     return record
 
@@ -177,12 +181,18 @@ def discover_all(
     t0 = time.perf_counter()
     prepared, rejected = prepare_all(df, target, group_by, features, min_rows)
     groups = []
-    for prep in prepared:
-        slug = group_slug(prep.group)
-        log.info("causal: group %s (%s): %s", prep.group[:60], slug, prep.skip_reason or f"{prep.rows_used} rows")
-        rec = discover_group(prep, outdir / slug, bootstrap, workers, seed, engine)
-        groups.append({k: rec.get(k) for k in ("group", "slug", "status", "skip_reason", "rows_used", "features",
-                                                 "n_edges", "top_contributors")})  # fmt: skip
+    need_pool = workers > 1 and bootstrap > 0 and any(p.data is not None for p in prepared)
+    pool = make_pool(workers) if need_pool else None  # one pool for all groups: spawning is the slow part
+    try:
+        for prep in prepared:
+            slug = group_slug(prep.group)
+            log.info("causal: group %s (%s): %s", prep.group[:60], slug, prep.skip_reason or f"{prep.rows_used} rows")
+            rec = discover_group(prep, outdir / slug, bootstrap, workers, seed, engine, pool)
+            groups.append({k: rec.get(k) for k in ("group", "slug", "status", "skip_reason", "rows_used",
+                                                     "features", "n_edges", "top_contributors")})  # fmt: skip
+    finally:
+        if pool is not None:
+            pool.shutdown()
     summary = {
         "target": target,
         "group_by": group_by,

@@ -123,7 +123,11 @@ def _dependent_columns(values: np.ndarray, names: list[str], target: str) -> dic
             if abs(abs(corr[hit]) - 1) <= COLLINEAR_TOL:
                 other = names[kept[hit]]
                 what = "the target" if other == target else other
-                kind = "duplicate of" if corr[hit] > 0 and np.allclose(values[:, k], values[:, kept[hit]]) else "collinear with"
+                kind = (
+                    "duplicate of"
+                    if corr[hit] > 0 and np.allclose(values[:, k], values[:, kept[hit]])
+                    else "collinear with"
+                )
                 dropped[names[k]] = f"{kind} {what} (corr {corr[hit]:+.12g})"
             else:
                 dropped[names[k]] = "exact linear combination of earlier columns"
@@ -164,13 +168,19 @@ def prepare_group(frame: pd.DataFrame, group: str, target: str, features: list[s
         if table[col].nunique() < 2:
             prep.dropped_columns[col] = "constant"
     cols = [c for c in cols if c not in prep.dropped_columns]
+    if cols and len(cols) + 1 >= len(table):  # before the rank check, which would blame the columns
+        prep.features = cols
+        prep.skip_reason = f"{len(cols) + 1} variables >= {len(table)} rows (more features than rows)"
+        return prep
     if cols:
         dependent = _dependent_columns(table[[target] + cols].to_numpy(), [target] + cols, target)
         prep.dropped_columns.update(dependent)
         cols = [c for c in cols if c not in dependent]
     prep.features = cols
     if not cols:
-        prep.skip_reason = "no usable feature left (" + (", ".join(sorted(set(prep.dropped_columns.values()))) or "none given") + ")"
+        prep.skip_reason = (
+            "no usable feature left (" + (", ".join(sorted(set(prep.dropped_columns.values()))) or "none given") + ")"
+        )
         return prep
     if len(cols) + 1 >= len(table):
         prep.skip_reason = f"{len(cols) + 1} variables >= {len(table)} rows"

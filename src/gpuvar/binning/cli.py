@@ -1,0 +1,45 @@
+"""Bin a canonical kernel table on the global timeline and keep the top-k most variable bins (MPI).
+
+Run as `mpiexec -n R gpuvar bin ...` (or `srun`); plain `gpuvar bin ...` runs one rank. Rank 0 writes
+OUTPUT/bins.parquet (every non-empty bin: count, min, max, mean, var (sample, ddof=1), std, q25, median, q75
+of the target and of the --features, bin start/end, variance rank), OUTPUT/topk_rows.parquet (the rows of the
+top-k bins with the target, linked-copy columns and features) and OUTPUT/bin.json (row accounting, rows without
+a target by reason, phase seconds, peak RSS per rank).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def configure(p):
+    p.add_argument("kernels", type=Path, help="canonical kernels.parquet (from gpuvar ingest)")
+    p.add_argument("--memcpy", type=Path, default=None,
+                   help="canonical memcpy.parquet: links each kernel to a copy (needed for memory_stall)")
+    p.add_argument("--target", default="kernel_variability", help="kernel_variability (default) or memory_stall")
+    p.add_argument("--group", default="kernel",
+                   help="kernel_variability mean per 'kernel' name (default) or per 'launch_config' (name + config)")
+    p.add_argument("--link", default="stream",
+                   help="memcpy link: latest copy started at or before the kernel on the same device and 'stream' "
+                        "(default) or on the same 'device'")
+    p.add_argument("--bin-width", default="10ms",
+                   help="bin width with a unit ns/us/ms/s (e.g. 10ms), or a plain number of launches for data "
+                        "without timestamps (Nsight Compute)")
+    p.add_argument("--top-k", type=int, default=20, help="bins kept, by the target's variance (default 20)")
+    p.add_argument("--features", default="auto",
+                   help="columns to also compute per-bin statistics of: 'auto' (duration; top-k rows keep every "
+                        "column), 'none', or f1,f2 (top-k rows keep identification columns and these)")
+    p.add_argument("--workers-per-rank", type=int, default=1, help="threads per rank for the per-bin statistics")
+    p.add_argument("--output", "-o", type=Path, required=True, help="output folder")
+    # fmt: skip
+
+
+def run(args) -> int:
+    from gpuvar.binning.job import BinOptions, run_rank
+
+    opts = BinOptions(
+        kernels=args.kernels, memcpy=args.memcpy, target=args.target, group=args.group, link=args.link,
+        bin_width=args.bin_width, top_k=args.top_k, features=args.features,
+        workers_per_rank=args.workers_per_rank, output=args.output,
+    )  # fmt: skip
+    return run_rank(opts)

@@ -1,0 +1,302 @@
+"""Shared AMD parsing: the CSV loader and the rocprof v1 / Omniperf column mapping.
+
+rocprof v1 (`results.csv`, counter passes, `results.db`), Omniperf's `pmc_perf.csv` and its `timestamps.csv`
+describe a dispatch with the same fields under three generations of names; mapping them in one place keeps
+the readers consistent. Decisions every AMD reader shares:
+  * `grd` / `Grid_Size` count WORK-ITEMS; the canonical grid is in blocks: grid_x = ceil(grd / wgr) (1-D,
+    grid_y = grid_z = 1; ceil because a non-HIP dispatch may end in a partial workgroup). The work-item
+    total is kept as `grid_work_items` (not `Grid_Size`, which would clash with `grid_size` in
+    case-insensitive tools such as DuckDB).
+  * Kernel names lose the kernel-descriptor suffix (`[clone .kd]`, `(.kd)`, `.kd`): it is how rocprof
+    prints the `<symbol>.kd` descriptor, carries no information, and keeps names comparable with other
+    tools. The number of names changed is reported in the notes.
+  * The ROCm 4 layout (`vgpr,sgpr,fbar`) has no wave size; those GPUs (GCN / CDNA) run wave64, so
+    wave_size = 64 unless the caller knows better (Omniperf's sysinfo.csv) -- reported in the notes.
+  * Counters are renamed to their Table 1 simplified names; every other source column is kept.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from gpuvar.errors import InputError
+from gpuvar.ingest.base import ReaderOutput, to_number
+from gpuvar.schema import table1_rename
+
+# canonical name -> source names, first present wins (rocprof v1, Omniperf 2024, Omniperf MI300X / timestamps)
+AMD_COLUMNS = {
+    "launch_id": ("Index", "Dispatch_ID"),
+    "kernel_name": ("KernelName", "Kernel_Name"),
+    "device_id": ("gpu-id", "GPU_ID"),
+    "stream_id": ("queue-id", "Queue_ID"),
+    "process_id": ("pid", "PID"),
+    "correlation_id": ("Correlation_ID",),
+    "start": ("BeginNs", "Start_Timestamp"),
+    "end": ("EndNs", "End_Timestamp"),
+    "lds_per_workgroup": ("lds", "LDS_Per_Workgroup"),
+    "scratch_per_workitem": ("scr", "Scratch_Per_Workitem"),
+    "arch_vgpr": ("arch_vgpr", "Arch_VGPR", "vgpr"),
+    "accum_vgpr": ("accum_vgpr", "Accum_VGPR"),
+    "sgpr": ("sgpr", "SGPR"),
+    "wave_size": ("wave_size", "Wave_Size"),
+}
+GRID_WORK_ITEMS = ("grd", "Grid_Size")
+WORKGROUP = ("wgr", "Workgroup_Size")
+# every per-dispatch identity column the AMD tools write (Omniperf repeats these per counter pass)
+IDENTITY_COLUMNS = frozenset(
+    {name for names in AMD_COLUMNS.values() for name in names}
+    | set(GRID_WORK_ITEMS) | set(WORKGROUP)
+    | {"queue-index", "tid", "TID", "sig", "obj", "fbar", "DispatchNs", "CompleteNs", "DurationNs", "XCC_Index"}
+)
+KERNEL_NAME_COLUMNS = AMD_COLUMNS["kernel_name"]
+_KD_SUFFIX = r"\s*(?:\[clone \.kd\]|\(\.kd\)|\.kd)$"
+DEFAULT_OLD_WAVE_SIZE = 64
+_TEXT_COLUMN = re.compile(r"^(?:KernelName|Kernel_Name|sig|obj)(?:_\d+)?$")
+
+
+# ---------------------------------------------------------------------------------------------- CSV loading
+def csv_header(head: bytes) -> list[str]:
+    """Column names of the first line of `head` (quoted or not, BOM/CRLF tolerated); [] if unreadable."""
+    if b"\x00" in head[:4096]:
+        return []
+    line = head.split(b"\n", 1)[0].rstrip(b"\r")
+    text = line.decode("utf-8-sig", errors="replace")
+    try:
+        return [c.strip() for c in next(csv.reader([text]))]
+    except (csv.Error, StopIteration):
+        return []
+
+
+def _unique_names(names: list[str]) -> list[str]:
+    """Repeated header names get '.1', '.2' (pandas' convention) so no column is silently overwritten."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        out.append(name if n == 0 else f"{name}.{n}")
+    return out
+
+
+def _load_bytes(path: Path) -> bytes:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    if not raw or raw.isspace():
+        raise InputError(path, "empty file")
+    if b"\x00" in raw[:4096]:
+        raise InputError(path, "binary file, not a CSV")
+    return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
+
+
+def _text_types(names: list[str]) -> dict[str, pa.DataType]:
+    """Columns read as text whatever they look like: names, and the hex `sig`/`obj` (which pyarrow would
+    otherwise turn into integers in the CSV but not in results.db)."""
+    return {n: pa.string() for n in names if _TEXT_COLUMN.match(n)}
+
+
+def _parse(raw: bytes, header: bytes, encoding: str, bad: list) -> tuple[pa.Table, str]:
+    """pyarrow read with our header names (deduplicated); invalid rows are collected in `bad` and skipped.
+    pyarrow's whole-file reader widens a column that turns decimal after the first block."""
+    names = _unique_names([c.strip() for c in next(csv.reader([header.decode(encoding)]))])
+
+    def on_invalid(row):
+        bad.append(row)
+        return "skip"
+
+    table = pacsv.read_csv(
+        io.BytesIO(raw),
+        read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, encoding=encoding),
+        parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+        convert_options=pacsv.ConvertOptions(strings_can_be_null=True, column_types=_text_types(names)),
+    )
+    return table, encoding
+
+
+def read_amd_csv(path: Path, out: ReaderOutput | None = None, table: str = "kernels") -> pd.DataFrame:
+    """Parse an AMD profiler CSV with pyarrow (fast, multi-threaded), strictly.
+
+    A row with the wrong number of fields is dropped and counted in `out` -- unless it is the file's last
+    line, which means the file was cut mid-row: that is an InputError, as are a header without data rows and
+    an unterminated quote. Invalid UTF-8 falls back to latin-1.
+    """
+    raw = _load_bytes(path)
+    end = raw.find(b"\n")
+    header = raw[: end if end >= 0 else len(raw)].rstrip(b"\r")
+    bad: list[pacsv.InvalidRow] = []
+    try:
+        try:
+            result, encoding = _parse(raw, header, "utf8", bad)
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            if not isinstance(exc, UnicodeDecodeError) and "utf8" not in str(exc).lower():
+                raise
+            bad.clear()  # not UTF-8: profilers on old systems write latin-1
+            result, encoding = _parse(raw, header, "latin-1", bad)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise InputError(path, f"malformed CSV: {str(exc).splitlines()[0]}") from None
+    last_line = raw[-(1 << 20):].rstrip(b"\r\n").rsplit(b"\n", 1)[-1].rstrip(b"\r")
+    for row in bad:
+        if row.text is not None and row.text.encode(encoding) == last_line:
+            raise InputError(
+                path, f"truncated: the last row has {row.actual_columns} of {row.expected_columns} fields"
+            )
+    if out is not None and bad:
+        out.drop(table, "row with a different number of fields than the header", len(bad))
+    if result.num_rows == 0 and not bad:
+        raise InputError(path, "no data rows (header only)")
+    if not raw.endswith(b"\n") and out is not None:
+        out.notes.append(f"{Path(path).name}: no newline at end of file; the last row may be incomplete")
+    return result.to_pandas(split_blocks=True, self_destruct=True)
+
+
+# ------------------------------------------------------------------------------------------- column mapping
+def first_present(columns, names) -> str | None:
+    """The first of `names` that is a column, else None."""
+    return next((n for n in names if n in columns), None)
+
+
+def rename_columns(df: pd.DataFrame, mapping: dict[str, str]) -> pd.DataFrame:
+    """Rename in place: DataFrame.rename copies (and consolidates) every block, seconds on wide traces."""
+    if mapping:
+        df.columns = [mapping.get(c, c) for c in df.columns]
+    return df
+
+
+def canonical_renames(columns, mapping: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """{source: canonical} for the first present source name of each canonical column not already there."""
+    cols = set(columns)
+    rename = {}
+    for canonical, names in mapping.items():
+        found = first_present(cols, names)
+        if found is not None and canonical not in cols:
+            rename[found] = canonical
+    return rename
+
+
+def clean_kernel_names(names: pd.Series) -> tuple[pd.Series, int]:
+    """Strip literal surrounding quotes (results.db) and the '.kd' descriptor suffix; (names, rows changed).
+
+    Works on the distinct names only (a trace repeats a few dozen names millions of times).
+    """
+    cat = pd.Categorical(names)
+    original = pd.Index(cat.categories.astype(str))
+    cleaned = original.str.strip().str.replace(r'^"(.*)"$', r"\1", regex=True).str.replace(_KD_SUFFIX, "", regex=True)
+    codes = cat.codes
+    n_changed = int(np.isin(codes, np.flatnonzero(cleaned != original)).sum())
+    values = np.append(np.asarray(cleaned, dtype=object), None)[codes]  # code -1 (null) -> None
+    return pd.Series(values, index=names.index, dtype=object), n_changed
+
+
+def ceil_div(num: pd.Series, den: pd.Series) -> pd.Series:
+    """ceil(num / den) as nullable Int64; null where either is null or den <= 0."""
+    n, d = to_number(num), to_number(den)
+    q = np.ceil(n / d.where(d > 0))
+    return q.round().astype("Int64")
+
+
+def map_amd_dispatch_columns(df: pd.DataFrame, out: ReaderOutput, source: str,
+                             wave_size_default: int = DEFAULT_OLD_WAVE_SIZE,
+                             wave_size_origin: str = "GCN/CDNA GPUs of that era run wave64") -> pd.DataFrame:
+    """Rename rocprof v1 / Omniperf identity columns to canonical names, derive the 1-D grid, rename Table 1
+    counters; every other column is kept under its source name."""
+    cols = set(df.columns)
+    rename = canonical_renames(cols, AMD_COLUMNS)
+    grd, wgr = first_present(cols, GRID_WORK_ITEMS), first_present(cols, WORKGROUP)
+    df = rename_columns(df, rename)
+    if wgr is not None:
+        df["block_x"] = to_number(df[wgr]).round().astype("Int64")
+        df["block_y"] = df["block_z"] = pd.array(np.ones(len(df), dtype=np.int64), dtype="Int64")
+        if grd is not None:
+            df["grid_x"] = ceil_div(df[grd], df[wgr])
+            df["grid_y"] = df["grid_z"] = pd.array(np.ones(len(df), dtype=np.int64), dtype="Int64")
+            df = rename_columns(df, {grd: "grid_work_items"})
+        del df[wgr]  # identical to workgroup_size, derived from block_x
+    if "arch_vgpr" in df.columns:
+        df["registers_per_thread"] = df["arch_vgpr"]
+    if "wave_size" not in df.columns and "vgpr" in rename:
+        df["wave_size"] = wave_size_default
+        out.notes.append(
+            f"{source}: ROCm 4 layout (vgpr,sgpr,fbar) has no wave size; wave_size = {wave_size_default} "
+            f"({wave_size_origin})"
+        )
+    if "kernel_name" in df.columns:
+        df["kernel_name"], changed = clean_kernel_names(df["kernel_name"])
+        if changed:
+            out.notes.append(f"{source}: kernel-descriptor suffix ('[clone .kd]', '(.kd)', '.kd') removed from {changed} kernel name(s)")
+    return rename_table1(df)
+
+
+def rename_table1(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 original counter names -> simplified names, skipping any that would collide with a column."""
+    taken = {c.lower() for c in df.columns}
+    rename = {}
+    for src, dst in table1_rename([c for c in df.columns if isinstance(c, str)]).items():
+        if src != dst and dst.lower() not in taken - {src.lower()}:
+            rename[src] = dst
+            taken.add(dst.lower())
+    return rename_columns(df, rename)
+
+
+def check_timestamps(df: pd.DataFrame, out: ReaderOutput, source: str) -> pd.DataFrame:
+    """Timestamps to integers; flag ones a spreadsheet rounded (e.g. 8.1097E+14), whose durations are noise.
+
+    Nanosecond timestamps are integers; floats that are all multiples of 1e6 at ~1e12+ have lost their low
+    digits, so the duration is set to null (not 0) and the problem reported.
+    """
+    if "start" not in df.columns:
+        out.notes.append(f"{source}: no kernel timestamps in this file (counter pass); start/end/duration are null")
+        return df
+    was_float = df["start"].dtype.kind == "f"
+    for col in ("start", "end"):
+        if col in df.columns:
+            df[col] = to_number(df[col])
+    start = df["start"]
+    if was_float:
+        valid = start.dropna()
+        if len(valid) and valid.abs().max() > 1e12 and bool((valid % 1e6 == 0).all()):
+            df["duration"] = pd.array([pd.NA] * len(df), dtype="Int64")
+            out.notes.append(
+                f"{source}: timestamps are rounded floating-point values (e.g. {valid.iloc[0]:.4E}); "
+                "nanosecond precision is lost, duration set to null"
+            )
+    missing = int(start.isna().sum())
+    if missing:
+        out.notes.append(f"{source}: {missing} row(s) without a start timestamp (kept, start null)")
+    return df
+
+
+def drop_nameless(df: pd.DataFrame, out: ReaderOutput, table: str = "kernels") -> pd.DataFrame:
+    """Rows without a kernel name cannot be grouped: dropped and counted."""
+    if "kernel_name" not in df.columns:
+        return df
+    names = df["kernel_name"]
+    bad = names.isna() | (names == "")  # names are already stripped by clean_kernel_names
+    out.drop(table, "missing kernel name", int(bad.sum()))
+    return df.loc[~bad].reset_index(drop=True) if bad.any() else df
+
+
+def require_kernel_name(path: Path, columns) -> None:
+    """InputError unless the file has a kernel-name column (KernelName or Kernel_Name)."""
+    if first_present(columns, KERNEL_NAME_COLUMNS) is None:
+        raise InputError(path, "CSV lacks required column KernelName (or Kernel_Name)")
+
+
+def read_sysinfo(path: Path) -> dict[str, str]:
+    """The single row of an Omniperf sysinfo.csv as a dict ({} when absent or unreadable)."""
+    try:
+        text = path.read_text(encoding="utf-8-sig", errors="replace")
+        rows = list(csv.DictReader(io.StringIO(text)))
+    except (OSError, csv.Error):
+        return {}
+    return {k.strip(): (v or "").strip() for k, v in rows[0].items() if k} if rows else {}
+
+

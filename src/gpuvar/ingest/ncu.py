@@ -1,0 +1,499 @@
+"""Nsight Compute CSV (`ncu --csv`): the long "details" layout and the wide `--page raw` layout.
+
+Long layout: one row per (launch, metric) with `ID, Process ID, ..., Section Name, Metric Name, Metric Unit,
+Metric Value`; it is pivoted to one row per launch `ID` (identity columns from the launch's first row, one
+column per metric). Wide layout: one row per launch, identity columns then one column per metric, and a
+second row holding the units (recognised by its empty ID). Either way the kernel table has one row per
+launch, and rows_read counts launches (the long layout's metric-row count is in the notes).
+
+Quirks handled (GUIDE §2): UTF-8 BOM, CRLF, `==PROF==` / program output before the header (and `==PROF==`-
+style report lines after it, counted in the notes), thousands separators, `n/a`, empty units, sizes as
+"(x, y, z)". Older ncu versions lack Block Size / Grid Size / Device / CC: only ID and Kernel Name (plus
+Metric Name and Metric Value in the long layout) are required.
+
+Units: ncu may auto-scale units per value (`usecond` for one launch, `msecond` for the next; `Kbyte`,
+`Mbyte`), so a metric column would mix scales. Every value is therefore converted to its base unit: times
+to ns, SI-prefixed counts (Kbyte, Mcycle, ...) to the plain unit, per-time rates to per second. The unit of
+each metric column is listed in the notes. `duration` (ns) comes from `gpu__time_duration.sum`, else `.avg`,
+else the details page's human-named `Duration`; a metric without a unit is taken as ns (noted).
+Nsight Compute has no timeline: start/end are null and launch order is `launch_id`. A launch without a
+duration metric keeps its row (its launch configuration and counters are still valid data) with a null
+duration, counted in the notes; rows whose ID is not a launch number are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from gpuvar.errors import InputError
+from gpuvar.ingest.base import ReaderOutput, require_columns
+
+FORMAT = "ncu-csv"
+
+# identity columns (per launch) -> canonical or kept name
+IDENTITY = {
+    "ID": "launch_id",
+    "Process ID": "process_id",
+    "Process Name": "process_name",
+    "Host Name": "host_name",
+    "Kernel Name": "kernel_name",
+    "Kernel Time": "kernel_time",
+    "Context": "context",
+    "Stream": "stream_id",
+    "Device": "device_id",
+    "CC": "cc",
+}
+SIZES = {"Grid Size": "grid", "Block Size": "block"}
+LONG_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
+_REPORT_LINES = re.compile(rb"(?m)^==(?:PROF|WARNING|ERROR|INFO)==[^\n]*(?:\n|$)")
+_SIZE = re.compile(r"^\s*\(?\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?\)?\s*$")
+_NOT_A_VALUE = {"", "n/a", "N/A", "nan", "NaN", "-"}
+_NUMBER = r"^[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity)$"
+
+# duration candidates, in order of preference (raw metric names, then the details page's human name)
+DURATION_METRICS = ("gpu__time_duration.sum", "gpu__time_duration.avg", "gpu__time_duration", "Duration")
+# canonical column -> metric names that carry it (raw name first, details-page name second)
+METRIC_COLUMNS = {
+    "registers_per_thread": ("launch__registers_per_thread", "Registers Per Thread"),
+    "static_shared_memory": ("launch__shared_mem_per_block_static", "Static Shared Memory Per Block"),
+    "dynamic_shared_memory": ("launch__shared_mem_per_block_dynamic", "Dynamic Shared Memory Per Block"),
+}
+# used only when the Grid Size / Block Size identity columns are absent
+DIM_METRICS = {
+    "grid": (("launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z"), "launch__grid_size", "grid_size"),
+    "block": (("launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z"), "launch__block_size",
+              "workgroup_size"),
+}
+WARP_SIZE = 32
+
+# --- units -------------------------------------------------------------------------------------------------
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
+            "second": 1e9}
+_PREFIX = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_PREFIXED = re.compile(r"^([KMGTP])(byte|cycle|inst|sector|request|warp|thread|block|wavefront|hz|Hz)$")
+
+
+def _scale_part(part: str, denominator: bool) -> tuple[str, float]:
+    if part in _TIME_NS:
+        return ("second", 1e9 / _TIME_NS[part]) if denominator else ("ns", _TIME_NS[part])
+    m = _PREFIXED.match(part)
+    if m:
+        factor = _PREFIX[m.group(1)]
+        return m.group(2), (1.0 / factor if denominator else factor)
+    return part, 1.0
+
+
+def unit_scale(unit: str) -> tuple[str, float]:
+    """(base unit, factor) so that value * factor is in the base unit: 'usecond' -> ('ns', 1e3),
+    'Kbyte/block' -> ('byte/block', 1e3), 'Gbyte/second' -> ('byte/second', 1e9), '%' -> ('%', 1)."""
+    unit = (unit or "").strip()
+    num, sep, den = unit.partition("/")
+    base, factor = _scale_part(num, False)
+    if sep:
+        den_base, den_factor = _scale_part(den, True)
+        base, factor = f"{base}/{den_base}", factor * den_factor
+    return base, factor
+
+
+# --- finding the CSV inside the file ----------------------------------------------------------------------
+def _header_fields(line: bytes) -> list[str] | None:
+    """The fields of `line` if it is an ncu CSV header (first field ID, names Kernel Name), else None."""
+    line = line.lstrip(b"\xef\xbb\xbf \t")
+    if not line.startswith((b'"ID"', b"ID,")):
+        return None
+    fields = next(csv.reader([line.decode("utf-8", errors="replace").rstrip("\r\n")]), [])
+    if fields and fields[0].strip() == "ID" and "Kernel Name" in fields:
+        return fields
+    return None
+
+
+def _find_header(data: bytes) -> tuple[int, list[str]] | None:
+    """(offset of the header line, its fields), skipping ==PROF== lines and program output before it."""
+    pos = 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        fields = _header_fields(data[pos:end])
+        if fields is not None:
+            return pos, fields
+        pos = end + 1
+    return None
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """An ncu CSV header (ID ... Kernel Name ...) somewhere in the first 64 KiB, after any preamble lines."""
+    if not head or b"\x00" in head[:4096]:
+        return False
+    return _find_header(head) is not None
+
+
+# --- parsing --------------------------------------------------------------------------------------------
+def _file_bytes(path: Path) -> bytes:
+    """The file's bytes without a UTF-8 BOM; unreadable, binary or empty files are InputErrors.
+
+    Bytes, not text: Arrow parses UTF-8 directly, which avoids building a Python string of a file that can
+    hold millions of long-layout rows."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    if b"\x00" in raw[:4096]:
+        raise InputError(path, "binary file, not a CSV")
+    if not raw.strip():
+        raise InputError(path, "empty file")
+    return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
+
+
+def _strip_report_lines(body: bytes) -> tuple[bytes, int]:
+    """Remove ==PROF==/==WARNING== lines interleaved after the header; returns (bytes, lines removed)."""
+    if b"\n==" not in body:
+        return body, 0
+    return _REPORT_LINES.subn(b"", body)
+
+
+def _check_truncated(path: Path, body: bytes, n_columns: int) -> None:
+    """A file cut short mid-row (no final newline and an open quote or too few fields) is an error."""
+    if body.endswith((b"\n", b"\r")):
+        return
+    last = body[body.rfind(b"\n") + 1:].decode("utf-8", errors="replace")
+    if not last.strip():
+        return
+    if last.count('"') % 2:
+        raise InputError(path, "truncated: the file ends inside a quoted field")
+    fields = next(csv.reader([last]), [])
+    if len(fields) < n_columns:
+        raise InputError(path, f"truncated: the last row has {len(fields)} of {n_columns} fields")
+
+
+def _unique_names(fields: list[str]) -> list[str]:
+    """Header names with repeats made unique ('x', 'x (2)'), so every column stays addressable."""
+    seen: dict[str, int] = {}
+    names = []
+    for name in fields:
+        seen[name] = seen.get(name, 0) + 1
+        names.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    return names
+
+
+def _parse(path: Path, body: bytes, fields: list[str], out: ReaderOutput) -> tuple[pa.Table, int]:
+    """All fields as Arrow strings ('' for empty); returns (table, rows skipped for having too few fields).
+
+    A row with too few fields (program output printed after the header) is skipped and counted; one with too
+    many means misaligned columns and is an error, as is any other tokenizer failure."""
+    names = _unique_names(fields)
+    short = []
+
+    def on_invalid(row):
+        if row.actual_columns < row.expected_columns:
+            short.append(row.number)
+            return "skip"
+        return "error"
+
+    def attempt(data: bytes) -> pa.Table:
+        return pcsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pcsv.ReadOptions(column_names=names, skip_rows=1),
+            parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
+            convert_options=pcsv.ConvertOptions(
+                column_types={n: pa.string() for n in names}, strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+
+    try:
+        try:
+            table = attempt(body)
+        except pa.ArrowInvalid as exc:
+            if "UTF8" not in str(exc):
+                raise
+            short.clear()
+            out.notes.append("file is not valid UTF-8: decoded as latin-1")
+            table = attempt(body.decode("latin-1").encode("utf-8"))
+    except pa.ArrowInvalid as exc:
+        message = str(exc).splitlines()[0][:200]
+        raise InputError(path, f"malformed CSV: {message}") from None
+    if len(set(fields)) != len(fields):
+        out.notes.append("repeated header names were suffixed ' (2)', ' (3)', ...")
+    return table, len(short)
+
+
+def _codes(column) -> tuple[np.ndarray, list]:
+    """(int64 code per row, distinct values) of an Arrow string column, via dictionary encoding."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
+
+
+def _numbers(column) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 values, is-text mask) of profiler-printed numbers, vectorised in Arrow.
+
+    Same rules as base.to_number ('53,261,312', ' 12 ', 'n/a' -> NaN) at C++ speed, for the millions of
+    values of a long-layout file; the mask marks values that are neither a number nor an n/a placeholder."""
+    if not isinstance(column, (pa.Array, pa.ChunkedArray)):
+        column = pa.array(list(column), type=pa.string())
+    clean = pc.utf8_trim_whitespace(pc.replace_substring(column, ",", ""))
+    is_num = pc.fill_null(pc.match_substring_regex(clean, _NUMBER, ignore_case=True), False)
+    values = pc.cast(pc.if_else(is_num, clean, pa.scalar(None, pa.string())), pa.float64())
+    placeholder = pc.fill_null(pc.is_in(clean, value_set=pa.array(sorted(_NOT_A_VALUE))), True)
+    text = pc.invert(pc.or_(is_num, placeholder))
+    return values.to_numpy(zero_copy_only=False), text.to_numpy(zero_copy_only=False)
+
+
+def _launch_id_values(column) -> np.ndarray:
+    """Launch ID of each row as float64 (NaN when not a non-negative integer), parsed once per distinct ID."""
+    codes, uniques = _codes(column)
+    num = _numbers(uniques)[0] if uniques else np.empty(0)
+    with np.errstate(invalid="ignore"):
+        num = np.where((num >= 0) & (num == np.floor(num)), num, np.nan)
+    return num[codes] if len(codes) else np.empty(0)
+
+
+def _sizes(series: pd.Series) -> pd.DataFrame:
+    """'(32, 32, 1)' -> x, y, z (Int64); a bare '256' means (256, 1, 1); anything else -> <NA>.
+
+    Parsed once per distinct string: a trace has few launch shapes."""
+    codes, uniques = pd.factorize(series)
+    parts = pd.Series(uniques, dtype=object).astype(str).str.extract(_SIZE)
+    x = pd.to_numeric(parts[0], errors="coerce")
+    y = pd.to_numeric(parts[1], errors="coerce").where(parts[1].notna(), 1).where(x.notna())
+    z = pd.to_numeric(parts[2], errors="coerce").where(parts[2].notna(), 1).where(x.notna())
+    out = {axis: v.astype("Int64").array.take(codes, allow_fill=True) for axis, v in zip("xyz", (x, y, z))}
+    return pd.DataFrame(out, index=series.index)
+
+
+def _identity(df: pd.DataFrame, launch_ids: np.ndarray, extras, out: ReaderOutput) -> pd.DataFrame:
+    """Per-launch identity columns under canonical names; `extras` (unknown per-launch columns) kept as is."""
+    ident = pd.DataFrame({"launch_id": pd.array(launch_ids.astype(np.int64), dtype="Int64")}, index=df.index)
+    for source, name in IDENTITY.items():
+        if source in df.columns and source != "ID":
+            ident[name] = df[source].where(df[source] != "", None)
+    for source, dim in SIZES.items():
+        if source in df.columns:
+            xyz = _sizes(df[source])
+            bad = int((xyz["x"].isna() & (df[source].str.strip() != "")).sum())
+            if bad:
+                out.notes.append(f"{bad} launch(es) with an unparseable {source} (grid/block left null)")
+            for axis in "xyz":
+                ident[f"{dim}_{axis}"] = xyz[axis]
+    for name in extras:
+        ident[name] = df[name].where(df[name] != "", None)
+    return ident
+
+
+def _metric_column(raw, values: np.ndarray, text: np.ndarray, factors) -> tuple[np.ndarray, bool]:
+    """A metric column: floats in base units, or the source strings (n/a -> None) if any value is text.
+
+    `raw` is called only for text columns (it materialises Python strings)."""
+    if text.any():
+        strings = raw().to_numpy(zero_copy_only=False)
+        return np.where(text | ~np.isnan(values), strings, None), False
+    return values * factors, True
+
+
+def _unit_note(units: dict[str, str]) -> str:
+    return "metric units (base units after scaling; '' = dimensionless): " + json.dumps(units, sort_keys=False)
+
+
+def _column_unit(name: str, bases, out: ReaderOutput) -> str:
+    """The single base unit of a metric column (mixed units are reported, the most common one kept)."""
+    found = pd.Series(bases, dtype=object)
+    found = found[found != ""]
+    if found.empty:
+        return ""
+    counts = found.value_counts()
+    if len(counts) > 1:
+        out.notes.append(f"metric {name} mixes units {', '.join(map(str, counts.index))}")
+    return str(counts.index[0])
+
+
+def _valid_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(row positions whose ID is a launch number, their IDs as int64)."""
+    ids = _launch_id_values(table.column("ID"))
+    rows = np.flatnonzero(~np.isnan(ids))
+    return rows, ids[rows].astype(np.int64)
+
+
+# --- long layout ------------------------------------------------------------------------------------------
+def _metric_keys(table: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """(key code per row, key names): the metric name, or 'Section: Metric' when the name recurs in several
+    sections (the details page repeats some human-readable names)."""
+    name_codes, names = _codes(table.column("Metric Name"))
+    name_codes = name_codes[rows]
+    if "Section Name" not in table.column_names:
+        codes, uniques = pd.factorize(name_codes)
+        return codes, [names[i] for i in uniques]
+    sec_codes, sections = _codes(table.column("Section Name"))
+    pair_codes, pairs = pd.factorize(name_codes * max(len(sections), 1) + sec_codes[rows])
+    pair_names = pairs // max(len(sections), 1)
+    shared = set(pd.Series(pair_names)[pd.Series(pair_names).duplicated()])
+    keys = [
+        f"{sections[p % max(len(sections), 1)]}: {names[n]}" if n in shared else names[n]
+        for p, n in zip(pairs, pair_names)
+    ]
+    return pair_codes, keys
+
+
+def _read_long(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataFrame, dict[str, str], int]:
+    require_columns(path, table.column_names, ("ID", "Kernel Name", "Metric Name", "Metric Value"),
+                    "Nsight Compute CSV")
+    rows, ids = _valid_rows(table)
+    id_codes, launch_ids = pd.factorize(ids)  # launches in order of first appearance
+    n = len(launch_ids)
+    first = rows[np.unique(id_codes, return_index=True)[1]]
+    extras = [c for c in table.column_names if c not in IDENTITY and c not in SIZES and c not in LONG_COLUMNS]
+    ident_df = table.select([c for c in table.column_names if c not in LONG_COLUMNS]).take(first).to_pandas()
+    ident = _identity(ident_df, np.asarray(launch_ids), extras, out)
+    _note_name_conflicts(table, rows, id_codes, n, out)
+
+    key_codes, key_names = _metric_keys(table, rows)
+    if "Metric Unit" in table.column_names:
+        unit_codes, unit_names = _codes(table.column("Metric Unit"))
+        unit_codes = unit_codes[rows]
+    else:
+        unit_codes, unit_names = np.zeros(len(rows), dtype=np.int64), [""]
+    scales = [unit_scale(u) for u in unit_names] or [("", 1.0)]
+    factors = np.array([f for _, f in scales])[unit_codes]
+    base_units = np.array([b for b, _ in scales], dtype=object)[unit_codes]
+    value_col = table.column("Metric Value")
+    all_values, all_text = _numbers(value_col)
+    all_values, all_text = all_values[rows], all_text[rows]
+
+    dup = pd.Series(key_codes.astype(np.int64) * max(n, 1) + id_codes).duplicated().to_numpy()
+    if dup.any():
+        out.notes.append(f"{int(dup.sum())} repeated (launch, metric) row(s): the first value is kept")
+    order = np.argsort(key_codes, kind="stable")
+    bounds = np.searchsorted(key_codes[order], np.arange(len(key_names) + 1))
+    columns, unit_of = {}, {}
+    for k, name in enumerate(key_names):
+        sel = order[bounds[k]:bounds[k + 1]]
+        sel = sel[~dup[sel]]
+        values, numeric = _metric_column(lambda s=sel: value_col.take(rows[s]), all_values[sel], all_text[sel],
+                                         factors[sel])
+        col = np.full(n, np.nan) if numeric else np.full(n, None, dtype=object)
+        col[id_codes[sel]] = values
+        columns[name] = col
+        unit_of[name] = _column_unit(name, base_units[sel], out)
+    bad = table.num_rows - len(rows)
+    out.notes.append(f"long layout: {table.num_rows} metric rows for {n} launches, {len(key_names)} metrics")
+    return pd.concat([ident, pd.DataFrame(columns, index=ident.index)], axis=1), unit_of, bad
+
+
+def _note_name_conflicts(table: pa.Table, rows: np.ndarray, id_codes: np.ndarray, n: int, out) -> None:
+    """Note launch IDs whose rows name different kernels (e.g. two reports concatenated)."""
+    if not n:
+        return
+    name_codes, names = _codes(table.column("Kernel Name"))
+    pairs = pd.unique(id_codes.astype(np.int64) * max(len(names), 1) + name_codes[rows])
+    conflicts = int((np.bincount(pairs // max(len(names), 1), minlength=n) > 1).sum())
+    if conflicts:
+        out.notes.append(f"{conflicts} launch ID(s) carry rows with different kernel names; the first is kept")
+
+
+# --- wide layout ------------------------------------------------------------------------------------------
+def _read_wide(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataFrame, dict[str, str], int]:
+    require_columns(path, table.column_names, ("ID", "Kernel Name"), "Nsight Compute CSV")
+    units_row = {}
+    if table.num_rows and table.column("ID")[0].as_py().strip() == "":
+        units_row = {name: table.column(name)[0].as_py() for name in table.column_names}
+        table = table.slice(1)
+    else:
+        out.notes.append("wide layout without a units row: metric units unknown (durations taken as ns)")
+    rows, ids = _valid_rows(table)
+    bad = table.num_rows - len(rows)
+    table = table.take(rows)
+    known = [c for c in table.column_names if c in IDENTITY or c in SIZES]
+    ident = _identity(table.select(known).to_pandas(), ids, [], out)
+    columns, unit_of = {}, {}
+    for name in table.column_names:
+        if name in IDENTITY or name in SIZES:
+            continue
+        base, factor = unit_scale(units_row.get(name, ""))
+        column = table.column(name)
+        columns[name], _ = _metric_column(lambda c=column: c, *_numbers(column), factor)
+        unit_of[name] = base
+    out.notes.append(f"wide layout: {table.num_rows} launches, {len(columns)} metrics")
+    return pd.concat([ident, pd.DataFrame(columns, index=ident.index)], axis=1), unit_of, bad
+
+
+# --- canonical columns from metrics ------------------------------------------------------------------------
+def _find_metric(frame: pd.DataFrame, candidates) -> str | None:
+    """First candidate present as a column (a details-page name may be section-qualified)."""
+    for name in candidates:
+        if name in frame.columns:
+            return name
+        qualified = [c for c in frame.columns if isinstance(c, str) and c.endswith(f": {name}")]
+        if qualified:
+            return qualified[0]
+    return None
+
+
+def _add_duration(kernels: pd.DataFrame, units: dict[str, str], out: ReaderOutput) -> None:
+    usable = [c for c in kernels.columns if units.get(c, None) in ("ns", "")]
+    name = _find_metric(kernels[usable], DURATION_METRICS)
+    if name is None:
+        kernels["duration"] = pd.Series(pd.NA, index=kernels.index, dtype="Int64")
+        out.notes.append(f"no gpu__time_duration metric: duration is null for all {len(kernels)} launches")
+        return
+    if units.get(name) == "":
+        out.notes.append(f"{name} has no unit; taken as ns")
+    kernels["duration"] = pd.to_numeric(kernels[name], errors="coerce").round().astype("Int64")
+    missing = int(kernels["duration"].isna().sum())
+    if missing:
+        out.notes.append(f"{missing} launch(es) have no {name} value: kept with a null duration")
+
+
+def _add_launch_columns(kernels: pd.DataFrame) -> None:
+    for column, candidates in METRIC_COLUMNS.items():
+        name = _find_metric(kernels, candidates)
+        if name is not None and column not in kernels.columns:
+            kernels[column] = pd.to_numeric(kernels[name], errors="coerce")
+    for dim, (axes, total, canonical_total) in DIM_METRICS.items():
+        if f"{dim}_x" in kernels.columns:
+            continue
+        if all(a in kernels.columns for a in axes):
+            for axis, name in zip("xyz", axes):
+                kernels[f"{dim}_{axis}"] = pd.to_numeric(kernels[name], errors="coerce")
+        elif total in kernels.columns:
+            kernels[canonical_total] = pd.to_numeric(kernels[total], errors="coerce")
+    kernels["wave_size"] = WARP_SIZE
+
+
+def read(path: Path) -> ReaderOutput:
+    """One row per kernel launch of an ncu CSV (long or wide layout), canonical names where known."""
+    path = Path(path)
+    data = _file_bytes(path)
+    found = _find_header(data)
+    if found is None:
+        raise InputError(path, 'not an Nsight Compute CSV: no header line starting "ID" that names "Kernel Name"')
+    offset, fields = found
+    out = ReaderOutput(format=FORMAT, kernels=None)
+    if offset:
+        skipped = data.count(b"\n", 0, offset)
+        out.notes.append(f"skipped {skipped} preamble line(s) before the CSV header")
+    body, removed = _strip_report_lines(data[offset:])
+    if removed:
+        out.notes.append(f"ignored {removed} ==PROF==/==WARNING== report line(s) after the CSV header")
+    _check_truncated(path, body, len(fields))
+    table, short = _parse(path, body, fields, out)
+    long = any(c in table.column_names for c in LONG_COLUMNS)
+    kernels, units, bad = (_read_long if long else _read_wide)(path, table, out)
+    if kernels.empty:
+        raise InputError(path, "no kernel launches: the CSV has a header but no data rows")
+    out.rows_read["kernels"] = len(kernels) + bad + short
+    out.drop("kernels", "row ID is not a launch number", bad)
+    out.drop("kernels", "row has fewer fields than the header", short)
+    _add_duration(kernels, units, out)
+    _add_launch_columns(kernels)
+    out.notes.append(_unit_note(units))
+    out.kernels = kernels
+    return out

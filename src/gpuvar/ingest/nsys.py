@@ -1,0 +1,384 @@
+"""Nsight Systems SQLite export (`nsys export --type sqlite`): kernels and memory copies.
+
+Tables used (real-data README §C; nsys creates tables lazily, so any of them may be absent):
+  * CUPTI_ACTIVITY_KIND_KERNEL: one row per kernel; demangledName / shortName / mangledName are ids into
+    StringIds(id, value), resolved once per distinct id in numpy (no per-row SQL JOIN). Columns are mapped
+    by name, so any schema version works (2026.x adds qmd*, cluster*, graphId, ...: kept as extra columns).
+  * CUPTI_ACTIVITY_KIND_MEMCPY: copies; copy_kind_name from ENUM_CUDA_MEMCPY_OPER. The real enum holds
+    symbols like CUDA_MEMCPY_KIND_HTOD ('Host-to-Device'); copy_kind_name is the symbol's short form
+    ('HtoD', 'DtoH', 'DtoD', 'PtoP', 'UVM HtoD', 'Unknown'), the same spelling the other readers use.
+    Without the enum table a built-in copy of the real enum is used.
+  * META_DATA_EXPORT (nsys version, schema, DERIVED_WINDOW_NS of time-sliced files), TARGET_INFO_GPU and
+    TARGET_INFO_CUDA_DEVICE (GPU names): recorded in the notes.
+process_id = (globalPid >> 24) & 0xFFFFFF: nsys serialises GlobalId as hardware/VM id in the bits above 48,
+pid in bits 24..47 and tid below; the mask removes the hardware id (it matches TARGET_INFO_CUDA_DEVICE.pid).
+launch_id = row rank by (start, correlationId), from 0. Rows with a NULL start/end or end < start are dropped
+and counted. Tables are fetched with connectorx (Arrow, 2 partitions on rowid for big tables; the kernel and
+memcpy tables concurrently); where connectorx cannot read a file the pure-sqlite3 path is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sqlite3
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuvar.errors import InputError
+from gpuvar.ingest.base import ReaderOutput, require_columns
+
+FORMAT = "nsys-sqlite"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
+NO_KERNEL_TABLE = f"no {KERNEL_TABLE} table: the capture recorded no CUDA kernels (was CUDA tracing on?)"
+PARTITION_MIN_ROWS = 200_000  # below this one connectorx query is faster than two
+NAME_COLUMNS = {"demangledName": "kernel_name", "shortName": "kernel_short_name", "mangledName": "mangledName"}
+KERNEL_RENAME = {
+    "start": "start", "end": "end", "deviceId": "device_id", "streamId": "stream_id",
+    "correlationId": "correlation_id", "gridX": "grid_x", "gridY": "grid_y", "gridZ": "grid_z",
+    "blockX": "block_x", "blockY": "block_y", "blockZ": "block_z", "registersPerThread": "registers_per_thread",
+    "staticSharedMemory": "static_shared_memory", "dynamicSharedMemory": "dynamic_shared_memory",
+    "localMemoryPerThread": "scratch_per_workitem",
+}
+MEMCPY_RENAME = {
+    "start": "start", "end": "end", "deviceId": "device_id", "streamId": "stream_id",
+    "correlationId": "correlation_id", "bytes": "bytes", "copyKind": "copy_kind",
+}
+# ENUM_CUDA_MEMCPY_OPER.name as found in the real exports (2024.6 .. 2026.2), for files without the table
+MEMCPY_OPER_FALLBACK = {
+    0: "CUDA_MEMCPY_KIND_UNKNOWN", 1: "CUDA_MEMCPY_KIND_HTOD", 2: "CUDA_MEMCPY_KIND_DTOH",
+    3: "CUDA_MEMCPY_KIND_HTOA", 4: "CUDA_MEMCPY_KIND_ATOH", 5: "CUDA_MEMCPY_KIND_ATOA", 6: "CUDA_MEMCPY_KIND_ATOD",
+    7: "CUDA_MEMCPY_KIND_DTOA", 8: "CUDA_MEMCPY_KIND_DTOD", 9: "CUDA_MEMCPY_KIND_HTOH", 10: "CUDA_MEMCPY_KIND_PTOP",
+    11: "CUDA_MEMCPY_KIND_UVM_HTOD", 12: "CUDA_MEMCPY_KIND_UVM_DTOH", 13: "CUDA_MEMCPY_KIND_UVM_DTOD",
+}
+_SAFE_URI_PATH = re.compile(r"^[A-Za-z0-9/._-]+$")
+_INT64 = pa.int64()
+
+log = logging.getLogger("gpuvar.ingest.nsys")
+
+
+# --- SQLite access -----------------------------------------------------------------------------------------
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Read-only connection (a file URI, so spaces and '#' in the path are safe and nothing is created)."""
+    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+
+
+def _catalog(con: sqlite3.Connection) -> dict[str, list[str]]:
+    """Table name -> column names of every table (PRAGMA is cheap: the export has ~50-90 tables)."""
+    names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {n: [r[1] for r in con.execute(f'PRAGMA table_info("{n}")')] for n in names}
+
+
+def _is_nsys(tables) -> bool:
+    return any(t == "StringIds" or t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables)
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """SQLite magic and an nsys table (CUPTI_ACTIVITY_KIND_* or StringIds).
+
+    A file with the SQLite magic whose schema cannot be read (truncated, corrupt) is claimed too, so that
+    `read` reports it as a damaged SQLite database instead of an unrecognised format.
+    """
+    if not head.startswith(SQLITE_MAGIC) or Path(path).is_dir():
+        return False
+    try:
+        con = _connect(path)
+        try:
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return True
+    return _is_nsys(names)
+
+
+def _damaged(path: Path, exc: Exception) -> InputError:
+    """One-line error for an unreadable database, saying whether the file is shorter than its header claims."""
+    reason = f"not a readable SQLite database ({exc})"
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+        page = int.from_bytes(header[16:18], "big")
+        page = 65536 if page == 1 else page
+        pages = int.from_bytes(header[28:32], "big")
+        size = os.path.getsize(path)
+        if page and pages and size < page * pages:
+            reason = f"truncated SQLite database ({size} of {page * pages} bytes; {exc})"
+    except OSError:
+        pass
+    return InputError(path, reason)
+
+
+def _fetch_sqlite3(con: sqlite3.Connection, table: str, columns: list[str]) -> pa.Table:
+    """Pure-sqlite3 fallback: rows -> per-column Arrow arrays (integers stay int64, mixed values become text)."""
+    sql = f'SELECT {", ".join(_quote(c) for c in columns)} FROM "{table}"'
+    rows = con.execute(sql).fetchall()
+    arrays = []
+    for values in zip(*rows) if rows else [[] for _ in columns]:
+        try:
+            arrays.append(pa.array(values, type=_INT64 if not rows else None))
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            arrays.append(pa.array([None if v is None else str(v) for v in values], type=pa.string()))
+    return pa.Table.from_arrays(arrays, names=columns)
+
+
+def _quote(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _fetch_connectorx(path: Path, table: str, columns: list[str], rows_hint: int) -> pa.Table:
+    """The table as Arrow through connectorx, 2 partitions on rowid when it is big.
+
+    connectorx takes a URI and does not decode it the same way for partitioned queries (a path with a space
+    silently opened a new empty database next to it), so it is given a symlink with a plain name.
+    """
+    import connectorx as cx
+
+    with tempfile.TemporaryDirectory(prefix="gpuvar-nsys-") as tmp:
+        link = Path(tmp) / "export.sqlite"
+        link.symlink_to(Path(path).resolve())
+        if not _SAFE_URI_PATH.match(str(link)):
+            raise ValueError(f"temporary path {link} is not URI-safe")
+        select = ", ".join(_quote(c) for c in columns)
+        uri = f"sqlite://{link}"
+        if rows_hint >= PARTITION_MIN_ROWS and (os.cpu_count() or 1) > 1:
+            sql = f'SELECT rowid AS "__gpuvar_rowid", {select} FROM "{table}"'
+            result = cx.read_sql(uri, sql, return_type="arrow", partition_on="__gpuvar_rowid", partition_num=2)
+            result = result.drop_columns(["__gpuvar_rowid"])
+        else:
+            result = cx.read_sql(uri, f'SELECT {select} FROM "{table}"', return_type="arrow")
+    if result.column_names != columns:
+        raise ValueError(f"connectorx returned columns {result.column_names}")
+    return result
+
+
+def _fetch(path: Path, table: str, columns: list[str]) -> pa.Table:
+    """Whole table as Arrow: connectorx when it works on this file, sqlite3 otherwise (own connection, so
+    the kernel and memcpy tables can be fetched from two threads)."""
+    con = _connect(path)
+    try:
+        rows_hint = con.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0] or 0
+        try:
+            return _fetch_connectorx(path, table, columns, rows_hint)
+        except Exception as exc:  # noqa: BLE001 - any connectorx failure falls back to the reference reader
+            log.debug("%s: connectorx could not read %s (%s); using sqlite3", path, table, exc)
+        return _fetch_sqlite3(con, table, columns)
+    finally:
+        con.close()
+
+
+# --- metadata ----------------------------------------------------------------------------------------------
+
+
+def _metadata_notes(con: sqlite3.Connection, tables: dict[str, list[str]]) -> list[str]:
+    """Nsight Systems version, time slicing and GPU names, as notes for ingest.json."""
+    notes = []
+    if {"name", "value"} <= set(tables.get("META_DATA_EXPORT", ())):
+        meta = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall())
+        if "EXPORT_PRODUCT_VERSION" in meta or "EXPORT_SCHEMA_VERSION" in meta:
+            notes.append(
+                f"Nsight Systems {meta.get('EXPORT_PRODUCT_VERSION', '?')} export "
+                f"(schema {meta.get('EXPORT_SCHEMA_VERSION', '?')})"
+            )
+        if "DERIVED_WINDOW_NS" in meta:
+            notes.append(f"time-sliced export: DERIVED_WINDOW_NS {meta['DERIVED_WINDOW_NS']}")
+    for table, id_col in (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_CUDA_DEVICE", "cudaId")):
+        cols = tables.get(table, ())
+        if "name" in cols:
+            key = _quote(id_col) if id_col in cols else "rowid"
+            rows = con.execute(f'SELECT {key}, name FROM "{table}" ORDER BY 1').fetchall()
+            if rows:
+                notes.append(f"GPUs ({table}): " + "; ".join(f"{i}: {n}" for i, n in rows))
+        elif table == "TARGET_INFO_CUDA_DEVICE" and {"cudaId", "numMultiprocessors"} <= set(cols):
+            rows = con.execute("SELECT cudaId, numMultiprocessors FROM TARGET_INFO_CUDA_DEVICE ORDER BY 1").fetchall()
+            if rows:
+                notes.append("CUDA devices (TARGET_INFO_CUDA_DEVICE, no names): " + "; ".join(
+                    f"cudaId {i}: {sm} SMs" for i, sm in rows))
+    return notes
+
+
+def _string_ids(con: sqlite3.Connection, tables) -> dict[int, str]:
+    if {"id", "value"} <= set(tables.get("StringIds", ())):
+        return dict(con.execute("SELECT id, value FROM StringIds").fetchall())
+    return {}
+
+
+def _memcpy_names(con: sqlite3.Connection, tables) -> tuple[dict[int, str], str]:
+    """copyKind -> 'HtoD'-style name, from ENUM_CUDA_MEMCPY_OPER when present, else the built-in copy."""
+    if {"id", "name"} <= set(tables.get("ENUM_CUDA_MEMCPY_OPER", ())):
+        enum, source = dict(con.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER").fetchall()), "file"
+    else:
+        enum, source = MEMCPY_OPER_FALLBACK, "built-in"
+    return {int(k): copy_kind_short(v) for k, v in enum.items() if v is not None}, source
+
+
+def copy_kind_short(symbol: str) -> str:
+    """'CUDA_MEMCPY_KIND_HTOD' -> 'HtoD', 'CUDA_MEMCPY_KIND_UVM_DTOH' -> 'UVM DtoH', '..._UNKNOWN' -> 'Unknown'."""
+    tail = str(symbol).removeprefix("CUDA_MEMCPY_KIND_")
+    m = re.fullmatch(r"(UVM_)?([A-Z])TO([A-Z])", tail)
+    if m:
+        return ("UVM " if m.group(1) else "") + f"{m.group(2)}to{m.group(3)}"
+    return tail.capitalize() if tail.isupper() else tail
+
+
+# --- frame building ----------------------------------------------------------------------------------------
+
+
+def _drop_bad_times(table: pa.Table, out: ReaderOutput, name: str) -> pa.Table:
+    """Remove rows with a NULL start/end or end < start, counting each reason."""
+    start, end = table.column("start"), table.column("end")
+    null = pc.or_(pc.is_null(start), pc.is_null(end))
+    n_null = pc.sum(null).as_py() or 0
+    backwards = pc.fill_null(pc.less(end, start), False)
+    n_back = pc.sum(backwards).as_py() or 0
+    out.drop(name, "null start/end timestamp", n_null)
+    out.drop(name, "end before start", n_back)
+    if n_null or n_back:
+        table = table.filter(pc.invert(pc.or_(null, backwards)))
+    return table
+
+
+def _int_values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
+    return pc.fill_null(column, fill).to_numpy() if column.null_count else column.to_numpy()
+
+
+def _resolve_names(ids: pa.ChunkedArray, strings: dict[int, str]) -> tuple[pd.Categorical, int]:
+    """StringIds ids -> categorical names, one dictionary lookup per distinct id; returns (names, unresolved)."""
+    null = np.iinfo(np.int64).min
+    codes, uniques = pd.factorize(_int_values(ids, null))
+    counts = np.bincount(codes, minlength=len(uniques))
+    names, unresolved = [], 0
+    for i, sid in enumerate(uniques.tolist()):
+        name = "<no string id>" if sid == null and ids.null_count else strings.get(sid)
+        if name is None or sid == null:
+            name = name or f"<unknown string id {sid}>"
+            unresolved += int(counts[i])
+        names.append(name)
+    if len(set(names)) == len(names):
+        return pd.Categorical.from_codes(codes, categories=names), unresolved
+    return pd.Categorical(np.asarray(names, dtype=object)[codes]), unresolved
+
+
+def _launch_ids(table: pa.Table) -> np.ndarray:
+    """Rank of each row by (start, correlationId), from 0."""
+    start = table.column("start").to_numpy()
+    corr = _int_values(table.column("correlationId"), -1) if "correlationId" in table.column_names else None
+    order = np.lexsort((corr, start)) if corr is not None else np.argsort(start, kind="stable")
+    launch = np.empty(len(order), dtype=np.int64)
+    launch[order] = np.arange(len(order), dtype=np.int64)
+    return launch
+
+
+def _process_ids(column: pa.ChunkedArray) -> pd.arrays.IntegerArray:
+    values = pc.bit_wise_and(pc.shift_right(column, 24), 0xFFFFFF)
+    return pd.array(values.to_pandas(), dtype="Int64")
+
+
+def _frame(table: pa.Table, rename: dict[str, str], skip=()) -> dict:
+    """Columns as pandas arrays under canonical names (extras keep their source name)."""
+    cols = {}
+    for name, column in zip(table.column_names, table.columns):
+        if name in skip:
+            continue
+        target = rename.get(name, name)
+        if pa.types.is_integer(column.type):
+            cols[target] = column.to_numpy() if not column.null_count else pd.array(column.to_pandas(), dtype="Int64")
+        else:
+            cols[target] = column.to_pandas()
+    return cols
+
+
+def _kernels(table: pa.Table, strings: dict[int, str], out: ReaderOutput) -> pd.DataFrame:
+    table = _drop_bad_times(table, out, "kernels")
+    cols = _frame(table, KERNEL_RENAME, skip=set(NAME_COLUMNS))
+    unresolved = {}
+    for source, target in NAME_COLUMNS.items():
+        if source in table.column_names:
+            cols[target], unresolved[source] = _resolve_names(table.column(source), strings)
+    if "kernel_name" not in cols:  # no demangledName: the short name is the best full name there is
+        cols["kernel_name"] = cols["kernel_short_name"]
+    if "globalPid" in table.column_names:
+        cols["process_id"] = _process_ids(table.column("globalPid"))
+    cols["launch_id"] = _launch_ids(table)
+    cols["wave_size"] = np.full(table.num_rows, 32, dtype=np.int64)
+    for source, count in unresolved.items():
+        if count:
+            out.notes.append(f"{count} kernel row(s) have a {source} id missing from StringIds (kept, named "
+                             f"'<unknown string id N>')")
+    return pd.DataFrame(cols, copy=False)
+
+
+def _memcpy(table: pa.Table, kind_names: dict[int, str], out: ReaderOutput) -> pd.DataFrame:
+    table = _drop_bad_times(table, out, "memcpy")
+    cols = _frame(table, MEMCPY_RENAME)
+    if "copy_kind" in cols:
+        kinds = pd.Series(cols["copy_kind"])
+        codes, uniques = pd.factorize(kinds, use_na_sentinel=True)
+        labels = [kind_names.get(int(k), f"copy kind {int(k)}") for k in uniques]
+        cols["copy_kind_name"] = pd.Categorical.from_codes(codes, categories=labels) if len(set(labels)) == len(
+            labels) else pd.Categorical(np.asarray(labels + [None], dtype=object)[codes])
+    if "globalPid" in table.column_names:
+        cols["process_id"] = _process_ids(table.column("globalPid"))
+    cols["launch_id"] = _launch_ids(table)
+    return pd.DataFrame(cols, copy=False)
+
+
+# --- entry point -------------------------------------------------------------------------------------------
+
+
+def read(path: Path) -> ReaderOutput:
+    """Kernels (and memcpy when recorded) of an nsys SQLite export, canonical names, every column kept."""
+    path = Path(path)
+    out = ReaderOutput(format=FORMAT, kernels=None)
+    try:
+        con = _connect(path)
+        try:
+            return _read(path, con, out)
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise _damaged(path, exc) from None
+
+
+def _read(path: Path, con: sqlite3.Connection, out: ReaderOutput) -> ReaderOutput:
+    tables = _catalog(con)
+    if not _is_nsys(tables):
+        raise InputError(path, "SQLite database is not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* or "
+                               "StringIds table)")
+    if KERNEL_TABLE not in tables:
+        raise InputError(path, NO_KERNEL_TABLE)
+    k_cols = tables[KERNEL_TABLE]
+    require_columns(path, k_cols, ["start", "end"], what=f"{KERNEL_TABLE} table")
+    if not ({"demangledName", "shortName"} & set(k_cols)):
+        raise InputError(path, f"{KERNEL_TABLE} table lacks a kernel name column (demangledName or shortName)")
+    m_cols = tables.get(MEMCPY_TABLE)
+    if m_cols is not None:
+        require_columns(path, m_cols, ["start", "end"], what=f"{MEMCPY_TABLE} table")
+    out.notes.extend(_metadata_notes(con, tables))
+    strings = _string_ids(con, tables)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        k_future = pool.submit(_fetch, path, KERNEL_TABLE, k_cols)
+        m_table = _fetch(path, MEMCPY_TABLE, m_cols) if m_cols is not None else None
+        k_table = k_future.result()
+    out.rows_read["kernels"] = k_table.num_rows
+    out.kernels = _kernels(k_table, strings, out)
+    if m_table is None:
+        out.notes.append(f"no {MEMCPY_TABLE} table: the capture recorded no memory copies")
+        return out
+    kind_names, source = _memcpy_names(con, tables)
+    if source == "built-in":
+        out.notes.append("no ENUM_CUDA_MEMCPY_OPER table: copy kinds named from the built-in CUDA enum")
+    out.rows_read["memcpy"] = m_table.num_rows
+    out.memcpy = _memcpy(m_table, kind_names, out)
+    return out

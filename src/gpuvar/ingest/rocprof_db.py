@@ -1,0 +1,73 @@
+"""rocprof v1 `results.db`: SQLite with one table KERN holding exactly the results.csv columns.
+
+Same mapping as the CSV (amd_common); KernelName is stored with its CSV quotes ('"name"'), which are
+removed. Opened read-only, so a profile on a read-only share can be ingested.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+
+from gpuvar.errors import InputError
+from gpuvar.ingest import amd_common
+from gpuvar.ingest.base import ReaderOutput
+
+FORMAT = "rocprof-db"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+TABLE = "KERN"
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+
+
+def _tables(path: Path) -> set[str]:
+    con = _connect(path)
+    try:
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    finally:
+        con.close()
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """SQLite magic and a KERN table (nsys exports have CUPTI_* / StringIds tables instead)."""
+    if not head.startswith(SQLITE_MAGIC):
+        return False
+    try:
+        return TABLE in _tables(path)
+    except sqlite3.DatabaseError:
+        return False
+
+
+def _query(path: Path) -> pd.DataFrame:
+    """All KERN rows with their column names; SQLite errors become one-line InputErrors."""
+    try:
+        con = _connect(path)
+        try:
+            cur = con.execute(f'SELECT * FROM "{TABLE}"')
+            names = [d[0] for d in cur.description]
+            return pd.DataFrame.from_records(cur.fetchall(), columns=names)
+        finally:
+            con.close()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            raise InputError(path, f"SQLite database has no {TABLE} table (not a rocprof results.db)") from None
+        raise InputError(path, f"cannot read SQLite database ({exc})") from None
+    except sqlite3.DatabaseError as exc:
+        raise InputError(path, f"not a readable SQLite database ({exc})") from None
+
+
+def read(path: Path) -> ReaderOutput:
+    """Kernel rows of KERN, canonical names where known, every other column kept."""
+    path = Path(path)
+    out = ReaderOutput(format=FORMAT, kernels=None)
+    df = _query(path)
+    amd_common.require_kernel_name(path, df.columns)
+    out.rows_read["kernels"] = len(df)
+    df = amd_common.map_amd_dispatch_columns(df, out, path.name)
+    df = amd_common.check_timestamps(df, out, path.name)
+    out.kernels = amd_common.drop_nameless(df, out)
+    return out

@@ -1,0 +1,289 @@
+"""rocprofv3 (rocprofiler-sdk) CSV output: kernel_trace, counter_collection and memory_copy_trace.
+
+Source: the output folder (files found up to two levels down, as rocprofv3 writes `<host>/<pid>_*.csv`;
+several processes are concatenated) or a single one of those files, which is then read alone.
+  * kernel_trace: Grid_Size_X/Y/Z count work-items, so grid_x = ceil(Grid_Size_X / Workgroup_Size_X) (the
+    source columns are kept); lds = Group_Segment_Size, scratch = Private_Segment_Size, stream = Stream_Id
+    (else Queue_Id), device = Agent_Id (an integer, or the number in "Agent 1").
+  * counter_collection is long (one row per dispatch x counter): it is pivoted to one column per counter
+    (Table 1 names; repeated rows of one counter for one dispatch are summed, e.g. per-XCC instances) and
+    joined onto the kernel_trace rows of the same process by (Dispatch_Id, kernel name), adding only what
+    the trace lacks (counters, VGPR/SGPR counts). Without a kernel_trace its dispatches are the kernel
+    table (its Start/End_Timestamp). Counter dispatches with no matching kernel are reported in the notes.
+  * memory_copy_trace: copy_kind from Direction in CUDA codes (HtoD 1, DtoH 2, DtoD 8, HtoH 9) and
+    copy_kind_name the short form; bytes is null (the format has no size column; `Bytes`/`Size` is used if
+    a newer version writes one); device_id is the GPU end of the copy: Source_Agent_Id for DtoH,
+    Destination_Agent_Id otherwise.
+  * process_id: Process_Id where the file has it, else the numeric `<pid>_` file-name prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpuvar.errors import InputError
+from gpuvar.ingest import amd_common
+from gpuvar.ingest.base import ReaderOutput, to_number
+
+FORMAT = "rocprofv3-csv"
+KINDS = ("kernel_trace", "counter_collection", "memory_copy_trace")
+V3_COLUMNS = {
+    "launch_id": ("Dispatch_Id",),
+    "kernel_name": ("Kernel_Name",),
+    "device_id": ("Agent_Id",),
+    "stream_id": ("Stream_Id", "Queue_Id"),
+    "process_id": ("Process_Id",),
+    "correlation_id": ("Correlation_Id",),
+    "start": ("Start_Timestamp",),
+    "end": ("End_Timestamp",),
+    "lds_per_workgroup": ("Group_Segment_Size", "LDS_Block_Size"),
+    "scratch_per_workitem": ("Private_Segment_Size", "Scratch_Size"),
+    "arch_vgpr": ("Arch_VGPR_Count", "VGPR_Count"),
+    "accum_vgpr": ("Accum_VGPR_Count",),
+    "sgpr": ("SGPR_Count",),
+    "wave_size": ("Wave_Size", "Wavefront_Size"),
+    "block_x": ("Workgroup_Size_X",),
+    "block_y": ("Workgroup_Size_Y",),
+    "block_z": ("Workgroup_Size_Z",),
+}
+COPY_KINDS = {  # Direction without the MEMORY_COPY_ prefix -> (CUDA copyKind code, short name)
+    "HOST_TO_DEVICE": (1, "HtoD"),
+    "DEVICE_TO_HOST": (2, "DtoH"),
+    "DEVICE_TO_DEVICE": (8, "DtoD"),
+    "HOST_TO_HOST": (9, "HtoH"),
+    "PEER_TO_PEER": (10, "PtoP"),
+}
+JOIN_KEYS = ["launch_id", "kernel_name"]
+# properties of the kernel code object, the same for every dispatch of a kernel
+STATIC_KERNEL_COLUMNS = ("arch_vgpr", "accum_vgpr", "sgpr", "registers_per_thread", "wave_size",
+                         "lds_per_workgroup", "scratch_per_workitem")
+_PREFIX = re.compile(r"^(\d+)_")
+
+
+# ------------------------------------------------------------------------------------------------ finding
+def kind_of(header) -> str | None:
+    """Which rocprofv3 CSV a header belongs to, by its columns."""
+    h = set(header)
+    if {"Counter_Name", "Counter_Value", "Dispatch_Id"} <= h:
+        return "counter_collection"
+    if "Direction" in h and "Start_Timestamp" in h and h & {"Source_Agent_Id", "Destination_Agent_Id"}:
+        return "memory_copy_trace"
+    if {"Kernel_Name", "Dispatch_Id", "Start_Timestamp"} <= h:
+        return "kernel_trace"
+    return None
+
+
+def _folder_files(path: Path) -> list[tuple[str, Path]]:
+    """(kind, file) of every rocprofv3 CSV in the folder or up to two levels below, sorted."""
+    found = []
+    for pattern in ("", "*/", "*/*/"):
+        for kind in KINDS:
+            found += [(kind, f) for f in sorted(path.glob(f"{pattern}*{kind}.csv")) if f.is_file()]
+    return found
+
+
+def source_files(path: Path) -> list[tuple[str, Path]]:
+    """(kind, file) pairs to read: a folder's rocprofv3 CSVs, or the one file given (kind by content)."""
+    if path.is_dir():
+        return _folder_files(path)
+    kind = kind_of(amd_common.csv_header(amd_common._load_bytes(path)[:65536]))
+    if kind is None:
+        raise InputError(path, "not a rocprofv3 kernel_trace, counter_collection or memory_copy_trace CSV")
+    return [(kind, path)]
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """A folder holding rocprofv3 CSVs, or one such CSV recognised by its header."""
+    if path.is_dir():
+        return any(kind != "memory_copy_trace" for kind, _ in _folder_files(path))
+    return kind_of(amd_common.csv_header(head)) is not None
+
+
+def _group(path: Path) -> str:
+    """Files of one process share a directory and a `<pid>_` prefix."""
+    name = path.name
+    for kind in KINDS:
+        if name.endswith(f"{kind}.csv"):
+            name = name[: -len(f"{kind}.csv")]
+    return str(path.parent / name)
+
+
+# -------------------------------------------------------------------------------------------- conversions
+def agent_number(series: pd.Series) -> pd.Series:
+    """Agent ids as integers: 2 -> 2, "Agent 1" -> 1 (null when there is no number)."""
+    if series.dtype.kind in "iuf":
+        return series
+    return to_number(series.astype(str).str.extract(r"(-?\d+)", expand=False))
+
+
+def _set_process(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    if "process_id" not in df.columns:
+        m = _PREFIX.match(path.name)
+        if m:
+            df["process_id"] = int(m.group(1))
+    return df
+
+
+def map_dispatches(df: pd.DataFrame, path: Path, out: ReaderOutput) -> pd.DataFrame:
+    """Canonical names for kernel_trace / counter_collection metadata; grid in blocks (work-items / block)."""
+    df = amd_common.rename_columns(df, amd_common.canonical_renames(df.columns, V3_COLUMNS))
+    for axis in "xyz":
+        src, block = f"Grid_Size_{axis.upper()}", f"block_{axis}"
+        if src in df.columns and block in df.columns:
+            df[f"grid_{axis}"] = amd_common.ceil_div(df[src], df[block])
+    if "Grid_Size" in df.columns and "Workgroup_Size" in df.columns and "grid_x" not in df.columns:
+        df["grid_x"] = amd_common.ceil_div(df["Grid_Size"], df["Workgroup_Size"])
+        df["block_x"] = to_number(df["Workgroup_Size"]).round().astype("Int64")
+        for col in ("grid_y", "grid_z", "block_y", "block_z"):
+            df[col] = pd.array(np.ones(len(df), dtype=np.int64), dtype="Int64")
+        df = amd_common.rename_columns(df, {"Grid_Size": "grid_work_items"})
+        del df["Workgroup_Size"]
+    if "device_id" in df.columns:
+        df["device_id"] = agent_number(df["device_id"])
+    if "arch_vgpr" in df.columns:
+        df["registers_per_thread"] = df["arch_vgpr"]
+    if "kernel_name" in df.columns:
+        df["kernel_name"], _ = amd_common.clean_kernel_names(df["kernel_name"])
+    return _set_process(df, path)
+
+
+def pivot_counters(df: pd.DataFrame, path: Path, out: ReaderOutput) -> tuple[pd.DataFrame, list[str]]:
+    """Long counter rows -> one row per dispatch: its metadata (first row) + one column per counter.
+
+    Returns the frame (canonical / Table 1 names) and the names of its counter columns.
+    """
+    value = to_number(df["Counter_Value"])
+    keys = ["Dispatch_Id", "Counter_Name"]
+    repeated = int(df.duplicated(keys).sum())
+    if repeated:
+        out.notes.append(f"{path.name}: {repeated} repeated (dispatch, counter) row(s) summed (counter instances)")
+    wide = value.groupby([df[k] for k in keys], sort=False).sum(min_count=1).unstack("Counter_Name")
+    meta = df.drop(columns=["Counter_Name", "Counter_Value"]).drop_duplicates("Dispatch_Id").set_index("Dispatch_Id")
+    wide.columns = [f"{c}_counter" if str(c) in meta.columns else str(c) for c in wide.columns]
+    out.notes.append(f"{path.name}: {len(df)} counter row(s) pivoted to {len(wide)} dispatch(es) x {wide.shape[1]} counter(s)")
+    counter_names = amd_common.rename_table1(pd.DataFrame(columns=list(wide.columns))).columns.tolist()
+    frame = amd_common.rename_table1(map_dispatches(meta.join(wide).reset_index(), path, out))
+    return frame, [c for c in counter_names if c in frame.columns]
+
+
+def join_counters(kernels: pd.DataFrame, counters: pd.DataFrame, counter_cols: list[str], source: str,
+                  out: ReaderOutput) -> pd.DataFrame:
+    """Counters onto the kernel of the same (dispatch id, kernel name); static per-kernel properties the
+    trace lacks (VGPR/SGPR counts...) by kernel name. Run-specific metadata of the counter run (its times,
+    process) is not copied: the two files may come from different runs."""
+    if not set(JOIN_KEYS) <= set(kernels.columns) or not set(JOIN_KEYS) <= set(counters.columns):
+        out.notes.append(f"{source}: counters not joined (no Dispatch_Id / Kernel_Name to match on)")
+        return kernels
+    static = [c for c in STATIC_KERNEL_COLUMNS if c in counters.columns and c not in kernels.columns]
+    if static:
+        per_name = counters[["kernel_name", *static]].drop_duplicates("kernel_name")
+        kernels = kernels.merge(per_name, on="kernel_name", how="left", validate="many_to_one")
+    cols = [c for c in counter_cols if c not in kernels.columns]
+    right = counters[JOIN_KEYS + cols].drop_duplicates(JOIN_KEYS)
+    merged = kernels.merge(right, on=JOIN_KEYS, how="left", indicator=True, validate="many_to_one")
+    matched = int((merged.pop("_merge") == "both").sum())
+    unmatched = int((~right.set_index(JOIN_KEYS).index.isin(kernels.set_index(JOIN_KEYS).index)).sum())
+    out.notes.append(f"{source}: counters joined onto {matched} of {len(kernels)} kernel(s) by (Dispatch_Id, Kernel_Name)")
+    if unmatched:
+        out.notes.append(f"{source}: {unmatched} counter dispatch(es) matched no kernel_trace dispatch (not joined)")
+    return merged
+
+
+def memcpy_frame(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """memory_copy_trace rows with canonical names and CUDA copy-kind codes."""
+    direction = df["Direction"].astype(str).str.strip().str.removeprefix("MEMORY_COPY_")
+    codes = {k: v[0] for k, v in COPY_KINDS.items()}
+    names = {k: v[1] for k, v in COPY_KINDS.items()}
+    out = pd.DataFrame(index=df.index)
+    out["start"] = to_number(df["Start_Timestamp"]) if "Start_Timestamp" in df.columns else np.nan
+    out["end"] = to_number(df["End_Timestamp"]) if "End_Timestamp" in df.columns else np.nan
+    out["copy_kind"] = direction.map(codes).astype("Int64")
+    out["copy_kind_name"] = direction.map(names).fillna(direction.where(df["Direction"].notna()))
+    src = agent_number(df["Source_Agent_Id"]) if "Source_Agent_Id" in df.columns else pd.Series(np.nan, index=df.index)
+    dst = agent_number(df["Destination_Agent_Id"]) if "Destination_Agent_Id" in df.columns else pd.Series(np.nan, index=df.index)
+    out["device_id"] = np.where(direction == "DEVICE_TO_HOST", src, dst)
+    stream = amd_common.first_present(df.columns, ("Stream_Id", "Queue_Id"))
+    if stream:
+        out["stream_id"] = df[stream]
+    if "Correlation_Id" in df.columns:
+        out["correlation_id"] = df["Correlation_Id"]
+    size = amd_common.first_present(df.columns, ("Bytes", "Size", "Copy_Bytes"))
+    out["bytes"] = to_number(df[size]) if size else pd.array([pd.NA] * len(df), dtype="Int64")
+    if "Process_Id" in df.columns:
+        out["process_id"] = df["Process_Id"]
+    used = {"Start_Timestamp", "End_Timestamp", "Stream_Id" if stream == "Stream_Id" else stream, "Correlation_Id",
+            size, "Process_Id"}
+    for col in df.columns:
+        if col not in used and col not in out.columns:
+            out[col] = df[col]
+    return _set_process(out, path)
+
+
+# ------------------------------------------------------------------------------------------------- reading
+def _read_part(kind: str, path: Path, out: ReaderOutput) -> pd.DataFrame:
+    """One CSV; malformed rows of a kernel/copy file count as drops of its table, of a counter file as notes."""
+    if kind == "counter_collection":
+        scratch = ReaderOutput(format=FORMAT, kernels=None)
+        df = amd_common.read_amd_csv(path, scratch)
+        for reason, n in scratch.dropped.get("kernels", {}).items():
+            out.notes.append(f"{path.name}: {n} counter row(s) skipped: {reason}")
+        amd_common.require_kernel_name(path, df.columns)
+        return df
+    table = "memcpy" if kind == "memory_copy_trace" else "kernels"
+    before = sum(out.dropped.get(table, {}).values())
+    df = amd_common.read_amd_csv(path, out, table)
+    out.rows_read[table] = out.rows_read.get(table, 0) + len(df) + sum(out.dropped.get(table, {}).values()) - before
+    if kind == "kernel_trace":
+        amd_common.require_kernel_name(path, df.columns)
+    elif "Direction" not in df.columns:
+        raise InputError(path, "CSV lacks required column Direction")
+    return df
+
+
+def _process_kernels(files: dict[str, list[Path]], group: str, out: ReaderOutput) -> pd.DataFrame | None:
+    """Kernel table of one process: its kernel_trace rows with counters joined, or its counter dispatches."""
+    traces = [map_dispatches(_read_part("kernel_trace", f, out), f, out) for f in files.get("kernel_trace", [])]
+    counters = [pivot_counters(_read_part("counter_collection", f, out), f, out)
+                for f in files.get("counter_collection", [])]
+    counters_df = pd.concat([c[0] for c in counters], ignore_index=True) if counters else None
+    counter_cols = list(dict.fromkeys(name for c in counters for name in c[1]))
+    if traces:
+        kernels = pd.concat(traces, ignore_index=True)
+        if counters_df is None:
+            return kernels
+        return join_counters(kernels, counters_df, counter_cols, Path(group).name or "kernel_trace", out)
+    if counters_df is not None:
+        out.rows_read["kernels"] = out.rows_read.get("kernels", 0) + len(counters_df)
+        return counters_df
+    return None
+
+
+def read(path: Path) -> ReaderOutput:
+    """Kernels (with joined counters) and memory copies of a rocprofv3 folder or file."""
+    path = Path(path)
+    parts = source_files(path)
+    if not parts:
+        raise InputError(path, "folder has no rocprofv3 *kernel_trace.csv, *counter_collection.csv or *memory_copy_trace.csv")
+    out = ReaderOutput(format=FORMAT, kernels=None)
+    groups: dict[str, dict[str, list[Path]]] = {}
+    for kind, f in parts:
+        groups.setdefault(_group(f), {}).setdefault(kind, []).append(f)
+    kernel_frames, copy_frames = [], []
+    for group, files in sorted(groups.items()):
+        k = _process_kernels(files, group, out)
+        if k is not None:
+            kernel_frames.append(k)
+        copy_frames += [memcpy_frame(_read_part("memory_copy_trace", f, out), f) for f in files.get("memory_copy_trace", [])]
+    kernels = pd.concat(kernel_frames, ignore_index=True) if kernel_frames else pd.DataFrame({"kernel_name": pd.Series([], dtype=object)})
+    out.rows_read.setdefault("kernels", 0)
+    kernels = amd_common.check_timestamps(kernels, out, path.name) if len(kernels) else kernels
+    out.kernels = amd_common.drop_nameless(kernels, out)
+    if copy_frames:
+        memcpy = pd.concat(copy_frames, ignore_index=True)
+        memcpy["launch_id"] = np.arange(len(memcpy), dtype=np.int64)
+        out.memcpy = memcpy
+    return out

@@ -1,0 +1,377 @@
+"""Causal graph figures (paper Figs. 2, 3, 5a): which features push the target up (black) or down (red).
+
+Input is one analysis group folder written by `gpuvar causal` (graph.graphml, or edges.csv +
+contributions.csv + bootstrap_edges.csv). Layout is a fixed shell, no random seed: the target sits in the
+centre, its direct causes on an inner ring ordered by contribution, every other feature with a shown edge
+on an outer ring in causal order. Edges below the contribution or bootstrap-probability thresholds are
+hidden and counted in the footnote and in the edge CSV, so nothing disappears without a trace.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.textpath import TextPath
+
+from gpuvar.errors import InputError
+from gpuvar.plots import style
+
+FONT = 8.0
+ALL_GROUP = "__all__"  # group name `gpuvar causal` gives the whole-dataset analysis
+EDGE_COLUMNS = ["from", "to", "coefficient", "sign", "contribution_pct", "probability", "into_target", "status"]
+
+
+@dataclass
+class CausalGraph:
+    """A causal graph ready to draw: edge attrs coefficient, contribution_pct, probability (NaN if unknown)."""
+
+    graph: nx.DiGraph
+    target: str
+    group: str
+    order: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------- loading
+def _pick(frame: pd.DataFrame, names: tuple[str, ...], path: Path, required: bool = True) -> str | None:
+    for name in names:
+        if name in frame.columns:
+            return name
+    if required:
+        raise InputError(path, f"missing column {names[0]!r} (have: {', '.join(map(str, frame.columns))})")
+    return None
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not a readable CSV ({str(exc).splitlines()[0]})") from None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(path, f"not readable JSON ({exc})") from None
+
+
+def _truthy(value) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def _from_graphml(path: Path) -> tuple[nx.DiGraph, str | None]:
+    try:
+        raw = nx.read_graphml(path)
+    except Exception as exc:  # networkx raises several XML/Key errors for a broken file
+        raise InputError(path, f"not a readable GraphML file ({exc})") from None
+    g = nx.DiGraph()
+    target = None
+    for node, attrs in raw.nodes(data=True):
+        g.add_node(str(node))
+        if _truthy(attrs.get("is_target", False)):
+            target = str(node)
+    for u, v, attrs in raw.edges(data=True):
+        coef = attrs.get("weight", attrs.get("coefficient", np.nan))
+        g.add_edge(str(u), str(v), coefficient=float(coef),
+                   contribution_pct=float(attrs.get("contribution_pct", np.nan)),
+                   probability=float(attrs.get("probability", np.nan)))  # fmt: skip
+    return g, target
+
+
+def _from_csv(folder: Path) -> nx.DiGraph:
+    path = folder / "edges.csv"
+    edges = _read_csv(path)
+    src, dst = _pick(edges, ("from", "source", "cause"), path), _pick(edges, ("to", "target", "effect"), path)
+    coef = _pick(edges, ("coefficient", "weight", "coef"), path)
+    g = nx.DiGraph()
+    for rec in edges.to_dict("records"):
+        g.add_edge(str(rec[src]), str(rec[dst]), coefficient=float(rec[coef]), contribution_pct=np.nan,
+                   probability=np.nan)  # fmt: skip
+    return g
+
+
+def _merge_bootstrap(g: nx.DiGraph, path: Path) -> None:
+    """Fill edge probabilities from bootstrap_edges.csv where the graph does not carry them."""
+    boot = _read_csv(path)
+    src, dst = _pick(boot, ("from", "source"), path), _pick(boot, ("to", "target"), path)
+    prob = _pick(boot, ("probability", "prob"), path)
+    for s, d, p in zip(boot[src].astype(str), boot[dst].astype(str), boot[prob], strict=True):
+        if g.has_edge(s, d) and np.isnan(g.edges[s, d]["probability"]):
+            g.edges[s, d]["probability"] = float(p)
+
+
+def _merge_contributions(g: nx.DiGraph, target: str, path: Path) -> None:
+    """Contribution of each feature to the target goes on its edge into the target when missing there."""
+    table = _read_csv(path)
+    feat = _pick(table, ("feature", "from", "source"), path)
+    pct = _pick(table, ("contribution_pct", "contribution", "percent"), path)
+    for f, p in zip(table[feat].astype(str), table[pct], strict=True):
+        if g.has_edge(f, target) and np.isnan(g.edges[f, target]["contribution_pct"]):
+            g.edges[f, target]["contribution_pct"] = float(p)
+
+
+def load_group(folder: str | Path) -> CausalGraph:
+    """Read one causal analysis group folder into a CausalGraph (InputError names what is missing)."""
+    folder = Path(folder)
+    meta = _read_json(folder / "causal.json") if (folder / "causal.json").is_file() else {}
+    order = _read_json(folder / "order.json") if (folder / "order.json").is_file() else {}
+    target = meta.get("target")
+    if (folder / "graph.graphml").is_file():
+        g, graph_target = _from_graphml(folder / "graph.graphml")
+        target = graph_target or target
+    elif (folder / "edges.csv").is_file():
+        g = _from_csv(folder)
+    else:
+        raise InputError(folder, "no graph.graphml or edges.csv: not a causal analysis group folder")
+    if isinstance(order, dict):
+        order_list = order.get("causal_order", order.get("order", []))
+        target = target or order.get("target")
+    else:
+        order_list = list(order)
+    if target is None and order_list:
+        target = order_list[-1]
+    if target is None:
+        raise InputError(folder, "cannot tell the target: no is_target node in graph.graphml and no causal.json 'target'")
+    g.add_node(str(target))
+    for extra in order_list:
+        g.add_node(str(extra))
+    if (folder / "bootstrap_edges.csv").is_file():
+        _merge_bootstrap(g, folder / "bootstrap_edges.csv")
+    if (folder / "contributions.csv").is_file():
+        _merge_contributions(g, str(target), folder / "contributions.csv")
+    group = str(meta.get("group", meta.get("group_name", folder.name)))
+    return CausalGraph(g, str(target), group, [str(n) for n in order_list])
+
+
+# ----------------------------------------------------------------------------------------------- filtering
+def classify_edges(cg: CausalGraph, min_contribution_pct: float, min_probability: float) -> pd.DataFrame:
+    """One row per edge with status 'shown' or why it is hidden (probability first, then contribution)."""
+    rows = []
+    for u, v, a in cg.graph.edges(data=True):
+        coef, pct, prob = a.get("coefficient", np.nan), a.get("contribution_pct", np.nan), a.get("probability", np.nan)
+        if coef == 0 or np.isnan(coef):
+            continue  # no edge: a zero adjacency entry that slipped into the file
+        if not np.isnan(prob) and prob < min_probability:
+            status = f"bootstrap probability < {min_probability:g}"
+        elif not np.isnan(pct) and abs(pct) < min_contribution_pct:
+            status = f"contribution < {min_contribution_pct:g} %"
+        else:
+            status = "shown"
+        rows.append({"from": u, "to": v, "coefficient": coef, "sign": "+" if coef > 0 else "-",
+                     "contribution_pct": pct, "probability": prob, "into_target": v == cg.target,
+                     "status": status})  # fmt: skip
+    frame = pd.DataFrame(rows, columns=EDGE_COLUMNS)
+    return frame.sort_values(["into_target", "from", "to"], ascending=[False, True, True], kind="stable")
+
+
+def hidden_counts(edges: pd.DataFrame) -> Counter:
+    """Hidden edges by reason (the footnote's numbers)."""
+    return Counter(edges.loc[edges["status"] != "shown", "status"])
+
+
+# ----------------------------------------------------------------------------------------------- layout
+def shell_layout(cg: CausalGraph, shown: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Target at the origin, its shown causes on an inner ring (largest contribution at 12 o'clock,
+    clockwise), other nodes with shown edges on an outer ring in causal order. No randomness."""
+    into = shown[shown["to"] == cg.target].copy()
+    into["rank"] = into["contribution_pct"].abs().fillna(into["coefficient"].abs())
+    inner = list(into.sort_values(["rank", "from"], ascending=[False, True], kind="stable")["from"])
+    touched = set(shown["from"]) | set(shown["to"])
+    rank = {n: i for i, n in enumerate(cg.order)}
+    outer = sorted((n for n in touched if n != cg.target and n not in inner), key=lambda n: (rank.get(n, 1e9), n))
+    r_inner = max(1.6, 0.3 * len(inner))  # ~0.3 units of arc per label keeps neighbours apart
+    r_outer = r_inner + max(1.3, 0.12 * len(outer))
+    pos = {cg.target: (0.0, 0.0)}
+    for ring, radius, offset in ((inner, r_inner, 0.0), (outer, r_outer, 0.5)):
+        for i, node in enumerate(ring):
+            angle = math.pi / 2 - 2 * math.pi * (i + offset * (len(ring) > 1)) / max(len(ring), 1)
+            pos[node] = (radius * math.cos(angle), radius * math.sin(angle))
+    return pos
+
+
+# ----------------------------------------------------------------------------------------------- drawing
+def _half_box(label: str) -> tuple[float, float]:
+    """Half width/height in points of a node label box (text extent + padding)."""
+    ext = TextPath((0, 0), label, size=FONT).get_extents()
+    return ext.width / 2 + 5, FONT * 0.7 + 4
+
+
+def _shrink(label: str, ux: float, uy: float) -> float:
+    a, b = _half_box(label)
+    return min(a / abs(ux) if ux else math.inf, b / abs(uy) if uy else math.inf) + 2
+
+
+def _edge_style(edge: dict, max_coef: float) -> tuple[float, str]:
+    """Line width and label: % contribution for edges into the target, coefficient elsewhere."""
+    pct = edge["contribution_pct"]
+    if edge["into_target"] and not np.isnan(pct):
+        return 0.8 + 4.0 * min(abs(pct), 100) / 100, f"{abs(pct):.1f}%"
+    return 0.7 + 2.0 * min(abs(edge["coefficient"]) / max_coef, 1.0), f"{edge['coefficient']:+.2f}"
+
+
+def _bend(x0: float, y0: float, ux: float, uy: float, dist: float) -> float:
+    """arc3 curvature of a feature-to-feature edge: slight, or strong and away from the centre when the
+    straight line would cross the target's box."""
+    side = -x0 * uy + y0 * ux  # > 0: the centre lies to the right of the direction of travel
+    along = -(x0 * ux + y0 * uy)  # where the foot of the perpendicular from the centre falls
+    if abs(side) < 0.9 and 0 < along < dist:
+        return -0.6 if side > 0 else 0.6
+    return 0.18
+
+
+def _draw_edge(ax, edge: dict, pos, ppu: float, max_coef: float) -> None:
+    src, dst = edge["from"], edge["to"]
+    (x0, y0), (x1, y1) = pos[src], pos[dst]
+    dx, dy = x1 - x0, y1 - y0
+    dist = math.hypot(dx, dy) or 1.0
+    ux, uy = dx / dist, dy / dist
+    width, label = _edge_style(edge, max_coef)
+    rad = 0.0 if edge["into_target"] else _bend(x0, y0, ux, uy, dist)
+    color = style.POSITIVE if edge["coefficient"] > 0 else style.NEGATIVE
+    ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=2,
+                arrowprops=dict(arrowstyle="-|>,head_length=0.6,head_width=0.3", color=color, lw=width,
+                                shrinkA=_shrink(src, ux, uy), shrinkB=_shrink(dst, ux, uy),
+                                connectionstyle=f"arc3,rad={rad}", mutation_scale=10))  # fmt: skip
+    # Label at the visible middle of the arrow (arc3 bulges by rad*dist/2 to the right of travel).
+    sa, sb = _shrink(src, ux, uy) / ppu, _shrink(dst, ux, uy) / ppu
+    # Into the target: nearer the source, so labels spread out instead of piling up at the centre.
+    t = (sa + (0.4 if edge["into_target"] else 0.5) * max(dist - sa - sb, 0.0)) / dist
+    mx, my = x0 + dx * t, y0 + dy * t
+    mx, my = mx + rad * dist / 2 * uy, my - rad * dist / 2 * ux
+    ax.text(mx, my, label, fontsize=FONT - 1, color=color, ha="center", va="center", zorder=4,
+            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))  # fmt: skip
+
+
+def _draw_node(ax, name: str, xy, is_target: bool) -> None:
+    ax.text(*xy, name, fontsize=FONT, ha="center", va="center", zorder=5,
+            fontweight="bold" if is_target else "normal",
+            bbox=dict(boxstyle="round,pad=0.35", fc=style.TARGET_FACE if is_target else style.FEATURE_FACE,
+                      ec=style.HIGHLIGHT if is_target else "#5d6d7e", lw=1.6 if is_target else 0.8))  # fmt: skip
+
+
+def _footnote_lines(cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str]) -> list[str]:
+    lines = ["Black: positive effect, red: negative. Label/width: % contribution to the target's variance "
+             "(edges into the target), coefficient (other edges)."]  # fmt: skip
+    hidden = hidden_counts(edges)
+    if hidden:
+        parts = [f"{n} with {reason}" for reason, n in sorted(hidden.items())]
+        lines.append(f"Hidden: {sum(hidden.values())} of {len(edges)} edges ({'; '.join(parts)}).")
+    if edges["probability"].isna().all() and len(edges):
+        lines.append("No bootstrap probabilities: edges not filtered by confidence.")
+    idle = sorted(set(cg.graph.nodes) - shown_nodes)
+    if idle:
+        lines.append(f"{len(idle)} feature(s) without a shown edge not drawn.")
+    return lines
+
+
+def draw_causal_graph(cg: CausalGraph, min_contribution_pct: float = 1.0, min_probability: float = 0.5,
+                      title: str | None = None):  # fmt: skip
+    """Figure of one causal graph; returns (figure, edge table with a status per edge)."""
+    edges = classify_edges(cg, min_contribution_pct, min_probability)
+    shown = edges[edges["status"] == "shown"]
+    pos = shell_layout(cg, shown)
+    extent = max((math.hypot(x, y) for x, y in pos.values()), default=0.0) + 1.0
+    side = 4.0 + 0.75 * extent
+    fig = style.figure(side, side)
+    ax = fig.add_axes([0, 0, 1, 1])
+    ax.set_xlim(-extent, extent)
+    ax.set_ylim(-extent, extent)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ppu = side * 72 / (2 * extent)
+    max_coef = float(shown["coefficient"].abs().max()) if len(shown) else 1.0
+    for edge in shown.to_dict("records"):
+        _draw_edge(ax, edge, pos, ppu, max_coef or 1.0)
+    for node, xy in pos.items():
+        _draw_node(ax, node, xy, node == cg.target)
+    handles = [Line2D([], [], color=style.POSITIVE, lw=2, label="positive"),
+               Line2D([], [], color=style.NEGATIVE, lw=2, label="negative")]  # fmt: skip
+    ax.legend(handles=handles, loc="upper right", frameon=False)
+    ax.set_title(title or default_title(cg), pad=4)
+    ax.title.set_position((0.5, 0.99))
+    ax.title.set_va("top")
+    style.footnote(fig, _footnote_lines(cg, edges, set(pos)))
+    return fig, edges
+
+
+def default_title(cg: CausalGraph) -> str:
+    """'<kernel>: causes of <target>' (kernel names shortened to one line), or the whole-dataset wording."""
+    if cg.group in (ALL_GROUP, "__all__", "all"):
+        return f"All kernels: causes of {cg.target}"
+    name = cg.group if len(cg.group) <= 70 else cg.group[:67] + "..."
+    return f"{name}: causes of {cg.target}"
+
+
+def plot_group(folder: str | Path, stem: str | Path, formats=("svg", "png"), dpi: int = 110,
+               min_contribution_pct: float = 1.0, min_probability: float = 0.5, title: str | None = None) -> dict:
+    """Draw one analysis group to stem.<fmt> and its edge table (with hidden reasons) to stem.edges.csv."""
+    cg = load_group(folder)
+    fig, edges = draw_causal_graph(cg, min_contribution_pct, min_probability, title)
+    files = style.save_figure(fig, stem, formats, dpi)
+    files.append(style.write_csv(edges, Path(f"{stem}.edges.csv")))
+    hidden = hidden_counts(edges)
+    return {"group": cg.group, "target": cg.target, "edges": int(len(edges)), "shown": int((edges["status"] == "shown").sum()),
+            "hidden": dict(sorted(hidden.items())), "files": [str(f) for f in files]}  # fmt: skip
+
+
+def group_folders(causal_dir: str | Path) -> list[Path]:
+    """Analysis group sub-folders of a `gpuvar causal` output, sorted (skipped groups have no graph)."""
+    root = Path(causal_dir)
+    if not root.is_dir():
+        raise InputError(root, "not a folder written by `gpuvar causal`")
+    return sorted(p for p in root.iterdir() if p.is_dir() and ((p / "graph.graphml").is_file() or (p / "edges.csv").is_file()))
+
+
+def _skipped_groups(root: Path) -> list[dict]:
+    """Groups `gpuvar causal` could not analyse (causal.json only), with its reason."""
+    out = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        meta_path = folder / "causal.json"
+        if meta_path.is_file() and not (folder / "graph.graphml").is_file() and not (folder / "edges.csv").is_file():
+            meta = _read_json(meta_path)
+            out.append({"group": str(meta.get("group", folder.name)), "slug": folder.name, "status": "skipped",
+                        "reason": str(meta.get("skip_reason") or "no graph written")})  # fmt: skip
+    return out
+
+
+def plot_causal_dir(causal_dir: str | Path, outdir: str | Path, formats=("svg", "png"), dpi: int = 110,
+                    min_contribution_pct: float = 1.0, min_probability: float = 0.5, which: str = "all") -> pd.DataFrame:
+    """One figure per analysis group of a `gpuvar causal` output into outdir/<slug>.<fmt> (+ .edges.csv).
+
+    which: 'all', 'per_kernel' (every group but the whole dataset) or 'whole' (only the whole dataset).
+    The group's graph.graphml is copied to outdir/<slug>.graphml. Writes outdir/index.csv listing every group, drawn or skipped and why; returns that table.
+    """
+    if which not in ("all", "per_kernel", "whole"):
+        raise ValueError(f"which must be all, per_kernel or whole, not {which!r}")
+    root, outdir = Path(causal_dir), Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for folder in group_folders(root):
+        cg = load_group(folder)
+        is_whole = cg.group == ALL_GROUP
+        if (which == "whole" and not is_whole) or (which == "per_kernel" and is_whole):
+            continue
+        fig, edges = draw_causal_graph(cg, min_contribution_pct, min_probability)
+        style.save_figure(fig, outdir / folder.name, formats, dpi)
+        style.write_csv(edges, outdir / f"{folder.name}.edges.csv")
+        if (folder / "graph.graphml").is_file():  # the full graph travels with the figure
+            shutil.copyfile(folder / "graph.graphml", outdir / f"{folder.name}.graphml")
+        hidden = hidden_counts(edges)
+        rows.append({"group": cg.group, "slug": folder.name, "status": "drawn", "edges": len(edges),
+                     "shown": int((edges["status"] == "shown").sum()), "hidden": int(sum(hidden.values())),
+                     "reason": "; ".join(f"{n} {r}" for r, n in sorted(hidden.items()))})  # fmt: skip
+    for skipped in _skipped_groups(root):
+        if which == "all" or (which == "per_kernel") == (skipped["group"] != ALL_GROUP):
+            rows.append(skipped | {"edges": 0, "shown": 0, "hidden": 0})
+    index = pd.DataFrame(rows, columns=["group", "slug", "status", "edges", "shown", "hidden", "reason"])
+    style.write_csv(index, outdir / "index.csv")
+    return index

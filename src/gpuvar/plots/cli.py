@@ -1,0 +1,75 @@
+"""Draw gpuvar figures from pipeline outputs: `gpuvar plot causal|parallel|timeline|scaling ...`.
+
+Each writes SVG and/or PNG (byte-identical on rerun) plus the plotted data as CSV, and prints a JSON summary
+(files written, edges hidden, features skipped) on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+
+DEFAULT_FEATURES = "grid_x,grid_y,block_x,registers_per_thread,linked_copy_kind"
+
+
+def _common(p, stem_help: str) -> None:
+    p.add_argument("--output", "-o", required=True, help=stem_help)
+    p.add_argument("--formats", default="svg,png", help="comma-separated: svg, png (default svg,png)")
+    p.add_argument("--dpi", type=int, default=110, help="PNG resolution (default 110)")
+
+
+def configure(p) -> None:
+    sub = p.add_subparsers(dest="figure", required=True, metavar="FIGURE")
+    c = sub.add_parser("causal", help="one causal graph per analysis group of a `gpuvar causal` folder")
+    c.add_argument("causal_dir", help="output folder of `gpuvar causal`")
+    _common(c, "output folder: <group slug>.<fmt>, <slug>.edges.csv, index.csv")
+    c.add_argument("--which", choices=("all", "per_kernel", "whole"), default="all",
+                   help="groups to draw: all, per_kernel (not the whole dataset), whole (default all)")  # fmt: skip
+    c.add_argument("--min-contribution-pct", type=float, default=1.0, help="hide edges below this %% contribution")
+    c.add_argument("--min-probability", type=float, default=0.5, help="hide edges below this bootstrap probability")
+
+    par = sub.add_parser("parallel", help="parallel coordinates of the top-k rows")
+    par.add_argument("rows", help="topk_rows.parquet of `gpuvar bin`")
+    _common(par, "output stem: STEM.<fmt> and STEM.csv")
+    par.add_argument("--target", required=True, help="target column (kernel_variability, memory_stall, ...)")
+    par.add_argument("--features", default=DEFAULT_FEATURES, help=f"axes, comma-separated (default {DEFAULT_FEATURES})")
+
+    t = sub.add_parser("timeline", help="per-bin variance over the trace, top-k bins marked")
+    t.add_argument("bins", help="bins.parquet of `gpuvar bin`")
+    _common(t, "output stem: STEM.<fmt> and STEM.csv")
+    t.add_argument("--target", required=True, help="target name for the labels")
+    t.add_argument("--bin-json", default=None, help="bin.json of the same run (top-k and bin unit)")
+    t.add_argument("--top-k", type=int, default=None, help="bins to mark when bins.parquet has no top-k flag")
+
+    s = sub.add_parser("scaling", help="binning time against MPI ranks with the ideal line")
+    s.add_argument("reports", nargs="+", help="bin.json of each run")
+    _common(s, "output stem: STEM.<fmt> and STEM.csv")
+
+
+def _formats(text: str) -> list[str]:
+    from gpuvar.errors import GpuvarError
+
+    formats = [f.strip().lower() for f in text.split(",") if f.strip()]
+    bad = [f for f in formats if f not in ("svg", "png")]
+    if bad or not formats:
+        raise GpuvarError(f"--formats must list svg and/or png, got {text!r}")
+    return formats
+
+
+def run(args) -> int:
+    from gpuvar.plots import causal_graph, parallel, scaling, timeline
+
+    formats = _formats(args.formats)
+    if args.figure == "causal":
+        index = causal_graph.plot_causal_dir(args.causal_dir, args.output, formats, args.dpi,
+                                             args.min_contribution_pct, args.min_probability, args.which)  # fmt: skip
+        result = {"groups": len(index), "drawn": int((index["status"] == "drawn").sum()),
+                  "hidden_edges": int(index["hidden"].sum()), "output": args.output}  # fmt: skip
+    elif args.figure == "parallel":
+        features = [f.strip() for f in args.features.split(",") if f.strip()]
+        result = parallel.plot_parallel(args.rows, args.output, args.target, features, formats, args.dpi)
+    elif args.figure == "timeline":
+        result = timeline.plot_timeline(args.bins, args.output, args.target, args.bin_json, formats, args.dpi, args.top_k)
+    else:
+        result = scaling.plot_scaling(args.reports, args.output, formats, args.dpi)
+    print(json.dumps(result, sort_keys=True, default=str))
+    return 0

@@ -1,0 +1,119 @@
+"""config/paper.yaml: the paper's datasets (Table 2), the scaling study and which figure shows what.
+
+Validated here, not in the Snakefile, so a typo stops `snakemake paper` at start-up with the key and what is
+allowed, and so tests can check it. Dataset and scaling keys are the ones of config/config.yaml
+(`gpuvar.config`); binning/causal/plot settings are deliberately not accepted here: the paper's figures use
+the same analysis settings as the everyday workflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from gpuvar.config import Config, Dataset, validate_config
+from gpuvar.errors import ConfigError
+
+ALLOWED_KEYS = ("datasets", "scaling", "figures", "demo_perfcounter")
+KINDS = ("causal", "parallel", "scaling")
+GROUPS = ("per_kernel", "whole", "all")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One paper figure: kind causal (graphs of `groups`), parallel (coordinates of `features`) or scaling."""
+
+    name: str
+    kind: str
+    datasets: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    groups: str = "all"
+    features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PaperConfig:
+    config: Config
+    figures: dict[str, Figure]
+    demo_perfcounter: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _figure(name: str, raw, datasets: dict[str, Dataset]) -> Figure:
+    where = f"figures.{name}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping with kind, datasets, target(s)")
+    unknown = set(raw) - {"kind", "datasets", "target", "targets", "groups", "features"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise ConfigError(f"{where}.kind: {kind!r} is not allowed; allowed: {', '.join(KINDS)}")
+    if kind == "scaling":
+        return Figure(name, kind)
+    names = tuple(raw.get("datasets") or ())
+    missing = [d for d in names if d not in datasets]
+    if not names or missing:
+        raise ConfigError(f"{where}.datasets: {', '.join(missing) or 'none given'} not among paper datasets: {', '.join(datasets)}")
+    targets = tuple(raw.get("targets") or ([raw["target"]] if raw.get("target") else []))
+    if not targets:
+        raise ConfigError(f"{where}: give target or targets")
+    for d in names:
+        for t in targets:
+            if t not in datasets[d].targets:
+                raise ConfigError(f"{where}: dataset {d} does not analyse target {t} (its targets: {', '.join(datasets[d].targets)})")
+    groups = raw.get("groups", "all")
+    if groups not in GROUPS:
+        raise ConfigError(f"{where}.groups: {groups!r} is not allowed; allowed: {', '.join(GROUPS)}")
+    features = tuple(raw.get("features") or ())
+    if kind == "parallel" and not features:
+        raise ConfigError(f"{where}.features: list the parallel-coordinate axes")
+    return Figure(name, kind, names, targets, groups, features)
+
+
+def _demo(raw) -> dict[str, dict[str, int]]:
+    out = {}
+    for name, spec in (raw or {}).items():
+        rows, variant = (spec or {}).get("rows"), (spec or {}).get("variant", 0)
+        if not isinstance(rows, int) or rows <= 0 or not isinstance(variant, int):
+            raise ConfigError(f"demo_perfcounter.{name}: expected {{rows: positive int, variant: int}}, got {spec!r}")
+        out[str(name)] = {"rows": rows, "variant": variant}
+    return out
+
+
+def parse_paper_config(raw, base: str | Path = ".") -> PaperConfig:
+    """Validate an already-loaded paper.yaml mapping."""
+    if not isinstance(raw, dict):
+        raise ConfigError("paper config: expected a mapping with datasets, scaling, figures")
+    extra = sorted(set(raw) - set(ALLOWED_KEYS))
+    if extra:
+        raise ConfigError(f"paper config: {', '.join(extra)}: not allowed here (only {', '.join(ALLOWED_KEYS)}; "
+                          "binning, causal and plot settings come from config/config.yaml)")  # fmt: skip
+    config = validate_config({"datasets": raw.get("datasets"), "scaling": raw.get("scaling") or {}}, base)
+    datasets = {d.name: d for d in config.datasets}
+    figures = {str(k): _figure(str(k), v, datasets) for k, v in (raw.get("figures") or {}).items()}
+    if any(f.kind == "scaling" for f in figures.values()) and config.scaling.dataset is None:
+        raise ConfigError("paper config: a scaling figure needs scaling.dataset")
+    return PaperConfig(config, figures, _demo(raw.get("demo_perfcounter")))
+
+
+def load_paper_config(path: str | Path, base: str | Path = ".") -> PaperConfig:
+    """Read and validate config/paper.yaml (ConfigError names the key and what is allowed)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read paper config ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    try:
+        return parse_paper_config(raw, base)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def same_dataset(a: Dataset, b: Dataset) -> bool:
+    """Two definitions computing the same results (targets aside: the target is part of each output path)."""
+    keys = ("source", "format", "group_by", "features")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)

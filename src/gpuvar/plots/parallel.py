@@ -1,0 +1,136 @@
+"""Parallel coordinates of the top-k rows (paper Fig. 4): which feature values go with high variability.
+
+One vertical axis per feature plus the target, each scaled to its own min..max so all fit on one figure,
+with tick labels in the original units (copy kinds by name). Lines are coloured by the target and drawn
+in target order, so the most variable launches end up on top instead of buried.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.collections import LineCollection
+from matplotlib.colors import Normalize
+from matplotlib.cm import ScalarMappable
+
+from gpuvar.errors import GpuvarError, InputError
+from gpuvar.plots import style
+
+COPY_KIND_NAMES = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+CATEGORICAL_MAX = 8  # an axis with this few distinct values gets one tick per value
+MAX_LINES = 20_000  # beyond this, lines are an unreadable block; a deterministic stride keeps the shape
+
+
+def select_axes(rows: pd.DataFrame, target: str, features: list[str]) -> tuple[list[str], list[str]]:
+    """Features present and numeric, in the requested order, plus a note per feature left out and why."""
+    if target not in rows.columns:
+        raise GpuvarError(f"target column {target!r} not in the rows (have: {', '.join(map(str, rows.columns))})")
+    axes, notes = [], []
+    for name in features:
+        if name == target or name in axes:
+            continue
+        if name not in rows.columns:
+            notes.append(f"{name}: not in the rows, skipped")
+        elif not pd.api.types.is_numeric_dtype(rows[name]):
+            notes.append(f"{name}: not numeric ({rows[name].dtype}), skipped")
+        elif rows[name].notna().sum() == 0:
+            notes.append(f"{name}: all values missing, skipped")
+        else:
+            axes.append(name)
+    return axes + [target], notes
+
+
+def _ticks(values: np.ndarray, name: str) -> tuple[np.ndarray, list[str]]:
+    """Tick positions (original units) and labels for one axis."""
+    finite = values[np.isfinite(values)]
+    uniq = np.unique(finite)
+    if len(uniq) <= CATEGORICAL_MAX:
+        if name.endswith("copy_kind"):
+            return uniq, [f"{COPY_KIND_NAMES.get(int(v), int(v))} ({int(v)})" for v in uniq]
+        return uniq, [f"{v:.4g}" for v in uniq]
+    ticks = np.linspace(finite.min(), finite.max(), 5)
+    return ticks, [f"{v:.4g}" for v in ticks]
+
+
+def _normalise(values: np.ndarray) -> np.ndarray:
+    lo, hi = np.nanmin(values), np.nanmax(values)
+    return np.full_like(values, 0.5) if hi == lo else (values - lo) / (hi - lo)
+
+
+def plotted_table(rows: pd.DataFrame, axes: list[str]) -> tuple[pd.DataFrame, int]:
+    """The rows drawn (original units, sorted by target), thinned by a fixed stride above MAX_LINES."""
+    table = rows[axes].astype(np.float64)
+    table = table[np.isfinite(table[axes[-1]])]
+    table = table.sort_values(axes[-1], kind="stable").reset_index(drop=True)
+    stride = max(1, -(-len(table) // MAX_LINES))
+    return table.iloc[::stride].reset_index(drop=True), stride
+
+
+def draw_parallel(rows: pd.DataFrame, target: str, features: list[str], title: str | None = None):
+    """Figure of the rows; returns (figure, plotted table, notes on skipped features / thinning)."""
+    axes, notes = select_axes(rows, target, features)
+    table, stride = plotted_table(rows, axes)
+    dropped = int(len(rows) - np.isfinite(rows[target].to_numpy(dtype=np.float64, na_value=np.nan)).sum())
+    if dropped:
+        notes.append(f"{dropped} row(s) without a finite {target} not drawn")
+    if stride > 1:
+        notes.append(f"{len(rows)} rows: every {stride}th row (in target order) drawn")
+    fig = style.figure(max(6.0, 1.5 * len(axes) + 1.5), 4.6)
+    ax = fig.add_axes([0.08, 0.12, 0.8, 0.76])
+    cax = fig.add_axes([0.91, 0.12, 0.018, 0.76])
+    norm_cols = np.column_stack([_normalise(table[a].to_numpy()) for a in axes]) if len(table) else np.empty((0, len(axes)))
+    xs = np.arange(len(axes), dtype=float)
+    segments = [np.column_stack([xs, row]) for row in norm_cols]
+    cnorm = Normalize(float(table[target].min()), float(table[target].max())) if len(table) else Normalize(0, 1)
+    lines = LineCollection(segments, cmap=colormaps[style.CMAP], norm=cnorm, linewidths=0.8, alpha=0.6)
+    lines.set_array(table[target].to_numpy())
+    ax.add_collection(lines)
+    for i, name in enumerate(axes):
+        ax.axvline(i, color="#333333", lw=0.8, zorder=3)
+        values = table[name].to_numpy()
+        if not len(values):
+            continue
+        ticks, labels = _ticks(values, name)
+        lo, hi = np.nanmin(values), np.nanmax(values)
+        for t, lab in zip(ticks, labels, strict=True):
+            y = 0.5 if hi == lo else (t - lo) / (hi - lo)
+            ax.plot([i - 0.03, i], [y, y], color="#333333", lw=0.8, zorder=3)
+            ax.text(i - 0.05, y, lab, ha="right", va="center", fontsize=7, zorder=4,
+                    bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.7))  # fmt: skip
+    ax.set_xlim(-0.5, len(axes) - 0.7)
+    ax.set_ylim(-0.04, 1.04)
+    ax.set_xticks(xs, [a.replace("_", "_\u200b") for a in axes], fontsize=8)
+    ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    ax.get_xticklabels()[-1].set_fontweight("bold")
+    fig.colorbar(ScalarMappable(cnorm, colormaps[style.CMAP]), cax=cax, label=target)
+    ax.set_title(title or f"Top-k rows: {len(table)} launches, coloured by {target}")
+    style.footnote(fig, ["Each axis spans its own min..max; ticks in original units."] + notes)
+    return fig, table, notes
+
+
+def plot_parallel(rows_path: str | Path, stem: str | Path, target: str, features: list[str],
+                  formats=("svg", "png"), dpi: int = 110, title: str | None = None) -> dict:
+    """Read topk_rows.parquet, draw stem.<fmt> and write the plotted rows to stem.csv."""
+    rows = read_rows(rows_path, [*features, target])
+    fig, table, notes = draw_parallel(rows, target, features, title)
+    files = style.save_figure(fig, stem, formats, dpi)
+    files.append(style.write_csv(table, Path(f"{stem}.csv")))
+    return {"rows": int(len(rows)), "plotted": int(len(table)), "axes": list(table.columns), "notes": notes,
+            "files": [str(f) for f in files]}  # fmt: skip
+
+
+def read_rows(path: str | Path, wanted: list[str]) -> pd.DataFrame:
+    """Only the wanted columns that exist (missing features become notes later, not errors)."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    try:
+        names = pq.read_schema(path).names
+        return pq.read_table(path, columns=[c for c in dict.fromkeys(wanted) if c in names]).to_pandas()
+    except (OSError, ValueError) as exc:
+        raise InputError(path, f"not a readable Parquet file ({exc})") from None

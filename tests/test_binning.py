@@ -1,0 +1,224 @@
+"""The binning job: statistics equal pandas, row accounting, link rule end to end, timeline-less data,
+byte-identical outputs for any rank count, a failing rank stops the job promptly, bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from gpuvar.binning.partition import bin_owners, bin_width, row_groups_for_rank
+from gpuvar.binning.stats import bin_stats, bin_stats_parallel
+from gpuvar.canonical_io import write_canonical
+from gpuvar.errors import GpuvarError
+from gpuvar.schema import finalize_kernels, finalize_memcpy
+
+MPIEXEC = Path(sys.executable).with_name("mpiexec")
+GPUVAR = [sys.executable, "-m", "gpuvar.cli"]
+STATS = ["count", "min", "max", "mean", "var", "std", "q25", "median", "q75"]
+
+
+def pandas_reference(values, bins) -> pd.DataFrame:
+    g = pd.Series(values).groupby(np.asarray(bins))
+    ref = g.agg(["count", "min", "max", "mean", "var", "std"])
+    for name, q in (("q25", 0.25), ("median", 0.5), ("q75", 0.75)):
+        ref[name] = g.quantile(q)
+    return ref
+
+
+def assert_close(got: pd.DataFrame, ref: pd.DataFrame, scale=None):
+    """Equal to 1e-9 relative (scale: per-bin magnitude of the values, for means near zero)."""
+    assert list(got.index) == list(ref.index)
+    np.testing.assert_array_equal(got["count"], ref["count"])
+    np.testing.assert_array_equal(got["min"], ref["min"])
+    np.testing.assert_array_equal(got["max"], ref["max"])
+    for s in ("mean", "var", "std", "q25", "median", "q75"):
+        a, b = got[s].to_numpy(float), ref[s].to_numpy(float)
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        tol = 1e-9 * np.maximum(np.abs(b), 0 if scale is None else scale)
+        ok = np.isnan(b) | (np.abs(a - b) <= tol)
+        assert ok.all(), (s, a[~ok][:5], b[~ok][:5])
+
+
+def test_bin_stats_equal_pandas():
+    rng = np.random.default_rng(3)
+    counts = rng.integers(1, 40, size=300)
+    counts[:5] = 1  # single-row bins: var/std NaN like pandas
+    bins = np.repeat(np.sort(rng.choice(10_000, size=300, replace=False)), counts)
+    values = 1e9 + rng.exponential(1e4, size=len(bins))  # large offset: a one-pass variance would fail
+    got = pd.DataFrame(bin_stats(values, bins)).set_index("bin")
+    assert_close(got, pandas_reference(values, bins))
+
+
+def test_bin_stats_split_over_workers_is_identical():
+    rng = np.random.default_rng(4)
+    bins = np.sort(rng.integers(0, 500, size=20_000))
+    values = rng.normal(size=len(bins))
+    one = bin_stats(values, bins)
+    three = bin_stats_parallel(values, bins, 3)
+    for k in one:
+        np.testing.assert_array_equal(one[k], three[k])
+
+
+def test_partition_balances_rows():
+    assert [row_groups_for_rank([10, 10, 10, 10], r, 2) for r in range(2)] == [[0, 1], [2, 3]]
+    assert sum((row_groups_for_rank([5, 5, 5], r, 3) for r in range(3)), []) == [0, 1, 2]
+    owners = bin_owners(np.array([5, 0, 5, 5, 5]), 2)
+    np.testing.assert_array_equal(owners, [0, 0, 0, 1, 1])
+
+
+@pytest.mark.parametrize("text, expected", [("10ms", (10_000_000, "ns")), ("1.5us", (1500, "ns")), ("250", (250, "launches"))])
+def test_bin_width_units(text, expected):
+    assert bin_width(text) == expected
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-5ms", "10 parsecs", "0.5ns", "2.5"])
+def test_bad_bin_width_is_an_error(text):
+    with pytest.raises(GpuvarError, match="bin-width"):
+        bin_width(text)
+
+
+# ---------------------------------------------------------------- end to end on small canonical files
+
+
+def run_bin(*args, ranks=None, env=None, timeout=60):
+    cmd = ([str(MPIEXEC), "-n", str(ranks)] if ranks else []) + GPUVAR + ["bin", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """A 40 000-row demo trace in 4 096-row groups, so every rank of 3 reads several row groups."""
+    from gpuvar.demo.canonical_writer import write_canonical_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    write_canonical_demo(out, 40_000, seed=5, workers=1, chunk_rows=4096)
+    return out
+
+
+def test_bins_equal_pandas_and_rows_are_accounted(demo, tmp_path):
+    proc = run_bin(demo / "kernels.parquet", "--bin-width", "2ms", "--top-k", "3", "--output", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "bin.json").read_text())
+    k = pq.read_table(demo / "kernels.parquet", columns=["kernel_name", "start", "duration"]).to_pandas()
+    k["kv"] = k["duration"] - k.groupby("kernel_name")["duration"].transform("mean")
+    k["bin"] = (k["start"] - k["start"].min()) // 2_000_000
+    ref = pandas_reference(k["kv"].to_numpy(), k["bin"].to_numpy())
+    bins = pq.read_table(tmp_path / "bins.parquet").to_pandas().set_index("bin")
+    scale = np.maximum(ref["min"].abs(), ref["max"].abs()).to_numpy()
+    assert_close(bins[STATS], ref, scale)
+    assert report["rows_in"] == report["rows_binned"] == len(k) and report["rows_without_target"] == {}
+    assert report["non_empty_bins"] == len(ref)
+    top = bins.sort_values("variance_rank").head(3)
+    assert top["var"].is_monotonic_decreasing and top.index.tolist() == report["top_k_bins"] or sorted(top.index) == report["top_k_bins"]
+    rows = pq.read_table(tmp_path / "topk_rows.parquet").to_pandas()
+    assert sorted(rows["bin"].unique()) == sorted(top.index)
+    assert len(rows) == int(top["count"].sum()) and "grid_x" in rows and "kernel_variability" in rows
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("extra", [
+    ["--group", "launch_config", "--features", "grid_x,duration"],
+    ["--target", "memory_stall", "--link", "stream"],
+])  # fmt: skip
+def test_outputs_are_byte_identical_for_1_2_3_ranks(demo, tmp_path, extra):
+    args = [demo / "kernels.parquet", "--memcpy", demo / "memcpy.parquet", "--bin-width", "1ms", "--top-k", "4", *extra]
+    reports = []
+    for r in (1, 2, 3):
+        proc = run_bin(*args, "--output", tmp_path / f"r{r}", ranks=r)
+        assert proc.returncode == 0, proc.stderr
+        reports.append(json.loads((tmp_path / f"r{r}" / "bin.json").read_text()))
+    for name in ("bins.parquet", "topk_rows.parquet"):
+        first = (tmp_path / "r1" / name).read_bytes()
+        assert all((tmp_path / f"r{r}" / name).read_bytes() == first for r in (2, 3)), name
+    run_specific = ("ranks", "seconds", "seconds_per_rank", "peak_rss_mb_per_rank")
+    same = [{k: v for k, v in rep.items() if k not in run_specific} for rep in reports]
+    assert same[0] == same[1] == same[2]
+    assert [rep["ranks"] for rep in reports] == [1, 2, 3] and len(reports[2]["peak_rss_mb_per_rank"]) == 3
+
+
+@pytest.mark.mpi
+def test_a_failing_rank_stops_the_job_promptly(demo, tmp_path):
+    t0 = time.monotonic()
+    proc = run_bin(demo / "kernels.parquet", "--output", tmp_path, ranks=3, env={"GPUVAR_BIN_FAIL_ON_RANK": "1"},
+                   timeout=60)  # fmt: skip
+    assert proc.returncode != 0
+    assert "rank 1: error" in proc.stderr and "GPUVAR_BIN_FAIL_ON_RANK" in proc.stderr
+    assert time.monotonic() - t0 < 30
+    assert not (tmp_path / "bins.parquet").exists()
+
+
+def _tiny_files(tmp_path: Path):
+    """Stream 1: copies at t=0 (dur 10) and t=100 (dur 40); stream 2: no copy before its first kernel."""
+    kernels = pd.DataFrame({
+        "kernel_name": ["k", "k", "k", "k", "k"],
+        "device_id": [0, 0, 0, 0, 0], "stream_id": [1, 1, 2, 2, 1],
+        "start": [50, 150, 20, 300, 5_000_050], "end": [80, 250, 45, 330, 5_000_150],
+    })  # fmt: skip
+    memcpy = pd.DataFrame({
+        "device_id": [0, 0, 0], "stream_id": [1, 1, 2], "start": [0, 100, 200], "end": [10, 140, 205],
+        "bytes": [64, 128, 256], "copy_kind": [1, 8, 2],
+    })  # fmt: skip
+    write_canonical(finalize_kernels(kernels), tmp_path / "k.parquet", row_group_rows=2)
+    write_canonical(finalize_memcpy(memcpy), tmp_path / "m.parquet", row_group_rows=2)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [None, 2])
+def test_memory_stall_link_rule_end_to_end(tmp_path, ranks):
+    _tiny_files(tmp_path)
+    proc = run_bin(tmp_path / "k.parquet", "--memcpy", tmp_path / "m.parquet", "--target", "memory_stall",
+                   "--bin-width", "1ms", "--top-k", "5", "--output", tmp_path / "o", ranks=ranks)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "o" / "bin.json").read_text())
+    assert report["rows_without_target"] == {"no earlier memcpy on the same device and stream": 1}
+    assert report["rows_in"] == 5 and report["rows_binned"] == 4
+    rows = pq.read_table(tmp_path / "o" / "topk_rows.parquet").to_pandas().set_index("start")
+    # 50: copy@0 (10) -> |30-10|; 150: copy@100 (40) -> |100-40|; 300: copy@200 (5) -> |30-5|; 5000050: copy@100
+    assert rows["memory_stall"].to_dict() == {50: 20.0, 150: 60.0, 300: 25.0, 5_000_050: 60.0}
+    assert rows["linked_copy_kind"].to_dict() == {50: 1.0, 150: 8.0, 300: 2.0, 5_000_050: 8.0}
+    assert rows["linked_copy_bytes"][150] == 128
+
+
+def test_timeline_less_data_is_binned_by_launch_order(tmp_path):
+    n = 95
+    durations = 1000 + (np.arange(n) % 7) * 10
+    kernels = pd.DataFrame({"kernel_name": ["a", "b"] * 47 + ["a"], "launch_id": np.arange(n), "duration": durations})
+    write_canonical(finalize_kernels(kernels), tmp_path / "k.parquet", row_group_rows=16)
+    proc = run_bin(tmp_path / "k.parquet", "--bin-width", "10", "--top-k", "2", "--output", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "o" / "bin.json").read_text())
+    assert report["axis"] == "launch_id" and report["bin_unit"] == "launches" and report["bins"] == 10
+    bins = pq.read_table(tmp_path / "o" / "bins.parquet").to_pandas()
+    assert bins["count"].tolist() == [10] * 9 + [5] and bins["bin_start"].tolist()[:2] == [0, 10]
+    # a time unit on data without start times is a one-line user error
+    proc = run_bin(tmp_path / "k.parquet", "--bin-width", "10ms", "--output", tmp_path / "o2")
+    assert proc.returncode == 2 and "give --bin-width as a number of launches" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--bin-width", "ten"], "--bin-width"),
+    (["--target", "speed"], "unknown target 'speed'"),
+    (["--target", "memory_stall"], "needs --memcpy"),
+    (["--features", "nope"], "unknown column(s) nope"),
+])  # fmt: skip
+def test_bad_arguments_are_one_line_exit_2(demo, tmp_path, args, message):
+    proc = run_bin(demo / "kernels.parquet", "--output", tmp_path, *args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_column_names_the_file(tmp_path):
+    write_canonical(finalize_memcpy(pd.DataFrame({"start": [1], "end": [2]})), tmp_path / "m.parquet")
+    proc = run_bin(tmp_path / "m.parquet", "--output", tmp_path / "o")
+    assert proc.returncode == 2 and "m.parquet: missing column(s) kernel_name" in proc.stderr

@@ -1,0 +1,143 @@
+"""discover_all end to end: planted drivers, output files, skip records, bootstrap determinism, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuvar.causal.discover import discover_all, total_effects
+from gpuvar.causal.prepare import ALL_GROUP, group_slug
+from gpuvar.errors import GpuvarError
+
+
+def planted(n=300, seed=0):
+    """grid_x drives the target up, grid_y down; block_x and registers are unrelated noise."""
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({
+        "kernel_name": np.where(rng.random(n) < 0.5, "gemm", "axpy"),
+        "start": np.arange(n), "duration": rng.integers(1, 9, n),
+        "grid_x": rng.integers(1, 200, n).astype(float), "grid_y": rng.uniform(0, 50, n),
+        "block_x": rng.uniform(0, 1, n), "registers_per_thread": rng.integers(16, 64, n).astype(float),
+    })  # fmt: skip
+    gx = (df.grid_x - df.grid_x.mean()) / df.grid_x.std()
+    gy = (df.grid_y - df.grid_y.mean()) / df.grid_y.std()
+    df["kernel_variability"] = 2.0 * gx - 1.2 * gy + 0.5 * rng.laplace(size=n)
+    return df
+
+
+def test_planted_drivers_are_top_two(tmp_path):
+    summary = discover_all(planted(), "kernel_variability", "kernel_name", "auto", 30, 0, 1, 0, "fast", tmp_path)
+    assert summary["n_ok"] == 3 and summary["n_skipped"] == 0
+    for group in ("gemm", "axpy", ALL_GROUP):
+        out = tmp_path / group_slug(group)
+        c = pd.read_csv(out / "contributions.csv")
+        top = c.head(2).set_index("feature")
+        assert set(top.index) == {"grid_x", "grid_y"}
+        assert top.at["grid_x", "sign"] == 1 and top.at["grid_y", "sign"] == -1
+        assert c["feature"].iloc[0] == "grid_x"
+        assert abs(c["contribution_pct"].sum() - 100) < 1e-9
+        edges = pd.read_csv(out / "edges.csv")
+        assert list(edges.columns) == ["from", "to", "coefficient", "sign"]
+        assert not (edges["from"] == "kernel_variability").any()  # the target is a sink
+        order = json.loads((out / "order.json").read_text())
+        assert order["causal_order"][-1] == "kernel_variability"
+        adj = pd.read_csv(out / "adjacency.csv", index_col="to")
+        assert list(adj.index) == list(adj.columns)
+        g = nx.read_graphml(out / "graph.graphml")
+        assert g.nodes["kernel_variability"]["is_target"] is True
+        e = g.edges["grid_x", "kernel_variability"]
+        assert e["sign"] == 1 and e["weight"] > 0 and e["contribution_pct"] > 0
+        rec = json.loads((out / "causal.json").read_text())
+        assert rec["status"] == "ok" and rec["engine"] == "fast" and "fit_s" in rec["timings"]
+
+
+def test_total_effect_includes_indirect_paths():
+    # x0 -> x1 (0.5), x1 -> t (2), x0 -> t (1): total effect of x0 on t = 1 + 0.5 * 2
+    B = np.zeros((3, 3))
+    B[1, 0], B[2, 1], B[2, 0] = 0.5, 2.0, 1.0
+    assert np.allclose(total_effects(B, 2), [2.0, 2.0, 0.0])
+
+
+def test_small_groups_are_skip_records(tmp_path):
+    df = planted(80)
+    df.loc[df.index[:3], "kernel_name"] = "tiny"
+    summary = discover_all(df, "kernel_variability", "kernel_name", "grid_x,grid_y", 30, 0, 1, 0, "fast", tmp_path)
+    tiny = next(g for g in summary["groups"] if g["group"] == "tiny")
+    assert tiny["status"] == "skipped" and "min_rows" in tiny["skip_reason"]
+    rec = json.loads((tmp_path / tiny["slug"] / "causal.json").read_text())
+    assert rec["status"] == "skipped" and not (tmp_path / tiny["slug"] / "edges.csv").exists()
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(GpuvarError, match="target column"):
+        discover_all(planted(), "missing", outdir=tmp_path, bootstrap=0)
+    with pytest.raises(GpuvarError, match="engine"):
+        discover_all(planted(), "kernel_variability", engine="gpu", outdir=tmp_path, bootstrap=0)
+
+
+def test_bootstrap_identical_bytes_for_any_worker_count(tmp_path):
+    df = planted(120, seed=3)
+    args = ("kernel_variability", None, "grid_x,grid_y,block_x", 30, 12)
+    discover_all(df, *args, workers=1, seed=5, engine="fast", outdir=tmp_path / "w1")
+    discover_all(df, *args, workers=2, seed=5, engine="fast", outdir=tmp_path / "w2")
+    slug = group_slug(ALL_GROUP)
+    b1 = (tmp_path / "w1" / slug / "bootstrap_edges.csv").read_bytes()
+    assert b1 == (tmp_path / "w2" / slug / "bootstrap_edges.csv").read_bytes()
+    assert (tmp_path / "w1" / slug / "graph.graphml").read_bytes() == (
+        tmp_path / "w2" / slug / "graph.graphml"
+    ).read_bytes()
+    boot = pd.read_csv(tmp_path / "w1" / slug / "bootstrap_edges.csv")
+    assert {"from", "to", "probability", "coef_mean", "coef_std", "coef_q05", "coef_q50", "coef_q95"} <= set(
+        boot.columns
+    )
+    row = boot[(boot["from"] == "grid_x") & (boot["to"] == "kernel_variability")].iloc[0]
+    assert row["probability"] == 1.0 and row["coef_q05"] > 0
+
+
+def test_lingam_engine_matches_fast(tmp_path):
+    pytest.importorskip("lingam")
+    df = planted(150, seed=4)
+    for engine in ("fast", "lingam"):
+        discover_all(df, "kernel_variability", None, "auto", 30, 0, 1, 0, engine, tmp_path / engine)
+    slug = group_slug(ALL_GROUP)
+    for name in ("edges.csv", "contributions.csv", "order.json", "adjacency.csv"):
+        assert (tmp_path / "fast" / slug / name).read_bytes() == (tmp_path / "lingam" / slug / name).read_bytes()
+
+
+def test_cli(tmp_path, run_cli):
+    rows = tmp_path / "rows.parquet"
+    planted(100).to_parquet(rows)
+    res = run_cli("causal", rows, "--target", "kernel_variability", "--bootstrap", "0", "--output", tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["n_ok"] == 3
+    res = run_cli("causal", rows, "--target", "nope", "--output", tmp_path / "bad")
+    assert res.returncode == 2 and "rows.parquet" in res.stderr and "Traceback" not in res.stderr
+    res = run_cli("causal", tmp_path / "missing.parquet", "--target", "t", "--output", tmp_path / "bad")
+    assert res.returncode == 2 and "file not found" in res.stderr
+
+
+def test_bootstrap_logs_progress(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="gpuvar.causal"):
+        discover_all(planted(90), "kernel_variability", None, "grid_x,grid_y", 30, 10, 1, 0, "fast", tmp_path)
+    msgs = [r.getMessage() for r in caplog.records if "bootstrap" in r.getMessage()]
+    assert msgs[-1] == "bootstrap 10/10 resamples (100%)" and len(msgs) == 10
+
+
+def test_bench_causal_prints_one_json(capsys):
+    pytest.importorskip("lingam")
+    import argparse
+
+    from gpuvar.bench.causal import configure_causal, run_causal
+
+    parser = argparse.ArgumentParser()
+    configure_causal(parser)
+    assert run_causal(parser.parse_args(["--p", "6", "--n", "300", "--seed", "1"])) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["p"] == 6 and out["n"] == 300 and out["same_order"] is True
+    assert out["max_abs_adjacency_diff"] <= 1e-8 and {"lingam_s", "gpuvar_s", "speedup"} <= set(out)

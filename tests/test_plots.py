@@ -1,0 +1,253 @@
+"""Figures: each plot writes a real PNG/SVG plus its data, reruns are byte-identical, hidden edges are
+counted by reason, missing parallel-coordinate features are reported, the `gpuvar plot` CLI works."""
+
+from __future__ import annotations
+
+import json
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuvar.errors import GpuvarError, InputError
+from gpuvar.plots import causal_graph, parallel, scaling, timeline
+
+TARGET = "kernel_variability"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_group(folder, edges, group="void k<float>(int)", graphml=True, boot=True):
+    """A causal group folder like `gpuvar causal` writes. edges: (from, to, coef, contribution_pct, prob)."""
+    folder.mkdir(parents=True)
+    nodes = sorted({e[0] for e in edges} | {e[1] for e in edges} | {"idle_feature"}) + [TARGET]
+    nodes = list(dict.fromkeys(n for n in nodes if n != TARGET)) + [TARGET]
+    (folder / "causal.json").write_text(json.dumps({"group": group, "target": TARGET, "status": "ok"}))
+    (folder / "order.json").write_text(json.dumps({"causal_order": nodes, "target": TARGET}))
+    pd.DataFrame([(f, t, c, int(np.sign(c))) for f, t, c, _, _ in edges], columns=["from", "to", "coefficient", "sign"]).to_csv(folder / "edges.csv", index=False)
+    contrib = [(f, c, p, int(np.sign(c))) for f, t, c, p, _ in edges if t == TARGET]
+    pd.DataFrame(contrib, columns=["feature", "total_effect", "contribution_pct", "sign"]).to_csv(folder / "contributions.csv", index=False)
+    if boot:
+        pd.DataFrame([(f, t, p) for f, t, _, _, p in edges], columns=["from", "to", "probability"]).to_csv(folder / "bootstrap_edges.csv", index=False)
+    if graphml:
+        g = nx.DiGraph()
+        for n in nodes:
+            g.add_node(n, is_target=n == TARGET)
+        for f, t, c, p, prob in edges:
+            attrs = {"weight": c, "sign": int(np.sign(c)), "probability": prob}
+            if t == TARGET:
+                attrs["contribution_pct"] = p
+            g.add_edge(f, t, **attrs)
+        nx.write_graphml(g, folder / "graph.graphml")
+    return folder
+
+
+EDGES = [
+    ("grid_x", TARGET, 0.8, 60.0, 0.95),  # shown, positive
+    ("grid_y", TARGET, -0.5, 39.5, 0.9),  # shown, negative
+    ("block_x", TARGET, 0.01, 0.5, 0.99),  # hidden: contribution 0.5 % < 1 %
+    ("registers_per_thread", TARGET, 0.3, 20.0, 0.3),  # hidden: probability 0.3 < 0.5 (checked first)
+    ("grid_x", "grid_y", 0.4, float("nan"), 0.8),  # shown, feature -> feature
+    ("block_x", "grid_y", -0.2, float("nan"), 0.1),  # hidden: probability
+]
+
+
+@pytest.fixture
+def group(tmp_path):
+    return write_group(tmp_path / "causal" / "k-1234abcd", EDGES)
+
+
+def test_causal_graph_writes_png_svg_and_edge_table(group, tmp_path):
+    result = causal_graph.plot_group(group, tmp_path / "out" / "g")
+    png, svg = (tmp_path / "out" / "g.png").read_bytes(), (tmp_path / "out" / "g.svg").read_text()
+    assert png.startswith(PNG_MAGIC) and len(png) > 5_000
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    edges = pd.read_csv(tmp_path / "out" / "g.edges.csv")
+    assert len(edges) == len(EDGES) and result["shown"] == 3
+
+
+def test_hidden_edges_counted_by_reason(group):
+    cg = causal_graph.load_group(group)
+    assert cg.target == TARGET and cg.group == "void k<float>(int)"
+    table = causal_graph.classify_edges(cg, min_contribution_pct=1.0, min_probability=0.5)
+    status = {(r["from"], r["to"]): r["status"] for r in table.to_dict("records")}
+    assert status[("grid_x", TARGET)] == "shown"
+    assert status[("block_x", TARGET)] == "contribution < 1 %"
+    assert status[("registers_per_thread", TARGET)] == "bootstrap probability < 0.5"
+    assert status[("grid_x", "grid_y")] == "shown"
+    assert causal_graph.hidden_counts(table) == {"bootstrap probability < 0.5": 2, "contribution < 1 %": 1}
+    assert causal_graph.hidden_counts(causal_graph.classify_edges(cg, 0.0, 0.0)) == {}
+
+
+def test_csv_only_group_matches_graphml(tmp_path):
+    a = causal_graph.load_group(write_group(tmp_path / "a", EDGES))
+    b = causal_graph.load_group(write_group(tmp_path / "b", EDGES, graphml=False))
+    ta, tb = (causal_graph.classify_edges(x, 1.0, 0.5).reset_index(drop=True) for x in (a, b))
+    pd.testing.assert_frame_equal(ta, tb)
+
+
+def test_without_bootstrap_nothing_hidden_by_probability(tmp_path):
+    cg = causal_graph.load_group(write_group(tmp_path / "g", EDGES, graphml=False, boot=False))
+    hidden = causal_graph.hidden_counts(causal_graph.classify_edges(cg, 1.0, 0.5))
+    assert hidden == {"contribution < 1 %": 1}
+
+
+def test_layout_is_deterministic_and_target_central(group):
+    cg = causal_graph.load_group(group)
+    shown = causal_graph.classify_edges(cg, 1.0, 0.5).query("status == 'shown'")
+    pos = causal_graph.shell_layout(cg, shown)
+    assert pos == causal_graph.shell_layout(cg, shown)
+    assert pos[TARGET] == (0.0, 0.0)
+    assert pos["grid_x"][1] > 0 and abs(pos["grid_x"][0]) < 1e-9  # largest contribution at 12 o'clock
+    assert "idle_feature" not in pos and "registers_per_thread" not in pos
+
+
+def test_plot_causal_dir_selects_groups_and_lists_skipped(tmp_path):
+    root = tmp_path / "causal"
+    write_group(root / "k-1", EDGES)
+    write_group(root / "all-2", EDGES, group="__all__")
+    (root / "small-3").mkdir()
+    (root / "small-3" / "causal.json").write_text(json.dumps({"group": "tiny", "status": "skipped", "skip_reason": "12 rows < 30"}))
+    index = causal_graph.plot_causal_dir(root, tmp_path / "per", which="per_kernel", formats=["png"])
+    assert set(index["slug"]) == {"k-1", "small-3"}
+    assert index.set_index("slug").loc["small-3", "reason"] == "12 rows < 30"
+    assert (tmp_path / "per" / "k-1.png").is_file() and (tmp_path / "per" / "k-1.graphml").is_file()
+    whole = causal_graph.plot_causal_dir(root, tmp_path / "whole", which="whole", formats=["svg"])
+    assert list(whole["slug"]) == ["all-2"] and not (tmp_path / "whole" / "k-1.svg").exists()
+
+
+def test_not_a_causal_folder_is_an_input_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="graph.graphml or edges.csv"):
+        causal_graph.load_group(tmp_path / "empty")
+
+
+def top_rows(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({
+        "grid_x": rng.choice([64, 128, 1024], n), "grid_y": rng.integers(1, 9, n),
+        "block_x": rng.choice([128, 256], n), "linked_copy_kind": rng.choice([1, 2, 8], n).astype(float),
+        "kernel_name": rng.choice(["a", "b"], n),
+    })  # fmt: skip
+    df[TARGET] = df["grid_x"] * 10.0 + (df["linked_copy_kind"] == 8) * 5e3 + rng.normal(0, 100, n)
+    return df
+
+
+def test_parallel_skips_missing_and_non_numeric_features(tmp_path):
+    rows = top_rows()
+    rows.to_parquet(tmp_path / "rows.parquet")
+    features = ["grid_x", "tcp_pending_stall", "kernel_name", "linked_copy_kind"]
+    result = parallel.plot_parallel(tmp_path / "rows.parquet", tmp_path / "par", TARGET, features)
+    assert result["axes"] == ["grid_x", "linked_copy_kind", TARGET]
+    assert any(n.startswith("tcp_pending_stall: not in the rows") for n in result["notes"])
+    assert any(n.startswith("kernel_name: not numeric") for n in result["notes"])
+    data = pd.read_csv(tmp_path / "par.csv")
+    assert list(data.columns) == result["axes"] and len(data) == len(rows)
+    assert data[TARGET].is_monotonic_increasing  # drawn in target order: most variable on top
+    assert sorted(data["grid_x"].unique()) == [64, 128, 1024]  # original units, not normalised
+    assert (tmp_path / "par.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_parallel_without_target_is_an_error():
+    with pytest.raises(GpuvarError, match="target column"):
+        parallel.draw_parallel(top_rows().drop(columns=[TARGET]), TARGET, ["grid_x"])
+
+
+def test_copy_kind_ticks_are_named():
+    ticks, labels = parallel._ticks(np.array([1.0, 8.0, 8.0, 2.0]), "linked_copy_kind")
+    assert list(ticks) == [1, 2, 8] and labels == ["HtoD (1)", "DtoH (2)", "DtoD (8)"]
+
+
+def bins_frame(n=200, seed=1):
+    rng = np.random.default_rng(seed)
+    start = 5_000_000_000 + np.arange(n, dtype=np.int64) * 10_000_000
+    var = rng.gamma(2.0, 1e6, n)
+    var[[7, 50, 120]] *= 50
+    var[3] = np.nan
+    df = pd.DataFrame({"bin": np.arange(n), "bin_start": start, "bin_end": start + 10_000_000,
+                       "count": rng.integers(1, 40, n), "var": var})  # fmt: skip
+    df["variance_rank"] = df["var"].rank(ascending=False, method="first")
+    return df
+
+
+def test_timeline_marks_top_k_and_uses_seconds(tmp_path):
+    bins_frame().to_parquet(tmp_path / "bins.parquet")
+    (tmp_path / "bin.json").write_text(json.dumps({"top_k": 3, "bin_width": "10ms"}))
+    result = timeline.plot_timeline(tmp_path / "bins.parquet", tmp_path / "tl", TARGET, tmp_path / "bin.json")
+    data = pd.read_csv(tmp_path / "tl.csv")
+    assert result["top_k"] == 3 and sorted(data.index[data["is_top_k"]]) == [7, 50, 120]
+    assert data["x"].iloc[0] == 0 and data["x"].iloc[1] == pytest.approx(0.01)
+    assert (tmp_path / "tl.svg").read_text().count("<svg") == 1
+
+
+def test_timeline_top_k_without_rank_column():
+    table = timeline.timeline_table(bins_frame().drop(columns=["variance_rank"]), top_k=2)
+    assert sorted(table.index[table["is_top_k"]]) == [7, 50]  # largest variances; NaN never chosen
+
+
+def test_bin_unit_from_bin_width():
+    assert timeline.bin_unit({"bin_width": "10ms"}) == "ns"
+    assert timeline.bin_unit({"bin_width": "500"}) == "launches"
+    assert timeline.bin_unit({}) == "ns"
+
+
+def write_runs(tmp_path, times=((1, 8.0), (2, 4.4), (4, 2.6))):
+    paths = []
+    for ranks, seconds in times:
+        p = tmp_path / f"bin{ranks}.json"
+        p.write_text(json.dumps({"ranks": ranks, "elapsed_s": seconds, "rows": 1000, "phases": {"read": seconds / 2}}))
+        paths.append(p)
+    return paths[::-1]  # order given must not matter
+
+
+def test_scaling_table_ideal_and_efficiency(tmp_path):
+    table = scaling.scaling_table(write_runs(tmp_path))
+    assert list(table["ranks"]) == [1, 2, 4]
+    assert list(table["ideal_s"]) == [8.0, 4.0, 2.0]
+    assert table["efficiency"].tolist() == pytest.approx([1.0, 8 / 8.8, 8 / 10.4])
+    assert "phase_read" in table.columns
+
+
+def test_scaling_needs_rank_count(tmp_path):
+    (tmp_path / "b.json").write_text(json.dumps({"elapsed_s": 1.0}))
+    with pytest.raises(InputError, match="rank count"):
+        scaling.scaling_record(tmp_path / "b.json")
+
+
+def render_all(tmp_path, out):
+    """Every figure kind once into folder `out`; returns the figure files written."""
+    root = tmp_path / "in"
+    if not root.exists():
+        write_group(root / "causal" / "k-1", EDGES)
+        top_rows().to_parquet(root / "rows.parquet", index=False)
+        bins_frame().to_parquet(root / "bins.parquet", index=False)
+        write_runs(root)
+    out = tmp_path / out
+    causal_graph.plot_causal_dir(root / "causal", out / "causal")
+    parallel.plot_parallel(root / "rows.parquet", out / "parallel", TARGET, ["grid_x", "linked_copy_kind"])
+    timeline.plot_timeline(root / "bins.parquet", out / "timeline", TARGET, top_k=3)
+    scaling.plot_scaling(sorted(root.glob("bin*.json")), out / "scaling")
+    return sorted(p.relative_to(out) for p in out.rglob("*") if p.suffix in (".png", ".svg", ".csv"))
+
+
+def test_rerun_is_byte_identical(tmp_path):
+    first = render_all(tmp_path, "a")
+    second = render_all(tmp_path, "b")
+    assert first == second and len([p for p in first if p.suffix in (".png", ".svg")]) == 8
+    for rel in first:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+    svg = (tmp_path / "a" / "scaling.svg").read_text()
+    assert "<dc:date>" not in svg and "Matplotlib v" not in svg
+    assert b"Software" not in (tmp_path / "a" / "scaling.png").read_bytes()
+
+
+def test_cli_plot_causal_and_error(run_cli, group, tmp_path):
+    done = run_cli("plot", "causal", group.parent, "-o", tmp_path / "figs", "--formats", "png", "--min-probability", "0")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["drawn"] == 1 and summary["hidden_edges"] == 1  # only the 0.5 % contribution edge
+    assert (tmp_path / "figs" / "k-1234abcd.png").is_file() and not (tmp_path / "figs" / "k-1234abcd.svg").exists()
+    bad = run_cli("plot", "timeline", tmp_path / "nope.parquet", "-o", tmp_path / "t", "--target", TARGET)
+    assert bad.returncode == 2 and "nope.parquet" in bad.stderr and "Traceback" not in bad.stderr
+    fmt = run_cli("plot", "scaling", tmp_path / "x.json", "-o", tmp_path / "s", "--formats", "pdf,gif")
+    assert fmt.returncode == 2 and "--formats" in fmt.stderr
