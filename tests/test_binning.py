@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -91,8 +90,24 @@ def test_bad_bin_width_is_an_error(text):
 
 
 def run_bin(*args, ranks=None, env=None, timeout=60):
-    cmd = ([str(MPIEXEC), "-n", str(ranks)] if ranks else []) + GPUVAR + ["bin", *map(str, args)]
+    """`gpuvar bin ARGS` under `mpiexec -n ranks` (a subprocess), or in this process when ranks is None."""
+    if ranks is None:
+        return _in_process(["bin", *map(str, args)])
+    cmd = [str(MPIEXEC), "-n", str(ranks)] + GPUVAR + ["bin", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def _in_process(argv) -> subprocess.CompletedProcess:
+    """Run the CLI here (one MPI rank, no mpiexec): what a user gets without MPI, minus 2 s of start-up."""
+    import contextlib
+    import io
+
+    from gpuvar.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    return subprocess.CompletedProcess(argv, code, "", err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -127,16 +142,16 @@ def test_bins_equal_pandas_and_rows_are_accounted(demo, tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("extra", [
-    ["--group", "launch_config", "--features", "grid_x,duration"],
-    ["--target", "memory_stall", "--link", "stream"],
+    ["--target", "memory_stall", "--link", "stream", "--features", "grid_x,duration,linked_copy_kind"],
+    pytest.param(["--group", "launch_config", "--features", "grid_x,duration"], marks=pytest.mark.slow),
 ])  # fmt: skip
 def test_outputs_are_byte_identical_for_1_2_3_ranks(demo, tmp_path, extra):
     args = [demo / "kernels.parquet", "--memcpy", demo / "memcpy.parquet", "--bin-width", "1ms", "--top-k", "4", *extra]
     reports = []
-    for r in (1, 2, 3):
-        proc = run_bin(*args, "--output", tmp_path / f"r{r}", ranks=r)
+    for r in (None, 2, 3):  # None: this process, one rank, no mpiexec
+        proc = run_bin(*args, "--output", tmp_path / f"r{r or 1}", ranks=r)
         assert proc.returncode == 0, proc.stderr
-        reports.append(json.loads((tmp_path / f"r{r}" / "bin.json").read_text()))
+        reports.append(json.loads((tmp_path / f"r{r or 1}" / "bin.json").read_text()))
     for name in ("bins.parquet", "topk_rows.parquet"):
         first = (tmp_path / "r1" / name).read_bytes()
         assert all((tmp_path / f"r{r}" / name).read_bytes() == first for r in (2, 3)), name

@@ -225,6 +225,15 @@ def test_wide_layout_without_units_row_and_without_size_columns(tmp_path):
     assert any("without a units row" in n for n in out.notes)
 
 
+def test_latin1_file_is_read_and_noted(tmp_path):
+    rows = [["ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"],
+            ["0", "k_\xe9t\xe9(float*)", "gpu__time_duration.sum", "usecond", "1.5"]]
+    (tmp_path / "l.csv").write_bytes(csv_text(rows, preamble=())[3:].decode().encode("latin-1"))
+    out, k = kernels_of(tmp_path / "l.csv")
+    assert k["kernel_name"][0] == "k_\xe9t\xe9(float*)" and k["duration"][0] == 1_500
+    assert "not valid UTF-8" in out.notes[0]
+
+
 @pytest.mark.parametrize("unit, expected", [
     ("nsecond", ("ns", 1.0)), ("usecond", ("ns", 1e3)), ("msecond", ("ns", 1e6)), ("second", ("ns", 1e9)),
     ("Kbyte", ("byte", 1e3)), ("Gbyte/second", ("byte/second", 1e9)), ("byte/usecond", ("byte/second", 1e6)),
@@ -233,6 +242,13 @@ def test_wide_layout_without_units_row_and_without_size_columns(tmp_path):
 ])
 def test_unit_scale(unit, expected):
     assert ncu.unit_scale(unit) == expected
+
+
+def test_sniff_claims_no_other_real_profiler_file(real_data):
+    others = [p for p in real_data.rglob("*") if p.is_file() and "ncu-csv" not in p.parts and p.suffix != ".md"]
+    assert others
+    for path in others:
+        assert not ncu.sniff(path, read_head(path)), path
 
 
 def test_sniff_rejects_other_csvs():
@@ -275,7 +291,6 @@ def test_malformed_ncu_csv_is_one_line_error(run_cli, tmp_path, case):
 @pytest.mark.parametrize("content, fmt, message", [
     (bytes(range(256)) * 40, "auto", "unrecognised format"),
     (bytes(range(256)) * 40, "ncu-csv", "binary file"),
-    (b"", "auto", "empty file"),
     (b"", "ncu-csv", "empty file"),
     (b"just,some\ncsv,text\n", "ncu-csv", "not an Nsight Compute CSV"),
 ])

@@ -195,7 +195,8 @@ def write_runs(tmp_path, times=((1, 8.0), (2, 4.4), (4, 2.6))):
     paths = []
     for ranks, seconds in times:
         p = tmp_path / f"bin{ranks}.json"
-        p.write_text(json.dumps({"ranks": ranks, "elapsed_s": seconds, "rows": 1000, "phases": {"read": seconds / 2}}))
+        # the shape `gpuvar bin` writes: per-phase seconds (slowest rank), no overall time
+        p.write_text(json.dumps({"ranks": ranks, "rows_in": 1000, "seconds": {"read": seconds / 2, "stats": seconds / 2}}))
         paths.append(p)
     return paths[::-1]  # order given must not matter
 
@@ -205,7 +206,12 @@ def test_scaling_table_ideal_and_efficiency(tmp_path):
     assert list(table["ranks"]) == [1, 2, 4]
     assert list(table["ideal_s"]) == [8.0, 4.0, 2.0]
     assert table["efficiency"].tolist() == pytest.approx([1.0, 8 / 8.8, 8 / 10.4])
-    assert "phase_read" in table.columns
+    assert "phase_read" in table.columns and table["rows"].tolist() == [1000] * 3
+
+
+def test_scaling_prefers_overall_elapsed_time(tmp_path):
+    (tmp_path / "b.json").write_text(json.dumps({"ranks": 2, "elapsed_s": 5.0, "seconds": {"read": 1.0}}))
+    assert scaling.scaling_record(tmp_path / "b.json")["total_s"] == 5.0
 
 
 def test_scaling_needs_rank_count(tmp_path):
@@ -241,13 +247,16 @@ def test_rerun_is_byte_identical(tmp_path):
     assert b"Software" not in (tmp_path / "a" / "scaling.png").read_bytes()
 
 
-def test_cli_plot_causal_and_error(run_cli, group, tmp_path):
+def test_cli_plot_causal_and_error(run_cli, group, tmp_path, capsys):
     done = run_cli("plot", "causal", group.parent, "-o", tmp_path / "figs", "--formats", "png", "--min-probability", "0")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["drawn"] == 1 and summary["hidden_edges"] == 1  # only the 0.5 % contribution edge
     assert (tmp_path / "figs" / "k-1234abcd.png").is_file() and not (tmp_path / "figs" / "k-1234abcd.svg").exists()
-    bad = run_cli("plot", "timeline", tmp_path / "nope.parquet", "-o", tmp_path / "t", "--target", TARGET)
-    assert bad.returncode == 2 and "nope.parquet" in bad.stderr and "Traceback" not in bad.stderr
-    fmt = run_cli("plot", "scaling", tmp_path / "x.json", "-o", tmp_path / "s", "--formats", "pdf,gif")
-    assert fmt.returncode == 2 and "--formats" in fmt.stderr
+    from gpuvar.cli import main
+
+    assert main(["plot", "timeline", str(tmp_path / "nope.parquet"), "-o", str(tmp_path / "t"), "--target", TARGET]) == 2
+    err = capsys.readouterr().err
+    assert "nope.parquet" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main(["plot", "scaling", str(tmp_path / "x.json"), "-o", str(tmp_path / "s"), "--formats", "pdf,gif"]) == 2
+    assert "--formats" in capsys.readouterr().err

@@ -35,7 +35,7 @@ SLURM_PROFILE = REPO / "profiles/slurm"
 CI_PROFILE = REPO / "ci/profile-slurm-ci"
 TEST_CONFIG = REPO / "ci/slurm-test-config.yaml"
 # JSON keys that legitimately differ between two runs of the same job (timings, memory, where it ran)
-VOLATILE_KEY = re.compile(r"(seconds|elapsed|wall|time|timing|_s$|rss|memory|host|pid|date|created)", re.I)
+VOLATILE_KEY = re.compile(r"(^|_)(seconds|elapsed|wall|time|timing|timings|rss|host|hostname|pid|date|created)(_|$)|_s$", re.I)
 DATA_SUFFIXES = {".parquet", ".json", ".csv", ".tsv", ".graphml"}
 
 

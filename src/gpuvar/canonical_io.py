@@ -23,10 +23,10 @@ METADATA_KEY = b"gpuvar"
 
 def sort_canonical(table: pa.Table) -> pa.Table:
     """Sort by start time (nulls last), ties and timeline-less data by launch id."""
-    keys = [(c, "ascending") for c in ("start", "launch_id") if c in table.column_names]
+    keys = [(c, "ascending", "at_end") for c in ("start", "launch_id") if c in table.column_names]
     if not keys or table.num_rows == 0:
         return table
-    return table.take(pc.sort_indices(table, sort_keys=keys, null_placement="at_end"))
+    return table.take(pc.sort_indices(table, sort_keys=keys))
 
 
 def write_canonical(table: pa.Table, path: str | Path, metadata: dict | None = None, row_group_rows: int = ROW_GROUP_ROWS) -> None:

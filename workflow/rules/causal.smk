@@ -14,15 +14,16 @@ rule discover_causal_graph:
         mem_mb=4000,
         runtime=60,
     params:
-        group_by=lambda wildcards: DATASETS[wildcards.dataset].group_by,
+        group_by=lambda wildcards: (
+            DATASETS[wildcards.dataset].group_by if CFG.causal.per_group else "none"
+        ),
         features=lambda wildcards: feature_option(DATASETS[wildcards.dataset].features),
         min_rows=CFG.causal.min_rows,
         bootstrap=CFG.causal.bootstrap,
         seed=CFG.causal.seed,
         engine=CFG.causal.engine,
-        per_group="" if CFG.causal.per_group else "--no-per-group",
     shell:
         "gpuvar causal {input.rows} --target {wildcards.target} --group-by {params.group_by}"
         " --features {params.features} --min-rows {params.min_rows} --bootstrap {params.bootstrap}"
-        " --workers {threads} --seed {params.seed} --engine {params.engine} {params.per_group}"
+        " --workers {threads} --seed {params.seed} --engine {params.engine}"
         " --output {output} > {log} 2>&1"

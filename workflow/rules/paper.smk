@@ -12,7 +12,9 @@ if PAPER_YAML.is_file():
     except ConfigError as error:
         sys.exit(f"gpuvar: {error}")
     for _dataset in PAPER.config.datasets:
-        if _dataset.name in DATASETS and not same_dataset(DATASETS[_dataset.name], _dataset):
+        if _dataset.name in DATASETS and not same_dataset(
+            DATASETS[_dataset.name], _dataset
+        ):
             sys.exit(
                 f"gpuvar: {PAPER_YAML}: dataset {_dataset.name!r} differs from the one of the same name in the "
                 "main config (source, format, group_by or features); rename it in config/paper.yaml"
@@ -33,7 +35,10 @@ if PAPER_YAML.is_file():
         for fig in PAPER_FIGURES.values():
             if fig.kind == "causal":
                 for dataset in fig.datasets:
-                    outputs += [f"results/paper/{fig.name}/{dataset}_{t}" for t in fig.targets]
+                    outputs += [
+                        f"results/paper/{fig.name}/{dataset}_{t}"
+                        for t in fig.targets
+                    ]
             elif fig.kind == "parallel":
                 for dataset in fig.datasets:
                     outputs += [
@@ -42,7 +47,10 @@ if PAPER_YAML.is_file():
                         for ext in PLOT_FORMATS + ["csv"]
                     ]
             else:
-                outputs += [f"results/paper/{fig.name}/scaling.{ext}" for ext in PLOT_FORMATS + ["csv"]]
+                outputs += [
+                    f"results/paper/{fig.name}/scaling.{ext}"
+                    for ext in PLOT_FORMATS + ["csv"]
+                ]
         return outputs
 
     rule paper:
@@ -52,10 +60,10 @@ if PAPER_YAML.is_file():
     rule make_paper_perfcounter_demo:
         output:
             "resources/paper/{name}_ncu.csv",
-        wildcard_constraints:
-            name="|".join(re.escape(name) for name in PAPER.demo_perfcounter) or "(?!)",
         log:
             "logs/make_paper_perfcounter_demo/{name}.log",
+        wildcard_constraints:
+            name="|".join(re.escape(name) for name in PAPER.demo_perfcounter) or "(?!)",
         conda:
             ENV
         threads: 1
@@ -80,12 +88,18 @@ if PAPER_YAML.is_file():
                 caption="../report/paper_causal.rst",
                 category="paper",
                 subcategory="{fig}",
-                labels={"figure": "{fig}", "dataset": "{dataset}", "target": "{target}", "group": "{group}"},
+                labels={
+                    "figure": "{fig}",
+                    "dataset": "{dataset}",
+                    "target": "{target}",
+                    "group": "{group}",
+                },
             ),
-        wildcard_constraints:
-            fig="|".join(f.name for f in PAPER_FIGURES.values() if f.kind == "causal") or "(?!)",
         log:
             "logs/plot_paper_causal_graphs/{fig}_{dataset}_{target}.log",
+        wildcard_constraints:
+            fig="|".join(f.name for f in PAPER_FIGURES.values() if f.kind == "causal")
+            or "(?!)",
         conda:
             ENV
         threads: 1
@@ -109,13 +123,21 @@ if PAPER_YAML.is_file():
                 "../report/paper_parallel.rst",
                 "paper",
                 "{fig}",
-                {"figure": "{fig}", "dataset": "{dataset}", "target": "{target}", "group": "top-k rows"},
+                {
+                    "figure": "{fig}",
+                    "dataset": "{dataset}",
+                    "target": "{target}",
+                    "group": "top-k rows",
+                },
             ),
             data="results/paper/{fig}/{dataset}_{target}.csv",
-        wildcard_constraints:
-            fig="|".join(f.name for f in PAPER_FIGURES.values() if f.kind == "parallel") or "(?!)",
         log:
             "logs/plot_paper_parallel_coordinates/{fig}_{dataset}_{target}.log",
+        wildcard_constraints:
+            fig="|".join(
+                f.name for f in PAPER_FIGURES.values() if f.kind == "parallel"
+            )
+            or "(?!)",
         conda:
             ENV
         threads: 1
@@ -143,13 +165,19 @@ if PAPER_YAML.is_file():
                 "../report/scaling.rst",
                 "paper",
                 "{fig}",
-                {"figure": "{fig}", "dataset": PAPER_SCALING.dataset or "", "target": PAPER_SCALING.target, "group": "scaling"},
+                {
+                    "figure": "{fig}",
+                    "dataset": PAPER_SCALING.dataset or "",
+                    "target": PAPER_SCALING.target,
+                    "group": "scaling",
+                },
             ),
             data="results/paper/{fig}/scaling.csv",
-        wildcard_constraints:
-            fig="|".join(f.name for f in PAPER_FIGURES.values() if f.kind == "scaling") or "(?!)",
         log:
             "logs/plot_paper_scaling/{fig}.log",
+        wildcard_constraints:
+            fig="|".join(f.name for f in PAPER_FIGURES.values() if f.kind == "scaling")
+            or "(?!)",
         conda:
             ENV
         threads: 1

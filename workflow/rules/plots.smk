@@ -17,16 +17,28 @@ def figure_files(stem, caption, category, subcategory, labels):
     """stem.<fmt> for every configured format; the report format is marked for the report."""
     files = [f"{stem}.{fmt}" for fmt in PLOT_FORMATS]
     marked = report(
-        f"{stem}.{REPORT_FORMAT}", caption=caption, category=category, subcategory=subcategory, labels=labels
+        f"{stem}.{REPORT_FORMAT}",
+        caption=caption,
+        category=category,
+        subcategory=subcategory,
+        labels=labels,
     )
-    return [marked if fmt == REPORT_FORMAT else path for fmt, path in zip(PLOT_FORMATS, files)]
+    return [
+        marked if fmt == REPORT_FORMAT else path
+        for fmt, path in zip(PLOT_FORMATS, files)
+    ]
 
 
 def scaling_trace(dataset, rows):
     """What the scaling study bins: a canonical demo trace of `rows` launches when the dataset is one of
-    the embedded demo files (20k launches are too few to time), else the dataset's ingested trace."""
+    the embedded demo files (20k launches are too few to time), else the dataset's ingested trace.
+    """
     source = str(DATASETS[dataset].source)
-    return f"demo-{rows}" if CFG.demo.enabled and source.startswith("resources/demo/") else dataset
+    return (
+        f"demo-{rows}"
+        if CFG.demo.enabled and source.startswith("resources/demo/")
+        else dataset
+    )
 
 
 def scaling_kernels(wildcards):
@@ -45,7 +57,11 @@ def plot_outputs():
     for dataset, target in ANALYSES:
         base = f"results/plots/{dataset}/{target}"
         outputs.append(f"{base}/causal")
-        outputs += [f"{base}/{kind}.{ext}" for kind in ("parallel", "timeline") for ext in PLOT_FORMATS + ["csv"]]
+        outputs += [
+            f"{base}/{kind}.{ext}"
+            for kind in ("parallel", "timeline")
+            for ext in PLOT_FORMATS + ["csv"]
+        ]
     if CFG.scaling.dataset is not None:
         trace = scaling_trace(CFG.scaling.dataset, CFG.scaling.rows)
         stem = scaling_figure_stem(trace, CFG.scaling.target, CFG.scaling.ranks)
@@ -63,7 +79,12 @@ rule plot_causal_graphs:
             caption="../report/causal_graph.rst",
             category="{dataset}",
             subcategory="causal graphs: {target}",
-            labels={"dataset": "{dataset}", "target": "{target}", "figure": "causal graph", "group": "{group}"},
+            labels={
+                "dataset": "{dataset}",
+                "target": "{target}",
+                "figure": "causal graph",
+                "group": "{group}",
+            },
         ),
     log:
         "logs/plot_causal_graphs/{dataset}_{target}.log",
@@ -89,7 +110,11 @@ rule plot_parallel_coordinates:
             "../report/parallel.rst",
             "{dataset}",
             "parallel coordinates",
-            {"dataset": "{dataset}", "target": "{target}", "figure": "parallel coordinates"},
+            {
+                "dataset": "{dataset}",
+                "target": "{target}",
+                "figure": "parallel coordinates",
+            },
         ),
         data="results/plots/{dataset}/{target}/parallel.csv",
     log:
@@ -119,7 +144,11 @@ rule plot_variability_timeline:
             "../report/timeline.rst",
             "{dataset}",
             "variability timeline",
-            {"dataset": "{dataset}", "target": "{target}", "figure": "variability timeline"},
+            {
+                "dataset": "{dataset}",
+                "target": "{target}",
+                "figure": "variability timeline",
+            },
         ),
         data="results/plots/{dataset}/{target}/timeline.csv",
     log:
@@ -142,12 +171,12 @@ rule make_scaling_trace:
     output:
         kernels="resources/scaling/demo-{rows}/kernels.parquet",
         memcpy="resources/scaling/demo-{rows}/memcpy.parquet",
-    wildcard_constraints:
-        rows=r"\d+",
     log:
         "logs/make_scaling_trace/demo-{rows}.log",
     benchmark:
         "benchmarks/make_scaling_trace/demo-{rows}.tsv"
+    wildcard_constraints:
+        rows=r"\d+",
     conda:
         ENV
     threads: 2
@@ -171,13 +200,13 @@ rule bin_scaling_trace:
         bins="results/scaling/{trace}/{target}/ranks{ranks}/bins.parquet",
         rows="results/scaling/{trace}/{target}/ranks{ranks}/topk_rows.parquet",
         report="results/scaling/{trace}/{target}/ranks{ranks}/bin.json",
-    wildcard_constraints:
-        trace=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-        ranks=r"\d+",
     log:
         "logs/bin_scaling_trace/{trace}_{target}_ranks{ranks}.log",
     benchmark:
         "benchmarks/bin_scaling_trace/{trace}_{target}_ranks{ranks}.tsv"
+    wildcard_constraints:
+        trace=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+        ranks=r"\d+",
     conda:
         ENV
     threads: workflow.cores
@@ -205,7 +234,10 @@ rule bin_scaling_trace:
 
 def scaling_reports(wildcards):
     ranks = [int(r) for r in wildcards.ranklist.split("_")]
-    return [f"results/scaling/{wildcards.trace}/{wildcards.target}/ranks{r}/bin.json" for r in ranks]
+    return [
+        f"results/scaling/{wildcards.trace}/{wildcards.target}/ranks{r}/bin.json"
+        for r in ranks
+    ]
 
 
 rule plot_scaling:
@@ -217,14 +249,19 @@ rule plot_scaling:
             "../report/scaling.rst",
             "scaling",
             "binning job: {trace}",
-            {"trace": "{trace}", "target": "{target}", "ranks": "{ranklist}", "figure": "strong scaling"},
+            {
+                "trace": "{trace}",
+                "target": "{target}",
+                "ranks": "{ranklist}",
+                "figure": "strong scaling",
+            },
         ),
         data="results/scaling/{trace}/{target}/ranks_{ranklist}/scaling.csv",
+    log:
+        "logs/plot_scaling/{trace}_{target}_{ranklist}.log",
     wildcard_constraints:
         trace=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
         ranklist=r"\d+(_\d+)*",
-    log:
-        "logs/plot_scaling/{trace}_{target}_{ranklist}.log",
     conda:
         ENV
     threads: 1

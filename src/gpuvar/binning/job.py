@@ -404,7 +404,13 @@ class Job:
         share.bins = bins
         del self.axis_v
 
-    def exchange(self, share: Share) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def exchange(self, share: Share) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """Rows to their bin's owner; returns bin-aligned segments (bins non-decreasing within and across).
+
+        Sorted input (the canonical layout): each destination's rows are one slice, sent straight from the
+        share's arrays (no send copy) and the rows a rank keeps are never copied: only the received rows and
+        the few kept rows of bins shared with a neighbour are concatenated.
+        """
         from mpi4py import MPI
 
         idx = np.flatnonzero(share.ok) if not share.ok.all() else None
@@ -414,38 +420,50 @@ class Job:
         counts = np.bincount(bins, minlength=self.n_bins).astype(np.int64) if self.n_bins else np.zeros(0, np.int64)
         total = np.empty_like(counts)
         self.comm.Allreduce(counts, total, op=MPI.SUM)
+        del counts
         owners = bin_owners(total, self.size)
-        self.bin_counts = total
-        dest = owners[bins] if len(bins) else np.zeros(0, np.int64)
-        if len(dest) and (np.diff(dest) < 0).any():  # not sorted by start: group rows by owner first
-            order = np.argsort(dest, kind="stable")
-            dest, bins = dest[order], bins[order]
-            cols = {k: v[order] for k, v in cols.items()}
-        send = np.bincount(dest, minlength=self.size).astype(np.int64)
+        first_bin = np.searchsorted(owners, np.arange(self.size + 1), side="left")  # owners is non-decreasing
+        if _is_sorted(bins):
+            cut = np.searchsorted(bins, first_bin, side="left")
+        else:  # not sorted by start: group rows by owner first (costs a copy)
+            order = np.argsort(owners[bins], kind="stable")
+            bins, cols = bins[order], {k: v[order] for k, v in cols.items()}
+            cut = np.searchsorted(owners[bins], np.arange(self.size + 1), side="left")
+        if self.size == 1:
+            return [(bins, cols)] if _is_sorted(bins) else [_sorted_segment(bins, cols)]
+        send = np.diff(cut).astype(np.int64)
         recv = np.array(self.comm.alltoall(send.tolist()), dtype=np.int64)
-        out_bins = self._alltoallv(bins, send, recv)
-        out = {k: self._alltoallv(v, send, recv) for k, v in cols.items()}
-        if len(out_bins) and (np.diff(out_bins) < 0).any():
-            order = np.argsort(out_bins, kind="stable")
-            out_bins = out_bins[order]
-            out = {k: v[order] for k, v in out.items()}
-        return out_bins, out
+        me = self.rank
+        send[me] = recv[me] = 0  # kept rows stay where they are
+        r_bins = self._alltoallv(bins, cut[:-1], send, recv)
+        r_cols = {k: self._alltoallv(v, cut[:-1], send, recv) for k, v in cols.items()}
+        n_low = int(recv[:me].sum())
+        own = slice(int(cut[me]), int(cut[me + 1]))
+        low = (r_bins[:n_low], {k: v[:n_low] for k, v in r_cols.items()})
+        own = (bins[own], {k: v[own] for k, v in cols.items()})
+        high = (r_bins[n_low:], {k: v[n_low:] for k, v in r_cols.items()})
+        return _merge_segments(low, own, high)
 
-    def _alltoallv(self, arr: np.ndarray, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
+    def _alltoallv(self, arr: np.ndarray, sdis: np.ndarray, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
         from mpi4py import MPI
 
         arr = np.ascontiguousarray(arr)
-        if self.size == 1:
-            return arr
         typ = MPI._typedict[arr.dtype.char]
-        sdis = np.concatenate(([0], np.cumsum(send)[:-1]))
         rdis = np.concatenate(([0], np.cumsum(recv)[:-1]))
         out = np.empty(int(recv.sum()), dtype=arr.dtype)
-        self.comm.Alltoallv([arr, (send.tolist(), sdis.tolist()), typ], [out, (recv.tolist(), rdis.tolist()), typ])
+        self.comm.Alltoallv([arr, (send.tolist(), [int(x) for x in sdis]), typ],
+                            [out, (recv.tolist(), rdis.tolist()), typ])  # fmt: skip
         return out
 
     # ---- phase 5: stats --------------------------------------------------------------------------------
-    def stats(self, bins: np.ndarray, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def stats(self, segments) -> dict[str, np.ndarray]:
+        """Statistics of every bin of the bin-aligned segments, concatenated in bin order."""
+        parts = [self._segment_stats(b, dict(c)) for b, c in segments if len(b)]
+        if not parts:
+            return self._segment_stats(np.zeros(0, np.int64), {"__target": np.zeros(0), **{f: np.zeros(0) for f in self.features}})
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def _segment_stats(self, bins: np.ndarray, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         w = self.opts.workers_per_rank
         base = bin_stats_parallel(cols.pop("__target"), bins, w)
         for f, values in cols.items():
@@ -503,6 +521,45 @@ class Job:
         return t
 
 
+def _is_sorted(a: np.ndarray, step: int = 1 << 22) -> bool:
+    """Non-decreasing? (chunked: no full-size temporary)."""
+    for i in range(0, len(a), step):
+        c = a[i : i + step + 1]
+        if (c[1:] < c[:-1]).any():
+            return False
+    return True
+
+
+def _sorted_segment(bins, cols):
+    order = np.argsort(bins, kind="stable")
+    return bins[order], {k: v[order] for k, v in cols.items()}
+
+
+def _cat(*segs):
+    return np.concatenate([s[0] for s in segs]), {k: np.concatenate([s[1][k] for s in segs]) for k in segs[0][1]}
+
+
+def _cut(seg, a, b):
+    return seg[0][a:b], {k: v[a:b] for k, v in seg[1].items()}
+
+
+def _merge_segments(low, own, high):
+    """[received from lower ranks | kept | received from higher ranks] as bin-aligned segments.
+
+    With a sorted file only the first and last kept bins can also hold received rows: those few kept rows are
+    joined to the received ones; the rest of the kept rows stay a view. Anything else is sorted as a whole.
+    """
+    lb, ob, hb = low[0], own[0], high[0]
+    if not (_is_sorted(lb) and _is_sorted(ob) and _is_sorted(hb)):
+        return [_sorted_segment(*_cat(low, own, high))]
+    p = int(np.searchsorted(ob, lb[-1], side="right")) if len(lb) else 0
+    q = int(np.searchsorted(ob, hb[0], side="left")) if len(hb) else len(ob)
+    ordered = (not len(lb) or not len(ob) or lb[-1] <= ob[0]) and (not len(hb) or not len(ob) or ob[-1] <= hb[0])
+    if not ordered or p > q or (len(lb) and len(hb) and lb[-1] > hb[0]):
+        return [_sorted_segment(*_cat(low, own, high))]
+    return [_cat(low, _cut(own, 0, p)), _cut(own, p, q), _cat(_cut(own, q, len(ob)), high)]
+
+
 def _plain_strings(t: pa.Table) -> pa.Table:
     """Dictionary columns back to their value type, so every output has the file's own schema."""
     for i, f in enumerate(t.schema):
@@ -539,10 +596,10 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     n_valid = comm.allreduce(int(share.ok.sum()))
     if n_valid == 0 and job.axis == "start" and comm.allreduce(share.reasons.get("no start timestamp", 0)) > 0:
         raise _Collective("no kernel has a start time (Nsight Compute data?): give --bin-width as a number of launches")
-    bins, cols = job.exchange(share)
+    segments = job.exchange(share)
     timer.lap("exchange", rank)
-    stats = job.stats(bins, cols)
-    del bins, cols
+    stats = job.stats(segments)
+    del segments
     timer.lap("stats", rank)
     parts = comm.gather(stats, root=0)
     table = job.bins_table(parts) if rank == 0 else None

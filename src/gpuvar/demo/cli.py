@@ -15,7 +15,11 @@ SET_FORMATS = ("set", "canonical", "nsys", "rocprof", "ncu", "ncu-wide")
 PLANTED = {
     "kernel_variability": {"grid_x": "+", "grid_y": "-", "tcp_pending_stall": "+ (AMD / ncu counters)"},
     "memory_stall": {"linked_copy_kind == 8 (DtoD)": "+ heavy-tailed copy durations"},
-    "gpu_time_variation (ncu)": {"dram__bytes_read.sum": "+", "grid_x": "+"},
+    "kernel_variability (ncu)": {
+        "dram__bytes_read.sum": "+ (adds dram bytes / 600 ns)",
+        "smsp__pcsamp_warps_issue_stalled_long_scoreboard": "+ (the stall counter)",
+        "grid_x": "+",
+    },
     "variable_windows": "about 15 % of 16384-launch windows have 4x kernel noise",
 }
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuvar.demo import synth
+from gpuvar.errors import GpuvarError
 
 IDENTITY_HEADER = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
                    "Block Size", "Grid Size", "Device", "CC")
@@ -145,9 +146,9 @@ def write_ncu_demo(path, launches: int, seed: int, variant: int = 0, layout: str
     a temporary file and renamed, so an interrupted run leaves no partial CSV behind.
     """
     if layout not in ("long", "wide"):
-        raise ValueError(f"layout must be 'long' or 'wide', got {layout!r}")
+        raise GpuvarError(f"ncu demo layout must be 'long' or 'wide', got {layout!r}")
     if launches <= 0:
-        raise ValueError(f"launches must be positive, got {launches}")
+        raise GpuvarError(f"ncu demo launches must be positive, got {launches}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pid = 40_000 + (seed * 7 + variant) % 20_000

@@ -122,7 +122,7 @@ def _parse(raw: bytes, header: bytes, encoding: str, bad: list) -> tuple[pa.Tabl
     return table, encoding
 
 
-def read_amd_csv(path: Path, out: ReaderOutput | None = None, table: str = "kernels") -> pd.DataFrame:
+def read_amd_csv(path: Path, out: ReaderOutput, table: str = "kernels") -> pd.DataFrame:
     """Parse an AMD profiler CSV with pyarrow (fast, multi-threaded), strictly.
 
     A row with the wrong number of fields is dropped and counted in `out` -- unless it is the file's last
@@ -144,18 +144,19 @@ def read_amd_csv(path: Path, out: ReaderOutput | None = None, table: str = "kern
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise InputError(path, f"malformed CSV: {str(exc).splitlines()[0]}") from None
     last_line = raw[-(1 << 20):].rstrip(b"\r\n").rsplit(b"\n", 1)[-1].rstrip(b"\r")
+    if not raw.endswith(b"\n"):
+        out.notes.append(f"{Path(path).name}: no newline at end of file; the last row may be incomplete")
+    del raw  # the Arrow table holds the data now; keep peak memory down for large traces
     for row in bad:
-        if row.text is not None and row.text.encode(encoding) == last_line:
+        cut = row.actual_columns < row.expected_columns
+        if cut and row.text is not None and row.text.encode(encoding) == last_line:
             raise InputError(
                 path, f"truncated: the last row has {row.actual_columns} of {row.expected_columns} fields"
             )
-    if out is not None and bad:
-        out.drop(table, "row with a different number of fields than the header", len(bad))
+    out.drop(table, "row with a different number of fields than the header", len(bad))
     if result.num_rows == 0 and not bad:
         raise InputError(path, "no data rows (header only)")
-    if not raw.endswith(b"\n") and out is not None:
-        out.notes.append(f"{Path(path).name}: no newline at end of file; the last row may be incomplete")
-    return result.to_pandas(split_blocks=True, self_destruct=True)
+    return result.to_pandas()
 
 
 # ------------------------------------------------------------------------------------------- column mapping

@@ -106,18 +106,20 @@ def unit_scale(unit: str) -> tuple[str, float]:
 
 # --- finding the CSV inside the file ----------------------------------------------------------------------
 def _header_fields(line: bytes) -> list[str] | None:
-    """The fields of `line` if it is an ncu CSV header (first field ID, names Kernel Name), else None."""
-    line = line.lstrip(b"\xef\xbb\xbf \t")
-    if not line.startswith((b'"ID"', b"ID,")):
+    """The fields of `line` if it is an ncu CSV header (fields named exactly ID and Kernel Name), else None."""
+    if b"Kernel Name" not in line or b"ID" not in line:
         return None
-    fields = next(csv.reader([line.decode("utf-8", errors="replace").rstrip("\r\n")]), [])
-    if fields and fields[0].strip() == "ID" and "Kernel Name" in fields:
+    line = line.lstrip(b"\xef\xbb\xbf")
+    fields = [f.strip() for f in next(csv.reader([line.decode("utf-8", errors="replace").rstrip("\r\n")]), [])]
+    if "ID" in fields and "Kernel Name" in fields:
         return fields
     return None
 
 
 def _find_header(data: bytes) -> tuple[int, list[str]] | None:
-    """(offset of the header line, its fields), skipping ==PROF== lines and program output before it."""
+    """(offset of the header line, its fields), skipping ==PROF== lines and program output before it.
+
+    ncu writes ID first, but the header is recognised by names alone so a reordered export still reads."""
     pos = 0
     while pos < len(data):
         end = data.find(b"\n", pos)
@@ -148,23 +150,25 @@ def _file_bytes(path: Path) -> bytes:
         raise InputError(path, f"cannot read file ({exc.strerror})") from None
     if b"\x00" in raw[:4096]:
         raise InputError(path, "binary file, not a CSV")
-    if not raw.strip():
+    if not raw or raw.isspace():
         raise InputError(path, "empty file")
-    return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
+    return raw
 
 
-def _strip_report_lines(body: bytes) -> tuple[bytes, int]:
-    """Remove ==PROF==/==WARNING== lines interleaved after the header; returns (bytes, lines removed)."""
-    if b"\n==" not in body:
-        return body, 0
-    return _REPORT_LINES.subn(b"", body)
+def _strip_report_lines(data: bytes, offset: int) -> tuple[bytes | memoryview, int]:
+    """The CSV part of `data` (from `offset`) without ==PROF==/==WARNING== lines interleaved after the header;
+    returns (body, lines removed). Zero-copy in the usual case of no such lines."""
+    if data.find(b"\n==", offset) < 0:
+        return memoryview(data)[offset:], 0
+    return _REPORT_LINES.subn(b"", data[offset:])
 
 
-def _check_truncated(path: Path, body: bytes, n_columns: int) -> None:
+def _check_truncated(path: Path, body, n_columns: int) -> None:
     """A file cut short mid-row (no final newline and an open quote or too few fields) is an error."""
-    if body.endswith((b"\n", b"\r")):
+    tail = bytes(body[-65536:])
+    if tail.endswith((b"\n", b"\r")):
         return
-    last = body[body.rfind(b"\n") + 1:].decode("utf-8", errors="replace")
+    last = tail[tail.rfind(b"\n") + 1:].decode("utf-8", errors="replace")
     if not last.strip():
         return
     if last.count('"') % 2:
@@ -184,7 +188,7 @@ def _unique_names(fields: list[str]) -> list[str]:
     return names
 
 
-def _parse(path: Path, body: bytes, fields: list[str], out: ReaderOutput) -> tuple[pa.Table, int]:
+def _parse(path: Path, body, fields: list[str], out: ReaderOutput) -> tuple[pa.Table, int]:
     """All fields as Arrow strings ('' for empty); returns (table, rows skipped for having too few fields).
 
     A row with too few fields (program output printed after the header) is skipped and counted; one with too
@@ -198,7 +202,7 @@ def _parse(path: Path, body: bytes, fields: list[str], out: ReaderOutput) -> tup
             return "skip"
         return "error"
 
-    def attempt(data: bytes) -> pa.Table:
+    def attempt(data) -> pa.Table:
         return pcsv.read_csv(
             pa.py_buffer(data),
             read_options=pcsv.ReadOptions(column_names=names, skip_rows=1),
@@ -217,7 +221,7 @@ def _parse(path: Path, body: bytes, fields: list[str], out: ReaderOutput) -> tup
                 raise
             short.clear()
             out.notes.append("file is not valid UTF-8: decoded as latin-1")
-            table = attempt(body.decode("latin-1").encode("utf-8"))
+            table = attempt(bytes(body).decode("latin-1").encode("utf-8"))
     except pa.ArrowInvalid as exc:
         message = str(exc).splitlines()[0][:200]
         raise InputError(path, f"malformed CSV: {message}") from None
@@ -480,7 +484,7 @@ def read(path: Path) -> ReaderOutput:
     if offset:
         skipped = data.count(b"\n", 0, offset)
         out.notes.append(f"skipped {skipped} preamble line(s) before the CSV header")
-    body, removed = _strip_report_lines(data[offset:])
+    body, removed = _strip_report_lines(data, offset)
     if removed:
         out.notes.append(f"ignored {removed} ==PROF==/==WARNING== report line(s) after the CSV header")
     _check_truncated(path, body, len(fields))

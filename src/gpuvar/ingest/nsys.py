@@ -121,13 +121,17 @@ def _damaged(path: Path, exc: Exception) -> InputError:
 
 
 def _fetch_sqlite3(con: sqlite3.Connection, table: str, columns: list[str]) -> pa.Table:
-    """Pure-sqlite3 fallback: rows -> per-column Arrow arrays (integers stay int64, mixed values become text)."""
-    sql = f'SELECT {", ".join(_quote(c) for c in columns)} FROM "{table}"'
-    rows = con.execute(sql).fetchall()
+    """Pure-sqlite3 fallback: rows -> Arrow arrays typed by the declared column type, like connectorx
+    (INTEGER -> int64, TEXT -> string, even when every value is NULL); values that do not fit become text."""
+    declared = {r[1]: (r[2] or "").upper() for r in con.execute(f'PRAGMA table_info("{table}")')}
+    rows = con.execute(f'SELECT {", ".join(_quote(c) for c in columns)} FROM "{table}"').fetchall()
     arrays = []
-    for values in zip(*rows) if rows else [[] for _ in columns]:
+    for name, values in zip(columns, zip(*rows) if rows else [()] * len(columns)):
+        decl = declared.get(name, "")
+        typ = _INT64 if "INT" in decl else pa.string() if any(t in decl for t in ("CHAR", "TEXT", "CLOB")) else None
         try:
-            arrays.append(pa.array(values, type=_INT64 if not rows else None))
+            arr = pa.array(values, type=typ)
+            arrays.append(arr if arr.type != pa.null() else arr.cast(pa.string()))
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             arrays.append(pa.array([None if v is None else str(v) for v in values], type=pa.string()))
     return pa.Table.from_arrays(arrays, names=columns)
@@ -273,6 +277,8 @@ def _resolve_names(ids: pa.ChunkedArray, strings: dict[int, str]) -> tuple[pd.Ca
 def _launch_ids(table: pa.Table) -> np.ndarray:
     """Rank of each row by (start, correlationId), from 0."""
     start = table.column("start").to_numpy()
+    if len(start) < 2 or (start[1:] > start[:-1]).all():  # exports are usually in start order already
+        return np.arange(len(start), dtype=np.int64)
     corr = _int_values(table.column("correlationId"), -1) if "correlationId" in table.column_names else None
     order = np.lexsort((corr, start)) if corr is not None else np.argsort(start, kind="stable")
     launch = np.empty(len(order), dtype=np.int64)
@@ -280,9 +286,16 @@ def _launch_ids(table: pa.Table) -> np.ndarray:
     return launch
 
 
-def _process_ids(column: pa.ChunkedArray) -> pd.arrays.IntegerArray:
-    values = pc.bit_wise_and(pc.shift_right(column, 24), 0xFFFFFF)
-    return pd.array(values.to_pandas(), dtype="Int64")
+def _int_array(column: pa.ChunkedArray):
+    """int64 numpy when there are no nulls, else a pandas Int64 array built from values + mask (no floats)."""
+    if not column.null_count:
+        return column.to_numpy()
+    mask = pc.is_null(column).to_numpy(zero_copy_only=False)
+    return pd.arrays.IntegerArray(pc.fill_null(column, 0).to_numpy().astype(np.int64, copy=False), mask)
+
+
+def _process_ids(column: pa.ChunkedArray):
+    return _int_array(pc.bit_wise_and(pc.shift_right(column, 24), 0xFFFFFF))
 
 
 def _frame(table: pa.Table, rename: dict[str, str], skip=()) -> dict:
@@ -293,7 +306,7 @@ def _frame(table: pa.Table, rename: dict[str, str], skip=()) -> dict:
             continue
         target = rename.get(name, name)
         if pa.types.is_integer(column.type):
-            cols[target] = column.to_numpy() if not column.null_count else pd.array(column.to_pandas(), dtype="Int64")
+            cols[target] = _int_array(column)
         else:
             cols[target] = column.to_pandas()
     return cols

@@ -92,9 +92,7 @@ def resolve_duplicates(df: pd.DataFrame, out: ReaderOutput, source: str) -> pd.D
         out.notes.append(
             f"{source}: {len(rename)} per-pass duplicate column(s) differ from their base, kept as <name>_pass<n>"
         )
-    for col in drop:
-        del df[col]
-    return amd_common.rename_columns(df, rename)
+    return amd_common.rename_columns(df.drop(columns=drop), rename)  # one drop: deletes would fragment
 
 
 # ------------------------------------------------------------------------------------------------- reading

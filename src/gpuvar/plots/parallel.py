@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.collections import LineCollection
-from matplotlib.colors import Normalize
+from matplotlib.colors import LogNorm, Normalize
 from matplotlib.cm import ScalarMappable
 
 from gpuvar.errors import GpuvarError, InputError
@@ -43,7 +43,15 @@ def select_axes(rows: pd.DataFrame, target: str, features: list[str]) -> tuple[l
     return axes + [target], notes
 
 
-def _ticks(values: np.ndarray, name: str) -> tuple[np.ndarray, list[str]]:
+LOG_SPAN = 30.0  # a positive axis spanning this factor or more is drawn on a log scale (grid sizes, stalls)
+
+
+def is_log_axis(values: np.ndarray) -> bool:
+    finite = values[np.isfinite(values)]
+    return bool(len(finite)) and finite.min() > 0 and finite.max() / finite.min() >= LOG_SPAN
+
+
+def _ticks(values: np.ndarray, name: str, log: bool = False) -> tuple[np.ndarray, list[str]]:
     """Tick positions (original units) and labels for one axis."""
     finite = values[np.isfinite(values)]
     uniq = np.unique(finite)
@@ -51,11 +59,13 @@ def _ticks(values: np.ndarray, name: str) -> tuple[np.ndarray, list[str]]:
         if name.endswith("copy_kind"):
             return uniq, [f"{COPY_KIND_NAMES.get(int(v), int(v))} ({int(v)})" for v in uniq]
         return uniq, [f"{v:.4g}" for v in uniq]
-    ticks = np.linspace(finite.min(), finite.max(), 5)
+    ticks = np.geomspace(finite.min(), finite.max(), 5) if log else np.linspace(finite.min(), finite.max(), 5)
     return ticks, [f"{v:.4g}" for v in ticks]
 
 
-def _normalise(values: np.ndarray) -> np.ndarray:
+def _normalise(values: np.ndarray, log: bool = False) -> np.ndarray:
+    """Position on the axis in 0..1 (log10 first for log axes); a constant axis sits in the middle."""
+    values = np.log10(values) if log else values
     lo, hi = np.nanmin(values), np.nanmax(values)
     return np.full_like(values, 0.5) if hi == lo else (values - lo) / (hi - lo)
 
@@ -81,10 +91,14 @@ def draw_parallel(rows: pd.DataFrame, target: str, features: list[str], title: s
     fig = style.figure(max(6.0, 1.5 * len(axes) + 1.5), 4.6)
     ax = fig.add_axes([0.08, 0.12, 0.8, 0.76])
     cax = fig.add_axes([0.91, 0.12, 0.018, 0.76])
-    norm_cols = np.column_stack([_normalise(table[a].to_numpy()) for a in axes]) if len(table) else np.empty((0, len(axes)))
+    logs = {a: is_log_axis(table[a].to_numpy()) for a in axes}
+    if any(logs.values()):
+        notes.append(f"log-scaled axes (values span {LOG_SPAN:g}x or more): {', '.join(a for a in axes if logs[a])}")
+    norm_cols = np.column_stack([_normalise(table[a].to_numpy(), logs[a]) for a in axes]) if len(table) else np.empty((0, len(axes)))
     xs = np.arange(len(axes), dtype=float)
     segments = [np.column_stack([xs, row]) for row in norm_cols]
-    cnorm = Normalize(float(table[target].min()), float(table[target].max())) if len(table) else Normalize(0, 1)
+    bounds = (float(table[target].min()), float(table[target].max())) if len(table) else (0.0, 1.0)
+    cnorm = LogNorm(*bounds) if logs[target] else Normalize(*bounds)  # colour follows the target axis
     lines = LineCollection(segments, cmap=colormaps[style.CMAP], norm=cnorm, linewidths=0.8, alpha=0.6)
     lines.set_array(table[target].to_numpy())
     ax.add_collection(lines)
@@ -93,10 +107,9 @@ def draw_parallel(rows: pd.DataFrame, target: str, features: list[str], title: s
         values = table[name].to_numpy()
         if not len(values):
             continue
-        ticks, labels = _ticks(values, name)
-        lo, hi = np.nanmin(values), np.nanmax(values)
-        for t, lab in zip(ticks, labels, strict=True):
-            y = 0.5 if hi == lo else (t - lo) / (hi - lo)
+        ticks, labels = _ticks(values, name, logs[name])
+        positions = _normalise(np.append(values, ticks), logs[name])[len(values):]
+        for y, lab in zip(positions, labels, strict=True):
             ax.plot([i - 0.03, i], [y, y], color="#333333", lw=0.8, zorder=3)
             ax.text(i - 0.05, y, lab, ha="right", va="center", fontsize=7, zorder=4,
                     bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.7))  # fmt: skip

@@ -1,7 +1,8 @@
 """Strong-scaling figure (paper Fig. 5b): binning time against MPI ranks for one fixed trace.
 
 Times are the binning job's own measurements (its bin.json), not Snakemake's wall clock, so start-up of the
-workflow does not blur the curve. The ideal line is the smallest run's time divided by the rank ratio.
+workflow does not blur the curve: its overall elapsed time when it reports one, else the sum of its phases
+(each phase's slowest rank), which is the job's critical path. The ideal line is the smallest run's time divided by the rank ratio.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from gpuvar.errors import InputError
 from gpuvar.plots import style
 
 RANK_KEYS = ("ranks", "n_ranks", "world_size", "mpi_ranks")
-TOTAL_KEYS = ("elapsed_s", "total_s", "wall_s", "seconds", "time_s")
-PHASE_KEYS = ("phases", "phase_seconds", "timings", "seconds_by_phase")
+TOTAL_KEYS = ("elapsed_s", "total_s", "wall_s", "time_s")
+PHASE_KEYS = ("seconds", "phases", "phase_seconds", "timings")  # gpuvar bin: "seconds" = per-phase max over ranks
 
 
 def _first(report: dict, keys: tuple[str, ...]):
@@ -47,7 +48,7 @@ def scaling_record(path: str | Path) -> dict:
     if ranks is None or total is None:
         what = "rank count" if ranks is None else "elapsed seconds"
         raise InputError(path, f"no {what} in bin.json (looked for {', '.join(RANK_KEYS if ranks is None else TOTAL_KEYS)})")
-    rows = report.get("rows", report.get("rows_read"))
+    rows = next((report[k] for k in ("rows", "rows_in", "rows_read") if isinstance(report.get(k), int)), None)
     record = {"ranks": int(ranks), "total_s": float(total), "rows": rows if isinstance(rows, int) else np.nan, "source": str(path)}
     record.update({f"phase_{k}": v for k, v in sorted(phases.items())})
     return record

@@ -1,0 +1,156 @@
+"""Binning benchmark: gpuvar's MPI job vs DuckDB SQL vs pandas on one canonical demo trace; prints one JSON.
+
+All three compute kernel_variability (duration - per-kernel-name mean) per fixed-width bin of start time:
+count, min, max, mean, sample var, std and linear-interpolated quartiles. They are timed in the same run
+(the machines drift by +-30 %, so compare ratios) and checked against each other: counts exact, every other
+statistic within 1e-9 relative to the bin's magnitude m = max(|min|, |max|) (m**2 for var), since float sums in another order
+differ in the last bits. The trace is generated once per (rows, seed) into --data-dir and reused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gpuvar.errors import GpuvarError
+
+STATS = ["count", "min", "max", "mean", "var", "std", "q25", "median", "q75"]
+TOLERANCE = 1e-9
+
+
+def configure_binning(p):
+    p.add_argument("--rows", type=int, default=10_000_000, help="kernel launches in the demo trace")
+    p.add_argument("--ranks", type=int, default=2, help="MPI ranks for gpuvar, threads for DuckDB")
+    p.add_argument("--bin-width", default="10ms", help="bin width (default 10ms)")
+    p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "gpuvar-bench-binning",
+                   help="cache of generated traces (one folder per rows+seed)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="demo trace seed")
+    p.add_argument("--workers-per-rank", type=int, default=1, help="gpuvar threads per rank for the statistics")
+    p.add_argument("--engines", default="gpuvar,duckdb,pandas", help="comma-separated subset to run")
+
+
+def demo_trace(data_dir: Path, rows: int, seed: int) -> tuple[Path, float | None]:
+    """kernels.parquet of a cached demo trace (generated if absent); seconds spent generating (None if cached)."""
+    import pyarrow.parquet as pq
+
+    from gpuvar.demo.canonical_writer import write_canonical_demo
+
+    folder = Path(data_dir) / f"rows{rows}-seed{seed}"
+    path = folder / "kernels.parquet"
+    try:
+        if pq.ParquetFile(path).metadata.num_rows == rows:
+            return path, None
+    except (OSError, ValueError):
+        pass
+    t0 = time.perf_counter()
+    write_canonical_demo(folder, rows, seed)
+    return path, round(time.perf_counter() - t0, 2)
+
+
+def run_gpuvar(path: Path, ranks: int, width: str, workers: int, out: Path) -> tuple[float, dict, dict]:
+    """Wall seconds of `mpiexec -n R gpuvar bin`, its bin.json, and its per-bin statistics."""
+    import pyarrow.parquet as pq
+
+    mpiexec = Path(sys.executable).with_name("mpiexec")
+    cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(ranks), sys.executable, "-m", "gpuvar.cli",
+           "bin", str(path), "--bin-width", width, "--features", "none", "--workers-per-rank", str(workers),
+           "--output", str(out)]  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise GpuvarError(f"gpuvar bin failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+    report = json.loads((out / "bin.json").read_text())
+    t = pq.read_table(out / "bins.parquet", columns=["bin", *STATS])
+    return wall, report, {c: t.column(c).to_numpy() for c in ["bin", *STATS]}
+
+
+def run_duckdb(path: Path, threads: int, width_ns: int) -> tuple[float, dict]:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads={int(threads)}")
+    f = str(path).replace("'", "''")
+    sql = f"""
+    WITH m AS (SELECT kernel_name, avg(duration) AS mu FROM read_parquet('{f}') GROUP BY kernel_name),
+         t0 AS (SELECT min(start) AS t0 FROM read_parquet('{f}')),
+         t AS (SELECT (k.start - t0.t0) // {width_ns} AS bin, k.duration - m.mu AS v
+               FROM read_parquet('{f}') k JOIN m USING (kernel_name), t0)
+    SELECT bin, count(*) AS count, min(v) AS min, max(v) AS max, avg(v) AS mean, var_samp(v) AS var,
+           stddev_samp(v) AS std, quantile_cont(v, 0.25) AS q25, quantile_cont(v, 0.5) AS median,
+           quantile_cont(v, 0.75) AS q75
+    FROM t GROUP BY bin ORDER BY bin"""
+    t0 = time.perf_counter()
+    res = con.execute(sql).fetchnumpy()
+    return time.perf_counter() - t0, {c: np.asarray(res[c], dtype=np.float64 if c != "bin" else np.int64) for c in res}
+
+
+def run_pandas(path: Path, width_ns: int) -> tuple[float, dict]:
+    import pandas as pd
+
+    t0 = time.perf_counter()
+    k = pd.read_parquet(path, columns=["kernel_name", "start", "duration"])
+    v = k["duration"] - k.groupby("kernel_name", observed=True)["duration"].transform("mean")
+    b = (k["start"] - k["start"].min()) // width_ns
+    g = v.groupby(b.to_numpy())
+    ref = g.agg(["count", "min", "max", "mean", "var", "std"])
+    ref["q25"], ref["median"], ref["q75"] = g.quantile(0.25), g.quantile(0.5), g.quantile(0.75)
+    seconds = time.perf_counter() - t0
+    return seconds, {"bin": ref.index.to_numpy(np.int64), **{c: ref[c].to_numpy(np.float64) for c in STATS}}
+
+
+def max_rel_diff(a: dict, b: dict) -> dict:
+    """Per-statistic max |a-b| / bin magnitude (squared for var); bins must be identical (else inf)."""
+    if len(a["bin"]) != len(b["bin"]) or not np.array_equal(a["bin"], b["bin"]):
+        return {"bins": float("inf")}
+    scale = np.maximum(np.abs(a["min"]), np.abs(a["max"])).astype(np.float64)
+    scale[scale == 0] = 1.0
+    out = {"count": float(np.abs(np.asarray(a["count"], float) - np.asarray(b["count"], float)).max(initial=0))}
+    for s in STATS[1:]:
+        x, y = np.asarray(a[s], float), np.asarray(b[s], float)
+        both_nan = np.isnan(x) & np.isnan(y)
+        d = np.where(both_nan, 0.0, np.abs(x - y) / (scale * scale if s == "var" else scale))
+        out[s] = float(np.nan_to_num(d, nan=np.inf).max(initial=0))
+    return out
+
+
+def run_binning(args) -> int:
+    from gpuvar.binning.partition import bin_width
+
+    width, unit = bin_width(args.bin_width)
+    if unit != "ns":
+        raise GpuvarError("bench binning needs a time bin width (e.g. 10ms)")
+    engines = {e.strip() for e in args.engines.split(",") if e.strip()}
+    path, gen_s = demo_trace(args.data_dir, args.rows, args.seed)
+    result: dict = {"rows": args.rows, "ranks": args.ranks, "bin_width_ns": width, "data": str(path),
+                    "generate_s": gen_s, "cpus": os.cpu_count()}  # fmt: skip
+    outputs = {}
+    if "gpuvar" in engines:
+        with tempfile.TemporaryDirectory(prefix="gpuvar-bench-") as tmp:
+            wall, report, outputs["gpuvar"] = run_gpuvar(path, args.ranks, args.bin_width, args.workers_per_rank, Path(tmp))
+        result.update(gpuvar_s=round(wall, 3), gpuvar_phase_s=report["seconds"],
+                      peak_rss_mb_per_rank=report["peak_rss_mb_per_rank"], bins=report["non_empty_bins"],
+                      workers_per_rank=args.workers_per_rank)  # fmt: skip
+    if "duckdb" in engines:
+        secs, outputs["duckdb"] = run_duckdb(path, args.ranks, width)
+        result["duckdb_s"] = round(secs, 3)
+    if "pandas" in engines:
+        secs, outputs["pandas"] = run_pandas(path, width)
+        result["pandas_s"] = round(secs, 3)
+    if "gpuvar_s" in result and "duckdb_s" in result:
+        result["speedup_vs_duckdb"] = round(result["duckdb_s"] / result["gpuvar_s"], 2)
+    if "gpuvar_s" in result and "pandas_s" in result:
+        result["speedup_vs_pandas"] = round(result["pandas_s"] / result["gpuvar_s"], 2)
+    names = sorted(outputs)
+    diffs = {f"{a}_vs_{b}": max_rel_diff(outputs[a], outputs[b]) for i, a in enumerate(names) for b in names[i + 1 :]}
+    result["max_rel_diff"] = diffs
+    result["agree"] = all(d.get("count", 1) == 0 and max(d.values()) <= TOLERANCE for d in diffs.values())
+    print(json.dumps(result, sort_keys=True))
+    return 0 if result["agree"] else 1
