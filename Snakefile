@@ -23,4 +23,4 @@ rule all:
     default_target: True
     input:
         analysis_outputs(),
-        plot_outputs(),
+        PLOT_OUTPUTS,

@@ -240,10 +240,11 @@ def test_rocprofv3_processes_are_joined_separately(tmp_path):
     host.mkdir()
     _write(host / "123_kernel_trace.csv", kt, [["KERNEL_DISPATCH", 2, 0, 1, "k", 100, 200, 64, 1, 1, 640, 1, 1]])
     _write(host / "456_kernel_trace.csv", kt, [["KERNEL_DISPATCH", 2, 0, 1, "k", 300, 450, 64, 1, 1, 100, 1, 1]])
-    _write(host / "123_counter_collection.csv", cc, [[1, "Agent 2", "k", "SQ_WAVES", 5], [1, "Agent 2", "k", "SQ_WAVES", 7]])
-    _write(host / "123_memory_copy_trace.csv",
-           ["Kind", "Direction", "Stream_Id", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp", "End_Timestamp"],
-           [["MEMORY_COPY", "MEMORY_COPY_DEVICE_TO_HOST", 0, 2, 0, 10, 20]])
+    _write(host / "123_counter_collection.csv", cc,
+           [[1, "Agent 2", "k", "SQ_WAVES", 5], [1, "Agent 2", "k", "SQ_WAVES", 7]])
+    mc = ["Kind", "Direction", "Stream_Id", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp",
+          "End_Timestamp"]
+    _write(host / "123_memory_copy_trace.csv", mc, [["MEMORY_COPY", "MEMORY_COPY_DEVICE_TO_HOST", 0, 2, 0, 10, 20]])
     out, k, m = kernels_of(tmp_path)
     k = k.set_index("process_id")
     assert k.loc[123, "sq_waves"] == 12 and pd.isna(k.loc[456, "sq_waves"])  # summed instances, own process

@@ -286,6 +286,20 @@ def test_cli_reports_bad_files_on_one_line(make, tmp_path, run_cli):
     assert str(path) in result.stderr and message in result.stderr
 
 
+def test_text_timestamps_are_an_input_error(tmp_path):
+    path = tmp_path / "text.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start TEXT, end TEXT, shortName INTEGER)")
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ('12:00', '12:01', 1)")
+    con.commit()
+    con.close()
+    from gpuvar.errors import InputError
+
+    with pytest.raises(InputError, match="column start holds string values, not integer nanoseconds"):
+        ingest(path, tmp_path / "out")
+
+
 def test_truncated_file_says_it_is_truncated(tmp_path):
     path, _ = _truncated(tmp_path)
     with pytest.raises(Exception) as info:

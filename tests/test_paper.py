@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from gpuvar.errors import ConfigError
-from gpuvar.plots.paper import load_paper_config, parse_paper_config, same_dataset
+from gpuvar.config import load_config
+from gpuvar.plots import snakemake_helpers as paths
+from gpuvar.plots.paper import load_paper_config, merge_datasets, parse_paper_config, same_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_YAML = REPO / "config" / "paper.yaml"
@@ -58,6 +60,31 @@ def test_same_dataset_ignores_targets_only():
     rank0 = paper.config.datasets[0]
     assert same_dataset(rank0, rank0.model_copy(update={"targets": ["kernel_variability"]}))
     assert not same_dataset(rank0, rank0.model_copy(update={"source": "other.sqlite"}))
+
+
+def test_merge_shares_identical_and_renames_conflicting_datasets():
+    paper = load_paper_config(PAPER_YAML, REPO)
+    main = {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets}
+    main["rank3"] = main["rank3"].model_copy(update={"source": "my/own/rank3.sqlite"})
+    before = dict(main)
+    names = merge_datasets(paper, main)
+    assert names["rank0"] == "rank0" and main["rank0"] is before["rank0"]  # shared, not redefined
+    assert names["rank3"] == "paper-rank3" and main["paper-rank3"].source == "resources/demo/rank3.sqlite"
+    assert main["rank3"].source == "my/own/rank3.sqlite"  # the everyday dataset is untouched
+    assert names["sw4lite"] == "sw4lite" and "sw4lite" in main
+    outputs = paths.paper_outputs(paper, ["svg", "png"], names)
+    assert "results/paper/fig3/paper-rank3_kernel_variability" in outputs
+    assert "results/paper/fig4/rank0_memory_stall.csv" in outputs and "results/paper/fig5b/scaling.png" in outputs
+
+
+def test_scaling_uses_a_big_demo_trace_only_for_demo_datasets():
+    paper = load_paper_config(PAPER_YAML, REPO)
+    rank0 = paper.config.datasets[0]
+    assert paths.scaling_trace(rank0, 4_000_000, demo_enabled=True) == "demo-4000000"
+    assert paths.scaling_trace(rank0, 4_000_000, demo_enabled=False) == "rank0"
+    assert paths.scaling_kernels("demo-4000000") == "resources/scaling/demo-4000000/kernels.parquet"
+    assert paths.scaling_kernels("rank0") == "results/ingest/rank0/kernels.parquet"
+    assert paths.scaling_stem("t", "memory_stall", [4, 1, 2]).endswith("/ranks_1_2_4/scaling")
 
 
 def dry_run(tmp_path, *targets):

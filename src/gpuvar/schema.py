@@ -89,12 +89,44 @@ def short_kernel_name(name: str) -> str:
     return m.group(1).split("::")[-1] if m else name
 
 
+def _int_values(values: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
+    """(int64 values, null mask or None) from anything numeric; floats are rounded (ns resolution).
+
+    Plain int64 columns pass through without a copy: this runs on every column of 100 M-row tables.
+    """
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "iub":
+        return values.to_numpy(dtype=np.int64, copy=False), None
+    numeric = pd.to_numeric(values, errors="coerce")
+    if isinstance(numeric.dtype, pd.api.extensions.ExtensionDtype):
+        numeric = numeric.astype("float64")
+    floats = numeric.to_numpy(dtype=np.float64, na_value=np.nan)
+    mask = ~np.isfinite(floats) | (np.abs(floats) >= 2.0**63)
+    ints = np.where(mask, 0, np.round(np.where(mask, 0, floats))).astype(np.int64)
+    return ints, (mask if mask.any() else None)
+
+
 def _int_column(values) -> pd.Series:
-    """Nullable int64 from anything numeric; non-integral floats are rounded (ns resolution)."""
-    s = pd.to_numeric(pd.Series(values), errors="coerce")
-    if s.dtype.kind == "f":
-        s = s.round()
-    return s.astype("Int64")
+    """Nullable int64 Series (for arithmetic on possibly-missing columns)."""
+    series = values if isinstance(values, pd.Series) else pd.Series(values)
+    ints, mask = _int_values(series)
+    return pd.Series(pd.arrays.IntegerArray(ints, mask if mask is not None else np.zeros(len(ints), bool)),
+                     index=series.index)
+
+
+def _int_arrow(values: pd.Series) -> pa.Array:
+    ints, mask = _int_values(values)
+    return pa.array(ints, type=pa.int64(), mask=mask)
+
+
+def _string_arrow(values: pd.Series) -> pa.Array:
+    """Strings via a dictionary (names repeat millions of times; building Python strings per row is slow)."""
+    if not isinstance(values.dtype, pd.CategoricalDtype):
+        values = values.astype("category")
+    categories = pa.array([str(c) for c in values.cat.categories], type=pa.string())
+    codes = values.cat.codes.to_numpy()
+    mask = codes < 0
+    indices = pa.array(np.where(mask, 0, codes).astype(np.int32), mask=mask if mask.any() else None)
+    return pa.DictionaryArray.from_arrays(indices, categories).cast(pa.string())
 
 
 LAUNCH_CONFIG_PARTS = (
@@ -129,12 +161,13 @@ def launch_config_codes(parts: list[np.ndarray]) -> tuple[np.ndarray, list[str]]
 
 def _launch_config_key(df: pd.DataFrame) -> pd.Categorical:
     """Launch-configuration key of every row (see launch_config_codes)."""
-    parts = [
-        (_int_column(df[p]) if p in df.columns else pd.Series(pd.NA, index=df.index, dtype="Int64"))
-        .fillna(_MISSING)
-        .to_numpy(dtype=np.int64)
-        for p in LAUNCH_CONFIG_PARTS
-    ]
+    parts = []
+    for p in LAUNCH_CONFIG_PARTS:
+        if p not in df.columns:
+            parts.append(np.full(len(df), _MISSING, dtype=np.int64))
+            continue
+        ints, mask = _int_values(df[p])
+        parts.append(np.where(mask, _MISSING, ints) if mask is not None else ints)
     codes, labels = launch_config_codes(parts)
     return pd.Categorical.from_codes(codes, categories=labels)
 
@@ -179,9 +212,9 @@ def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
         if c.column in df.columns:
             values = df[c.column]
             if c.type == "int64":
-                arr = pa.array(_int_column(values), type=pa.int64(), from_pandas=True)
+                arr = _int_arrow(values)
             elif c.type == "string":
-                arr = pa.array(values.astype(object).where(values.notna(), None), type=pa.string())
+                arr = _string_arrow(values)
             else:
                 arr = pa.array(pd.to_numeric(values, errors="coerce"), type=typ, from_pandas=True)
         else:
@@ -189,13 +222,14 @@ def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
         arrays.append(arr)
         fields.append(pa.field(c.column, typ))
     if table == "kernels":
-        key = _launch_config_key(df)
-        arrays.append(pa.array(np.asarray(key, dtype=object), type=pa.string()))
+        arrays.append(_string_arrow(pd.Series(_launch_config_key(df))))
         fields.append(pa.field("launch_config", pa.string()))
     for extra in df.columns:
         if extra in known:
             continue
         values = df[extra]
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            values = values.astype(object)
         if values.dtype == object:
             numeric = pd.to_numeric(values, errors="coerce")
             if numeric.notna().sum() == values.notna().sum():
@@ -211,12 +245,12 @@ def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
 
 def finalize_kernels(df: pd.DataFrame) -> pa.Table:
     """Canonical kernel table: documented columns first (derived where possible), extra columns kept after."""
-    return _finalize(_derive_kernel_columns(df.copy()), "kernels")
+    return _finalize(_derive_kernel_columns(df.copy(deep=False)), "kernels")
 
 
 def finalize_memcpy(df: pd.DataFrame) -> pa.Table:
     """Canonical memcpy table."""
-    df = df.copy()
+    df = df.copy(deep=False)
     if "duration" not in df.columns and {"start", "end"} <= set(df.columns):
         df["duration"] = _int_column(df["end"]) - _int_column(df["start"])
     return _finalize(df, "memcpy")

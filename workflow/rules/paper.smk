@@ -1,8 +1,9 @@
 # `snakemake paper`: the paper's figures from config/paper.yaml (see docs/paper.md).
-# The paper's datasets join DATASETS (a name shared with config/config.yaml must mean the same trace), so
-# ingest, binning and causal discovery are the ordinary rules; only the figure rules below are paper-only.
+# The paper's datasets join DATASETS (a dataset identical to one of config/config.yaml is shared; one that
+# differs under the same name becomes paper-<name>), so ingest, binning and causal discovery are the
+# ordinary rules; only the figure rules below are paper-only.
 
-from gpuvar.plots.paper import load_paper_config, same_dataset
+from gpuvar.plots.paper import load_paper_config, merge_datasets
 
 PAPER_YAML = Path(workflow.basedir) / "config" / "paper.yaml"
 
@@ -11,15 +12,7 @@ if PAPER_YAML.is_file():
         PAPER = load_paper_config(PAPER_YAML, Path(workflow.basedir))
     except ConfigError as error:
         sys.exit(f"gpuvar: {error}")
-    for _dataset in PAPER.config.datasets:
-        if _dataset.name in DATASETS and not same_dataset(
-            DATASETS[_dataset.name], _dataset
-        ):
-            sys.exit(
-                f"gpuvar: {PAPER_YAML}: dataset {_dataset.name!r} differs from the one of the same name in the "
-                "main config (source, format, group_by or features); rename it in config/paper.yaml"
-            )
-        DATASETS.setdefault(_dataset.name, _dataset)
+    PAPER_NAMES = merge_datasets(PAPER, DATASETS)
 
     # Widen {dataset} for the rules defined after this file (ingest, binning, causal, the paper's figures);
     # Snakefile includes this file right after common.smk for that reason.
@@ -28,34 +21,20 @@ if PAPER_YAML.is_file():
 
     PAPER_FIGURES = PAPER.figures
     PAPER_SCALING = PAPER.config.scaling
-
-    def paper_outputs():
-        """Every file of `snakemake paper`: results/paper/<figure>/..."""
-        outputs = []
-        for fig in PAPER_FIGURES.values():
-            if fig.kind == "causal":
-                for dataset in fig.datasets:
-                    outputs += [
-                        f"results/paper/{fig.name}/{dataset}_{t}"
-                        for t in fig.targets
-                    ]
-            elif fig.kind == "parallel":
-                for dataset in fig.datasets:
-                    outputs += [
-                        f"results/paper/{fig.name}/{dataset}_{t}.{ext}"
-                        for t in fig.targets
-                        for ext in PLOT_FORMATS + ["csv"]
-                    ]
-            else:
-                outputs += [
-                    f"results/paper/{fig.name}/scaling.{ext}"
-                    for ext in PLOT_FORMATS + ["csv"]
-                ]
-        return outputs
+    PAPER_OUTPUTS = plot_paths.paper_outputs(PAPER, PLOT_FORMATS, PAPER_NAMES)
+    PAPER_SCALING_TRACE = (
+        plot_paths.scaling_trace(
+            DATASETS[PAPER_NAMES[PAPER_SCALING.dataset]],
+            PAPER_SCALING.rows,
+            CFG.demo.enabled,
+        )
+        if PAPER_SCALING.dataset
+        else None
+    )
 
     rule paper:
         input:
-            paper_outputs(),
+            PAPER_OUTPUTS,
 
     rule make_paper_perfcounter_demo:
         output:
@@ -63,7 +42,7 @@ if PAPER_YAML.is_file():
         log:
             "logs/make_paper_perfcounter_demo/{name}.log",
         wildcard_constraints:
-            name="|".join(re.escape(name) for name in PAPER.demo_perfcounter) or "(?!)",
+            name="|".join(map(re.escape, PAPER.demo_perfcounter)) or "(?!)",
         conda:
             ENV
         threads: 1
@@ -84,7 +63,7 @@ if PAPER_YAML.is_file():
         output:
             report(
                 directory("results/paper/{fig}/{dataset}_{target}"),
-                patterns=["{group}." + REPORT_FORMAT],
+                patterns=[f"{{group}}.{REPORT_FORMAT}"],
                 caption="../report/paper_causal.rst",
                 category="paper",
                 subcategory="{fig}",
@@ -98,8 +77,7 @@ if PAPER_YAML.is_file():
         log:
             "logs/plot_paper_causal_graphs/{fig}_{dataset}_{target}.log",
         wildcard_constraints:
-            fig="|".join(f.name for f in PAPER_FIGURES.values() if f.kind == "causal")
-            or "(?!)",
+            fig=plot_paths.figure_names(PAPER, "causal"),
         conda:
             ENV
         threads: 1
@@ -118,12 +96,14 @@ if PAPER_YAML.is_file():
         input:
             rows="results/bin/{dataset}/{target}/topk_rows.parquet",
         output:
-            figures=figure_files(
+            figures=plot_paths.figure_files(
                 "results/paper/{fig}/{dataset}_{target}",
-                "../report/paper_parallel.rst",
-                "paper",
-                "{fig}",
-                {
+                PLOT_FORMATS,
+                REPORT_FORMAT,
+                caption="../report/paper_parallel.rst",
+                category="paper",
+                subcategory="{fig}",
+                labels={
                     "figure": "{fig}",
                     "dataset": "{dataset}",
                     "target": "{target}",
@@ -134,10 +114,7 @@ if PAPER_YAML.is_file():
         log:
             "logs/plot_paper_parallel_coordinates/{fig}_{dataset}_{target}.log",
         wildcard_constraints:
-            fig="|".join(
-                f.name for f in PAPER_FIGURES.values() if f.kind == "parallel"
-            )
-            or "(?!)",
+            fig=plot_paths.figure_names(PAPER, "parallel"),
         conda:
             ENV
         threads: 1
@@ -154,20 +131,22 @@ if PAPER_YAML.is_file():
 
     rule plot_paper_scaling:
         input:
-            lambda wildcards: [
-                f"results/scaling/{scaling_trace(PAPER_SCALING.dataset, PAPER_SCALING.rows)}"
-                f"/{PAPER_SCALING.target}/ranks{r}/bin.json"
-                for r in PAPER_SCALING.ranks
-            ],
+            plot_paths.scaling_reports(
+                PAPER_SCALING_TRACE, PAPER_SCALING.target, PAPER_SCALING.ranks
+            )
+            if PAPER_SCALING_TRACE
+            else [],
         output:
-            figures=figure_files(
+            figures=plot_paths.figure_files(
                 "results/paper/{fig}/scaling",
-                "../report/scaling.rst",
-                "paper",
-                "{fig}",
-                {
+                PLOT_FORMATS,
+                REPORT_FORMAT,
+                caption="../report/scaling.rst",
+                category="paper",
+                subcategory="{fig}",
+                labels={
                     "figure": "{fig}",
-                    "dataset": PAPER_SCALING.dataset or "",
+                    "dataset": str(PAPER_SCALING.dataset),
                     "target": PAPER_SCALING.target,
                     "group": "scaling",
                 },
@@ -176,8 +155,7 @@ if PAPER_YAML.is_file():
         log:
             "logs/plot_paper_scaling/{fig}.log",
         wildcard_constraints:
-            fig="|".join(f.name for f in PAPER_FIGURES.values() if f.kind == "scaling")
-            or "(?!)",
+            fig=plot_paths.figure_names(PAPER, "scaling"),
         conda:
             ENV
         threads: 1

@@ -2,71 +2,18 @@
 # rows and the variability timeline; once per config a strong-scaling study of the binning job.
 # Every figure is written in CFG.plots.formats (byte-identical on rerun) plus its data as CSV; the PNG
 # (else the SVG) goes into `snakemake --report`. Included before the stage rules (see Snakefile), so inputs
-# are written as paths rather than `rules.<name>.output`.
+# are written as paths rather than `rules.<name>.output`. Path helpers: gpuvar/plots/snakemake_helpers.py.
+
+import gpuvar.plots.snakemake_helpers as plot_paths
 
 PLOT_FORMATS = list(CFG.plots.formats)
-REPORT_FORMAT = "png" if "png" in PLOT_FORMATS else PLOT_FORMATS[0]
+REPORT_FORMAT = plot_paths.report_format(PLOT_FORMATS)
 PLOT_OPTIONS = f"--formats {','.join(PLOT_FORMATS)} --dpi {CFG.plots.dpi}"
 EDGE_FILTERS = (
     f"--min-contribution-pct {CFG.plots.min_contribution_pct}"
     f" --min-probability {CFG.plots.min_probability}"
 )
-
-
-def figure_files(stem, caption, category, subcategory, labels):
-    """stem.<fmt> for every configured format; the report format is marked for the report."""
-    files = [f"{stem}.{fmt}" for fmt in PLOT_FORMATS]
-    marked = report(
-        f"{stem}.{REPORT_FORMAT}",
-        caption=caption,
-        category=category,
-        subcategory=subcategory,
-        labels=labels,
-    )
-    return [
-        marked if fmt == REPORT_FORMAT else path
-        for fmt, path in zip(PLOT_FORMATS, files)
-    ]
-
-
-def scaling_trace(dataset, rows):
-    """What the scaling study bins: a canonical demo trace of `rows` launches when the dataset is one of
-    the embedded demo files (20k launches are too few to time), else the dataset's ingested trace.
-    """
-    source = str(DATASETS[dataset].source)
-    return (
-        f"demo-{rows}"
-        if CFG.demo.enabled and source.startswith("resources/demo/")
-        else dataset
-    )
-
-
-def scaling_kernels(wildcards):
-    if re.fullmatch(r"demo-\d+", wildcards.trace):
-        return f"resources/scaling/{wildcards.trace}/kernels.parquet"
-    return f"results/ingest/{wildcards.trace}/kernels.parquet"
-
-
-def scaling_figure_stem(trace, target, ranks):
-    return f"results/scaling/{trace}/{target}/ranks_{'_'.join(map(str, sorted(ranks)))}/scaling"
-
-
-def plot_outputs():
-    """Everything the plot rules add to `all`."""
-    outputs = []
-    for dataset, target in ANALYSES:
-        base = f"results/plots/{dataset}/{target}"
-        outputs.append(f"{base}/causal")
-        outputs += [
-            f"{base}/{kind}.{ext}"
-            for kind in ("parallel", "timeline")
-            for ext in PLOT_FORMATS + ["csv"]
-        ]
-    if CFG.scaling.dataset is not None:
-        trace = scaling_trace(CFG.scaling.dataset, CFG.scaling.rows)
-        stem = scaling_figure_stem(trace, CFG.scaling.target, CFG.scaling.ranks)
-        outputs += [f"{stem}.{ext}" for ext in PLOT_FORMATS + ["csv"]]
-    return outputs
+PLOT_OUTPUTS = plot_paths.plot_outputs(ANALYSES, CFG, DATASETS)
 
 
 rule plot_causal_graphs:
@@ -75,7 +22,7 @@ rule plot_causal_graphs:
     output:
         report(
             directory("results/plots/{dataset}/{target}/causal"),
-            patterns=["{group}." + REPORT_FORMAT],
+            patterns=[f"{{group}}.{REPORT_FORMAT}"],
             caption="../report/causal_graph.rst",
             category="{dataset}",
             subcategory="causal graphs: {target}",
@@ -105,12 +52,14 @@ rule plot_parallel_coordinates:
     input:
         rows="results/bin/{dataset}/{target}/topk_rows.parquet",
     output:
-        figures=figure_files(
+        figures=plot_paths.figure_files(
             "results/plots/{dataset}/{target}/parallel",
-            "../report/parallel.rst",
-            "{dataset}",
-            "parallel coordinates",
-            {
+            PLOT_FORMATS,
+            REPORT_FORMAT,
+            caption="../report/parallel.rst",
+            category="{dataset}",
+            subcategory="parallel coordinates",
+            labels={
                 "dataset": "{dataset}",
                 "target": "{target}",
                 "figure": "parallel coordinates",
@@ -139,12 +88,14 @@ rule plot_variability_timeline:
         bins="results/bin/{dataset}/{target}/bins.parquet",
         report="results/bin/{dataset}/{target}/bin.json",
     output:
-        figures=figure_files(
+        figures=plot_paths.figure_files(
             "results/plots/{dataset}/{target}/timeline",
-            "../report/timeline.rst",
-            "{dataset}",
-            "variability timeline",
-            {
+            PLOT_FORMATS,
+            REPORT_FORMAT,
+            caption="../report/timeline.rst",
+            category="{dataset}",
+            subcategory="variability timeline",
+            labels={
                 "dataset": "{dataset}",
                 "target": "{target}",
                 "figure": "variability timeline",
@@ -191,11 +142,13 @@ rule make_scaling_trace:
         " --workers {threads} --output {params.outdir} > {log} 2>&1"
 
 
-# One binning run per rank count. threads = all local cores, so locally no other job runs beside it and
-# the timings in bin.json are not disturbed; on Slurm cpus_per_task=1 and tasks=ranks size the allocation.
+# One binning run per rank count. threads: more than any machine has, which Snakemake scales down to
+# --cores, so locally no other job runs beside it and the timings in bin.json are not disturbed
+# (workflow.cores would break `--report` and `-n` without --cores). On Slurm cpus_per_task=1 and
+# tasks=ranks size the allocation.
 rule bin_scaling_trace:
     input:
-        kernels=scaling_kernels,
+        kernels=lambda wildcards: plot_paths.scaling_kernels(wildcards.trace),
     output:
         bins="results/scaling/{trace}/{target}/ranks{ranks}/bins.parquet",
         rows="results/scaling/{trace}/{target}/ranks{ranks}/topk_rows.parquet",
@@ -209,7 +162,7 @@ rule bin_scaling_trace:
         ranks=r"\d+",
     conda:
         ENV
-    threads: workflow.cores
+    threads: 4096
     resources:
         mpi="mpiexec",
         tasks=lambda wildcards: int(wildcards.ranks),
@@ -232,24 +185,20 @@ rule bin_scaling_trace:
         " --workers-per-rank {params.workers} --output {params.outdir} > {log} 2>&1"
 
 
-def scaling_reports(wildcards):
-    ranks = [int(r) for r in wildcards.ranklist.split("_")]
-    return [
-        f"results/scaling/{wildcards.trace}/{wildcards.target}/ranks{r}/bin.json"
-        for r in ranks
-    ]
-
-
 rule plot_scaling:
     input:
-        scaling_reports,
+        lambda wildcards: plot_paths.scaling_reports(
+            wildcards.trace, wildcards.target, wildcards.ranklist.split("_")
+        ),
     output:
-        figures=figure_files(
+        figures=plot_paths.figure_files(
             "results/scaling/{trace}/{target}/ranks_{ranklist}/scaling",
-            "../report/scaling.rst",
-            "scaling",
-            "binning job: {trace}",
-            {
+            PLOT_FORMATS,
+            REPORT_FORMAT,
+            caption="../report/scaling.rst",
+            category="scaling",
+            subcategory="binning job: {trace}",
+            labels={
                 "trace": "{trace}",
                 "target": "{target}",
                 "ranks": "{ranklist}",

@@ -56,6 +56,7 @@ LINKED = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
 ID_COLUMNS = ("kernel_name", "kernel_short_name", "launch_config", "launch_id", "start", "end", "duration",
               "device_id", "stream_id")  # fmt: skip
 _NULL = np.iinfo(np.int64).min
+_CHUNK = 1 << 22  # rows per vectorised step where a full-size temporary would raise the memory peak
 
 
 @dataclass
@@ -249,7 +250,7 @@ class Job:
         while len(sums) < len(index):
             sums.append(0)
             counts.append(0)
-        s, c = T.group_sums(codes[ok], dur[ok], len(index))
+        s, c = T.group_sums(codes, dur, len(index)) if ok.all() else T.group_sums(codes[ok], dur[ok], len(index))
         for code in np.flatnonzero(c).tolist():
             sums[code] += s[code]
             counts[code] += c[code]
@@ -290,16 +291,16 @@ class Job:
         tgt = self.dur  # computed in place, chunk by chunk
         if self.do_link:
             self._link(share)
-        step = 1 << 22
-        for a in range(0, len(tgt), step):
-            sl = slice(a, a + step)
+        for a in range(0, len(tgt), _CHUNK):
+            sl = slice(a, a + _CHUNK)
             if self.opts.target == "kernel_variability":
                 tgt[sl] -= lut[self.codes[sl]]
             else:
                 tgt[sl] = np.abs(tgt[sl] - share.linked["linked_copy_duration"][sl])
         if self.opts.target == "memory_stall":
             self._drop(share, share.ok, np.isnan(share.linked["linked_copy_duration"]), T.NO_LINK_REASON[self.opts.link])
-        tgt[~share.ok] = np.nan
+        if not share.ok.all():
+            tgt[~share.ok] = np.nan
         share.target = tgt
         del self.codes
 
@@ -387,8 +388,7 @@ class Job:
 
         ok = share.ok
         axis = self.axis_v
-        lo = int(axis[ok].min()) if ok.any() else np.iinfo(np.int64).max
-        hi = int(axis[ok].max()) if ok.any() else np.iinfo(np.int64).min
+        lo, hi = _masked_min_max(axis, ok)
         self.gmin = self.comm.allreduce(lo, op=MPI.MIN)
         gmax = self.comm.allreduce(hi, op=MPI.MAX)
         if self.gmin > gmax:
@@ -400,7 +400,10 @@ class Job:
             except GpuvarError as exc:
                 raise _Collective(str(exc)) from None
         bins = np.full(len(axis), -1, dtype=np.int32 if self.n_bins < 2**31 else np.int64)
-        bins[ok] = (axis[ok] - self.gmin) // self.width
+        for a in range(0, len(axis), _CHUNK):  # chunked: no full-size temporaries
+            sl = slice(a, a + _CHUNK)
+            b = (axis[sl] - self.gmin) // self.width
+            bins[sl] = np.where(ok[sl], b, -1)
         share.bins = bins
         del self.axis_v
 
@@ -508,9 +511,7 @@ class Job:
         pieces = []
         g_of = np.searchsorted(share.offsets, hit, side="right") - 1
         for gi in np.unique(g_of).tolist():
-            local = hit[g_of == gi]
-            t = pf.read_row_group(share.row_groups[gi], columns=cols)
-            pieces.append(t.take(pa.array(local - share.offsets[gi])))
+            pieces.extend(_take_rows(pf, share.row_groups[gi], cols, hit[g_of == gi] - share.offsets[gi]))
         t = pa.concat_tables([_plain_strings(p) for p in pieces])
         b = share.bins[hit].astype(np.int64)
         t = t.append_column(self.opts.target, pa.array(share.target[hit]))
@@ -519,6 +520,32 @@ class Job:
         t = t.append_column("bin", pa.array(b))
         t = t.append_column("variance_rank", pa.array(np.array([ranks[x] for x in b.tolist()], np.int64)))
         return t
+
+
+def _take_rows(pf: pq.ParquetFile, group: int, cols: list[str], rows: np.ndarray, batch: int = 1 << 16) -> list:
+    """Rows (sorted indices) of one row group, decoding batch by batch and stopping after the last one."""
+    out, first = [], 0
+    for rb in pf.iter_batches(batch_size=batch, row_groups=[group], columns=cols, use_threads=True):
+        last = first + rb.num_rows
+        sel = rows[(rows >= first) & (rows < last)]
+        if len(sel):
+            out.append(pa.Table.from_batches([rb]).take(pa.array(sel - first)))
+        first = last
+        if first > rows[-1]:
+            break
+    return out
+
+
+def _masked_min_max(a: np.ndarray, ok: np.ndarray) -> tuple[int, int]:
+    """min and max of a[ok], chunk by chunk (extreme sentinels when nothing is ok)."""
+    lo, hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    for i in range(0, len(a), _CHUNK):
+        c, m = a[i : i + _CHUNK], ok[i : i + _CHUNK]
+        if not m.all():
+            c = c[m]
+        if len(c):
+            lo, hi = min(lo, int(c.min())), max(hi, int(c.max()))
+    return lo, hi
 
 
 def _is_sorted(a: np.ndarray, step: int = 1 << 22) -> bool:
@@ -550,7 +577,7 @@ def _merge_segments(low, own, high):
     joined to the received ones; the rest of the kept rows stay a view. Anything else is sorted as a whole.
     """
     lb, ob, hb = low[0], own[0], high[0]
-    if not (_is_sorted(lb) and _is_sorted(ob) and _is_sorted(hb)):
+    if not len(ob) or not (_is_sorted(lb) and _is_sorted(ob) and _is_sorted(hb)):
         return [_sorted_segment(*_cat(low, own, high))]
     p = int(np.searchsorted(ob, lb[-1], side="right")) if len(lb) else 0
     q = int(np.searchsorted(ob, hb[0], side="left")) if len(hb) else len(ob)

@@ -4,7 +4,7 @@ count, min, max, mean, var, std, q25, median, q75. var is the SAMPLE variance (d
 for a one-row bin), computed in two passes (mean first, then the sum of squared deviations) so it matches a
 pandas reference to ~1e-15 relative even when the mean is large. Quantiles use linear interpolation (numpy's
 and pandas' default, DuckDB's quantile_cont): bins are gathered into 2-D blocks of equal row count and
-partitioned row-wise, so the cost is a few vectorised calls per distinct bin size, not a Python loop per bin.
+sorted row-wise, so the cost is a few vectorised calls per distinct bin size, not a Python loop per bin.
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ def _quantiles(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> di
         which = np.flatnonzero(counts == c)
         pos = [(q * (c - 1)) for _, q in QUANTILES]
         lo = [int(np.floor(p)) for p in pos]
-        kth = sorted({k for low in lo for k in (low, min(low + 1, c - 1))})
         step = max(1, _BLOCK_ELEMENTS // c)
         for a in range(0, len(which), step):
             sel = which[a : a + step]
             block = values[starts[sel][:, None] + np.arange(c)]
-            block.partition(kth, axis=1)
+            block.sort(axis=1)  # row-wise SIMD sort: ~3x faster than partition with 6 kth here
             for (name, _), p, low in zip(QUANTILES, pos, lo):
                 x0 = block[:, low]
                 x1 = block[:, min(low + 1, c - 1)]

@@ -102,12 +102,13 @@ def _kernel_rows(k: dict[str, np.ndarray], name_ids: np.ndarray, global_pid: int
     n = len(k["launch_id"])
     ids = name_ids[k["kernel_index"]]
     const = {
-        "deviceId": k["device_id"], "contextId": 1, "greenContextId": 0, "globalPid": global_pid,
-        "launchType": 0, "cacheConfig": 0, "localMemoryPerThread": 0, "localMemoryTotal": 0, "sharedMemoryExecuted": 32768,
-        "graphNodeId": None, "sharedMemoryLimitConfig": 0,
+        "contextId": 1, "greenContextId": 0, "globalPid": global_pid,
+        "launchType": 0, "cacheConfig": 0, "localMemoryPerThread": 0, "localMemoryTotal": 0,
+        "sharedMemoryExecuted": 32768, "graphNodeId": None, "sharedMemoryLimitConfig": 0,
     }
     cols = {
-        "start": k["start"], "end": k["end"], "streamId": k["stream_id"], "correlationId": k["correlation_id"],
+        "start": k["start"], "end": k["end"], "deviceId": k["device_id"], "streamId": k["stream_id"],
+        "correlationId": k["correlation_id"],
         "demangledName": ids[:, 0], "shortName": ids[:, 1], "mangledName": ids[:, 2],
         "registersPerThread": k["registers_per_thread"], "gridX": k["grid_x"], "gridY": k["grid_y"],
         "gridZ": k["grid_z"], "blockX": k["block_x"], "blockY": k["block_y"], "blockZ": k["block_z"],
@@ -121,22 +122,23 @@ def _memcpy_rows(m: dict[str, np.ndarray], global_pid: int):
     """Row tuples of one chunk of copies, in MEMCPY_COLUMNS order."""
     n = len(m["start"])
     kinds = m["copy_kind"]
-    src = np.array([COPY_MEM_KINDS.get(int(x), (7, 7))[0] for x in range(16)], dtype=np.int64)[kinds]
-    dst = np.array([COPY_MEM_KINDS.get(int(x), (7, 7))[1] for x in range(16)], dtype=np.int64)[kinds]
+    table = np.array([COPY_MEM_KINDS.get(x, (7, 7)) for x in range(16)], dtype=np.int64)  # 7 = unknown
+    src, dst = table[kinds, 0], table[kinds, 1]
     const = {
-        "deviceId": m["device_id"], "contextId": 1, "greenContextId": 0, "globalPid": global_pid,
+        "contextId": 1, "greenContextId": 0, "globalPid": global_pid,
         "deprecatedSrcId": None, "srcDeviceId": None, "srcContextId": None, "dstDeviceId": None,
         "dstContextId": None, "migrationCause": None, "graphNodeId": None, "virtualAddress": None,
     }
     cols = {
-        "start": m["start"], "end": m["end"], "streamId": m["stream_id"], "correlationId": m["correlation_id"],
+        "start": m["start"], "end": m["end"], "deviceId": m["device_id"], "streamId": m["stream_id"],
+        "correlationId": m["correlation_id"],
         "bytes": m["bytes"], "copyKind": kinds, "srcKind": src, "dstKind": dst,
     }
     return _zip_rows(MEMCPY_COLUMNS, cols, const, n)
 
 
 def _zip_rows(columns, cols: dict, const: dict, n: int):
-    """Zip per-column Python lists into row tuples; constants are repeated (itertools-free, fast enough)."""
+    """Zip per-column Python lists into row tuples (executemany's fastest input); constants are repeated."""
     lists = []
     for c in columns:
         value = cols[c] if c in cols else const[c]

@@ -232,7 +232,10 @@ def map_amd_dispatch_columns(df: pd.DataFrame, out: ReaderOutput, source: str,
     if "kernel_name" in df.columns:
         df["kernel_name"], changed = clean_kernel_names(df["kernel_name"])
         if changed:
-            out.notes.append(f"{source}: kernel-descriptor suffix ('[clone .kd]', '(.kd)', '.kd') removed from {changed} kernel name(s)")
+            out.notes.append(
+                f"{source}: kernel-descriptor suffix ('[clone .kd]', '(.kd)', '.kd') removed from "
+                f"{changed} kernel name(s)"
+            )
     return rename_table1(df)
 
 

@@ -312,6 +312,15 @@ def _frame(table: pa.Table, rename: dict[str, str], skip=()) -> dict:
     return cols
 
 
+def _check_times(path: Path, table: pa.Table, name: str) -> None:
+    for col in ("start", "end"):
+        typ = table.schema.field(col).type
+        if table.column(col).null_count == table.num_rows:
+            continue  # all NULL: every row is dropped and counted
+        if not (pa.types.is_integer(typ) or pa.types.is_null(typ)):
+            raise InputError(path, f"{name} column {col} holds {typ} values, not integer nanoseconds")
+
+
 def _kernels(table: pa.Table, strings: dict[int, str], out: ReaderOutput) -> pd.DataFrame:
     table = _drop_bad_times(table, out, "kernels")
     cols = _frame(table, KERNEL_RENAME, skip=set(NAME_COLUMNS))
@@ -328,7 +337,7 @@ def _kernels(table: pa.Table, strings: dict[int, str], out: ReaderOutput) -> pd.
     for source, count in unresolved.items():
         if count:
             out.notes.append(f"{count} kernel row(s) have a {source} id missing from StringIds (kept, named "
-                             f"'<unknown string id N>')")
+                             f"'<unknown string id N>', or '<no string id>' when NULL)")
     return pd.DataFrame(cols, copy=False)
 
 
@@ -384,14 +393,17 @@ def _read(path: Path, con: sqlite3.Connection, out: ReaderOutput) -> ReaderOutpu
         k_future = pool.submit(_fetch, path, KERNEL_TABLE, k_cols)
         m_table = _fetch(path, MEMCPY_TABLE, m_cols) if m_cols is not None else None
         k_table = k_future.result()
+    _check_times(path, k_table, KERNEL_TABLE)
     out.rows_read["kernels"] = k_table.num_rows
     out.kernels = _kernels(k_table, strings, out)
+    del k_table  # the Arrow copy is no longer needed: halves peak memory on big exports
     if m_table is None:
         out.notes.append(f"no {MEMCPY_TABLE} table: the capture recorded no memory copies")
         return out
     kind_names, source = _memcpy_names(con, tables)
     if source == "built-in":
         out.notes.append("no ENUM_CUDA_MEMCPY_OPER table: copy kinds named from the built-in CUDA enum")
+    _check_times(path, m_table, MEMCPY_TABLE)
     out.rows_read["memcpy"] = m_table.num_rows
     out.memcpy = _memcpy(m_table, kind_names, out)
     return out

@@ -162,9 +162,12 @@ def pivot_counters(df: pd.DataFrame, path: Path, out: ReaderOutput) -> tuple[pd.
     if repeated:
         out.notes.append(f"{path.name}: {repeated} repeated (dispatch, counter) row(s) summed (counter instances)")
     wide = value.groupby([df[k] for k in keys], sort=False).sum(min_count=1).unstack("Counter_Name")
-    meta = df.drop(columns=["Counter_Name", "Counter_Value"]).drop_duplicates("Dispatch_Id").set_index("Dispatch_Id")
+    meta = df.drop(columns=["Counter_Name", "Counter_Value"]).drop_duplicates("Dispatch_Id")
+    meta = meta.set_index("Dispatch_Id")
     wide.columns = [f"{c}_counter" if str(c) in meta.columns else str(c) for c in wide.columns]
-    out.notes.append(f"{path.name}: {len(df)} counter row(s) pivoted to {len(wide)} dispatch(es) x {wide.shape[1]} counter(s)")
+    out.notes.append(
+        f"{path.name}: {len(df)} counter row(s) pivoted to {len(wide)} dispatch(es) x {wide.shape[1]} counter(s)"
+    )
     counter_names = amd_common.rename_table1(pd.DataFrame(columns=list(wide.columns))).columns.tolist()
     frame = amd_common.rename_table1(map_dispatches(meta.join(wide).reset_index(), path, out))
     return frame, [c for c in counter_names if c in frame.columns]
@@ -187,40 +190,39 @@ def join_counters(kernels: pd.DataFrame, counters: pd.DataFrame, counter_cols: l
     merged = kernels.merge(right, on=JOIN_KEYS, how="left", indicator=True, validate="many_to_one")
     matched = int((merged.pop("_merge") == "both").sum())
     unmatched = int((~right.set_index(JOIN_KEYS).index.isin(kernels.set_index(JOIN_KEYS).index)).sum())
-    out.notes.append(f"{source}: counters joined onto {matched} of {len(kernels)} kernel(s) by (Dispatch_Id, Kernel_Name)")
+    out.notes.append(f"{source}: counters joined onto {matched} of {len(kernels)} kernel(s) by (Dispatch_Id, name)")
     if unmatched:
         out.notes.append(f"{source}: {unmatched} counter dispatch(es) matched no kernel_trace dispatch (not joined)")
     return merged
 
 
+def _agents(df: pd.DataFrame, column: str) -> pd.Series:
+    return agent_number(df[column]) if column in df.columns else pd.Series(np.nan, index=df.index)
+
+
 def memcpy_frame(df: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """memory_copy_trace rows with canonical names and CUDA copy-kind codes."""
+    """memory_copy_trace rows with canonical names and CUDA copy-kind codes; other columns kept."""
     direction = df["Direction"].astype(str).str.strip().str.removeprefix("MEMORY_COPY_")
-    codes = {k: v[0] for k, v in COPY_KINDS.items()}
-    names = {k: v[1] for k, v in COPY_KINDS.items()}
-    out = pd.DataFrame(index=df.index)
-    out["start"] = to_number(df["Start_Timestamp"]) if "Start_Timestamp" in df.columns else np.nan
-    out["end"] = to_number(df["End_Timestamp"]) if "End_Timestamp" in df.columns else np.nan
-    out["copy_kind"] = direction.map(codes).astype("Int64")
-    out["copy_kind_name"] = direction.map(names).fillna(direction.where(df["Direction"].notna()))
-    src = agent_number(df["Source_Agent_Id"]) if "Source_Agent_Id" in df.columns else pd.Series(np.nan, index=df.index)
-    dst = agent_number(df["Destination_Agent_Id"]) if "Destination_Agent_Id" in df.columns else pd.Series(np.nan, index=df.index)
-    out["device_id"] = np.where(direction == "DEVICE_TO_HOST", src, dst)
+    m = pd.DataFrame(index=df.index)
+    for canonical, source in (("start", "Start_Timestamp"), ("end", "End_Timestamp")):
+        m[canonical] = to_number(df[source]) if source in df.columns else np.nan
+    m["copy_kind"] = direction.map({k: v[0] for k, v in COPY_KINDS.items()}).astype("Int64")
+    names = direction.map({k: v[1] for k, v in COPY_KINDS.items()})
+    m["copy_kind_name"] = names.fillna(direction.where(df["Direction"].notna()))  # unknown: keep the text
+    gpu_is_source = direction == "DEVICE_TO_HOST"
+    m["device_id"] = np.where(gpu_is_source, _agents(df, "Source_Agent_Id"), _agents(df, "Destination_Agent_Id"))
     stream = amd_common.first_present(df.columns, ("Stream_Id", "Queue_Id"))
-    if stream:
-        out["stream_id"] = df[stream]
-    if "Correlation_Id" in df.columns:
-        out["correlation_id"] = df["Correlation_Id"]
     size = amd_common.first_present(df.columns, ("Bytes", "Size", "Copy_Bytes"))
-    out["bytes"] = to_number(df[size]) if size else pd.array([pd.NA] * len(df), dtype="Int64")
-    if "Process_Id" in df.columns:
-        out["process_id"] = df["Process_Id"]
-    used = {"Start_Timestamp", "End_Timestamp", "Stream_Id" if stream == "Stream_Id" else stream, "Correlation_Id",
-            size, "Process_Id"}
+    ids = (("stream_id", stream), ("correlation_id", "Correlation_Id"), ("process_id", "Process_Id"))
+    for canonical, source in ids:
+        if source in df.columns:
+            m[canonical] = df[source]
+    m["bytes"] = to_number(df[size]) if size else pd.array([pd.NA] * len(df), dtype="Int64")
+    used = {"Start_Timestamp", "End_Timestamp", stream, size, "Correlation_Id", "Process_Id"}
     for col in df.columns:
-        if col not in used and col not in out.columns:
-            out[col] = df[col]
-    return _set_process(out, path)
+        if col not in used and col not in m.columns:
+            m[col] = df[col]
+    return _set_process(m, path)
 
 
 # ------------------------------------------------------------------------------------------------- reading
@@ -236,7 +238,8 @@ def _read_part(kind: str, path: Path, out: ReaderOutput) -> pd.DataFrame:
     table = "memcpy" if kind == "memory_copy_trace" else "kernels"
     before = sum(out.dropped.get(table, {}).values())
     df = amd_common.read_amd_csv(path, out, table)
-    out.rows_read[table] = out.rows_read.get(table, 0) + len(df) + sum(out.dropped.get(table, {}).values()) - before
+    dropped = sum(out.dropped.get(table, {}).values()) - before
+    out.rows_read[table] = out.rows_read.get(table, 0) + len(df) + dropped
     if kind == "kernel_trace":
         amd_common.require_kernel_name(path, df.columns)
     elif "Direction" not in df.columns:
@@ -267,7 +270,8 @@ def read(path: Path) -> ReaderOutput:
     path = Path(path)
     parts = source_files(path)
     if not parts:
-        raise InputError(path, "folder has no rocprofv3 *kernel_trace.csv, *counter_collection.csv or *memory_copy_trace.csv")
+        raise InputError(path, "folder has no rocprofv3 *kernel_trace.csv, *counter_collection.csv or "
+                               "*memory_copy_trace.csv")
     out = ReaderOutput(format=FORMAT, kernels=None)
     groups: dict[str, dict[str, list[Path]]] = {}
     for kind, f in parts:
@@ -277,8 +281,12 @@ def read(path: Path) -> ReaderOutput:
         k = _process_kernels(files, group, out)
         if k is not None:
             kernel_frames.append(k)
-        copy_frames += [memcpy_frame(_read_part("memory_copy_trace", f, out), f) for f in files.get("memory_copy_trace", [])]
-    kernels = pd.concat(kernel_frames, ignore_index=True) if kernel_frames else pd.DataFrame({"kernel_name": pd.Series([], dtype=object)})
+        for f in files.get("memory_copy_trace", []):
+            copy_frames.append(memcpy_frame(_read_part("memory_copy_trace", f, out), f))
+    if kernel_frames:
+        kernels = pd.concat(kernel_frames, ignore_index=True)
+    else:  # a memory_copy_trace alone: an empty kernel table
+        kernels = pd.DataFrame({"kernel_name": pd.Series([], dtype=object)})
     out.rows_read.setdefault("kernels", 0)
     kernels = amd_common.check_timestamps(kernels, out, path.name) if len(kernels) else kernels
     out.kernels = amd_common.drop_nameless(kernels, out)

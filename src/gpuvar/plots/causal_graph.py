@@ -180,21 +180,30 @@ def hidden_counts(edges: pd.DataFrame) -> Counter:
 
 # ----------------------------------------------------------------------------------------------- layout
 def shell_layout(cg: CausalGraph, shown: pd.DataFrame) -> dict[str, tuple[float, float]]:
-    """Target at the origin, its shown causes on an inner ring (largest contribution at 12 o'clock,
-    clockwise), other nodes with shown edges on an outer ring in causal order. No randomness."""
+    """Positions in points: target at the origin, its shown causes on an inner ring (largest contribution
+    at 12 o'clock, clockwise), other nodes with shown edges on an outer ring in causal order. No randomness."""
     into = shown[shown["to"] == cg.target].copy()
     into["rank"] = into["contribution_pct"].abs().fillna(into["coefficient"].abs())
     inner = list(into.sort_values(["rank", "from"], ascending=[False, True], kind="stable")["from"])
     touched = set(shown["from"]) | set(shown["to"])
     rank = {n: i for i, n in enumerate(cg.order)}
     outer = sorted((n for n in touched if n != cg.target and n not in inner), key=lambda n: (rank.get(n, 1e9), n))
-    r_inner = max(1.6, 0.3 * len(inner))  # ~0.3 units of arc per label keeps neighbours apart
-    r_outer = r_inner + max(1.3, 0.12 * len(outer))
+    widest = lambda names: max((_half_box(n)[0] for n in names), default=0.0)  # noqa: E731
+    # Ellipses in points: wide enough that the widest labels keep ~70 pt of arrow between them, and with a
+    # perimeter giving every node most of its label width as arc. Crowded rings (> 8 nodes) alternate
+    # between two radii so neighbouring labels are staggered rather than overlapping.
+    arc = lambda names: sum(1.5 * _half_box(n)[0] + _half_box(n)[1] + 10 for n in names) / (2 * math.pi)  # noqa: E731
+    stagger = lambda names: 45.0 if len(names) > 8 else 0.0  # noqa: E731
+    b1 = max(110.0, arc(inner))
+    a1 = max(_half_box(cg.target)[0] + widest(inner) + 70, 1.3 * b1)
+    b2 = max(b1 + stagger(inner) + 90, arc(outer))
+    a2 = max(a1 + stagger(inner) + widest(inner) + widest(outer) + 50, 1.3 * b2)
     pos = {cg.target: (0.0, 0.0)}
-    for ring, radius, offset in ((inner, r_inner, 0.0), (outer, r_outer, 0.5)):
+    for ring, (a, b), offset in ((inner, (a1, b1), 0.0), (outer, (a2, b2), 0.5)):
         for i, node in enumerate(ring):
             angle = math.pi / 2 - 2 * math.pi * (i + offset * (len(ring) > 1)) / max(len(ring), 1)
-            pos[node] = (radius * math.cos(angle), radius * math.sin(angle))
+            extra = stagger(ring) * (i % 2)
+            pos[node] = ((a + extra) * math.cos(angle), (b + extra) * math.sin(angle))
     return pos
 
 
@@ -279,15 +288,18 @@ def draw_causal_graph(cg: CausalGraph, min_contribution_pct: float = 1.0, min_pr
     edges = classify_edges(cg, min_contribution_pct, min_probability)
     shown = edges[edges["status"] == "shown"]
     pos = shell_layout(cg, shown)
-    extent = max((math.hypot(x, y) for x, y in pos.values()), default=0.0) + 1.0
-    side = 4.0 + 0.75 * extent
-    fig = style.figure(side, side)
+    boxes = [(x, y, *_half_box(n)) for n, (x, y) in pos.items()]
+    x0, x1 = min(x - w for x, _, w, _ in boxes) - 20, max(x + w for x, _, w, _ in boxes) + 20
+    y0, y1 = min(y - h for _, y, _, h in boxes) - 15, max(y + h for _, y, _, h in boxes) + 45  # title, legend
+    pad = max(0.0, 440 - (x1 - x0)) / 2  # the title and footnote need some width
+    x0, x1 = x0 - pad, x1 + pad
+    fig = style.figure((x1 - x0) / 72, (y1 - y0) / 72)
     ax = fig.add_axes([0, 0, 1, 1])
-    ax.set_xlim(-extent, extent)
-    ax.set_ylim(-extent, extent)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
     ax.set_aspect("equal")
     ax.axis("off")
-    ppu = side * 72 / (2 * extent)
+    ppu = 1.0  # layout units are points
     max_coef = float(shown["coefficient"].abs().max()) if len(shown) else 1.0
     for edge in shown.to_dict("records"):
         _draw_edge(ax, edge, pos, ppu, max_coef or 1.0)

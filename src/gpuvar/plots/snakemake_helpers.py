@@ -1,0 +1,85 @@
+"""Path helpers for workflow/rules/plots.smk and paper.smk (kept out of the .smk files: `snakemake --lint`
+wants functions in modules, and these can be unit-tested without Snakemake running a workflow)."""
+
+from __future__ import annotations
+
+import re
+
+DEMO_TRACE = re.compile(r"demo-(\d+)")
+
+
+def figure_files(stem: str, formats: list[str], report_format: str, **report_args) -> list:
+    """stem.<fmt> for every format; the one in report_format is marked for `snakemake --report`."""
+    from snakemake.io import report
+
+    return [report(f"{stem}.{fmt}", **report_args) if fmt == report_format else f"{stem}.{fmt}" for fmt in formats]
+
+
+def report_format(formats: list[str]) -> str:
+    """PNG goes into the HTML report when produced (thumbnails, small), else the first format."""
+    return "png" if "png" in formats else formats[0]
+
+
+def with_data(stem: str, formats: list[str]) -> list[str]:
+    """A figure's files: stem.<fmt> for each format plus stem.csv."""
+    return [f"{stem}.{ext}" for ext in [*formats, "csv"]]
+
+
+def scaling_trace(dataset, rows: int, demo_enabled: bool) -> str:
+    """What the scaling study bins: a canonical demo trace of `rows` launches ('demo-<rows>') when the dataset
+    is one of the embedded demo files (20k launches are too few to time), else the dataset's ingested trace."""
+    demo = demo_enabled and str(dataset.source).startswith("resources/demo/")
+    return f"demo-{rows}" if demo else dataset.name
+
+
+def scaling_kernels(trace: str) -> str:
+    """kernels.parquet a scaling run reads: the canonical demo trace, or the dataset's ingest output."""
+    if DEMO_TRACE.fullmatch(trace):
+        return f"resources/scaling/{trace}/kernels.parquet"
+    return f"results/ingest/{trace}/kernels.parquet"
+
+
+def scaling_reports(trace: str, target: str, ranks) -> list[str]:
+    """bin.json of each scaling run, one per rank count."""
+    return [f"results/scaling/{trace}/{target}/ranks{int(r)}/bin.json" for r in ranks]
+
+
+def scaling_stem(trace: str, target: str, ranks) -> str:
+    """Where the scaling figure of these runs goes; the rank list is in the path so changing it replots."""
+    return f"results/scaling/{trace}/{target}/ranks_{'_'.join(str(r) for r in sorted(ranks))}/scaling"
+
+
+def plot_outputs(analyses, cfg, datasets) -> list[str]:
+    """Everything the plot rules add to `all`: per (dataset, target) the three figure kinds, plus scaling."""
+    formats = list(cfg.plots.formats)
+    outputs = []
+    for dataset, target in analyses:
+        base = f"results/plots/{dataset}/{target}"
+        outputs.append(f"{base}/causal")
+        outputs += with_data(f"{base}/parallel", formats) + with_data(f"{base}/timeline", formats)
+    if cfg.scaling.dataset is not None:
+        trace = scaling_trace(datasets[cfg.scaling.dataset], cfg.scaling.rows, cfg.demo.enabled)
+        outputs += with_data(scaling_stem(trace, cfg.scaling.target, cfg.scaling.ranks), formats)
+    return outputs
+
+
+def paper_outputs(paper, formats: list[str], names: dict[str, str] | None = None) -> list[str]:
+    """Every file of `snakemake paper`: results/paper/<figure>/...; names maps paper dataset names to the
+    workflow's (see gpuvar.plots.paper.merge_datasets)."""
+    names = names or {}
+    outputs = []
+    for fig in paper.figures.values():
+        pairs = [(names.get(d, d), t) for d in fig.datasets for t in fig.targets]
+        if fig.kind == "causal":
+            outputs += [f"results/paper/{fig.name}/{d}_{t}" for d, t in pairs]
+        elif fig.kind == "parallel":
+            for d, t in pairs:
+                outputs += with_data(f"results/paper/{fig.name}/{d}_{t}", formats)
+        else:
+            outputs += with_data(f"results/paper/{fig.name}/scaling", formats)
+    return outputs
+
+
+def figure_names(paper, kind: str) -> str:
+    """Regex of the paper's figure names of one kind (never matches when there are none)."""
+    return "|".join(re.escape(f.name) for f in paper.figures.values() if f.kind == kind) or "(?!)"
