@@ -139,6 +139,7 @@ def test_bins_equal_pandas_and_rows_are_accounted(demo, tmp_path):
     rows = pq.read_table(tmp_path / "topk_rows.parquet").to_pandas()
     assert sorted(rows["bin"].unique()) == sorted(top.index)
     assert len(rows) == int(top["count"].sum()) and "grid_x" in rows and "kernel_variability" in rows
+    assert "variance_rank" not in rows  # would look like a feature to the causal step
 
 
 @pytest.mark.mpi

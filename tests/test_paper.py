@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import yaml
 from gpuvar.errors import ConfigError
 from gpuvar.config import load_config
 from gpuvar.plots import snakemake_helpers as paths
-from gpuvar.plots.paper import load_paper_config, merge_datasets, parse_paper_config, same_dataset
+from gpuvar.plots.paper import FIGURES, load_paper_config, merge_datasets, parse_paper_config, same_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_YAML = REPO / "config" / "paper.yaml"
@@ -37,22 +38,36 @@ def test_paper_yaml_mirrors_table2():
     assert paper.demo_perfcounter["inversek2j"]["rows"] == 1642
 
 
+def figures_with(name, **change):
+    figures = {k: dict(v) for k, v in FIGURES.items()}
+    figures[name].update(change)
+    return figures
+
+
 @pytest.mark.parametrize(
-    "change, message",
+    "change, figures, message",
     [
-        (lambda r: r.update(binning={"top_k": 5}), "binning: not allowed here"),
-        (lambda r: r["figures"]["fig3"].update(datasets=["rank9"]), "rank9 not among paper datasets"),
-        (lambda r: r["figures"]["fig4"].update(targets=["memory_stall"], datasets=["rank2"]), "rank2 does not analyse target memory_stall"),
-        (lambda r: r["figures"]["fig2"].update(groups="some"), "figures.fig2.groups"),
-        (lambda r: r["figures"]["fig2"].update(kind="heatmap"), "figures.fig2.kind"),
-        (lambda r: r["datasets"][0].update(format="nsight"), "datasets[0].format"),
+        (lambda r: r.update(binning={"top_k": 5}), None, "binning: not allowed here"),
+        (lambda r: r.update(figures={}), None, "figures: not allowed here"),
+        (lambda r: r["datasets"].pop(1), None, "figures.fig2 needs dataset(s) rank1"),
+        (lambda r: r["datasets"][0].update(format="nsight"), None, "datasets[0].format"),
+        (None, figures_with("fig5a", target="memory_stall"), "inversek2j does not analyse target memory_stall"),
+        (None, figures_with("fig2", groups="some"), "figures.fig2.groups"),
+        (None, figures_with("fig2", kind="heatmap"), "figures.fig2.kind"),
     ],
 )
-def test_paper_yaml_mistakes_are_one_line_errors(change, message):
+def test_paper_config_mistakes_are_one_line_errors(change, figures, message):
     bad = raw()
-    change(bad)
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        parse_paper_config(bad, REPO)
+    if change:
+        change(bad)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_paper_config(bad, REPO, figures=figures)
+
+
+def test_paper_yaml_is_also_a_valid_main_config():
+    cfg = load_config(PAPER_YAML)
+    assert [d.name for d in cfg.datasets][:4] == ["rank0", "rank1", "rank2", "rank3"]
+    assert all(set(d.targets) == {"kernel_variability", "memory_stall"} for d in cfg.datasets[:4])  # Table 2
 
 
 def test_same_dataset_ignores_targets_only():
@@ -85,6 +100,15 @@ def test_scaling_uses_a_big_demo_trace_only_for_demo_datasets():
     assert paths.scaling_kernels("demo-4000000") == "resources/scaling/demo-4000000/kernels.parquet"
     assert paths.scaling_kernels("rank0") == "results/ingest/rank0/kernels.parquet"
     assert paths.scaling_stem("t", "memory_stall", [4, 1, 2]).endswith("/ranks_1_2_4/scaling")
+
+
+def test_all_excludes_the_timing_dependent_scaling_figure():
+    cfg = load_config(REPO / "config" / "config.yaml")
+    analyses = [(d.name, t) for d in cfg.datasets for t in d.targets]
+    outputs = paths.plot_outputs(analyses, cfg)
+    assert "results/plots/rank0/memory_stall/parallel.csv" in outputs and "results/plots/amd/kernel_variability/causal" in outputs
+    assert not any("scaling" in p for p in outputs)
+    assert paths.scaling_outputs(cfg, {d.name: d for d in cfg.datasets})[-1].endswith("ranks_1_2/scaling.csv")
 
 
 def dry_run(tmp_path, *targets):

@@ -244,7 +244,10 @@ def slurm_run(slurm_cluster, tmp_path_factory):
     before = mtimes(slurm_dir)
     broken_log = slurm_dir / "logs/ingest_trace/broken.log"
     first_log = broken_log.read_text() if broken_log.exists() else ""
-    shutil.copyfile(slurm_dir / "resources/demo/rank1.sqlite", broken)  # fix the input
+    good = slurm_dir / "resources/demo/rank1.sqlite"
+    if not good.exists():
+        pytest.fail(f"the first Slurm run wrote no demo data:\n{(first.stdout + first.stderr)[-4000:]}")
+    shutil.copyfile(good, broken)  # fix the input
     second = snakemake(slurm_dir, *profiles, "--configfile", str(with_broken))
     local_out, _ = local.communicate(timeout=300)
     return {

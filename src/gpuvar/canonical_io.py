@@ -24,9 +24,18 @@ METADATA_KEY = b"gpuvar"
 def sort_canonical(table: pa.Table) -> pa.Table:
     """Sort by start time (nulls last), ties and timeline-less data by launch id."""
     keys = [(c, "ascending", "at_end") for c in ("start", "launch_id") if c in table.column_names]
-    if not keys or table.num_rows == 0:
+    if not keys or table.num_rows == 0 or _already_sorted(table, keys[0][0]):
         return table
     return table.take(pc.sort_indices(table, sort_keys=keys))
+
+
+def _already_sorted(table: pa.Table, column: str) -> bool:
+    """Strictly increasing and null-free: the usual case for exports and demo data; skips a full take()."""
+    col = table.column(column)
+    if col.null_count:
+        return False
+    values = col.to_numpy()
+    return bool((values[1:] > values[:-1]).all())
 
 
 def write_canonical(table: pa.Table, path: str | Path, metadata: dict | None = None, row_group_rows: int = ROW_GROUP_ROWS) -> None:

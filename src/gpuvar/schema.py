@@ -96,6 +96,9 @@ def _int_values(values: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
     """
     if isinstance(values.dtype, np.dtype) and values.dtype.kind in "iub":
         return values.to_numpy(dtype=np.int64, copy=False), None
+    if isinstance(values.dtype, pd.core.dtypes.dtypes.BaseMaskedDtype) and values.dtype.kind in "iu":
+        mask = values.isna().to_numpy()
+        return values.to_numpy(dtype=np.int64, na_value=0), (mask if mask.any() else None)
     numeric = pd.to_numeric(values, errors="coerce")
     if isinstance(numeric.dtype, pd.api.extensions.ExtensionDtype):
         numeric = numeric.astype("float64")

@@ -28,7 +28,8 @@ rule bin_trace:
         features=feature_option(CFG.binning.features),
         workers=CFG.binning.workers_per_rank,
     shell:
-        "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels} --memcpy {params.memcpy}"
+        "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels}"
+        " $(test -f {params.memcpy} && echo --memcpy {params.memcpy})"
         " --target {wildcards.target} --group {params.group} --link {params.link}"
         " --bin-width {params.bin_width} --top-k {params.top_k} --features {params.features}"
         " --workers-per-rank {params.workers} --output {params.outdir} > {log} 2>&1"

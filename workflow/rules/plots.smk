@@ -1,5 +1,5 @@
 # Figures: per dataset and target a causal graph per analysis group, parallel coordinates of the top-k
-# rows and the variability timeline; once per config a strong-scaling study of the binning job.
+# rows and the variability timeline; and, as its own target `scaling`, a strong-scaling study of the binning job.
 # Every figure is written in CFG.plots.formats (byte-identical on rerun) plus its data as CSV; the PNG
 # (else the SVG) goes into `snakemake --report`. Included before the stage rules (see Snakefile), so inputs
 # are written as paths rather than `rules.<name>.output`. Path helpers: gpuvar/plots/snakemake_helpers.py.
@@ -13,7 +13,15 @@ EDGE_FILTERS = (
     f"--min-contribution-pct {CFG.plots.min_contribution_pct}"
     f" --min-probability {CFG.plots.min_probability}"
 )
-PLOT_OUTPUTS = plot_paths.plot_outputs(ANALYSES, CFG, DATASETS)
+PLOT_OUTPUTS = plot_paths.plot_outputs(ANALYSES, CFG)
+SCALING_OUTPUTS = plot_paths.scaling_outputs(CFG, DATASETS)
+
+
+# `snakemake scaling`: the strong-scaling study of config `scaling` (not in `all`: it measures time, so its
+# figure differs on every run, and it occupies the machine).
+rule scaling:
+    input:
+        SCALING_OUTPUTS,
 
 
 rule plot_causal_graphs:

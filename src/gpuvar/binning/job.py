@@ -116,7 +116,7 @@ def _open(path: Path, **kw) -> pq.ParquetFile:
 def _ints(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(int64 values with nulls as 0, validity mask)."""
     if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
     if not pa.types.is_integer(col.type):
         col = pc.cast(col, pa.int64(), safe=False)
     if col.null_count == 0:
@@ -420,20 +420,24 @@ class Job:
         bins = share.bins if idx is None else share.bins[idx]
         cols = {"__target": share.target, **share.features}
         cols = {k: (v if idx is None else v[idx]) for k, v in cols.items()}
-        counts = np.bincount(bins, minlength=self.n_bins).astype(np.int64) if self.n_bins else np.zeros(0, np.int64)
+        if self.size == 1:  # one rank owns every bin: no counts, no exchange
+            return [(bins, cols)] if _is_sorted(bins) else [_sorted_segment(bins, cols)]
+        local_sorted = _is_sorted(bins)
+        if local_sorted:  # counts from bin edges: O(bins log rows) instead of a pass over the rows
+            counts = np.diff(np.searchsorted(bins, np.arange(self.n_bins + 1), side="left")).astype(np.int64)
+        else:
+            counts = np.bincount(bins, minlength=self.n_bins).astype(np.int64)
         total = np.empty_like(counts)
         self.comm.Allreduce(counts, total, op=MPI.SUM)
         del counts
         owners = bin_owners(total, self.size)
         first_bin = np.searchsorted(owners, np.arange(self.size + 1), side="left")  # owners is non-decreasing
-        if _is_sorted(bins):
+        if local_sorted:
             cut = np.searchsorted(bins, first_bin, side="left")
         else:  # not sorted by start: group rows by owner first (costs a copy)
             order = np.argsort(owners[bins], kind="stable")
             bins, cols = bins[order], {k: v[order] for k, v in cols.items()}
             cut = np.searchsorted(owners[bins], np.arange(self.size + 1), side="left")
-        if self.size == 1:
-            return [(bins, cols)] if _is_sorted(bins) else [_sorted_segment(bins, cols)]
         send = np.diff(cut).astype(np.int64)
         recv = np.array(self.comm.alltoall(send.tolist()), dtype=np.int64)
         me = self.rank
@@ -445,7 +449,7 @@ class Job:
         low = (r_bins[:n_low], {k: v[:n_low] for k, v in r_cols.items()})
         own = (bins[own], {k: v[own] for k, v in cols.items()})
         high = (r_bins[n_low:], {k: v[n_low:] for k, v in r_cols.items()})
-        return _merge_segments(low, own, high)
+        return _merge_segments(low, own, high, own_sorted=local_sorted)
 
     def _alltoallv(self, arr: np.ndarray, sdis: np.ndarray, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
         from mpi4py import MPI
@@ -493,14 +497,15 @@ class Job:
         cols["in_top_k"] = rank <= self.opts.top_k
         top = rank <= self.opts.top_k
         self.topk = np.sort(ids[top])
-        self.bin_rank = dict(zip(ids[top].tolist(), rank[top].tolist()))
         return pa.table(cols)
 
     # ---- phase 6: top-k rows ---------------------------------------------------------------------------
-    def topk_rows(self, share: Share, topk: np.ndarray, ranks: dict) -> pa.Table | None:
+    def topk_rows(self, share: Share, topk: np.ndarray) -> pa.Table | None:
         if not len(topk) or not len(share.bins):
             return None
-        hit = np.flatnonzero(np.isin(share.bins, topk) & share.ok)
+        wanted = np.zeros(self.n_bins + 1, bool)  # index -1 (rows without a bin) hits the last, False entry
+        wanted[topk] = True
+        hit = np.flatnonzero(wanted[share.bins])
         if not len(hit):
             return None
         names = self.pf.schema_arrow.names
@@ -517,9 +522,8 @@ class Job:
         t = t.append_column(self.opts.target, pa.array(share.target[hit]))
         for name, values in share.linked.items():
             t = t.append_column(name, pa.array(values[hit]))
-        t = t.append_column("bin", pa.array(b))
-        t = t.append_column("variance_rank", pa.array(np.array([ranks[x] for x in b.tolist()], np.int64)))
-        return t
+        # only `bin` (which the causal step ignores): a rank column would look like a feature; join bins.parquet
+        return t.append_column("bin", pa.array(b))
 
 
 def _take_rows(pf: pq.ParquetFile, group: int, cols: list[str], rows: np.ndarray, batch: int = 1 << 16) -> list:
@@ -570,14 +574,14 @@ def _cut(seg, a, b):
     return seg[0][a:b], {k: v[a:b] for k, v in seg[1].items()}
 
 
-def _merge_segments(low, own, high):
+def _merge_segments(low, own, high, own_sorted: bool = False):
     """[received from lower ranks | kept | received from higher ranks] as bin-aligned segments.
 
     With a sorted file only the first and last kept bins can also hold received rows: those few kept rows are
     joined to the received ones; the rest of the kept rows stay a view. Anything else is sorted as a whole.
     """
     lb, ob, hb = low[0], own[0], high[0]
-    if not len(ob) or not (_is_sorted(lb) and _is_sorted(ob) and _is_sorted(hb)):
+    if not len(ob) or not (_is_sorted(lb) and (own_sorted or _is_sorted(ob)) and _is_sorted(hb)):
         return [_sorted_segment(*_cat(low, own, high))]
     p = int(np.searchsorted(ob, lb[-1], side="right")) if len(lb) else 0
     q = int(np.searchsorted(ob, hb[0], side="left")) if len(hb) else len(ob)
@@ -630,9 +634,9 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     timer.lap("stats", rank)
     parts = comm.gather(stats, root=0)
     table = job.bins_table(parts) if rank == 0 else None
-    topk, ranks = comm.bcast((job.topk, job.bin_rank) if rank == 0 else None, root=0)
+    topk = comm.bcast(job.topk if rank == 0 else None, root=0)
     timer.lap("rank", rank)
-    rows = comm.gather(job.topk_rows(share, topk, ranks), root=0)
+    rows = comm.gather(job.topk_rows(share, topk), root=0)
     timer.lap("topk_rows", rank)
     reasons = comm.gather(dict(share.reasons), root=0)
     n_in = comm.gather(len(share.ok), root=0)

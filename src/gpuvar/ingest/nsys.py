@@ -40,7 +40,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 NO_KERNEL_TABLE = f"no {KERNEL_TABLE} table: the capture recorded no CUDA kernels (was CUDA tracing on?)"
-PARTITION_MIN_ROWS = 200_000  # below this one connectorx query is faster than two
+PARTITION_MIN_ROWS = 200_000  # smaller tables: one query (a partitioned read first scans min/max rowid)
 NAME_COLUMNS = {"demangledName": "kernel_name", "shortName": "kernel_short_name", "mangledName": "mangledName"}
 KERNEL_RENAME = {
     "start": "start", "end": "end", "deviceId": "device_id", "streamId": "stream_id",

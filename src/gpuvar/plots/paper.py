@@ -1,9 +1,10 @@
-"""config/paper.yaml: the paper's datasets (Table 2), the scaling study and which figure shows what.
+"""`snakemake paper`: the paper's datasets (config/paper.yaml, Table 2), the scaling study, and which figure
+shows what (FIGURES below: fixed by the paper, so code rather than configuration).
 
-Validated here, not in the Snakefile, so a typo stops `snakemake paper` at start-up with the key and what is
-allowed, and so tests can check it. Dataset and scaling keys are the ones of config/config.yaml
-(`gpuvar.config`); binning/causal/plot settings are deliberately not accepted here: the paper's figures use
-the same analysis settings as the everyday workflow.
+config/paper.yaml is an ordinary gpuvar config holding only `datasets` and `scaling` (so it also works with
+`snakemake --configfile config/paper.yaml`); binning/causal/plot settings are refused there because the
+paper's figures use the same analysis settings as the everyday workflow (config/config.yaml). Validated
+here, so a mistake stops `snakemake paper` at start-up with the key and what is allowed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,27 @@ import yaml
 from gpuvar.config import Config, Dataset, validate_config
 from gpuvar.errors import ConfigError
 
-ALLOWED_KEYS = ("datasets", "scaling", "figures", "demo_perfcounter")
+ALLOWED_KEYS = ("datasets", "scaling")
+# The paper's figures: Fig. 2 per-kernel graphs of ranks 0-3, Fig. 3 whole-dataset graphs of ranks 0 and 3,
+# Fig. 4 parallel coordinates (grid_x, copy kind) of rank 0 for both targets, Fig. 5a the PerfCounter
+# graphs, Fig. 5b the scaling study. Dataset names refer to config/paper.yaml.
+FIGURES = {
+    "fig2": {"kind": "causal", "groups": "per_kernel", "datasets": ["rank0", "rank1", "rank2", "rank3"],
+             "target": "kernel_variability"},
+    "fig3": {"kind": "causal", "groups": "whole", "datasets": ["rank0", "rank3"], "target": "kernel_variability"},
+    "fig4": {"kind": "parallel", "datasets": ["rank0"], "targets": ["memory_stall", "kernel_variability"],
+             "features": ["grid_x", "linked_copy_kind"]},
+    "fig5a": {"kind": "causal", "groups": "all", "datasets": ["inversek2j", "accuracy", "sw4lite"],
+              "target": "kernel_variability"},
+    "fig5b": {"kind": "scaling"},
+}  # fmt: skip
+# Stand-ins for the PerfCounter datasets when their source is resources/paper/<name>_ncu.csv: Table 2's
+# sample counts as launches; variant shifts the synthetic kernel mix.
+DEMO_PERFCOUNTER = {
+    "inversek2j": {"rows": 1642, "variant": 0},
+    "accuracy": {"rows": 1200, "variant": 1},
+    "sw4lite": {"rows": 1201, "variant": 2},
+}
 KINDS = ("causal", "parallel", "scaling")
 GROUPS = ("per_kernel", "whole", "all")
 
@@ -55,7 +76,8 @@ def _figure(name: str, raw, datasets: dict[str, Dataset]) -> Figure:
     names = tuple(raw.get("datasets") or ())
     missing = [d for d in names if d not in datasets]
     if not names or missing:
-        raise ConfigError(f"{where}.datasets: {', '.join(missing) or 'none given'} not among paper datasets: {', '.join(datasets)}")
+        raise ConfigError(f"{where} needs dataset(s) {', '.join(missing) or '(none given)'}, not in the paper config "
+                          f"(has: {', '.join(datasets)})")  # fmt: skip
     targets = tuple(raw.get("targets") or ([raw["target"]] if raw.get("target") else []))
     if not targets:
         raise ConfigError(f"{where}: give target or targets")
@@ -82,20 +104,21 @@ def _demo(raw) -> dict[str, dict[str, int]]:
     return out
 
 
-def parse_paper_config(raw, base: str | Path = ".") -> PaperConfig:
-    """Validate an already-loaded paper.yaml mapping."""
+def parse_paper_config(raw, base: str | Path = ".", figures: dict | None = None,
+                       demo: dict | None = None) -> PaperConfig:  # fmt: skip
+    """Validate an already-loaded paper.yaml mapping against the figures (default FIGURES)."""
     if not isinstance(raw, dict):
-        raise ConfigError("paper config: expected a mapping with datasets, scaling, figures")
+        raise ConfigError("paper config: expected a mapping with datasets and scaling")
     extra = sorted(set(raw) - set(ALLOWED_KEYS))
     if extra:
         raise ConfigError(f"paper config: {', '.join(extra)}: not allowed here (only {', '.join(ALLOWED_KEYS)}; "
                           "binning, causal and plot settings come from config/config.yaml)")  # fmt: skip
     config = validate_config({"datasets": raw.get("datasets"), "scaling": raw.get("scaling") or {}}, base)
     datasets = {d.name: d for d in config.datasets}
-    figures = {str(k): _figure(str(k), v, datasets) for k, v in (raw.get("figures") or {}).items()}
+    figures = {str(k): _figure(str(k), v, datasets) for k, v in (FIGURES if figures is None else figures).items()}
     if any(f.kind == "scaling" for f in figures.values()) and config.scaling.dataset is None:
         raise ConfigError("paper config: a scaling figure needs scaling.dataset")
-    return PaperConfig(config, figures, _demo(raw.get("demo_perfcounter")))
+    return PaperConfig(config, figures, _demo(DEMO_PERFCOUNTER if demo is None else demo))
 
 
 def load_paper_config(path: str | Path, base: str | Path = ".") -> PaperConfig:

@@ -28,6 +28,8 @@ def select_axes(rows: pd.DataFrame, target: str, features: list[str]) -> tuple[l
     """Features present and numeric, in the requested order, plus a note per feature left out and why."""
     if target not in rows.columns:
         raise GpuvarError(f"target column {target!r} not in the rows (have: {', '.join(map(str, rows.columns))})")
+    if not pd.api.types.is_numeric_dtype(rows[target]):
+        raise GpuvarError(f"target column {target!r} is not numeric ({rows[target].dtype})")
     axes, notes = [], []
     for name in features:
         if name == target or name in axes:
@@ -130,6 +132,8 @@ def plot_parallel(rows_path: str | Path, stem: str | Path, target: str, features
                   formats=("svg", "png"), dpi: int = 110, title: str | None = None) -> dict:
     """Read topk_rows.parquet, draw stem.<fmt> and write the plotted rows to stem.csv."""
     rows = read_rows(rows_path, [*features, target])
+    if target not in rows.columns:
+        raise InputError(rows_path, f"no target column {target!r} (was `gpuvar bin` run with --target {target}?)")
     fig, table, notes = draw_parallel(rows, target, features, title)
     files = style.save_figure(fig, stem, formats, dpi)
     files.append(style.write_csv(table, Path(f"{stem}.csv")))
