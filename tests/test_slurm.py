@@ -47,10 +47,23 @@ def snakemake_env() -> dict:
     return {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run the repository's workflow in WORKDIR (outputs, .snakemake and Slurm logs land there)."""
-    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
+def snakemake(workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile", timeout: int = 300):
+    """Run the workflow in WORKDIR (outputs, .snakemake and Slurm logs land there)."""
+    cmd = [SNAKEMAKE, "-s", str(snakefile), "-d", str(workdir), *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=snakemake_env(), timeout=timeout)
+
+
+def snapshot_workflow(dest: Path) -> Path:
+    """A copy of the workflow definition, so that editing the repository while the minutes-long Slurm test
+    runs does not trigger Snakemake's code-changed reruns (or break the jobs, which re-read the Snakefile)."""
+    dest.mkdir(parents=True)
+    for name in ("Snakefile", "workflow", "config", "envs"):
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    return dest / "Snakefile"
 
 
 def load_profile(path: Path) -> dict:
@@ -233,13 +246,14 @@ def slurm_run(slurm_cluster, tmp_path_factory):
     with_broken = tmp / "with-broken.yaml"
     with_broken.write_text(yaml.safe_dump(config))
 
+    snakefile = snapshot_workflow(tmp / "workflow-snapshot")
     local = subprocess.Popen(
-        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(local_dir), "--profile", str(REPO / "profiles/local"),
+        [SNAKEMAKE, "-s", str(snakefile), "-d", str(local_dir), "--profile", str(REPO / "profiles/local"),
          "--cores", "2", "--configfile", str(TEST_CONFIG), *UNTIL],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=snakemake_env(),
     )
     profiles = ["--profile", str(SLURM_PROFILE), "--workflow-profile", str(CI_PROFILE), *UNTIL]
-    first = snakemake(slurm_dir, *profiles, "--configfile", str(with_broken))
+    first = snakemake(slurm_dir, *profiles, "--configfile", str(with_broken), snakefile=snakefile)
     jobs_first = sacct_jobs(slurm_dir)
     before = mtimes(slurm_dir)
     broken_log = slurm_dir / "logs/ingest_trace/broken.log"
@@ -248,7 +262,7 @@ def slurm_run(slurm_cluster, tmp_path_factory):
     if not good.exists():
         pytest.fail(f"the first Slurm run wrote no demo data:\n{(first.stdout + first.stderr)[-4000:]}")
     shutil.copyfile(good, broken)  # fix the input
-    second = snakemake(slurm_dir, *profiles, "--configfile", str(with_broken))
+    second = snakemake(slurm_dir, *profiles, "--configfile", str(with_broken), snakefile=snakefile)
     local_out, _ = local.communicate(timeout=300)
     return {
         "dir": slurm_dir, "local_dir": local_dir, "first": first, "first_log": first_log, "second": second, "local": (local.returncode, local_out),

@@ -72,6 +72,7 @@ class Targets(Strict):
 
 class Binning(Strict):
     bin_width: str = "10ms"
+    launch_bin_width: int = Field(50, gt=0)
     top_k: int = Field(20, gt=0)
     ranks: int = Field(2, gt=0, le=4096)
     workers_per_rank: int = Field(1, gt=0)

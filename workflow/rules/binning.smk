@@ -22,6 +22,7 @@ rule bin_trace:
         outdir=subpath(output.report, parent=True),
         memcpy=lambda wildcards, input: Path(input.kernels).with_name("memcpy.parquet"),
         bin_width=CFG.binning.bin_width,
+        launch_bin_width=CFG.binning.launch_bin_width,
         top_k=CFG.binning.top_k,
         group=CFG.targets.variability_group,
         link=CFG.targets.memcpy_link,
@@ -31,5 +32,5 @@ rule bin_trace:
         "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels}"
         " $(test -f {params.memcpy} && echo --memcpy {params.memcpy})"
         " --target {wildcards.target} --group {params.group} --link {params.link}"
-        " --bin-width {params.bin_width} --top-k {params.top_k} --features {params.features}"
+        " --bin-width {params.bin_width} --launch-bin-width {params.launch_bin_width} --top-k {params.top_k} --features {params.features}"
         " --workers-per-rank {params.workers} --output {params.outdir} > {log} 2>&1"

@@ -31,6 +31,9 @@ def configure(p):
                         "column), 'none', or f1,f2 (top-k rows keep identification columns and these)")
     p.add_argument("--workers-per-rank", type=int, default=1, help="threads per rank for the per-bin statistics")
     p.add_argument("--output", "-o", type=Path, required=True, help="output folder")
+    p.add_argument("--launch-bin-width", type=int, default=None,
+                   help="for traces without timestamps (Nsight Compute): bin over launch order with this many "
+                        "launches per bin even when --bin-width has a time unit")
     # fmt: skip
 
 
@@ -40,6 +43,6 @@ def run(args) -> int:
     opts = BinOptions(
         kernels=args.kernels, memcpy=args.memcpy, target=args.target, group=args.group, link=args.link,
         bin_width=args.bin_width, top_k=args.top_k, features=args.features,
-        workers_per_rank=args.workers_per_rank, output=args.output,
+        workers_per_rank=args.workers_per_rank, output=args.output, launch_bin_width=args.launch_bin_width,
     )  # fmt: skip
     return run_rank(opts)

@@ -71,6 +71,22 @@ class BinOptions:
     features: str = "auto"  # 'auto' | 'none' | 'f1,f2'
     workers_per_rank: int = 1
     output: Path = Path("bin-out")
+    launch_bin_width: int | None = None  # used instead of a time width when the trace has no timestamps
+
+
+def _has_timeline(pf) -> bool:
+    """False when every `start` is null (per the Parquet statistics, no data read): Nsight Compute data."""
+    md, names = pf.metadata, pf.schema_arrow.names
+    if "start" not in names or md.num_rows == 0:
+        return "start" in names
+    index = pf.schema.names.index("start")
+    nulls = 0
+    for rg in range(md.num_row_groups):
+        stats = md.row_group(rg).column(index).statistics
+        if stats is None or not stats.has_null_count:
+            return True
+        nulls += stats.null_count
+    return nulls < md.num_rows
 
 
 class _Collective(GpuvarError):
@@ -186,8 +202,12 @@ class Job:
             raise GpuvarError(f"--top-k must be at least 1, got {opts.top_k}")
         if opts.workers_per_rank < 1:
             raise GpuvarError(f"--workers-per-rank must be at least 1, got {opts.workers_per_rank}")
-        self.axis = "start" if self.unit == "ns" else "launch_id"
         names = _open(opts.kernels).schema_arrow.names
+        if self.unit == "ns" and opts.launch_bin_width and not _has_timeline(_open(opts.kernels)):
+            log.info("%s has no kernel start times (Nsight Compute data): binning over launch order, %d launches "
+                     "per bin, instead of %s", opts.kernels, opts.launch_bin_width, opts.bin_width)
+            self.width, self.unit = bin_width(str(int(opts.launch_bin_width)))
+        self.axis = "start" if self.unit == "ns" else "launch_id"
         self.pf = _open(opts.kernels, read_dictionary=[c for c in ("kernel_name", "launch_config") if c in names])
         if opts.target == "memory_stall" and opts.memcpy is None:
             raise GpuvarError("--target memory_stall needs --memcpy MEMCPY.parquet")
