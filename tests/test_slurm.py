@@ -332,6 +332,7 @@ def test_slurm_outputs_equal_local_outputs(slurm_run):
     slurm_dir, local_dir = slurm_run["dir"], slurm_run["local_dir"]
     local = data_files(local_dir)
     on_slurm = {k: v for k, v in data_files(slurm_dir).items() if "/broken" not in k}
+    assert any(name.endswith("bins.parquet") for name in local) and any("causal" in name for name in local)
     assert sorted(on_slurm) == sorted(local)
     for name, path in local.items():
         if path.suffix == ".json":
@@ -340,3 +341,12 @@ def test_slurm_outputs_equal_local_outputs(slurm_run):
             assert a == b, name
         else:
             assert path.read_bytes() == on_slurm[name].read_bytes(), name
+
+
+@pytest.mark.slurm
+def test_slurm_jobs_see_the_submitting_venv(slurm_cluster):
+    """gpuvar is only in the venv; a job started like the plugin's (--export=ALL) must find that one."""
+    out = _shell(["srun", "-A", "gpuvar-ci", "-p", "debug", "-n", "1", "--export=ALL", "sh", "-c", "command -v gpuvar"],
+                 env=snakemake_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(VENV_BIN / "gpuvar")

@@ -1,0 +1,101 @@
+"""Shared seed files and mutations for the reader fuzz tests: small valid inputs, then ways users break them."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+MUTATIONS = ("flip", "truncate", "truncate_newline", "crlf_mix", "drop_header_col", "rename_header_col",
+             "extra_col", "header_only", "bad_values", "unicode_name", "shuffle_cols")
+BAD_VALUES = ("nan", "inf", "-1", "99999999999999999999999", "-inf", "", "1e400", "abc")
+
+
+def seed_bytes(kind: str, tmp: Path) -> tuple[bytes, str]:
+    """A small valid file of `kind` (nsys|ncu_long|ncu_wide|rocprof) as bytes, and its suffix."""
+    from gpuvar.demo.ncu_writer import write_ncu_demo
+    from gpuvar.demo.nsys_writer import write_nsys_demo
+    from gpuvar.demo.rocprof_writer import write_rocprof_demo
+
+    if kind == "nsys":
+        path = tmp / "seed.sqlite"
+        write_nsys_demo(path, 200, 1, 0)
+    elif kind.startswith("ncu"):
+        path = tmp / "seed.csv"
+        write_ncu_demo(path, 20, 1, 0, layout=kind.split("_")[1])
+    else:
+        path = tmp / "seed_rocprof.csv"
+        write_rocprof_demo(path, 200, 1, 0)
+    return path.read_bytes(), path.suffix
+
+
+def _split_csv_line(line: str) -> list[str]:
+    import csv
+
+    return next(csv.reader([line]))
+
+
+def _join(fields: list[str]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(fields)
+    return buf.getvalue()
+
+
+def mutate_text(data: bytes, mutation: str, rnd: random.Random) -> bytes:
+    """Apply one named mutation to CSV bytes; deterministic for a given Random."""
+    text = data.decode("utf-8", "replace")
+    lines = text.splitlines()
+    head_idx = next((i for i, l in enumerate(lines) if l.count(",") >= 3), 0)
+    if mutation == "flip":
+        buf = bytearray(data)
+        for _ in range(rnd.randint(1, 20)):
+            buf[rnd.randrange(len(buf))] = rnd.randrange(256)
+        return bytes(buf)
+    if mutation == "truncate":
+        return data[: rnd.randrange(len(data))]
+    if mutation == "truncate_newline":
+        cuts = [i + 1 for i, b in enumerate(data) if b == 10]
+        return data[: rnd.choice(cuts)] if cuts else data[:1]
+    if mutation == "crlf_mix":
+        return "".join(l + rnd.choice(["\n", "\r\n", "\r"]) for l in lines).encode()
+    if mutation == "header_only":
+        return ("\n".join(lines[: head_idx + 1]) + "\n").encode()
+    header = _split_csv_line(lines[head_idx])
+    col = rnd.randrange(len(header))
+    rows = [_split_csv_line(l) for l in lines[head_idx + 1:] if l]
+    if mutation == "drop_header_col":
+        header.pop(col)
+        rows = [r[:col] + r[col + 1:] for r in rows]
+    elif mutation == "rename_header_col":
+        header[col] = header[col] + "_renamed"
+    elif mutation == "extra_col":
+        header.append("ExtraColumn")
+        rows = [r + [str(rnd.random())] for r in rows]
+    elif mutation == "bad_values":
+        for r in rows[: rnd.randint(1, max(1, len(rows)))]:
+            if r:
+                r[rnd.randrange(len(r))] = rnd.choice(BAD_VALUES)
+    elif mutation == "unicode_name":
+        for r in rows:
+            if r:
+                r[rnd.randrange(len(r))] = 'kérnel, "ünï" <τ>\u2028'
+    elif mutation == "shuffle_cols":
+        order = list(range(len(header)))
+        rnd.shuffle(order)
+        header = [header[i] for i in order]
+        rows = [[r[i] if i < len(r) else "" for i in order] for r in rows]
+    out = lines[:head_idx] + [_join(header)] + [_join(r) for r in rows]
+    return ("\n".join(out) + "\n").encode()
+
+
+def mutate_sqlite(data: bytes, mutation: str, rnd: random.Random) -> bytes:
+    """Byte-level mutations that make sense for a SQLite file."""
+    if mutation == "truncate":
+        return data[: rnd.randrange(len(data))]
+    buf = bytearray(data)
+    start = 100 if mutation == "after_header" else 0
+    for _ in range(rnd.randint(1, 50)):
+        buf[rnd.randrange(start, len(buf))] = rnd.randrange(256)
+    return bytes(buf)

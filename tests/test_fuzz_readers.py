@@ -1,0 +1,60 @@
+"""Fuzzed readers: every malformed file either ingests with balanced row counts or raises a one-line GpuvarError."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fuzz_cases import MUTATIONS, mutate_sqlite, mutate_text, seed_bytes
+from gpuvar.errors import GpuvarError
+from gpuvar.ingest import ingest
+
+EXAMPLES = int(os.environ.get("GPUVAR_FUZZ_EXAMPLES", "40"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+_SEEDS: dict[str, tuple[bytes, str]] = {}
+
+
+def _seed(kind: str) -> tuple[bytes, str]:
+    if kind not in _SEEDS:
+        with tempfile.TemporaryDirectory() as tmp:
+            _SEEDS[kind] = seed_bytes(kind, Path(tmp))
+    return _SEEDS[kind]
+
+
+def check_case(data: bytes, suffix: str) -> None:
+    """The property: ingest succeeds with balanced counts, or fails with a one-line GpuvarError naming the file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"case{suffix}"
+        path.write_bytes(data)
+        try:
+            report = ingest(path, Path(tmp) / "out")
+        except GpuvarError as exc:
+            msg = str(exc)
+            assert str(path) in msg, msg
+            assert "\n" not in msg, msg
+            return
+        for name, t in report["tables"].items():
+            assert t["rows_read"] == t["rows_written"] + sum(t["dropped"].values()), (name, t)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["ncu_long", "ncu_wide", "rocprof"])
+@SETTINGS
+@given(mutation=st.sampled_from(MUTATIONS), salt=st.integers(0, 2**32 - 1))
+def test_csv_reader_fuzz(kind, mutation, salt):
+    data, suffix = _seed(kind)
+    check_case(mutate_text(data, mutation, random.Random(salt)), suffix)
+
+
+@pytest.mark.timeout(120)
+@SETTINGS
+@given(mutation=st.sampled_from(["truncate", "flip", "after_header"]), salt=st.integers(0, 2**32 - 1))
+def test_nsys_sqlite_fuzz(mutation, salt):
+    data, suffix = _seed("nsys")
+    check_case(mutate_sqlite(data, mutation, random.Random(salt)), suffix)
