@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gpuvar.errors import StageError
+
 ROW_GROUP_ROWS = 1 << 20
 _DELTA_COLUMNS = ("start", "end", "duration", "launch_id", "correlation_id")
 METADATA_KEY = b"gpuvar"
@@ -38,10 +40,18 @@ def _already_sorted(table: pa.Table, column: str) -> bool:
     return bool((values[1:] > values[:-1]).all())
 
 
+def _make_parent(path: Path) -> None:
+    """Create the output directory, or say in one line why it cannot be (a file in the way, no permission)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StageError(f"cannot create output directory {path.parent}: {exc.strerror or exc}") from exc
+
+
 def write_canonical(table: pa.Table, path: str | Path, metadata: dict | None = None, row_group_rows: int = ROW_GROUP_ROWS) -> None:
     """Write a sorted canonical table atomically (tmp file + rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(path)
     table = sort_canonical(table)
     meta = dict(table.schema.metadata or {})
     meta[METADATA_KEY] = json.dumps(metadata or {}, sort_keys=True).encode()
@@ -59,6 +69,8 @@ def write_canonical(table: pa.Table, path: str | Path, metadata: dict | None = N
             write_statistics=True,
         )
         os.replace(tmp, path)
+    except OSError as exc:
+        raise StageError(f"cannot write {path}: {exc.strerror or exc}") from exc
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -73,10 +85,14 @@ def read_metadata(path: str | Path) -> dict:
 def write_json(obj, path: str | Path) -> None:
     """Deterministic JSON (sorted keys, trailing newline), written atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StageError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _json_default(o):

@@ -57,6 +57,12 @@ def main(argv=None) -> int:
     except GpuvarError as exc:
         print(f"gpuvar {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # unwritable output, disk full, missing directory: the environment, not a bug
+        if args.verbose:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"gpuvar {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"gpuvar {args.command}: interrupted", file=sys.stderr)
         return 130

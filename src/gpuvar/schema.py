@@ -78,15 +78,49 @@ def feature_group(column: str) -> str:
     return "counter"
 
 
-_SHORT_NAME = re.compile(r"^(?:void\s+)?([^(<\s]+(?:::[^(<\s]+)*)")
+_OPEN, _CLOSE = "<([", ">)]"
+
+
+def _depth_zero_text(name: str) -> str:
+    """The name with every bracketed part emptied ('f<int>(float)' -> 'f<>()').
+
+    Tolerant, because real exports mangle brackets: a stray closer is dropped (one Windows ncu export writes
+    'unnamed>::saxpy_kernel(...)') and an opener left open at the end (a truncated name) stays as it is."""
+    out, depth = [], 0
+    for ch in name:
+        if ch in _OPEN:
+            if depth == 0:
+                out.append(ch)
+            depth += 1
+        elif ch in _CLOSE:
+            if depth == 0:
+                continue
+            depth -= 1
+            if depth == 0:
+                out.append(ch)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
 
 
 def short_kernel_name(name: str) -> str:
-    """'void ns::foo<float>(float*, int)' -> 'ns::foo' ; keeps the name when nothing matches."""
+    """The kernel's own identifier, as nsys's shortName: 'void ns::<unnamed>::foo<float>(float*, int)' -> 'foo'.
+
+    Template arguments, parameters, return type and namespaces (also '<unnamed>' and '(anonymous namespace)')
+    are removed by bracket depth, not by a regular expression, because PyTorch kernel names nest lambdas and
+    templates several levels deep. A name with nothing left after that is kept whole.
+    """
     if not isinstance(name, str):
         return name
-    m = _SHORT_NAME.match(name.strip())
-    return m.group(1).split("::")[-1] if m else name
+    text = _depth_zero_text(name.strip().replace("(anonymous namespace)", "anonymous_namespace"))
+    if not text:
+        return name
+    head = text.split("(", 1)[0].rstrip()  # drop the parameter list
+    tokens = head.split()
+    if not tokens:
+        return name
+    short = tokens[-1].split("::")[-1].replace("<>", "").replace("[]", "").rstrip("<[")
+    return short or name
 
 
 def _int_values(values: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
@@ -108,7 +142,7 @@ def _int_values(values: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
     return ints, (mask if mask.any() else None)
 
 
-def _int_column(values) -> pd.Series:
+def int_column(values) -> pd.Series:
     """Nullable int64 Series (for arithmetic on possibly-missing columns)."""
     series = values if isinstance(values, pd.Series) else pd.Series(values)
     ints, mask = _int_values(series)
@@ -180,23 +214,23 @@ def _derive_kernel_columns(df: pd.DataFrame) -> pd.DataFrame:
         return df[name] if name in df.columns else pd.Series(pd.NA, index=df.index, dtype="Int64")
 
     if "duration" not in df.columns and {"start", "end"} <= set(df.columns):
-        df["duration"] = _int_column(df["end"]) - _int_column(df["start"])
+        df["duration"] = int_column(df["end"]) - int_column(df["start"])
     for dim in ("grid", "block"):
         for axis in "xyz":
             if f"{dim}_{axis}" not in df.columns:
                 df[f"{dim}_{axis}"] = pd.Series(pd.NA, index=df.index, dtype="Int64")
     if "grid_size" not in df.columns:
-        df["grid_size"] = _int_column(col("grid_x")) * _int_column(col("grid_y")).fillna(1) * _int_column(
+        df["grid_size"] = int_column(col("grid_x")) * int_column(col("grid_y")).fillna(1) * int_column(
             col("grid_z")
         ).fillna(1)
     if "workgroup_size" not in df.columns:
-        df["workgroup_size"] = _int_column(col("block_x")) * _int_column(col("block_y")).fillna(1) * _int_column(
+        df["workgroup_size"] = int_column(col("block_x")) * int_column(col("block_y")).fillna(1) * int_column(
             col("block_z")
         ).fillna(1)
     if "lds_per_workgroup" not in df.columns and (
         "static_shared_memory" in df.columns or "dynamic_shared_memory" in df.columns
     ):
-        df["lds_per_workgroup"] = _int_column(col("static_shared_memory")).fillna(0) + _int_column(
+        df["lds_per_workgroup"] = int_column(col("static_shared_memory")).fillna(0) + int_column(
             col("dynamic_shared_memory")
         ).fillna(0)
     if "kernel_short_name" not in df.columns and "kernel_name" in df.columns:
@@ -255,5 +289,5 @@ def finalize_memcpy(df: pd.DataFrame) -> pa.Table:
     """Canonical memcpy table."""
     df = df.copy(deep=False)
     if "duration" not in df.columns and {"start", "end"} <= set(df.columns):
-        df["duration"] = _int_column(df["end"]) - _int_column(df["start"])
+        df["duration"] = int_column(df["end"]) - int_column(df["start"])
     return _finalize(df, "memcpy")

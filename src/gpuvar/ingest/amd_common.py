@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import ReaderOutput, to_number
-from gpuvar.schema import table1_rename
+from gpuvar.ingest.base import ReaderOutput, is_utf8, to_int, to_number
+from gpuvar.schema import int_column, table1_rename
 
 # canonical name -> source names, first present wins (rocprof v1, Omniperf 2024, Omniperf MI300X / timestamps)
 AMD_COLUMNS = {
@@ -133,14 +133,11 @@ def read_amd_csv(path: Path, out: ReaderOutput, table: str = "kernels") -> pd.Da
     end = raw.find(b"\n")
     header = raw[: end if end >= 0 else len(raw)].rstrip(b"\r")
     bad: list[pacsv.InvalidRow] = []
+    encoding = "utf8" if is_utf8(raw) else "latin-1"  # profilers on old systems write latin-1
+    if encoding == "latin-1":
+        out.notes.append(f"{Path(path).name}: not valid UTF-8, decoded as latin-1")
     try:
-        try:
-            result, encoding = _parse(raw, header, "utf8", bad)
-        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-            if not isinstance(exc, UnicodeDecodeError) and "utf8" not in str(exc).lower():
-                raise
-            bad.clear()  # not UTF-8: profilers on old systems write latin-1
-            result, encoding = _parse(raw, header, "latin-1", bad)
+        result, encoding = _parse(raw, header, encoding, bad)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise InputError(path, f"malformed CSV: {str(exc).splitlines()[0]}") from None
     last_line = raw[-(1 << 20):].rstrip(b"\r\n").rsplit(b"\n", 1)[-1].rstrip(b"\r")
@@ -200,8 +197,9 @@ def clean_kernel_names(names: pd.Series) -> tuple[pd.Series, int]:
 def ceil_div(num: pd.Series, den: pd.Series) -> pd.Series:
     """ceil(num / den) as nullable Int64; null where either is null or den <= 0."""
     n, d = to_number(num), to_number(den)
-    q = np.ceil(n / d.where(d > 0))
-    return q.round().astype("Int64")
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        q = np.ceil(n / d.where(d > 0))
+    return int_column(q)
 
 
 def map_amd_dispatch_columns(df: pd.DataFrame, out: ReaderOutput, source: str,
@@ -214,7 +212,7 @@ def map_amd_dispatch_columns(df: pd.DataFrame, out: ReaderOutput, source: str,
     grd, wgr = first_present(cols, GRID_WORK_ITEMS), first_present(cols, WORKGROUP)
     df = rename_columns(df, rename)
     if wgr is not None:
-        df["block_x"] = to_number(df[wgr]).round().astype("Int64")
+        df["block_x"] = to_int(df[wgr])
         df["block_y"] = df["block_z"] = pd.array(np.ones(len(df), dtype=np.int64), dtype="Int64")
         if grd is not None:
             df["grid_x"] = ceil_div(df[grd], df[wgr])

@@ -7,9 +7,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from gpuvar.errors import InputError
+from gpuvar.schema import int_column
 
 
 @dataclass
@@ -79,3 +82,22 @@ def to_number(series: pd.Series) -> pd.Series:
         return series
     cleaned = series.astype(str).str.replace(",", "", regex=False).str.strip()
     return pd.to_numeric(cleaned, errors="coerce")
+
+
+def to_int(series: pd.Series) -> pd.Series:
+    """Profiler numbers as nullable Int64, rounded; NaN, inf and values beyond int64 become null, never a crash."""
+    return int_column(to_number(series))
+
+
+def is_utf8(body) -> bool:
+    """Validate UTF-8 in Arrow (one zero-copy binary value cast to string) without building a Python string.
+
+    Readers check before parsing: Arrow's invalid-row callback cannot decode a non-UTF-8 row, so such a row
+    would be lost from the accounting."""
+    buffer = pa.py_buffer(body)
+    offsets = pa.py_buffer(np.array([0, buffer.size], dtype=np.int64))
+    try:
+        pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, buffer]).cast(pa.large_string())
+    except pa.ArrowInvalid:
+        return False
+    return True

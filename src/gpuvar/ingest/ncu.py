@@ -35,7 +35,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import ReaderOutput, require_columns
+from gpuvar.ingest.base import ReaderOutput, is_utf8, require_columns, to_int
+from gpuvar.schema import int_column
 
 FORMAT = "ncu-csv"
 
@@ -110,24 +111,27 @@ def _header_fields(line: bytes) -> list[str] | None:
     if b"Kernel Name" not in line or b"ID" not in line:
         return None
     line = line.lstrip(b"\xef\xbb\xbf")
-    fields = [f.strip() for f in next(csv.reader([line.decode("utf-8", errors="replace").rstrip("\r\n")]), [])]
+    try:
+        fields = [f.strip() for f in next(csv.reader([line.decode("utf-8", errors="replace").rstrip("\r\n")]), [])]
+    except csv.Error:  # an unbalanced quote: not a header
+        return None
     if "ID" in fields and "Kernel Name" in fields:
         return fields
     return None
 
 
+_LINE = re.compile(rb"[^\r\n]+")
+
+
 def _find_header(data: bytes) -> tuple[int, list[str]] | None:
     """(offset of the header line, its fields), skipping ==PROF== lines and program output before it.
 
+    Lines end at LF, CRLF or a lone CR (Windows and old Mac output mixed in one capture).
     ncu writes ID first, but the header is recognised by names alone so a reordered export still reads."""
-    pos = 0
-    while pos < len(data):
-        end = data.find(b"\n", pos)
-        end = len(data) if end < 0 else end
-        fields = _header_fields(data[pos:end])
+    for line in _LINE.finditer(data):
+        fields = _header_fields(line.group())
         if fields is not None:
-            return pos, fields
-        pos = end + 1
+            return line.start(), fields
     return None
 
 
@@ -213,15 +217,11 @@ def _parse(path: Path, body, fields: list[str], out: ReaderOutput) -> tuple[pa.T
             ),
         )
 
+    if not is_utf8(body):
+        out.notes.append("file is not valid UTF-8: decoded as latin-1")
+        body = bytes(body).decode("latin-1").encode("utf-8")
     try:
-        try:
-            table = attempt(body)
-        except pa.ArrowInvalid as exc:
-            if "UTF8" not in str(exc):
-                raise
-            short.clear()
-            out.notes.append("file is not valid UTF-8: decoded as latin-1")
-            table = attempt(bytes(body).decode("latin-1").encode("utf-8"))
+        table = attempt(body)
     except pa.ArrowInvalid as exc:
         message = str(exc).splitlines()[0][:200]
         raise InputError(path, f"malformed CSV: {message}") from None
@@ -258,7 +258,7 @@ def _launch_id_values(column) -> np.ndarray:
     codes, uniques = _codes(column)
     num = _numbers(uniques)[0] if uniques else np.empty(0)
     with np.errstate(invalid="ignore"):
-        num = np.where((num >= 0) & (num == np.floor(num)), num, np.nan)
+        num = np.where((num >= 0) & (num < 2.0**63) & (num == np.floor(num)), num, np.nan)
     return num[codes] if len(codes) else np.empty(0)
 
 
@@ -271,7 +271,7 @@ def _sizes(series: pd.Series) -> pd.DataFrame:
     x = pd.to_numeric(parts[0], errors="coerce")
     y = pd.to_numeric(parts[1], errors="coerce").where(parts[1].notna(), 1).where(x.notna())
     z = pd.to_numeric(parts[2], errors="coerce").where(parts[2].notna(), 1).where(x.notna())
-    out = {axis: v.astype("Int64").array.take(codes, allow_fill=True) for axis, v in zip("xyz", (x, y, z))}
+    out = {axis: int_column(v).array.take(codes, allow_fill=True) for axis, v in zip("xyz", (x, y, z))}
     return pd.DataFrame(out, index=series.index)
 
 
@@ -450,7 +450,7 @@ def _add_duration(kernels: pd.DataFrame, units: dict[str, str], out: ReaderOutpu
         return
     if units.get(name) == "":
         out.notes.append(f"{name} has no unit; taken as ns")
-    kernels["duration"] = pd.to_numeric(kernels[name], errors="coerce").round().astype("Int64")
+    kernels["duration"] = to_int(kernels[name])
     missing = int(kernels["duration"].isna().sum())
     if missing:
         out.notes.append(f"{missing} launch(es) have no {name} value: kept with a null duration")

@@ -27,7 +27,7 @@ import pandas as pd
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common
-from gpuvar.ingest.base import ReaderOutput, to_number
+from gpuvar.ingest.base import ReaderOutput, to_int, to_number
 
 FORMAT = "rocprofv3-csv"
 KINDS = ("kernel_trace", "counter_collection", "memory_copy_trace")
@@ -137,7 +137,7 @@ def map_dispatches(df: pd.DataFrame, path: Path, out: ReaderOutput) -> pd.DataFr
             df[f"grid_{axis}"] = amd_common.ceil_div(df[src], df[block])
     if "Grid_Size" in df.columns and "Workgroup_Size" in df.columns and "grid_x" not in df.columns:
         df["grid_x"] = amd_common.ceil_div(df["Grid_Size"], df["Workgroup_Size"])
-        df["block_x"] = to_number(df["Workgroup_Size"]).round().astype("Int64")
+        df["block_x"] = to_int(df["Workgroup_Size"])
         for col in ("grid_y", "grid_z", "block_y", "block_z"):
             df[col] = pd.array(np.ones(len(df), dtype=np.int64), dtype="Int64")
         df = amd_common.rename_columns(df, {"Grid_Size": "grid_work_items"})
