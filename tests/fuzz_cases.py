@@ -10,8 +10,17 @@ MUTATIONS = ("flip", "truncate", "truncate_newline", "crlf_mix", "drop_header_co
 BAD_VALUES = ("nan", "inf", "-1", "99999999999999999999999", "-inf", "", "1e400", "abc")
 
 
+# Readers without a demo writer are fuzzed from real files (read by path, never copied into the repo).
+REAL_SEEDS = {
+    "omniperf": "omniperf-pmc-perf/omniperf-multikernel-mi200/pmc_perf.csv",
+    "rocprofv3": "rocprofv3-csv/rocprofiler-sdk-docs-vectorops-newer/kernel_trace.csv",
+    "rocprofv3_counters": "rocprofv3-csv/rocprofiler-sdk-docs-vectorops-newer/counter_collection.csv",
+    "rocprof_db": "rocprof-v1-csv/llamacpp-rdna4-r9700/results.db",
+}
+
+
 def seed_bytes(kind: str, tmp: Path) -> tuple[bytes, str]:
-    """A small valid file of `kind` (nsys|ncu_long|ncu_wide|rocprof) as bytes, and its suffix."""
+    """A small valid file of a demo-written `kind` (nsys|ncu_long|ncu_wide|rocprof) as bytes, and its suffix."""
     from gpuvar.demo.ncu_writer import write_ncu_demo
     from gpuvar.demo.nsys_writer import write_nsys_demo
     from gpuvar.demo.rocprof_writer import write_rocprof_demo

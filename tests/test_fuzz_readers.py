@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fuzz_cases import MUTATIONS, mutate_sqlite, mutate_text, seed_bytes
+from conftest import real_file
+from fuzz_cases import MUTATIONS, REAL_SEEDS, mutate_sqlite, mutate_text, seed_bytes
 from gpuvar.errors import GpuvarError
 from gpuvar.ingest import ingest
 
@@ -21,6 +22,10 @@ _SEEDS: dict[str, tuple[bytes, str]] = {}
 
 
 def _seed(kind: str) -> tuple[bytes, str]:
+    """Seed bytes: written by the demo writers, or read from the real file (the test skips if it is absent)."""
+    if kind in REAL_SEEDS:
+        path = real_file(REAL_SEEDS[kind])
+        return path.read_bytes(), path.suffix
     if kind not in _SEEDS:
         with tempfile.TemporaryDirectory() as tmp:
             _SEEDS[kind] = seed_bytes(kind, Path(tmp))
@@ -44,7 +49,7 @@ def check_case(data: bytes, suffix: str) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["ncu_long", "ncu_wide", "rocprof"])
+@pytest.mark.parametrize("kind", ["ncu_long", "ncu_wide", "rocprof", "omniperf", "rocprofv3", "rocprofv3_counters"])
 @SETTINGS
 @given(mutation=st.sampled_from(MUTATIONS), salt=st.integers(0, 2**32 - 1))
 def test_csv_reader_fuzz(kind, mutation, salt):
@@ -53,8 +58,9 @@ def test_csv_reader_fuzz(kind, mutation, salt):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["nsys", "rocprof_db"])
 @SETTINGS
 @given(mutation=st.sampled_from(["truncate", "flip", "after_header"]), salt=st.integers(0, 2**32 - 1))
-def test_nsys_sqlite_fuzz(mutation, salt):
-    data, suffix = _seed("nsys")
+def test_sqlite_reader_fuzz(kind, mutation, salt):
+    data, suffix = _seed(kind)
     check_case(mutate_sqlite(data, mutation, random.Random(salt)), suffix)

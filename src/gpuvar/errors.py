@@ -12,8 +12,14 @@ class GpuvarError(Exception):
 class InputError(GpuvarError):
     """A profiler file that cannot be read: names the file and what is wrong with it."""
 
+    MAX_REASON = 400
+
     def __init__(self, path: str | Path, reason: str):
         self.path = str(path)
+        # one line, whatever a library put in its message (SQLite quotes whole multi-line schema statements)
+        reason = " ".join(str(reason).split())
+        if len(reason) > self.MAX_REASON:
+            reason = reason[: self.MAX_REASON - 3] + "..."
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 

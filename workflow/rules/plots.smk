@@ -173,7 +173,8 @@ rule bin_scaling_trace:
     threads: 4096
     resources:
         mpi="mpiexec",
-        tasks=lambda wildcards: int(wildcards.ranks),
+        # the Slurm plugin refuses an MPI job of one task: the 1-rank run asks for 2 and starts 1
+        tasks=lambda wildcards: max(2, int(wildcards.ranks)),
         cpus_per_task=1,
         mem_mb_per_cpu=2000,
         runtime=30,
@@ -187,7 +188,7 @@ rule bin_scaling_trace:
         features=feature_option(CFG.binning.features),
         workers=CFG.binning.workers_per_rank,
     shell:
-        "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels} --memcpy {params.memcpy}"
+        "{resources.mpi} -n {wildcards.ranks} gpuvar bin {input.kernels} --memcpy {params.memcpy}"
         " --target {wildcards.target} --group {params.group} --link {params.link}"
         " --bin-width {params.bin_width} --top-k {params.top_k} --features {params.features}"
         " --workers-per-rank {params.workers} --output {params.outdir} > {log} 2>&1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,3 +102,13 @@ def is_utf8(body) -> bool:
     except pa.ArrowInvalid:
         return False
     return True
+
+
+def connect_sqlite_readonly(path: Path, **kwargs) -> sqlite3.Connection:
+    """Read-only SQLite connection (a file URI, so spaces and '#' in the path are safe and nothing is created).
+
+    Text that is not valid UTF-8 (a damaged page, a name written by another tool) decodes with U+FFFD
+    instead of raising in the middle of a query."""
+    con = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, **kwargs)
+    con.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+    return con

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import ReaderOutput, require_columns
+from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly, require_columns
 
 FORMAT = "nsys-sqlite"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -70,8 +70,8 @@ log = logging.getLogger("gpuvar.ingest.nsys")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    """Read-only connection (a file URI, so spaces and '#' in the path are safe and nothing is created)."""
-    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+    """Read-only connection, shared across the reader's threads."""
+    return connect_sqlite_readonly(path, check_same_thread=False)
 
 
 def _catalog(con: sqlite3.Connection) -> dict[str, list[str]]:
@@ -98,14 +98,15 @@ def sniff(path: Path, head: bytes) -> bool:
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         finally:
             con.close()
-    except sqlite3.DatabaseError:
+    except (sqlite3.DatabaseError, UnicodeDecodeError):  # a damaged schema page can hold invalid UTF-8
         return True
     return _is_nsys(names)
 
 
 def _damaged(path: Path, exc: Exception) -> InputError:
     """One-line error for an unreadable database, saying whether the file is shorter than its header claims."""
-    reason = f"not a readable SQLite database ({exc})"
+    detail = "invalid UTF-8 in the schema" if isinstance(exc, UnicodeDecodeError) else exc
+    reason = f"not a readable SQLite database ({detail})"
     try:
         with open(path, "rb") as fh:
             header = fh.read(100)
@@ -114,7 +115,7 @@ def _damaged(path: Path, exc: Exception) -> InputError:
         pages = int.from_bytes(header[28:32], "big")
         size = os.path.getsize(path)
         if page and pages and size < page * pages:
-            reason = f"truncated SQLite database ({size} of {page * pages} bytes; {exc})"
+            reason = f"truncated SQLite database ({size} of {page * pages} bytes; {detail})"
     except OSError:
         pass
     return InputError(path, reason)
@@ -175,7 +176,9 @@ def _fetch(path: Path, table: str, columns: list[str]) -> pa.Table:
         rows_hint = con.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0] or 0
         try:
             return _fetch_connectorx(path, table, columns, rows_hint)
-        except Exception as exc:  # noqa: BLE001 - any connectorx failure falls back to the reference reader
+        except BaseException as exc:  # noqa: BLE001 - any connectorx failure falls back to the reference reader
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise  # (a Rust panic on a damaged file is a BaseException too: pyo3's PanicException)
             log.debug("%s: connectorx could not read %s (%s); using sqlite3", path, table, exc)
         return _fetch_sqlite3(con, table, columns)
     finally:
@@ -369,7 +372,7 @@ def read(path: Path) -> ReaderOutput:
             return _read(path, con, out)
         finally:
             con.close()
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise _damaged(path, exc) from None
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common
-from gpuvar.ingest.base import ReaderOutput
+from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly
 
 FORMAT = "rocprof-db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -21,7 +21,7 @@ TABLE = "KERN"
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+    return connect_sqlite_readonly(path)
 
 
 def _tables(path: Path) -> set[str]:
@@ -38,7 +38,7 @@ def sniff(path: Path, head: bytes) -> bool:
         return False
     try:
         return TABLE in _tables(path)
-    except sqlite3.DatabaseError:
+    except (sqlite3.DatabaseError, UnicodeDecodeError):
         return False
 
 
@@ -58,6 +58,8 @@ def _query(path: Path) -> pd.DataFrame:
         raise InputError(path, f"cannot read SQLite database ({exc})") from None
     except sqlite3.DatabaseError as exc:
         raise InputError(path, f"not a readable SQLite database ({exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "not a readable SQLite database (invalid UTF-8 in the schema)") from None
 
 
 def read(path: Path) -> ReaderOutput:
