@@ -174,6 +174,17 @@ def test_a_failing_rank_stops_the_job_promptly(demo, tmp_path):
     assert not (tmp_path / "bins.parquet").exists()
 
 
+@pytest.mark.mpi
+def test_a_killed_rank_stops_the_job_promptly(demo, tmp_path):
+    """A rank killed outright (OOM killer, node failure) says nothing; mpiexec must still end the job."""
+    t0 = time.monotonic()
+    proc = run_bin(demo / "kernels.parquet", "--output", tmp_path, ranks=3,
+                   env={"GPUVAR_BIN_FAIL_ON_RANK": "2:kill"}, timeout=60)  # fmt: skip
+    assert proc.returncode != 0
+    assert time.monotonic() - t0 < 30
+    assert not any(tmp_path.iterdir()), "no output may be left looking complete"
+
+
 def _tiny_files(tmp_path: Path):
     """Stream 1: copies at t=0 (dur 10) and t=100 (dur 40); stream 2: no copy before its first kernel."""
     kernels = pd.DataFrame({

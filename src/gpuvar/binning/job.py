@@ -25,7 +25,8 @@ node where a few ranks per node each own many bins (fewer ranks = fewer exchange
 On a 2-core machine with 2 ranks there is no spare core, so keep --workers-per-rank 1 there.
 Failure: any exception on a rank is logged as `rank N: error: ...` and the job is aborted (MPI Abort), so
 mpiexec/srun exits non-zero at once instead of hanging in the next collective. Test hook:
-GPUVAR_BIN_FAIL_ON_RANK=N makes rank N raise after reading (used only by the tests).
+GPUVAR_BIN_FAIL_ON_RANK=N makes rank N raise after reading, =N:kill makes it die by SIGKILL there (as the
+OOM killer would); used only by the tests.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import signal
 import sys
 import time
 from collections import Counter
@@ -56,6 +58,16 @@ LINKED = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
 ID_COLUMNS = ("kernel_name", "kernel_short_name", "launch_config", "launch_id", "start", "end", "duration",
               "device_id", "stream_id")  # fmt: skip
 _NULL = np.iinfo(np.int64).min
+
+
+def _inject_failure(rank: int) -> None:
+    """The test hook of the module docstring: raise, or die without a word, on the named rank."""
+    target, _, how = os.environ.get(FAIL_ENV, "").partition(":")
+    if target != str(rank):
+        return
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise StageError(f"test failure injected by {FAIL_ENV}={rank}")
 _CHUNK = 1 << 22  # rows per vectorised step where a full-size temporary would raise the memory peak
 
 
@@ -635,8 +647,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
                  job.axis, job.width, job.unit, size, opts.workers_per_rank)  # fmt: skip
     share, totals = job.read()
     timer.lap("read", rank)
-    if os.environ.get(FAIL_ENV) == str(rank):
-        raise StageError(f"test failure injected by {FAIL_ENV}={rank}")
+    _inject_failure(rank)
     lut = job.means(totals)
     timer.lap("means", rank)
     if opts.target == "memory_stall" and job.axis != "start":
@@ -720,5 +731,6 @@ def run_rank(opts: BinOptions) -> int:
         print(f"gpuvar bin: rank {rank}: error: {exc}", file=sys.stderr, flush=True)
         log.error("rank %d: error: %s", rank, exc, exc_info=not isinstance(exc, GpuvarError))
         sys.stderr.flush()
+        time.sleep(0.5)  # let mpiexec/srun forward the message before Abort tears the job's I/O down
         comm.Abort(1)
         return 1

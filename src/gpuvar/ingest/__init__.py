@@ -34,9 +34,15 @@ def load(source: str | Path, fmt: str = "auto"):
 
 
 def ingest(source: str | Path, output: str | Path, fmt: str = "auto") -> dict:
-    """Ingest `source` into `output`/kernels.parquet (+ memcpy.parquet) and ingest.json; returns the report."""
+    """Ingest `source` into `output`/kernels.parquet (+ memcpy.parquet) and ingest.json; returns the report.
+
+    Every file is written atomically and ingest.json last: it marks a complete ingest, so a stale one is
+    removed first and an interrupted run never leaves new tables beside an old report."""
     t0 = time.perf_counter()
     source, output = Path(source), Path(output)
+    marker = output / "ingest.json"
+    if marker.exists():
+        marker.unlink()
     out, kernels, memcpy = load(source, fmt)
     t_read = time.perf_counter() - t0
     meta = {"source": str(source), "format": out.format}
@@ -72,5 +78,5 @@ def ingest(source: str | Path, output: str | Path, fmt: str = "auto") -> dict:
             log.warning("%s: dropped %d %s row(s): %s", source, count, name, reason)
         if not balanced:
             raise InputError(source, f"internal accounting error on {name}: rows read {rows_read} != written + dropped")
-    write_json(report, output / "ingest.json")
+    write_json(report, marker)
     return report
