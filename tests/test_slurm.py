@@ -1,6 +1,6 @@
 """The Slurm profile, and the workflow run through a REAL single-node Slurm cluster (issue 6).
 
-Without a cluster: the profiles say what docs/cluster.md promises (MPI via srun, > 1 task, one core per
+Without a cluster: the profiles say what the README's "Running on a cluster" promises (MPI via srun, > 1 task, one core per
 rank, values to edit clearly marked), name only rules that exist, and a dry run over 50 datasets shows
 50 independent branches in seconds.
 

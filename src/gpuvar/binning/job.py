@@ -244,6 +244,7 @@ class Job:
         n = int(offsets[-1])
         share = Share(groups, offsets, np.ones(n, bool))
         self.axis_v = np.empty(n, np.int64)
+        self.axis_lo, self.axis_hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
         self.dur = np.empty(n, np.float64)
         self.codes = np.empty(n, np.int32)
         if self.do_link:
@@ -272,6 +273,8 @@ class Job:
         ok = share.ok[a:b]
         axis, valid = _ints(t.column(self.axis))
         self.axis_v[a:b] = axis
+        lo, hi = _masked_min_max(axis, valid)  # the timeline spans every kernel, with a target or not
+        self.axis_lo, self.axis_hi = min(self.axis_lo, lo), max(self.axis_hi, hi)
         self._drop(share, ok, ~valid, "no start timestamp" if self.axis == "start" else "no launch_id")
         dur, dvalid = _ints(t.column("duration"))
         self.dur[a:b] = dur
@@ -420,9 +423,10 @@ class Job:
 
         ok = share.ok
         axis = self.axis_v
-        lo, hi = _masked_min_max(axis, ok)
-        self.gmin = self.comm.allreduce(lo, op=MPI.MIN)
-        gmax = self.comm.allreduce(hi, op=MPI.MAX)
+        # bins start at the first kernel of the trace, not the first with a target, so the bins of
+        # kernel_variability and memory_stall of one trace are the same time windows
+        self.gmin = self.comm.allreduce(self.axis_lo, op=MPI.MIN)
+        gmax = self.comm.allreduce(self.axis_hi, op=MPI.MAX)
         if self.gmin > gmax:
             self.n_bins = 0
         else:
