@@ -27,6 +27,24 @@ def test_auto_features_exclude_ids_times_targets():
     assert feats == ["grid_x", "grid_y", "block_x"] and rejected == {}
 
 
+def test_auto_features_leave_out_vendor_ids_times_and_duration_proxies():
+    """Raw vendor columns kept by ingest must not become causes: they would explain the target by themselves."""
+    df = frame()
+    extra = ["gridId", "contextId", "globalPid", "DispatchNs", "CompleteNs", "queue-index", "tid", "Dispatch_ID",
+             "gpu__time_duration.sum", "sm__cycles_elapsed.avg", "sq_cycles", "sq_busy_cycles"]
+    for name in extra:
+        df[name] = df["kernel_variability"] * 3.0 + 1.0
+    df["sig"] = "0x1"  # text: neither a feature nor worth reporting
+    df["tcp_pending_stall"] = df["grid_x"] * 2.0
+    df["dram__bytes_read.sum"] = df["grid_y"] * 5.0
+    feats, rejected = select_features(df, "kernel_variability", "kernel_name", "auto")
+    assert feats == ["grid_x", "grid_y", "block_x", "tcp_pending_stall", "dram__bytes_read.sum"]
+    assert sorted(rejected) == sorted(extra)
+    assert "duration in another unit" in rejected["sq_cycles"] and "identifier" in rejected["gridId"]
+    explicit, _ = select_features(df, "kernel_variability", None, "grid_x,sq_cycles")
+    assert explicit == ["grid_x", "sq_cycles"]  # listing a proxy keeps it
+
+
 def test_explicit_features_keep_order_and_reject_non_numeric():
     feats, rejected = select_features(frame(), "kernel_variability", None, "block_x, grid_x,kernel_name")
     assert feats == ["block_x", "grid_x"] and "kernel_name" in rejected

@@ -94,3 +94,28 @@ def test_rerun_is_byte_identical(demo_run, tmp_path):
     proc = run_workflow(again, config)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert data_digests(again) == first
+
+
+def _contributions(workdir: Path, dataset: str, target: str, group_prefix: str) -> dict[str, tuple[float, int]]:
+    (folder,) = (workdir / f"results/causal/{dataset}/{target}").glob(f"{group_prefix}*")
+    rows = (folder / "contributions.csv").read_text().splitlines()[1:]
+    return {f: (float(pct), int(sign)) for f, _, pct, sign in (r.split(",") for r in rows)}
+
+
+def test_demo_graphs_recover_the_planted_causes(demo_run):
+    """The planted structure (src/gpuvar/demo/synth.py, demo.json) comes out with its signs."""
+    workdir, _ = demo_run
+    planted = json.loads((workdir / "resources/demo/demo.json").read_text())["planted"]
+    assert set(planted["memory_stall"]) == {"linked_copy_bytes", "linked_copy_kind"}
+    for dataset in ("rank0", "rank1"):
+        kv = _contributions(workdir, dataset, "kernel_variability", "void_gemm_tile_kernel")
+        assert kv["grid_x"][1] == 1 and kv["grid_y"][1] == -1, (dataset, kv)
+        assert kv["grid_x"][0] + kv["grid_y"][0] > 50, (dataset, kv)
+        stall = _contributions(workdir, dataset, "memory_stall", "all")
+        top_two = sorted(stall, key=lambda f: -stall[f][0])[:2]
+        assert set(top_two) == {"linked_copy_bytes", "linked_copy_kind"}, (dataset, stall)
+        assert stall["linked_copy_bytes"][1] == 1 and stall["linked_copy_kind"][1] == -1
+    for dataset in ("perfcounter", "amd"):
+        summary = json.loads((workdir / f"results/causal/{dataset}/kernel_variability/summary.json").read_text())
+        used = {f for g in summary["groups"] for f in g.get("features", [])}
+        assert not used & {"gpu__time_duration.sum", "sm__cycles_elapsed.avg", "sq_cycles", "DispatchNs"}, used

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from gpuvar import __version__
@@ -68,5 +69,22 @@ def main(argv=None) -> int:
         return 130
 
 
+def entry() -> None:
+    """Console entry point: run `main`, then leave without tearing down native thread pools.
+
+    Arrow's C++ thread pools can abort the interpreter at shutdown ("terminate called without an active
+    exception", apache/arrow#34314) after all work is done, turning a finished command into exit -6. Once
+    output is flushed nothing is left to clean up, so the process ends with os._exit. MPI ranks exit
+    normally instead: mpi4py finalizes MPI in an atexit hook that mpiexec waits for.
+    """
+    code = main()
+    if "mpi4py.MPI" in sys.modules:
+        sys.exit(code)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

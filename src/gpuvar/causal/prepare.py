@@ -26,6 +26,16 @@ EXCLUDED_COLUMNS = (
 # Other targets computed from durations: as features they would leak the target.
 TARGET_COLUMNS = ("kernel_variability", "memory_stall", "gpu_time_variation", "perf_variability")
 EXCLUDED_SUFFIXES = ("_start", "_end", "_id", "_duration")
+# Vendor columns kept in the canonical tables that are identifiers, timestamps or the raw duration:
+# nsys contextId/gridId/globalPid, rocprof DispatchNs/CompleteNs/queue-index/tid, Omniperf Dispatch_ID/PID,
+# ncu gpu__time_duration.sum (the source of the target: as a feature it would explain the target by itself).
+VENDOR_NOT_FEATURE = re.compile(
+    r"^(?:.*(?:Id|ID|Pid|Index|index|Ns|_Timestamp)|tid|pid|sig|obj|context|stream|device|gpu__time_duration(?:\..*)?)$"
+)
+# Counters of elapsed or busy clock cycles are the kernel's duration in another unit: with the target
+# constrained to be a sink they would "explain" it by themselves and hide the real causes. Listing them in
+# `features` explicitly still analyses them.
+DURATION_PROXY = re.compile(r"^(?:sq_cycles|sq_busy_cycles|grbm_gui_active|grbm_count|.*__cycles_(?:elapsed|active)\..*)$")
 COLLINEAR_TOL = 1e-12  # |corr| within this of 1 counts as perfectly collinear
 
 
@@ -70,8 +80,8 @@ def group_slug(name: str) -> str:
 def select_features(df: pd.DataFrame, target: str, group_by: str | None, features) -> tuple[list[str], dict]:
     """Candidate feature columns in a deterministic order, and the requested columns rejected with why.
 
-    features: 'auto' (every numeric column except identifiers, times, targets and the group column, in
-    frame order), a comma-separated string, or a list (kept in the given order).
+    features: 'auto' (every numeric column except identifiers, times, the raw duration, elapsed-cycle
+    counters, targets and the group column, in frame order; vendor columns excluded this way are reported), a comma-separated string, or a list (kept in the given order).
     """
     rejected: dict[str, str] = {}
     if features is None or (isinstance(features, str) and features.strip() == "auto"):
@@ -82,7 +92,13 @@ def select_features(df: pd.DataFrame, target: str, group_by: str | None, feature
                 continue
             if name in EXCLUDED_COLUMNS or name in TARGET_COLUMNS or name.endswith(EXCLUDED_SUFFIXES):
                 continue
-            if pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
+            if not (pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col])):
+                continue
+            if VENDOR_NOT_FEATURE.match(name):
+                rejected[name] = "identifier, timestamp or raw duration (not a cause)"
+            elif DURATION_PROXY.match(name.lower()):
+                rejected[name] = "elapsed/busy cycle count: the duration in another unit (list it to keep it)"
+            else:
                 chosen.append(name)
         return chosen, rejected
     names = [f.strip() for f in features.split(",")] if isinstance(features, str) else [str(f) for f in features]

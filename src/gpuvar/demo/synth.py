@@ -8,8 +8,10 @@ Planted structure (per kernel launch j of kernel i, on one device, `STREAMS` str
   * grid_x  -> duration   positive: duration grows by `GRID_X_NS` ns per block (kernel-specific scale).
   * grid_y  -> duration   negative: each extra grid_y step shortens the kernel by `GRID_Y_NS` ns.
   * grid_x  -> tcp_pending_stall (memory stall cycles counter) -> duration   positive (AMD/ncu counters).
-  * copy kind of the copy issued just before the kernel on its stream: device-to-device (copyKind 8) copies
-    are heavy-tailed, which raises memory_stall = |kernel duration - copy duration| and its variance.
+  * the copy issued just before the kernel on its stream drives memory_stall = |kernel duration - copy
+    duration|: copy duration = bytes / bandwidth + latency, so bytes (+); device-to-device copies (copyKind
+    8) run ~35x faster than host copies, so DtoD lowers the stall on average (-), yet carry a heavy
+    exponential tail that makes the stalls of DtoD-linked kernels erratic.
   * contention windows: in ~15 % of windows of `WINDOW_LAUNCHES` consecutive launches (~200 ms of trace)
     the kernel noise is 4x larger, so some time bins are far more variable than others (what the top-k bin
     ranking must find). Windows follow the launch index, so a chunk never depends on earlier chunks' times:
