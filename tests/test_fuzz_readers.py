@@ -48,7 +48,7 @@ def check_case(data: bytes, suffix: str) -> None:
             assert t["rows_read"] == t["rows_written"] + sum(t["dropped"].values()), (name, t)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(max(120, 2 * EXAMPLES))  # a bound per reader, not per case
 @pytest.mark.parametrize("kind", ["ncu_long", "ncu_wide", "rocprof", "omniperf", "rocprofv3", "rocprofv3_counters"])
 @SETTINGS
 @given(mutation=st.sampled_from(MUTATIONS), salt=st.integers(0, 2**32 - 1))
@@ -57,7 +57,7 @@ def test_csv_reader_fuzz(kind, mutation, salt):
     check_case(mutate_text(data, mutation, random.Random(salt)), suffix)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(max(120, 2 * EXAMPLES))  # a bound per reader, not per case
 @pytest.mark.parametrize("kind", ["nsys", "rocprof_db"])
 @SETTINGS
 @given(mutation=st.sampled_from(["truncate", "flip", "after_header"]), salt=st.integers(0, 2**32 - 1))

@@ -227,24 +227,34 @@ def _edge_style(edge: dict, max_coef: float) -> tuple[float, str]:
     return 0.7 + 2.0 * min(abs(edge["coefficient"]) / max_coef, 1.0), f"{edge['coefficient']:+.2f}"
 
 
-def _bend(x0: float, y0: float, ux: float, uy: float, dist: float) -> float:
-    """arc3 curvature of a feature-to-feature edge: slight, or strong and away from the centre when the
-    straight line would cross the target's box."""
+def _bend(x0: float, y0: float, ux: float, uy: float, dist: float, target_half: tuple[float, float]) -> float:
+    """arc3 curvature of a feature-to-feature edge, always away from the centre: slight, or far enough to
+    clear the target's box when the straight line would pass through or near it."""
     side = -x0 * uy + y0 * ux  # > 0: the centre lies to the right of the direction of travel
     along = -(x0 * ux + y0 * uy)  # where the foot of the perpendicular from the centre falls
-    if abs(side) < 0.9 and 0 < along < dist:
-        return -0.6 if side > 0 else 0.6
-    return 0.18
+    reach = target_half[0] * abs(uy) + target_half[1] * abs(ux) + 12  # the box's half extent across the line
+    rad = 0.18
+    if abs(side) < reach and 0 < along < dist:
+        rad = min(1.0, max(0.3, 2 * (reach - abs(side) + 12) / dist))  # midpoint bulge = rad * dist / 2
+    return -rad if side > 0 else rad  # always bulge away from the centre, where the target's edges run
 
 
-def _draw_edge(ax, edge: dict, pos, ppu: float, max_coef: float) -> None:
+def _edge_geometry(edge: dict, pos, target_half: tuple[float, float]):
+    """Start, unit direction, length, curvature and the arc's midpoint (its farthest bulge) of one edge."""
+    (x0, y0), (x1, y1) = pos[edge["from"]], pos[edge["to"]]
+    dist = math.hypot(x1 - x0, y1 - y0) or 1.0
+    ux, uy = (x1 - x0) / dist, (y1 - y0) / dist
+    rad = 0.0 if edge["into_target"] else _bend(x0, y0, ux, uy, dist, target_half)
+    mid = ((x0 + x1) / 2 + rad * dist / 2 * uy, (y0 + y1) / 2 - rad * dist / 2 * ux)
+    return (x0, y0), (ux, uy), dist, rad, mid
+
+
+def _draw_edge(ax, edge: dict, pos, ppu: float, max_coef: float, target_half: tuple[float, float]) -> None:
     src, dst = edge["from"], edge["to"]
-    (x0, y0), (x1, y1) = pos[src], pos[dst]
+    (x0, y0), (ux, uy), dist, rad, _ = _edge_geometry(edge, pos, target_half)
+    x1, y1 = pos[dst]
     dx, dy = x1 - x0, y1 - y0
-    dist = math.hypot(dx, dy) or 1.0
-    ux, uy = dx / dist, dy / dist
     width, label = _edge_style(edge, max_coef)
-    rad = 0.0 if edge["into_target"] else _bend(x0, y0, ux, uy, dist)
     color = style.POSITIVE if edge["coefficient"] > 0 else style.NEGATIVE
     ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=2,
                 arrowprops=dict(arrowstyle="-|>,head_length=0.6,head_width=0.3", color=color, lw=width,
@@ -288,7 +298,10 @@ def draw_causal_graph(cg: CausalGraph, min_contribution_pct: float = 1.0, min_pr
     edges = classify_edges(cg, min_contribution_pct, min_probability)
     shown = edges[edges["status"] == "shown"]
     pos = shell_layout(cg, shown)
+    target_half = _half_box(cg.target)
     boxes = [(x, y, *_half_box(n)) for n, (x, y) in pos.items()]
+    # curved edges bulge beyond the nodes: keep their arcs and labels inside the figure
+    boxes += [(*_edge_geometry(e, pos, target_half)[4], 24.0, 10.0) for e in shown.to_dict("records")]
     x0, x1 = min(x - w for x, _, w, _ in boxes) - 20, max(x + w for x, _, w, _ in boxes) + 20
     y0, y1 = min(y - h for _, y, _, h in boxes) - 15, max(y + h for _, y, _, h in boxes) + 45  # title, legend
     pad = max(0.0, 440 - (x1 - x0)) / 2  # the title and footnote need some width
@@ -302,7 +315,7 @@ def draw_causal_graph(cg: CausalGraph, min_contribution_pct: float = 1.0, min_pr
     ppu = 1.0  # layout units are points
     max_coef = float(shown["coefficient"].abs().max()) if len(shown) else 1.0
     for edge in shown.to_dict("records"):
-        _draw_edge(ax, edge, pos, ppu, max_coef or 1.0)
+        _draw_edge(ax, edge, pos, ppu, max_coef or 1.0, target_half)
     for node, xy in pos.items():
         _draw_node(ax, node, xy, node == cg.target)
     handles = [Line2D([], [], color=style.POSITIVE, lw=2, label="positive"),
