@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import random
+import sqlite3
+import tempfile
 from pathlib import Path
 
-MUTATIONS = ("flip", "truncate", "truncate_newline", "crlf_mix", "drop_header_col", "rename_header_col",
-             "extra_col", "header_only", "bad_values", "unicode_name", "shuffle_cols")
+MUTATIONS = ("flip", "truncate", "truncate_newline", "truncate_header", "truncate_quoted", "crlf_mix",
+             "drop_header_col", "rename_header_col", "extra_col", "header_only", "bad_values", "unicode_name",
+             "shuffle_cols", "shuffle_rows", "duplicate_rows")
+# byte-level damage, then semantic edits made with sqlite3 (empty tables, missing StringIds rows, shuffled or
+# duplicated timestamps)
+SQLITE_MUTATIONS = ("truncate", "flip", "after_header", "empty_table", "drop_rows", "shuffle_column",
+                    "duplicate_rows")
 BAD_VALUES = ("nan", "inf", "-1", "99999999999999999999999", "-inf", "", "1e400", "abc")
 
 
@@ -64,6 +71,12 @@ def mutate_text(data: bytes, mutation: str, rnd: random.Random) -> bytes:
         return bytes(buf)
     if mutation == "truncate":
         return data[: rnd.randrange(len(data))]
+    if mutation == "truncate_header":  # inside the header line (or the ncu preamble before it)
+        end = len("\n".join(lines[: head_idx + 1]).encode())
+        return data[: rnd.randrange(max(end, 1))]
+    if mutation == "truncate_quoted":  # right inside a quoted field: an unterminated quote at end of file
+        quotes = [i + 1 for i, b in enumerate(data) if b == 34]
+        return data[: rnd.choice(quotes[1::2] or [len(data) // 2])] if quotes else data[: len(data) // 2]
     if mutation == "truncate_newline":
         cuts = [i + 1 for i, b in enumerate(data) if b == 10]
         return data[: rnd.choice(cuts)] if cuts else data[:1]
@@ -90,6 +103,10 @@ def mutate_text(data: bytes, mutation: str, rnd: random.Random) -> bytes:
         for r in rows:
             if r:
                 r[rnd.randrange(len(r))] = 'kérnel, "ünï" <τ>\u2028'
+    elif mutation == "shuffle_rows":  # timestamps out of order
+        rnd.shuffle(rows)
+    elif mutation == "duplicate_rows":  # repeated launches: duplicate timestamps and IDs
+        rows = rows + [list(r) for r in rnd.sample(rows, rnd.randint(1, len(rows)))] if rows else rows
     elif mutation == "shuffle_cols":
         order = list(range(len(header)))
         rnd.shuffle(order)
@@ -100,7 +117,9 @@ def mutate_text(data: bytes, mutation: str, rnd: random.Random) -> bytes:
 
 
 def mutate_sqlite(data: bytes, mutation: str, rnd: random.Random) -> bytes:
-    """Byte-level mutations that make sense for a SQLite file."""
+    """Byte-level damage, or a semantic edit of one random table, of a SQLite file."""
+    if mutation in ("empty_table", "drop_rows", "shuffle_column", "duplicate_rows"):
+        return _edit_sqlite(data, mutation, rnd)
     if mutation == "truncate":
         return data[: rnd.randrange(len(data))]
     buf = bytearray(data)
@@ -108,3 +127,39 @@ def mutate_sqlite(data: bytes, mutation: str, rnd: random.Random) -> bytes:
     for _ in range(rnd.randint(1, 50)):
         buf[rnd.randrange(start, len(buf))] = rnd.randrange(256)
     return bytes(buf)
+
+
+def _edit_sqlite(data: bytes, mutation: str, rnd: random.Random) -> bytes:
+    """Semantic edit with sqlite3 on a temporary copy; an edit the schema refuses leaves the file as it was."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "edit.sqlite"
+        path.write_bytes(data)
+        con = sqlite3.connect(path)
+        try:
+            tables = [r[0] for r in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+            table = rnd.choice(tables)
+            quoted = '"' + table.replace('"', '""') + '"'
+            rowids = [r[0] for r in con.execute(f"SELECT rowid FROM {quoted} ORDER BY rowid")]
+            some = [(r,) for r in rowids if rnd.random() < 0.3]  # SQLite's random() is not seedable
+            if mutation == "empty_table":
+                con.execute(f"DELETE FROM {quoted}")
+            elif mutation == "drop_rows":
+                con.executemany(f"DELETE FROM {quoted} WHERE rowid = ?", some)
+            elif mutation == "duplicate_rows":
+                columns = ", ".join('"' + r[1].replace('"', '""') + '"' for r in con.execute(f"PRAGMA table_info({quoted})"))
+                con.executemany(f"INSERT INTO {quoted} ({columns}) SELECT {columns} FROM {quoted} WHERE rowid = ?", some)
+            else:  # shuffle one column's values among the rows: non-monotonic times, mismatched IDs
+                columns = [r[1] for r in con.execute(f"PRAGMA table_info({quoted})")]
+                column = '"' + rnd.choice(columns).replace('"', '""') + '"'
+                rows = con.execute(f"SELECT rowid, {column} FROM {quoted}").fetchall()
+                values = [v for _, v in rows]
+                rnd.shuffle(values)
+                con.executemany(f"UPDATE {quoted} SET {column} = ? WHERE rowid = ?",
+                                [(v, rowid) for (rowid, _), v in zip(rows, values)])
+            con.commit()
+        except sqlite3.Error:
+            con.rollback()
+        finally:
+            con.close()
+        return path.read_bytes()

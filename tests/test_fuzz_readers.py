@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import real_file
-from fuzz_cases import MUTATIONS, REAL_SEEDS, mutate_sqlite, mutate_text, seed_bytes
+from fuzz_cases import MUTATIONS, REAL_SEEDS, SQLITE_MUTATIONS, mutate_sqlite, mutate_text, seed_bytes
 from gpuvar.errors import GpuvarError
 from gpuvar.ingest import ingest
 
@@ -60,7 +60,7 @@ def test_csv_reader_fuzz(kind, mutation, salt):
 @pytest.mark.timeout(max(120, 2 * EXAMPLES))  # a bound per reader, not per case
 @pytest.mark.parametrize("kind", ["nsys", "rocprof_db"])
 @SETTINGS
-@given(mutation=st.sampled_from(["truncate", "flip", "after_header"]), salt=st.integers(0, 2**32 - 1))
+@given(mutation=st.sampled_from(SQLITE_MUTATIONS), salt=st.integers(0, 2**32 - 1))
 def test_sqlite_reader_fuzz(kind, mutation, salt):
     data, suffix = _seed(kind)
     check_case(mutate_sqlite(data, mutation, random.Random(salt)), suffix)

@@ -125,3 +125,25 @@ def test_snakemake_paper_target_builds_every_figure(tmp_path):
     for rule, count in [("plot_paper_causal_graphs", 9), ("plot_paper_parallel_coordinates", 2),
                         ("plot_paper_scaling", 1), ("make_paper_perfcounter_demo", 3), ("bin_scaling_trace", 3)]:  # fmt: skip
         assert f"{rule} " in jobs and any(line.split() == [rule, str(count)] for line in jobs.splitlines()), rule
+
+
+def test_paper_figures_rerun_byte_identical(tmp_path):
+    """`snakemake <paper figures> --forceall` twice: every figure and its data file has the same bytes.
+
+    Fig. 5b is left out: it plots measured binning times, which differ on every run by nature.
+    """
+    from test_workflow import data_digests, run_workflow, small_config
+
+    paper = load_paper_config(PAPER_YAML, REPO)
+    names = merge_datasets(paper, {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets})
+    targets = [p for p in paths.paper_outputs(paper, ["svg", "png"], names) if "/scaling" not in p]
+    assert len(targets) >= 9
+    config, workdir = small_config(tmp_path), tmp_path / "run"
+    first = run_workflow(workdir, config, *targets)
+    assert first.returncode == 0, first.stderr[-4000:]
+    before = {k: v for k, v in data_digests(workdir).items() if k.startswith("results/paper/")}
+    assert sum(k.endswith(".png") for k in before) >= 20 and any(k.endswith(".graphml") for k in before)
+    again = run_workflow(workdir, config, "--forceall", *targets)
+    assert again.returncode == 0, again.stderr[-4000:]
+    after = {k: v for k, v in data_digests(workdir).items() if k.startswith("results/paper/")}
+    assert after == before
