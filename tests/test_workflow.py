@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +121,22 @@ def test_demo_graphs_recover_the_planted_causes(demo_run):
         summary = json.loads((workdir / f"results/causal/{dataset}/kernel_variability/summary.json").read_text())
         used = {f for g in summary["groups"] for f in g.get("features", [])}
         assert not used & {"gpu__time_duration.sum", "sm__cycles_elapsed.avg", "sq_cycles", "DispatchNs"}, used
+
+
+def test_report_is_one_self_contained_html_with_every_figure(demo_run, tmp_path):
+    """`snakemake --report`: one HTML file embedding every PNG figure with its labels and caption."""
+    workdir, config = demo_run
+    report = tmp_path / "report.html"
+    proc = run_workflow(workdir, config, "--report", str(report))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    html = report.read_text()
+    figures = sorted((workdir / "results/plots").rglob("*.png"))
+    assert len(figures) >= 30
+    for figure in figures:
+        key = f'"{figure.relative_to(workdir)}": {{"name": "{figure.name}"'
+        assert key in html, figure
+        entry = html[html.index(key):html.index(key) + 2000]
+        assert '"caption": "<p>' in entry, figure  # every figure says what it shows
+    assert not re.search(r'(?:src|href)="https?://', html)  # nothing fetched from the network
+    embedded = base64.b64encode(figures[0].read_bytes()[:300]).decode()[:200]
+    assert embedded in html  # the image bytes themselves, not a link to them
