@@ -87,6 +87,13 @@ def test_books_balance_at_every_stage(demo_run):
         assert report["rows_in"] == report["rows_binned"] + sum(report["rows_without_target"].values()), bin_json
         bins = pq.read_table(bin_json.with_name("bins.parquet")).to_pandas()
         assert int(bins["count"].sum()) == report["rows_binned"], bin_json
+        topk = pq.ParquetFile(bin_json.with_name("topk_rows.parquet")).metadata.num_rows
+        causal = workdir / "results/causal" / dataset / bin_json.parent.name
+        for record_path in sorted(causal.glob("*/causal.json")):
+            record = json.loads(record_path.read_text())
+            assert record["rows_in"] == record["rows_used"] + sum(record["rows_dropped"].values()), record_path
+            if record["group"] == "__all__":
+                assert record["rows_in"] == topk, record_path  # the causal step sees every top-k row
 
 
 def test_rerun_is_byte_identical(demo_run, tmp_path):

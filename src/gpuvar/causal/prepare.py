@@ -49,7 +49,8 @@ class Prepared:
     features: list[str] = field(default_factory=list)
     rows_in: int = 0
     rows_used: int = 0
-    rows_dropped: dict[str, int] = field(default_factory=dict)
+    rows_dropped: dict[str, int] = field(default_factory=dict)  # by reason: rows_in = rows_used + sum
+    non_finite_by_column: dict[str, int] = field(default_factory=dict)  # which columns made rows unusable
     dropped_columns: dict[str, str] = field(default_factory=dict)
     skip_reason: str | None = None
     scale: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -64,6 +65,7 @@ class Prepared:
             "rows_in": self.rows_in,
             "rows_used": self.rows_used,
             "rows_dropped": dict(self.rows_dropped),
+            "non_finite_by_column": dict(self.non_finite_by_column),
             "features": list(self.features),
             "dropped_columns": dict(self.dropped_columns),
             "scale": self.scale,
@@ -171,7 +173,7 @@ def prepare_group(frame: pd.DataFrame, group: str, target: str, features: list[s
         for c, name in enumerate(cols + [target]):
             count = int((~finite[:, c]).sum())
             if count:
-                prep.rows_dropped[f"non_finite:{name}"] = count
+                prep.non_finite_by_column[name] = count  # a row can be missing in several columns
     table = table[~bad_rows]
     prep.rows_used = len(table)
     if len(table) < max(min_rows, 2):
