@@ -58,6 +58,9 @@ def main(argv=None) -> int:
     except GpuvarError as exc:
         print(f"gpuvar {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `gpuvar schema | head`: the reader left; not an error worth a message
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as exc:  # unwritable output, disk full, missing directory: the environment, not a bug
         if args.verbose:
             raise
@@ -81,8 +84,11 @@ def entry() -> None:
     if "mpi4py.MPI" in sys.modules:
         sys.exit(code)
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # a closed pipe (`gpuvar schema | head`): nothing more can be written anyway
+            pass
     os._exit(code)
 
 
