@@ -269,6 +269,8 @@ MALFORMED = {
     "truncated_quoted": (_truncated_mid_field, "truncated"),
     "truncated_row": (lambda t: csv_text([LONG, long_row(0, "gpu__time_duration.sum", "ns", "5")]) + b'"1","7",',
                       "truncated: the last row has 3 of 15 fields"),
+    "truncated_after_lone_cr": (  # found by the long fuzz run: a byte flip made a CR inside the cut last row
+        lambda t: csv_text([LONG, long_row(0, "gpu__time_duration.sum", "ns", "5")]) + b'"1",\r"7",', "truncated"),
     "header_only": (lambda t: csv_text([LONG]), "no kernel launches"),
     "no_metric_value": (lambda t: csv_text([LONG[:-1], long_row(0, "m", "ns", "5")[:-1]]),
                         "lacks required column(s) Metric Value"),

@@ -172,12 +172,15 @@ def _check_truncated(path: Path, body, n_columns: int) -> None:
     tail = bytes(body[-65536:])
     if tail.endswith((b"\n", b"\r")):
         return
-    last = tail[tail.rfind(b"\n") + 1:].decode("utf-8", errors="replace")
+    last = tail[max(tail.rfind(b"\n"), tail.rfind(b"\r")) + 1:].decode("utf-8", errors="replace")  # lone CRs too
     if not last.strip():
         return
     if last.count('"') % 2:
         raise InputError(path, "truncated: the file ends inside a quoted field")
-    fields = next(csv.reader([last]), [])
+    try:
+        fields = next(csv.reader([last]), [])
+    except csv.Error as exc:  # e.g. a NUL byte in the last line
+        raise InputError(path, f"truncated or damaged last row ({exc})") from None
     if len(fields) < n_columns:
         raise InputError(path, f"truncated: the last row has {len(fields)} of {n_columns} fields")
 
