@@ -39,9 +39,12 @@ def test_planted_drivers_are_top_two(tmp_path):
         assert set(top.index) == {"grid_x", "grid_y"}
         assert top.at["grid_x", "sign"] == 1 and top.at["grid_y", "sign"] == -1
         assert c["feature"].iloc[0] == "grid_x"
-        assert abs(c["contribution_pct"].sum() - 100) < 1e-9
+        rec = json.loads((out / "causal.json").read_text())
+        # variance shares add up to the explained share, not to 100 %
+        assert abs(c["variance_share"].sum() - rec["explained_share"]) < 1e-6 and 0.5 < rec["explained_share"] < 1
         edges = pd.read_csv(out / "edges.csv")
-        assert list(edges.columns) == ["from", "to", "coefficient", "sign"]
+        assert list(edges.columns) == ["from", "to", "coefficient", "sign", "probability", "sign_agreement",
+                                       "in_random_bins"]  # fmt: skip
         assert not (edges["from"] == "kernel_variability").any()  # the target is a sink
         order = json.loads((out / "order.json").read_text())
         assert order["causal_order"][-1] == "kernel_variability"
@@ -50,9 +53,9 @@ def test_planted_drivers_are_top_two(tmp_path):
         g = nx.read_graphml(out / "graph.graphml")
         assert g.nodes["kernel_variability"]["is_target"] is True
         e = g.edges["grid_x", "kernel_variability"]
-        assert e["sign"] == 1 and e["weight"] > 0 and e["contribution_pct"] > 0
-        rec = json.loads((out / "causal.json").read_text())
+        assert e["sign"] == 1 and e["weight"] > 0 and e["variance_share"] > 0
         assert rec["status"] == "ok" and rec["engine"] == "fast" and "fit_s" in rec["timings"]
+        assert {"r2_parents", "sink", "independence", "non_gaussianity", "total_effects"} <= set(rec["checks"])
 
 
 def test_total_effect_includes_indirect_paths():

@@ -91,19 +91,87 @@ def test_nan_inf_rows_dropped_and_counted():
     assert np.isfinite(p.data.to_numpy()).all()
 
 
-def test_collinear_and_duplicate_columns_dropped_first_kept():
-    df = frame(80)
-    df["grid_x_copy"] = df["grid_x"]
+def test_near_duplicates_merge_into_the_launch_parameter():
+    """A counter that duplicates grid_x (corr ~0.99) is merged into grid_x, even when it comes first."""
+    df = frame(200)
+    rng = np.random.default_rng(1)
+    df.insert(0, "dram_bytes", df["grid_x"] * 32 + rng.normal(0, 150, len(df)))
     df["neg_grid_y"] = -2 * df["grid_y"] + 1
-    df["combo"] = df["grid_x"] + df["block_x"]
-    df["leak"] = 3 * df["kernel_variability"]
-    feats = ["grid_x", "grid_y", "block_x", "grid_x_copy", "neg_grid_y", "combo", "leak"]
+    feats = ["dram_bytes", "grid_x", "grid_y", "block_x", "neg_grid_y"]
     p = prepare_group(df, "g", "kernel_variability", feats, min_rows=30)
     assert p.features == ["grid_x", "grid_y", "block_x"]
-    assert p.dropped_columns["grid_x_copy"].startswith("duplicate of grid_x")
-    assert p.dropped_columns["neg_grid_y"].startswith("collinear with grid_y")
+    assert p.dropped_columns["dram_bytes"].startswith("near-duplicate of grid_x (corr +")
+    assert p.dropped_columns["neg_grid_y"].startswith("near-duplicate of grid_y (corr -1.000)")
+    assert p.label("grid_x") == "grid_x (≈ dram_bytes)" and p.label("block_x") == "block_x"
+    assert p.record()["merged_near_duplicates"]["grid_y"][0]["column"] == "neg_grid_y"
+    assert 1 <= p.condition_number < 2  # what is left is well conditioned
+    loose = prepare_group(df, "g", "kernel_variability", feats, min_rows=30, collinear_threshold=0.999)
+    assert "dram_bytes" in loose.features  # below the threshold: kept
+
+
+def test_exact_combinations_and_target_copies_dropped():
+    df = frame(80)
+    df["combo"] = df["grid_y"] + df["block_x"]  # pairwise corr ~0.7: only the exact check finds it
+    df["leak"] = 3 * df["kernel_variability"]
+    p = prepare_group(df, "g", "kernel_variability", ["grid_y", "block_x", "combo", "leak"], min_rows=30)
+    assert p.features == ["grid_y", "block_x"]
     assert p.dropped_columns["combo"] == "exact linear combination of earlier columns"
     assert p.dropped_columns["leak"].startswith("collinear with the target")
+
+
+def test_derived_product_dropped_when_components_present():
+    df = frame(80)
+    df["grid_z"] = np.where(np.arange(80) % 3 == 0, 2.0, 1.0)
+    df["grid_size"] = df["grid_x"] * df["grid_z"]
+    p = prepare_group(df, "g", "kernel_variability", ["grid_size", "grid_x", "grid_z", "grid_y"], min_rows=30)
+    assert "grid_size" not in p.features and p.dropped_columns["grid_size"].startswith("derived: product grid_x")
+    alone = prepare_group(df, "g", "kernel_variability", ["grid_size", "grid_z", "grid_y"], min_rows=30)
+    assert alone.features == ["grid_size"]  # grid_x varies but is not listed: the product carries it
+    assert alone.dropped_columns["grid_z"].startswith("a factor of grid_size")
+    assert alone.dropped_columns["grid_y"].startswith("a factor of grid_size")
+
+
+def test_categorical_columns_become_indicators_independent_of_codes():
+    rng = np.random.default_rng(2)
+    n = 300
+    kind = rng.choice([1, 2, 8], size=n, p=[0.5, 0.3, 0.2])
+    df = pd.DataFrame({"linked_copy_kind": kind.astype(float), "grid_x": rng.uniform(0, 1, n)})
+    df["memory_stall"] = np.where(kind == 2, 1.0, 0.0) + df["grid_x"] + rng.exponential(0.3, n)
+    p = prepare_group(df, "g", "memory_stall", ["linked_copy_kind", "grid_x"], min_rows=30)
+    assert p.features == ["linked_copy_kind=DtoH", "linked_copy_kind=DtoD", "grid_x"]
+    assert p.categories["linked_copy_kind"]["reference"] == "HtoD"
+    swapped = df.assign(linked_copy_kind=df["linked_copy_kind"].map({1.0: 1.0, 2.0: 8.0, 8.0: 2.0}))
+    q = prepare_group(swapped, "g", "memory_stall", ["linked_copy_kind", "grid_x"], min_rows=30)
+    assert q.features == ["linked_copy_kind=DtoD", "linked_copy_kind=DtoH", "grid_x"]
+    assert np.array_equal(p.data.to_numpy(), q.data.to_numpy())  # same numbers, only the names follow the codes
+
+
+def test_whole_trace_group_is_centred_within_kernels():
+    """An effect inside every kernel survives kernels whose feature levels differ a lot."""
+    rng = np.random.default_rng(3)
+    n = 400
+    kernel = np.where(np.arange(n) % 2 == 0, "a", "b")
+    x = rng.uniform(0, 1, n) + np.where(kernel == "a", 0.0, 50.0)
+    df = pd.DataFrame({"kernel_name": kernel, "dynamic_shared_memory": x, "registers_per_thread":
+                       np.where(kernel == "a", 32.0, 64.0)})  # fmt: skip
+    df["kernel_variability"] = (x - np.where(kernel == "a", 0.5, 50.5)) + rng.exponential(0.2, n)
+    preps, _ = prepare_all(df, "kernel_variability", "kernel_name", "auto", min_rows=30)
+    whole = preps[-1]
+    assert whole.group == ALL_GROUP and whole.centred_within == 2
+    assert whole.features == ["dynamic_shared_memory"]
+    assert "kernel identity" in whole.dropped_columns["registers_per_thread"]
+    assert np.corrcoef(whole.data["dynamic_shared_memory"], whole.data["kernel_variability"])[0, 1] > 0.7
+
+
+def test_copy_columns_left_out_of_kernel_variability():
+    df = frame(80)
+    df["linked_copy_bytes"] = np.where(np.arange(80) % 4 == 0, np.nan, 1024.0 * np.arange(80))
+    df["linked_copy_kind"] = np.where(np.arange(80) % 4 == 0, np.nan, 1.0)
+    preps, rejected = prepare_all(df, "kernel_variability", None, "auto", min_rows=30)
+    assert "memory_stall only" in rejected["linked_copy_bytes"] and preps[-1].rows_used == 80
+    preps, rejected = prepare_all(df.rename(columns={"kernel_variability": "x"}).assign(memory_stall=df[
+        "kernel_variability"]), "memory_stall", None, "linked_copy_bytes,grid_x", min_rows=30)  # fmt: skip
+    assert preps[-1].rows_dropped == {"non_finite": 20}
 
 
 def test_more_features_than_rows_is_a_skip():

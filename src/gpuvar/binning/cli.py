@@ -34,6 +34,11 @@ def configure(p):
     p.add_argument("--launch-bin-width", type=int, default=None,
                    help="for traces without timestamps (Nsight Compute): bin over launch order with this many "
                         "launches per bin even when --bin-width has a time unit")
+    p.add_argument("--sample-bins", type=int, default=None,
+                   help="also write the rows of this many randomly chosen bins to sample_rows.parquet (default: "
+                        "--top-k; 0: none): the causal step compares them with the top-k bins to flag "
+                        "selection-induced edges")
+    p.add_argument("--sample-seed", type=int, default=0, help="seed of the random bin sample")
     # fmt: skip
 
 
@@ -44,5 +49,6 @@ def run(args) -> int:
         kernels=args.kernels, memcpy=args.memcpy, target=args.target, group=args.group, link=args.link,
         bin_width=args.bin_width, top_k=args.top_k, features=args.features,
         workers_per_rank=args.workers_per_rank, output=args.output, launch_bin_width=args.launch_bin_width,
+        sample_bins=args.sample_bins, sample_seed=args.sample_seed,
     )  # fmt: skip
     return run_rank(opts)

@@ -84,6 +84,8 @@ class BinOptions:
     workers_per_rank: int = 1
     output: Path = Path("bin-out")
     launch_bin_width: int | None = None  # used instead of a time width when the trace has no timestamps
+    sample_bins: int | None = None  # random bins whose rows go to sample_rows.parquet (None: top_k; 0: none)
+    sample_seed: int = 0
 
 
 def _has_timeline(pf) -> bool:
@@ -533,6 +535,8 @@ class Job:
         cols["in_top_k"] = rank <= self.opts.top_k
         top = rank <= self.opts.top_k
         self.topk = np.sort(ids[top])
+        self.sample = random_bins(ids, var, self.opts.sample_bins, self.opts.top_k, self.opts.sample_seed)
+        cols["in_random_sample"] = np.isin(ids, self.sample)
         return pa.table(cols)
 
     # ---- phase 6: top-k rows ---------------------------------------------------------------------------
@@ -673,10 +677,13 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     timer.lap("rank", rank)
     rows = comm.gather(job.topk_rows(share, topk), root=0)
     timer.lap("topk_rows", rank)
+    sample = comm.bcast(job.sample if rank == 0 else None, root=0)
+    sample_rows = comm.gather(job.topk_rows(share, sample), root=0)
+    timer.lap("sample_rows", rank)
     reasons = comm.gather(dict(share.reasons), root=0)
     n_in = comm.gather(len(share.ok), root=0)
     if rank == 0:
-        _write(job, table, [r for r in rows if r is not None])
+        _write(job, table, [r for r in rows if r is not None], [r for r in sample_rows if r is not None])
         timer.lap("write", rank)
     seconds = comm.gather(timer.seconds, root=0)
     rss = comm.gather(_peak_rss_mb(), root=0)
@@ -693,6 +700,8 @@ def run_job(opts: BinOptions, comm) -> dict | None:
         "rows_without_target": dict(sorted(dropped.items())), "groups": job.n_groups,
         "bins": int(job.n_bins), "non_empty_bins": int(table.num_rows), "top_k": opts.top_k,
         "top_k_bins": [int(x) for x in topk], "top_k_rows": int(sum(r.num_rows for r in rows if r is not None)),
+        "random_sample_bins": [int(x) for x in sample], "sample_seed": opts.sample_seed,
+        "random_sample_rows": int(sum(r.num_rows for r in sample_rows if r is not None)),
         "stats_features": job.features, "variance": "sample variance (ddof=1)",
         "ranks": size, "workers_per_rank": opts.workers_per_rank,
         "seconds": {p: max(s.get(p, 0.0) for s in seconds) for p in seconds[0]},
@@ -704,16 +713,30 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     return report
 
 
-def _write(job: Job, bins: pa.Table, rows: list[pa.Table]) -> None:
+def random_bins(ids: np.ndarray, var: np.ndarray, count: int | None, top_k: int, seed: int) -> np.ndarray:
+    """Sorted ids of `count` (default top_k) bins drawn uniformly, without replacement, among bins whose target
+    variance is defined: the comparison sample for selection bias (rank 0 only: same for any rank count)."""
+    count = top_k if count is None else count
+    pool = np.sort(ids[~np.isnan(var)])
+    if count <= 0 or not len(pool):
+        return np.zeros(0, np.int64)
+    pick = np.random.default_rng([int(seed), 0x5EED]).choice(len(pool), size=min(count, len(pool)), replace=False)
+    return np.sort(pool[pick])
+
+
+def _rows_table(job: Job, rows: list[pa.Table]) -> pa.Table:
+    if rows:
+        return pa.concat_tables(rows).combine_chunks()
+    return pa.table({job.opts.target: pa.array([], pa.float64()), "bin": pa.array([], pa.int64())})
+
+
+def _write(job: Job, bins: pa.Table, rows: list[pa.Table], sample_rows: list[pa.Table]) -> None:
     out = Path(job.opts.output)
     meta = {"target": job.opts.target, "group": job.opts.group, "axis": job.axis, "bin_width": job.width,
             "bin_unit": job.unit, "top_k": job.opts.top_k, "source": Path(job.opts.kernels).name}  # fmt: skip
     write_canonical(bins, out / "bins.parquet", meta)
-    if rows:
-        table = pa.concat_tables(rows).combine_chunks()
-    else:
-        table = pa.table({job.opts.target: pa.array([], pa.float64()), "bin": pa.array([], pa.int64())})
-    write_canonical(table, out / "topk_rows.parquet", meta)
+    write_canonical(_rows_table(job, rows), out / "topk_rows.parquet", meta)
+    write_canonical(_rows_table(job, sample_rows), out / "sample_rows.parquet", meta | {"selection": "random bins"})
 
 
 def run_rank(opts: BinOptions) -> int:

@@ -1,6 +1,13 @@
-"""Bootstrap edge confidence: refit on row resamples, report how often each edge appears and its spread.
+"""Bootstrap edge confidence: refit on resamples of whole bins, report how often each edge appears.
 
-Resample k draws its rows from numpy's generator seeded with (seed, k), so the set of resamples — and
+The unit resampled is the bin, because bins are what the analysis selects: rows of one bin share their
+time window (contention, clocks), so resampling rows would treat them as independent and overstate the
+confidence. Resample k draws as many bins as there are, with replacement, and takes all rows of each
+drawn bin. A group whose rows come from one bin has no between-bin information (reported by the caller).
+"Probability" is the share of refits with the edge (and `sign_agreement` the share with the fitted sign):
+the stability of the fit under resampling, not a p-value.
+
+Resample k draws its bins from numpy's generator seeded with (seed, k), so the set of resamples — and
 every output byte — is the same whether they run in-process or over any number of worker processes.
 Workers are spawned (not forked) so BLAS/OpenMP thread pools in the parent cannot deadlock them; each
 worker limits BLAS to one thread because the pool already fills the cores.
@@ -27,6 +34,15 @@ def resample_indices(n: int, seed: int, index: int) -> np.ndarray:
     return np.random.default_rng([int(seed), int(index)]).integers(0, n, size=n)
 
 
+def resample_bins(bins: np.ndarray, seed: int, index: int) -> np.ndarray:
+    """Row indices of resample `index`: len(unique bins) bins drawn with replacement, all rows of each."""
+    ids, inverse = np.unique(bins, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(ids) + 1))
+    drawn = np.random.default_rng([int(seed), int(index)]).integers(0, len(ids), size=len(ids))
+    return np.concatenate([order[bounds[b]:bounds[b + 1]] for b in drawn]) if len(ids) else order
+
+
 def fit_adjacency(X: np.ndarray, prior_knowledge: np.ndarray | None, engine: str, threads: int | None = None):
     """(causal order, adjacency B) from the chosen engine: 'fast' (gpuvar.causal.pwling) or 'lingam'."""
     if engine == "fast":
@@ -49,12 +65,17 @@ def _init_worker() -> None:
     _LIMITS = threadpool_limits(1)
 
 
-def _fit_resamples(X, prior_knowledge, engine: str, seed: int, indices: list[int], threads: int | None = 1):
-    """Adjacency matrices of the given resamples, stacked in the given order."""
+def _fit_resamples(X, prior_knowledge, engine: str, seed: int, indices: list[int], threads: int | None = 1,
+                   bins: np.ndarray | None = None):
+    """Adjacency matrices of the given resamples (of bins when given, else of rows), stacked in order."""
     out = np.empty((len(indices), X.shape[1], X.shape[1]))
     for k, index in enumerate(indices):
-        rows = resample_indices(len(X), seed, index)
-        out[k] = fit_adjacency(X[rows], prior_knowledge, engine, threads=threads)[1]
+        rows = resample_indices(len(X), seed, index) if bins is None else resample_bins(bins, seed, index)
+        sample = X[rows]
+        if (sample.std(axis=0) == 0).any():  # a column constant in this resample: no fit (counted as failed)
+            out[k] = np.nan
+            continue
+        out[k] = fit_adjacency(sample, prior_knowledge, engine, threads=threads)[1]
     return out
 
 
@@ -71,6 +92,7 @@ def bootstrap_adjacencies(
     workers: int = 1,
     engine: str = "fast",
     pool: ProcessPoolExecutor | None = None,
+    bins: np.ndarray | None = None,
 ) -> np.ndarray:
     """Adjacency matrices of resamples 0..n_samples-1, stacked (n_samples, p, p), in resample order.
 
@@ -97,13 +119,13 @@ def bootstrap_adjacencies(
 
         with threadpool_limits(1):
             for chunk in chunks:
-                out[chunk] = _fit_resamples(X, prior_knowledge, engine, seed, chunk, threads=None)
+                out[chunk] = _fit_resamples(X, prior_knowledge, engine, seed, chunk, threads=None, bins=bins)
                 progress(len(chunk))
         return out
     own = pool is None
     pool = make_pool(workers) if own else pool
     try:
-        futures = [pool.submit(_fit_resamples, X, prior_knowledge, engine, seed, chunk) for chunk in chunks]
+        futures = [pool.submit(_fit_resamples, X, prior_knowledge, engine, seed, chunk, 1, bins) for chunk in chunks]
         for chunk, future in zip(chunks, futures):
             out[chunk] = future.result()
             progress(len(chunk))
@@ -113,14 +135,18 @@ def bootstrap_adjacencies(
     return out
 
 
-def summarise_edges(stack: np.ndarray, names: list[str]) -> pd.DataFrame:
-    """One row per edge seen in any resample: probability (share of resamples with a non-zero coefficient)
-    and the coefficient's mean, std, q05, q50, q95 over the resamples where it is present."""
+def summarise_edges(stack: np.ndarray, names: list[str], fitted: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per edge seen in any resample: probability (share of resamples with a non-zero coefficient),
+    sign_agreement (share with the sign of the `fitted` coefficient; NaN for an edge the fit lacks) and the
+    coefficient's mean, std, q05, q50, q95 over the resamples where it is present."""
     import pandas as pd
 
+    stack = stack[~np.isnan(stack).any(axis=(1, 2))]  # resamples that could not be fitted
     n_samples = stack.shape[0]
     present = stack != 0
     rows = []
+    if n_samples == 0:
+        stack = np.zeros((0, len(names), len(names)))
     p = len(names)
     for j in range(p):  # from
         for i in range(p):  # to
@@ -130,10 +156,13 @@ def summarise_edges(stack: np.ndarray, names: list[str]) -> pd.DataFrame:
                 continue
             vals = stack[mask, i, j]
             q05, q50, q95 = np.quantile(vals, [0.05, 0.5, 0.95])
+            sign = 0.0 if fitted is None else float(np.sign(fitted[i, j]))
+            agree = float((np.sign(stack[:, i, j]) == sign).mean()) if sign else float("nan")
             rows.append({
                 "from": names[j], "to": names[i], "probability": count / n_samples, "n_present": count,
+                "sign_agreement": agree,
                 "coef_mean": float(vals.mean()), "coef_std": float(vals.std()),
                 "coef_q05": float(q05), "coef_q50": float(q50), "coef_q95": float(q95),
             })  # fmt: skip
-    cols = ["from", "to", "probability", "n_present", "coef_mean", "coef_std", "coef_q05", "coef_q50", "coef_q95"]
+    cols = ["from", "to", "probability", "n_present", "sign_agreement", "coef_mean", "coef_std", "coef_q05", "coef_q50", "coef_q95"]
     return pd.DataFrame(rows, columns=cols)

@@ -17,6 +17,14 @@ def configure(p):
     p.add_argument("--workers", type=int, default=1, help="bootstrap worker processes (1: in-process)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--engine", choices=("fast", "lingam"), default="fast", help="fast numpy pwling or lingam's")
+    p.add_argument("--prior", choices=("tiers", "sink", "none"), default="tiers",
+                   help="prior knowledge: 'tiers' (launch configuration -> counters -> target; default), "
+                        "'sink' (only the target is a sink, as in the paper) or 'none'")
+    p.add_argument("--collinear-threshold", type=float, default=0.95,
+                   help="merge features whose |correlation| in the analysed rows is at least this (default 0.95)")
+    p.add_argument("--random-rows", default=None,
+                   help="rows of randomly chosen bins (gpuvar bin's sample_rows.parquet): edges found only in the "
+                        "selected bins are flagged as possibly selection-induced")
     p.add_argument("--output", "-o", required=True, help="output folder")
 
 
@@ -44,13 +52,16 @@ def run(args) -> int:
     from gpuvar.errors import GpuvarError, InputError
 
     df = read_rows(args.rows)
+    random_rows = read_rows(args.random_rows) if args.random_rows else None
     group_by = None if args.group_by.strip().lower() in ("", "none") else args.group_by
     try:
         summary = discover_all(df, args.target, group_by, args.features, args.min_rows, args.bootstrap,
-                               args.workers, args.seed, args.engine, args.output)  # fmt: skip
+                               args.workers, args.seed, args.engine, args.output, args.prior,
+                               args.collinear_threshold, random_rows)  # fmt: skip
     except GpuvarError as exc:
         if "not in the rows" in str(exc) and not isinstance(exc, InputError):
             raise InputError(args.rows, str(exc)) from exc
         raise
-    print(json.dumps({k: summary[k] for k in ("target", "engine", "n_ok", "n_skipped", "elapsed_s")}, sort_keys=True))
+    print(json.dumps({k: summary[k] for k in ("target", "engine", "n_ok", "n_skipped", "flagged", "elapsed_s")},
+                     sort_keys=True))  # fmt: skip
     return 0

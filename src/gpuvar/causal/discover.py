@@ -1,17 +1,16 @@
-"""DirectLiNGAM per group with the target as a sink, and the files the plots read.
+"""DirectLiNGAM per group with domain prior knowledge, assumption checks, and the files the plots read.
 
-The target is declared a sink with lingam's prior-knowledge matrix (pk[i, target] = 0: the target has no
-directed path to any feature), so the graph explains the target and never the reverse.
-
-Percentage contribution (what the causal-graph arrows are weighted by): on z-scored data the total
-effect TE_j of feature j on the target is the (target, j) entry of (I - B)^-1 — direct plus all indirect
-paths, i.e. the change in target standard deviations per one standard deviation of j (already
-TE_raw * std(j) / std(target)). contribution_pct_j = 100 * |TE_j| / sum_k |TE_k| over features with a
-non-zero total effect (they sum to 100; features without a path to the target get 0). sign = sign(TE_j).
+For each group: fit with the prior knowledge (gpuvar.causal.prior: launch configuration -> counters ->
+target, the target a sink); refit without any prior knowledge to check that the target comes out a sink;
+test the residuals (gpuvar.causal.checks); split the target's variance over the features
+(gpuvar.causal.effects); bootstrap whole bins for edge stability; and, when rows of a random sample of bins
+are given, fit the same group on them and flag the edges found only in the selected (most variable) bins:
+selecting bins on the target's variance makes its causes dependent in the selected rows (collider bias).
 
 Files per group (OUTDIR/<slug>/): order.json, adjacency.csv (B[i, j] = effect of column j on row i,
-lingam's convention), edges.csv (from, to, coefficient, sign), contributions.csv (feature, total_effect,
-contribution_pct, sign), graph.graphml, bootstrap_edges.csv (when bootstrapping), causal.json.
+lingam's convention), edges.csv (from, to, coefficient, sign, probability, sign_agreement, in_random_bins),
+contributions.csv (feature, label, total_effect, variance_share, sign), graph.graphml,
+bootstrap_edges.csv (when bootstrapping), causal.json (everything above plus the checks and warnings).
 """
 
 from __future__ import annotations
@@ -25,46 +24,20 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.causal.bootstrap import bootstrap_adjacencies, fit_adjacency, make_pool, summarise_edges
-from gpuvar.causal.prepare import Prepared, group_slug, prepare_all
+from gpuvar.causal.checks import assumption_checks
+from gpuvar.causal.effects import contributions, total_effects
+from gpuvar.causal.encode import sibling_groups
+from gpuvar.causal.prepare import Prepared, group_slug, prepare_all, prepare_group
+from gpuvar.causal.prior import MODES, prior_knowledge, tiers
 
 log = logging.getLogger("gpuvar.causal")
 ENGINES = ("fast", "lingam")
+MIN_BOOTSTRAP_BINS = 5  # fewer distinct bins than this: the bin bootstrap carries little information
 
 
 def sink_prior_knowledge(p: int, target: int) -> np.ndarray:
     """lingam's make_prior_knowledge(p, sink_variables=[target]) without importing lingam."""
-    pk = np.full((p, p), -1)
-    pk[:, target] = 0
-    np.fill_diagonal(pk, -1)
-    return pk
-
-
-def total_effects(B: np.ndarray, target: int) -> np.ndarray:
-    """Total effect of every variable on `target`: row `target` of (I - B)^-1 (0 for the target itself)."""
-    p = B.shape[0]
-    te = np.linalg.solve(np.eye(p) - B, np.eye(p))[target].copy()
-    te[target] = 0.0
-    te[np.abs(te) < 1e-15] = 0.0
-    return te
-
-
-def contributions(B: np.ndarray, names: list[str], target: int) -> pd.DataFrame:
-    """contributions.csv: features sorted by contribution (desc), then by column order."""
-    te = total_effects(B, target)
-    feats = [k for k in range(len(names)) if k != target]
-    total = float(np.abs(te[feats]).sum())
-    rows = [
-        {
-            "feature": names[k],
-            "total_effect": float(te[k]),
-            "contribution_pct": 100.0 * abs(te[k]) / total if total > 0 else 0.0,
-            "sign": int(np.sign(te[k])),
-        }
-        for k in feats
-    ]
-    df = pd.DataFrame(rows, columns=["feature", "total_effect", "contribution_pct", "sign"])
-    df["_pos"] = range(len(df))
-    return df.sort_values(["contribution_pct", "_pos"], ascending=[False, True], kind="mergesort").drop(columns="_pos")
+    return prior_knowledge([str(k) for k in range(p)], target, "sink")
 
 
 def edge_table(B: np.ndarray, names: list[str]) -> pd.DataFrame:
@@ -78,25 +51,28 @@ def edge_table(B: np.ndarray, names: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["from", "to", "coefficient", "sign"])
 
 
-def build_graph(names, target, edges: pd.DataFrame, contrib: pd.DataFrame, boot: pd.DataFrame | None):
-    """networkx DiGraph for graph.graphml: arrows weighted by coefficient, into-target arrows by contribution."""
+def build_graph(names, target, edges: pd.DataFrame, contrib: pd.DataFrame, labels: dict[str, str]):
+    """networkx DiGraph for graph.graphml: nodes with total effect and variance share, edges with coefficient,
+    bootstrap probability and the random-bins flag."""
     import networkx as nx
 
     g = nx.DiGraph()
     c = contrib.set_index("feature")
     for k, name in enumerate(names):
-        attrs = {"is_target": k == target}
+        attrs = {"is_target": k == target, "label": labels.get(name, name)}
         if k != target:
             attrs.update(total_effect=float(c.at[name, "total_effect"]),
-                         contribution_pct=float(c.at[name, "contribution_pct"]), sign=int(c.at[name, "sign"]))  # fmt: skip
+                         variance_share=float(c.at[name, "variance_share"]), sign=int(c.at[name, "sign"]))  # fmt: skip
         g.add_node(name, **attrs)
-    prob = {} if boot is None else {(r["from"], r["to"]): float(r["probability"]) for r in boot.to_dict("records")}
     for r in edges.to_dict("records"):
         attrs = {"weight": float(r["coefficient"]), "sign": int(r["sign"])}
         if r["to"] == names[target]:
-            attrs["contribution_pct"] = float(c.at[r["from"], "contribution_pct"])
-        if boot is not None:
-            attrs["probability"] = prob.get((r["from"], r["to"]), 0.0)
+            attrs["variance_share"] = float(c.at[r["from"], "variance_share"])
+        for key in ("probability", "sign_agreement"):
+            if key in r and r[key] == r[key]:
+                attrs[key] = float(r[key])
+        if "in_random_bins" in r and r["in_random_bins"] in (True, False):
+            attrs["in_random_bins"] = bool(r["in_random_bins"])
         g.add_edge(r["from"], r["to"], **attrs)
     return g
 
@@ -105,52 +81,141 @@ def _write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
+def _clean(value):
+    """JSON-safe: NaN/inf -> None, numpy scalars -> Python."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
+def selection_flags(edges: pd.DataFrame, names: list[str], random_fit: tuple[list[str], np.ndarray] | None):
+    """in_random_bins per edge: True/False when both ends were analysed in the random bins, else None."""
+    if random_fit is None:
+        return [None] * len(edges)
+    rnames, rB = random_fit
+    index = {n: k for k, n in enumerate(rnames)}
+    out = []
+    for r in edges.to_dict("records"):
+        if r["from"] in index and r["to"] in index:
+            out.append(bool(rB[index[r["to"]], index[r["from"]]] != 0))
+        else:
+            out.append(None)
+    return out
+
+
+def fit_random_bins(sample: pd.DataFrame | None, prep: Prepared, group_by: str | None, engine: str, pk_mode: str,
+                    min_rows: int) -> tuple[list[str], np.ndarray] | None:  # fmt: skip
+    """The same group, same features, fitted on the rows of randomly chosen bins (None if not possible)."""
+    if sample is None or prep.data is None:
+        return None
+    rows = sample
+    within = None
+    if group_by and group_by in sample.columns:
+        keys = sample[group_by].astype("string").fillna("<missing>")
+        if prep.centred_within is None:
+            rows = sample[(keys == prep.group).to_numpy()]
+        else:
+            within = keys.reset_index(drop=True)
+            rows = sample.reset_index(drop=True)
+    originals = list(dict.fromkeys(f.split("=", 1)[0] for f in prep.features))
+    if prep.target not in rows.columns or any(c not in rows.columns for c in originals):
+        return None
+    # no merging: the random fit must keep the variables of the selected fit
+    other = prepare_group(rows, prep.group, prep.target, originals, min_rows, collinear_threshold=1.01, within=within)
+    if other.data is None:
+        return None
+    names = list(other.data.columns)
+    target = len(names) - 1
+    pk = prior_knowledge(names, target, pk_mode, sibling_groups(other.categories))
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return names, fit_adjacency(other.data.to_numpy(dtype=np.float64), pk, engine)[1]
+
+
 def discover_group(
-    prep: Prepared, outdir: Path, bootstrap: int, workers: int, seed: int, engine: str, pool=None
+    prep: Prepared,
+    outdir: Path,
+    bootstrap: int,
+    workers: int,
+    seed: int,
+    engine: str,
+    pool=None,
+    pk_mode: str = "tiers",
+    random_fit=None,
 ) -> dict:
-    """Fit one prepared group and write its files; returns the causal.json record."""
+    """Fit one prepared group, check it, and write its files; returns the causal.json record."""
     import networkx as nx
     from threadpoolctl import threadpool_limits
 
     outdir.mkdir(parents=True, exist_ok=True)
-    record = prep.record() | {"slug": outdir.name, "engine": engine, "seed": seed, "bootstrap": bootstrap}
+    record = prep.record() | {"slug": outdir.name, "engine": engine, "seed": seed, "bootstrap": bootstrap,
+                              "prior_knowledge": pk_mode}  # fmt: skip
     if prep.data is None:
-        _write_json(outdir / "causal.json", record)
+        _write_json(outdir / "causal.json", _clean(record))
         return record
     names = list(prep.data.columns)
     target = len(names) - 1
+    labels = {n: prep.label(n) for n in names}
     X = prep.data.to_numpy(dtype=np.float64)
-    pk = sink_prior_knowledge(len(names), target)
+    pk = prior_knowledge(names, target, pk_mode, sibling_groups(prep.categories))
     timings = {}
     t0 = time.perf_counter()
     with threadpool_limits(1):  # tiny BLAS calls: extra BLAS threads only contend
         order, B = fit_adjacency(X, pk, engine)
-    timings["fit_s"] = round(time.perf_counter() - t0, 4)
+        timings["fit_s"] = round(time.perf_counter() - t0, 4)
+        unconstrained = fit_adjacency(X, None, engine)
+    te = total_effects(B, target)
+    contrib, explained = contributions(X, B, names, target, labels)
+    verdict = assumption_checks(X, B, names, target, te, prep.condition_number, unconstrained, seed)
     edges = edge_table(B, names)
-    contrib = contributions(B, names, target)
     boot = None
+    n_bins = int(len(np.unique(prep.bins))) if prep.bins is not None else 0
     if bootstrap > 0:
         t0 = time.perf_counter()
-        stack = bootstrap_adjacencies(X, pk, bootstrap, seed, workers, engine, pool)
-        boot = summarise_edges(stack, names)
+        stack = bootstrap_adjacencies(X, pk, bootstrap, seed, workers, engine, pool, bins=prep.bins)
+        boot = summarise_edges(stack, names, B)
         boot.to_csv(outdir / "bootstrap_edges.csv", index=False)
         timings["bootstrap_s"] = round(time.perf_counter() - t0, 4)
+        if n_bins < MIN_BOOTSTRAP_BINS:
+            verdict["warnings"].append(f"rows from {n_bins} bin(s): the bin bootstrap says little about stability")
+            verdict["passed"] = False
+    prob = {} if boot is None else {(r["from"], r["to"]): r for r in boot.to_dict("records")}
+    edges["probability"] = [prob.get((f, t), {}).get("probability", 0.0 if boot is not None else np.nan)
+                            for f, t in zip(edges["from"], edges["to"])]  # fmt: skip
+    edges["sign_agreement"] = [prob.get((f, t), {}).get("sign_agreement", np.nan)
+                               for f, t in zip(edges["from"], edges["to"])]  # fmt: skip
+    edges["in_random_bins"] = selection_flags(edges, names, random_fit)
+    selection_only = [f"{r['from']} -> {r['to']}" for r in edges.to_dict("records") if r["in_random_bins"] is False]
     _write_json(outdir / "order.json", {"causal_order": [names[k] for k in order], "target": names[target]})
     adj = pd.DataFrame(B, index=names, columns=names)
     adj.index.name = "to"
     adj.to_csv(outdir / "adjacency.csv")
     edges.to_csv(outdir / "edges.csv", index=False)
     contrib.to_csv(outdir / "contributions.csv", index=False)
-    nx.write_graphml(build_graph(names, target, edges, contrib, boot), outdir / "graph.graphml")
+    nx.write_graphml(build_graph(names, target, edges, contrib, labels), outdir / "graph.graphml")
     record.update(
         causal_order=[names[k] for k in order],
+        tiers=tiers(names, target),
         n_edges=len(edges),
+        explained_share=round(explained, 6),
         top_contributors=contrib.head(5).to_dict("records"),
+        checks=verdict["checks"],
+        trusted=verdict["passed"],
+        warnings=verdict["warnings"],
+        bins_analysed=n_bins,
+        selection={"random_bins_fitted": random_fit is not None, "edges_only_in_selected_bins": selection_only},
         timings=timings,
     )
-    if not (contrib["contribution_pct"] > 0).any():
+    if not (contrib["variance_share"] > 0).any():
         record["note"] = "no feature has a directed path to the target (all total effects are zero)"
-    _write_json(outdir / "causal.json", record)
+    _write_json(outdir / "causal.json", _clean(record))
     return record
 
 
@@ -165,21 +230,29 @@ def discover_all(
     seed: int = 0,
     engine: str = "fast",
     outdir: str | Path = "causal",
+    prior: str = "tiers",
+    collinear_threshold: float = 0.95,
+    random_rows: pd.DataFrame | None = None,
 ) -> dict:
     """Causal discovery for every group and for all rows; writes OUTDIR/<slug>/... and OUTDIR/summary.json.
 
-    Returns the summary dict (also written): one entry per group with status ok/skipped and its reason.
+    Returns the summary dict (also written): one entry per group with status ok/skipped and its reason,
+    whether its checks passed, and the list of flagged graphs.
     """
     from gpuvar.errors import GpuvarError
 
     if engine not in ENGINES:
         raise GpuvarError(f"unknown causal engine {engine!r} (allowed: {', '.join(ENGINES)})")
+    if prior not in MODES:
+        raise GpuvarError(f"unknown prior knowledge mode {prior!r} (allowed: {', '.join(MODES)})")
     if bootstrap < 0 or workers < 1 or min_rows < 1:
         raise GpuvarError("bootstrap must be >= 0, workers >= 1, min_rows >= 1")
+    if not 0 < collinear_threshold <= 1:
+        raise GpuvarError(f"collinear threshold must be in (0, 1], got {collinear_threshold}")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    prepared, rejected = prepare_all(df, target, group_by, features, min_rows)
+    prepared, rejected = prepare_all(df, target, group_by, features, min_rows, collinear_threshold)
     groups = []
     need_pool = workers > 1 and bootstrap > 0 and any(p.data is not None for p in prepared)
     pool = make_pool(workers) if need_pool else None  # one pool for all groups: spawning is the slow part
@@ -187,9 +260,11 @@ def discover_all(
         for prep in prepared:
             slug = group_slug(prep.group)
             log.info("causal: group %s (%s): %s", prep.group[:60], slug, prep.skip_reason or f"{prep.rows_used} rows")
-            rec = discover_group(prep, outdir / slug, bootstrap, workers, seed, engine, pool)
+            random_fit = fit_random_bins(random_rows, prep, group_by, engine, prior, min_rows)
+            rec = discover_group(prep, outdir / slug, bootstrap, workers, seed, engine, pool, prior, random_fit)
             groups.append({k: rec.get(k) for k in ("group", "slug", "status", "skip_reason", "rows_used",
-                                                     "features", "n_edges", "top_contributors")})  # fmt: skip
+                                                     "features", "n_edges", "explained_share", "trusted",
+                                                     "warnings", "top_contributors")})  # fmt: skip
     finally:
         if pool is not None:
             pool.shutdown()
@@ -197,14 +272,22 @@ def discover_all(
         "target": target,
         "group_by": group_by,
         "engine": engine,
+        "prior_knowledge": prior,
+        "collinear_threshold": collinear_threshold,
         "seed": seed,
         "bootstrap": bootstrap,
+        "bootstrap_unit": "bin",
         "min_rows": min_rows,
+        "random_bins_compared": random_rows is not None,
         "rejected_features": rejected,
         "groups": groups,
         "n_ok": sum(g["status"] == "ok" for g in groups),
         "n_skipped": sum(g["status"] == "skipped" for g in groups),
+        "flagged": [g["group"] for g in groups if g["status"] == "ok" and not g["trusted"]],
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
-    _write_json(outdir / "summary.json", summary)
+    for g in groups:
+        if g["status"] == "ok" and not g["trusted"]:
+            log.warning("causal: graph %s flagged: %s", g["group"][:60], "; ".join(g["warnings"]))
+    _write_json(outdir / "summary.json", _clean(summary))
     return summary

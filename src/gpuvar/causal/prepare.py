@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gpuvar.causal.collinear import condition_number, drop_derived, merge_near_duplicates
+from gpuvar.causal.encode import centre_within, encode_categoricals
 from gpuvar.errors import GpuvarError
 
 ALL_GROUP = "__all__"
@@ -37,6 +39,7 @@ VENDOR_NOT_FEATURE = re.compile(
 # `features` explicitly still analyses them.
 DURATION_PROXY = re.compile(r"^(?:sq_cycles|sq_busy_cycles|grbm_gui_active|grbm_count|.*__cycles_(?:elapsed|active)\..*)$")
 COLLINEAR_TOL = 1e-12  # |corr| within this of 1 counts as perfectly collinear
+LINKED_COPY_COLUMNS = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
 
 
 @dataclass
@@ -54,6 +57,16 @@ class Prepared:
     dropped_columns: dict[str, str] = field(default_factory=dict)
     skip_reason: str | None = None
     scale: dict[str, dict[str, float]] = field(default_factory=dict)
+    categories: dict[str, dict] = field(default_factory=dict)  # categorical column -> levels, indicators
+    merged: dict[str, list] = field(default_factory=dict)  # representative -> [(member, corr)]
+    centred_within: int | None = None  # number of kernel groups the whole-trace rows were centred in
+    condition_number: float | None = None
+    bins: np.ndarray | None = None  # bin id of each analysed row (the bootstrap's resampling unit)
+
+    def label(self, name: str) -> str:
+        """Display name: a merged representative lists its members, e.g. 'grid_x (≈ grid_size)'."""
+        members = self.merged.get(name)
+        return f"{name} (≈ {', '.join(m for m, _ in members)})" if members else name
 
     def record(self) -> dict:
         """JSON-ready description (everything but the data)."""
@@ -69,7 +82,15 @@ class Prepared:
             "features": list(self.features),
             "dropped_columns": dict(self.dropped_columns),
             "scale": self.scale,
+            "categorical": self.categories,
+            "merged_near_duplicates": {k: [{"column": m, "corr": c} for m, c in v] for k, v in self.merged.items()},
+            "centred_within_groups": self.centred_within,
+            "condition_number": _finite_or_none(self.condition_number),
         }
+
+
+def _finite_or_none(value):
+    return None if value is None or not np.isfinite(value) else round(float(value), 6)
 
 
 def group_slug(name: str) -> str:
@@ -88,9 +109,13 @@ def select_features(df: pd.DataFrame, target: str, group_by: str | None, feature
     rejected: dict[str, str] = {}
     if features is None or (isinstance(features, str) and features.strip() == "auto"):
         chosen = []
+        per_target = _target_columns(target)
         for col in df.columns:
             name = str(col)
             if name in (target, group_by):
+                continue
+            if name in per_target:
+                rejected[name] = per_target[name]
                 continue
             if name in EXCLUDED_COLUMNS or name in TARGET_COLUMNS or name.endswith(EXCLUDED_SUFFIXES):
                 continue
@@ -155,8 +180,30 @@ def _dependent_columns(values: np.ndarray, names: list[str], target: str) -> dic
     return dropped
 
 
-def prepare_group(frame: pd.DataFrame, group: str, target: str, features: list[str], min_rows: int) -> Prepared:
-    """Clean one group's rows: drop unusable columns and rows, z-score, or return a skip record."""
+def _target_columns(target: str) -> dict[str, str]:
+    """Columns 'auto' leaves out for this target, with why (listing them explicitly keeps them)."""
+    if target == "memory_stall":
+        return {"linked_copy_duration": "part of memory_stall's definition (|kernel - copy duration|)"}
+    return {c: "copy-link column: used by memory_stall only (kernels without a linked copy would be lost)"
+            for c in LINKED_COPY_COLUMNS}  # fmt: skip
+
+
+def prepare_group(
+    frame: pd.DataFrame,
+    group: str,
+    target: str,
+    features: list[str],
+    min_rows: int,
+    collinear_threshold: float = 0.95,
+    within: pd.Series | None = None,
+) -> Prepared:
+    """Clean one group's rows into an analysis table, or a skip record with its reason.
+
+    Steps (each removal recorded): all-missing columns; categorical columns to indicators; rows with a
+    non-finite value; too few rows or a constant target (skip); `within` given (the whole-trace group):
+    every column centred on its kernel's mean; constant columns; derived products; near-duplicates merged
+    (|corr| >= collinear_threshold); exact linear dependence; z-scores and the condition number.
+    """
     prep = Prepared(group=group, target=target, rows_in=len(frame))
     cols = list(features)
     table = frame[cols + [target]].astype(np.float64)
@@ -164,7 +211,10 @@ def prepare_group(frame: pd.DataFrame, group: str, target: str, features: list[s
         if table[col].isna().all():
             prep.dropped_columns[col] = "all values missing"
     cols = [c for c in cols if c not in prep.dropped_columns]
-    table = table[cols + [target]]
+    table, cols, prep.categories = encode_categoricals(table[cols + [target]], cols)
+    for name, rec in prep.categories.items():
+        if not rec["indicators"]:
+            prep.dropped_columns[name] = f"categorical with one level ({rec['reference']})"
     arr = table.to_numpy()
     finite = np.isfinite(arr)
     bad_rows = ~finite.all(axis=1)
@@ -174,7 +224,9 @@ def prepare_group(frame: pd.DataFrame, group: str, target: str, features: list[s
             count = int((~finite[:, c]).sum())
             if count:
                 prep.non_finite_by_column[name] = count  # a row can be missing in several columns
-    table = table[~bad_rows]
+    keep = ~bad_rows
+    table = table[keep]
+    bins = frame["bin"].to_numpy()[keep] if "bin" in frame.columns else np.arange(int(keep.sum()))
     prep.rows_used = len(table)
     if len(table) < max(min_rows, 2):
         prep.skip_reason = f"{len(table)} usable rows < min_rows {max(min_rows, 2)}"
@@ -182,10 +234,30 @@ def prepare_group(frame: pd.DataFrame, group: str, target: str, features: list[s
     if table[target].nunique() < 2:
         prep.skip_reason = "target is constant"
         return prep
+    constant_why = "constant"
+    if within is not None:
+        keys = within[keep].reset_index(drop=True)
+        table = centre_within(table.reset_index(drop=True), keys, cols + [target])
+        prep.centred_within = int(keys.nunique())
+        constant_why = "constant within every kernel group (kernel identity explains it)"
+        if table[target].abs().max() == 0:
+            prep.skip_reason = "target is constant within every kernel group"
+            return prep
     for col in cols:
-        if table[col].nunique() < 2:
-            prep.dropped_columns[col] = "constant"
+        if table[col].nunique() < 2 or (within is not None and table[col].abs().max() < 1e-12):
+            prep.dropped_columns[col] = constant_why
     cols = [c for c in cols if c not in prep.dropped_columns]
+    analysed = frame[keep]
+
+    def varies(name: str) -> bool:
+        return name in analysed.columns and analysed[name].nunique() > 1
+
+    derived = drop_derived(cols, varies)
+    prep.dropped_columns.update(derived)
+    cols = [c for c in cols if c not in derived]
+    if cols:
+        cols, prep.merged, near = merge_near_duplicates(table[cols].to_numpy(), cols, collinear_threshold)
+        prep.dropped_columns.update(near)
     if cols and len(cols) + 1 >= len(table):  # before the rank check, which would blame the columns
         prep.features = cols
         prep.skip_reason = f"{len(cols) + 1} variables >= {len(table)} rows (more features than rows)"
@@ -200,20 +272,25 @@ def prepare_group(frame: pd.DataFrame, group: str, target: str, features: list[s
             "no usable feature left (" + (", ".join(sorted(set(prep.dropped_columns.values()))) or "none given") + ")"
         )
         return prep
-    if len(cols) + 1 >= len(table):
-        prep.skip_reason = f"{len(cols) + 1} variables >= {len(table)} rows"
-        return prep
     table = table[cols + [target]]
     mean, std = table.mean(), table.std(ddof=0)
     prep.scale = {c: {"mean": float(mean[c]), "std": float(std[c])} for c in table.columns}
     prep.data = ((table - mean) / std).reset_index(drop=True)
+    prep.bins = np.asarray(bins)
+    prep.condition_number = condition_number(prep.data[cols].to_numpy())
     return prep
 
 
 def prepare_all(
-    df: pd.DataFrame, target: str, group_by: str | None = "kernel_name", features="auto", min_rows: int = 30
+    df: pd.DataFrame,
+    target: str,
+    group_by: str | None = "kernel_name",
+    features="auto",
+    min_rows: int = 30,
+    collinear_threshold: float = 0.95,
 ) -> tuple[list[Prepared], dict]:
-    """Prepared tables for every group (sorted by name) then `__all__`; plus rejected requested features."""
+    """Prepared tables for every group (sorted by name) then `__all__` (centred within groups when grouped);
+    plus rejected requested features."""
     if target not in df.columns:
         raise GpuvarError(f"target column {target!r} not in the rows (columns: {', '.join(map(str, df.columns))})")
     if not (pd.api.types.is_numeric_dtype(df[target]) or pd.api.types.is_bool_dtype(df[target])):
@@ -225,8 +302,13 @@ def prepare_all(
     if group_by:
         keys = df[group_by].astype("string").fillna("<missing>")
         for name in sorted(keys.unique()):
-            out.append(prepare_group(df[(keys == name).to_numpy()], str(name), target, chosen, min_rows))
-    out.append(prepare_group(df, ALL_GROUP, target, chosen, min_rows))
+            rows = df[(keys == name).to_numpy()]
+            out.append(prepare_group(rows, str(name), target, chosen, min_rows, collinear_threshold))
+        within = keys.reset_index(drop=True)
+    else:
+        within = None
+    out.append(prepare_group(df.reset_index(drop=True), ALL_GROUP, target, chosen, min_rows, collinear_threshold,
+                             within))  # fmt: skip
     for prep in out:
         prep.dropped_columns = {**rejected, **prep.dropped_columns}
     return out, rejected
