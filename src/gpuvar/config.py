@@ -92,11 +92,17 @@ class Causal(Strict):
     engine: Literal["fast", "lingam"] = "fast"
     workers: int = Field(2, gt=0)
     per_group: bool = True
+    rows: Literal["top_k", "random", "all"] = Field(
+        "top_k", description="analyse the top-k bins (the paper's; compared with a random sample of as many bins), "
+        "a random sample of bins, or all bins")  # fmt: skip
+    prior_knowledge: Literal["tiers", "sink", "none"] = Field(
+        "tiers", description="tiers: launch configuration -> counters -> target; sink: only the target is a sink")
+    collinear_threshold: float = Field(0.95, gt=0.5, le=1, description="merge features with |corr| >= this")
 
 
 class Plots(Strict):
     formats: list[Literal["svg", "png"]] = ["svg", "png"]
-    min_contribution_pct: float = Field(1.0, ge=0, le=100)
+    min_variance_share: float = Field(0.01, ge=0, le=1)
     min_probability: float = Field(0.5, ge=0, le=1)
     parallel_features: list[str] = ["grid_x", "grid_y", "block_x", "registers_per_thread", "linked_copy_kind"]
     dpi: int = Field(110, ge=50, le=600)

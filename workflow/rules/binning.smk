@@ -4,6 +4,7 @@ rule bin_trace:
     output:
         bins="results/bin/{dataset}/{target}/bins.parquet",
         rows="results/bin/{dataset}/{target}/topk_rows.parquet",
+        sample="results/bin/{dataset}/{target}/sample_rows.parquet",
         report="results/bin/{dataset}/{target}/bin.json",
     log:
         "logs/bin_trace/{dataset}_{target}.log",
@@ -28,9 +29,12 @@ rule bin_trace:
         link=CFG.targets.memcpy_link,
         features=feature_option(CFG.binning.features),
         workers=CFG.binning.workers_per_rank,
+        sample_bins=sample_bins_option(CFG),
+        seed=CFG.causal.seed,
     shell:
         "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels}"
         " $(test -f {params.memcpy} && echo --memcpy {params.memcpy})"
         " --target {wildcards.target} --group {params.group} --link {params.link}"
         " --bin-width {params.bin_width} --launch-bin-width {params.launch_bin_width} --top-k {params.top_k} --features {params.features}"
-        " --workers-per-rank {params.workers} --output {params.outdir} > {log} 2>&1"
+        " --workers-per-rank {params.workers} --sample-bins {params.sample_bins:q} --sample-seed {params.seed:q}"
+        " --output {params.outdir} > {log} 2>&1"

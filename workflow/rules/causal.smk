@@ -1,6 +1,7 @@
 rule discover_causal_graph:
     input:
         rows=rules.bin_trace.output.rows,
+        sample=rules.bin_trace.output.sample,
     output:
         directory("results/causal/{dataset}/{target}"),
     log:
@@ -22,8 +23,12 @@ rule discover_causal_graph:
         bootstrap=CFG.causal.bootstrap,
         seed=CFG.causal.seed,
         engine=CFG.causal.engine,
+        prior=CFG.causal.prior_knowledge,
+        threshold=CFG.causal.collinear_threshold,
+        selection=lambda wildcards, input: causal_rows_options(CFG, input),
     shell:
-        "gpuvar causal {input.rows} --target {wildcards.target} --group-by {params.group_by}"
+        "gpuvar causal {params.selection} --target {wildcards.target} --group-by {params.group_by}"
         " --features {params.features} --min-rows {params.min_rows} --bootstrap {params.bootstrap}"
-        " --workers {threads} --seed {params.seed} --engine {params.engine}"
+        " --workers {threads} --seed {params.seed} --engine {params.engine} --prior {params.prior:q}"
+        " --collinear-threshold {params.threshold:q}"
         " --output {output} > {log} 2>&1"

@@ -1,4 +1,5 @@
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -31,6 +32,18 @@ def dataset_format(wildcards):
 
 def feature_option(features):
     return "auto" if features == "auto" else ",".join(features)
+
+
+def sample_bins_option(cfg):
+    """Random bins whose rows gpuvar bin writes: as many as top-k (to compare with), or all bins (-1)."""
+    return -1 if cfg.causal.rows == "all" else cfg.binning.top_k
+
+
+def causal_rows_options(cfg, input):
+    """Rows the causal step analyses and, for the top-k bins, the random bins it compares them with."""
+    if cfg.causal.rows == "top_k":
+        return f"{shlex.quote(input.rows)} --random-rows {shlex.quote(input.sample)}"
+    return shlex.quote(input.sample)
 
 
 def analysis_outputs():

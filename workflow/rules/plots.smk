@@ -10,7 +10,7 @@ PLOT_FORMATS = list(CFG.plots.formats)
 REPORT_FORMAT = plot_paths.report_format(PLOT_FORMATS)
 PLOT_OPTIONS = f"--formats {','.join(PLOT_FORMATS)} --dpi {CFG.plots.dpi}"
 EDGE_FILTERS = (
-    f"--min-contribution-pct {CFG.plots.min_contribution_pct}"
+    f"--min-variance-share {CFG.plots.min_variance_share}"
     f" --min-probability {CFG.plots.min_probability}"
 )
 PLOT_OUTPUTS = plot_paths.plot_outputs(ANALYSES, CFG)

@@ -36,7 +36,7 @@ def configure(p):
                         "launches per bin even when --bin-width has a time unit")
     p.add_argument("--sample-bins", type=int, default=None,
                    help="also write the rows of this many randomly chosen bins to sample_rows.parquet (default: "
-                        "--top-k; 0: none): the causal step compares them with the top-k bins to flag "
+                        "--top-k; 0: none; -1: every bin): the causal step compares them with the top-k bins to flag "
                         "selection-induced edges")
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the random bin sample")
     # fmt: skip

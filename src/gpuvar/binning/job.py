@@ -714,11 +714,13 @@ def run_job(opts: BinOptions, comm) -> dict | None:
 
 
 def random_bins(ids: np.ndarray, var: np.ndarray, count: int | None, top_k: int, seed: int) -> np.ndarray:
-    """Sorted ids of `count` (default top_k) bins drawn uniformly, without replacement, among bins whose target
-    variance is defined: the comparison sample for selection bias (rank 0 only: same for any rank count)."""
+    """Sorted ids of `count` (default top_k; -1: all) bins drawn uniformly, without replacement, among bins whose
+    target variance is defined: the comparison sample for selection bias (rank 0 only: same for any rank count)."""
     count = top_k if count is None else count
     pool = np.sort(ids[~np.isnan(var)])
-    if count <= 0 or not len(pool):
+    if count < 0:  # every bin: the analysis on all bins
+        return pool
+    if count == 0 or not len(pool):
         return np.zeros(0, np.int64)
     pick = np.random.default_rng([int(seed), 0x5EED]).choice(len(pool), size=min(count, len(pool)), replace=False)
     return np.sort(pool[pick])

@@ -8,7 +8,8 @@ figure and in the run summary.
   r2_parents          share of the target's variance its parents explain (in-sample OLS R^2 of the fit)
   sink                an unconstrained fit (no prior knowledge) gives the target no outgoing edge
   independence        residuals pairwise independent: lingam's HSIC gamma test (the same statistic as
-                      `DirectLiNGAM.get_error_independence_p_values`), on at most HSIC_ROWS rows, Bonferroni
+                      `DirectLiNGAM.get_error_independence_p_values`), on at most HSIC_ROWS rows, Bonferroni;
+                      indicators of one category are exclusive codes of one variable: not tested together
   non_gaussianity     at most one residual looks Gaussian (Jarque-Bera p >= ALPHA): LiNGAM's identifiability
   total_effects       no |total effect| above MAX_TOTAL_EFFECT SD per SD (collinearity or a leak otherwise)
   conditioning        Belsley condition number of the features <= MAX_CONDITION
@@ -107,6 +108,7 @@ def assumption_checks(
     condition: float | None,
     unconstrained: tuple[list[int], np.ndarray] | None,
     seed: int = 0,
+    siblings: list[list[str]] = (),
 ) -> dict:
     """Every check of the module docstring; `passed` is False when any check fails, `warnings` says which."""
     n, p = X.shape
@@ -131,7 +133,10 @@ def assumption_checks(
 
     rows = subsample(n, HSIC_ROWS, seed)
     P = hsic_p_values(E[rows])
+    category = {n: k for k, group in enumerate(siblings) for n in group}
     iu = np.triu_indices(p, 1)
+    same = np.array([category.get(names[i], -1 - i) == category.get(names[j], -2 - j) for i, j in zip(*iu)], bool)
+    iu = (iu[0][~same], iu[1][~same])
     pairs = len(iu[0])
     if pairs:
         k = int(np.argmin(P[iu]))

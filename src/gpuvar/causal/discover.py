@@ -173,7 +173,8 @@ def discover_group(
         unconstrained = fit_adjacency(X, None, engine)
     te = total_effects(B, target)
     contrib, explained = contributions(X, B, names, target, labels)
-    verdict = assumption_checks(X, B, names, target, te, prep.condition_number, unconstrained, seed)
+    verdict = assumption_checks(X, B, names, target, te, prep.condition_number, unconstrained, seed,
+                                sibling_groups(prep.categories))  # fmt: skip
     edges = edge_table(B, names)
     boot = None
     n_bins = int(len(np.unique(prep.bins))) if prep.bins is not None else 0

@@ -3,8 +3,10 @@
 Input is one analysis group folder written by `gpuvar causal` (graph.graphml, or edges.csv +
 contributions.csv + bootstrap_edges.csv). Layout is a fixed shell, no random seed: the target sits in the
 centre, its direct causes on an inner ring ordered by contribution, every other feature with a shown edge
-on an outer ring in causal order. Edges below the contribution or bootstrap-probability thresholds are
-hidden and counted in the footnote and in the edge CSV, so nothing disappears without a trace.
+on an outer ring in causal order. Edges below the variance-share or bootstrap-probability thresholds are
+hidden and counted in the footnote and in the edge CSV, so nothing disappears without a trace. A graph
+whose assumption checks failed (causal.json `trusted: false`) carries a red banner with the failed checks,
+and edges found only in the selected bins (not in a random sample of bins) are dashed.
 """
 
 from __future__ import annotations
@@ -27,17 +29,21 @@ from gpuvar.plots import style
 
 FONT = 8.0
 ALL_GROUP = "__all__"  # group name `gpuvar causal` gives the whole-dataset analysis
-EDGE_COLUMNS = ["from", "to", "coefficient", "sign", "contribution_pct", "probability", "into_target", "status"]
+EDGE_COLUMNS = ["from", "to", "coefficient", "sign", "variance_share", "probability", "in_random_bins", "into_target",
+                "status"]  # fmt: skip
 
 
 @dataclass
 class CausalGraph:
-    """A causal graph ready to draw: edge attrs coefficient, contribution_pct, probability (NaN if unknown)."""
+    """A causal graph ready to draw: edge attrs coefficient, variance_share, probability (NaN if unknown)."""
 
     graph: nx.DiGraph
     target: str
     group: str
     order: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # column -> node name drawn (merged near-duplicates)
+    warnings: list[str] = field(default_factory=list)  # failed assumption checks (empty: trusted)
+    explained_share: float | None = None
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -68,23 +74,28 @@ def _truthy(value) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
 
 
-def _from_graphml(path: Path) -> tuple[nx.DiGraph, str | None]:
+def _from_graphml(path: Path) -> tuple[nx.DiGraph, str | None, dict[str, str]]:
     try:
         raw = nx.read_graphml(path)
     except Exception as exc:  # networkx raises several XML/Key errors for a broken file
         raise InputError(path, f"not a readable GraphML file ({exc})") from None
     g = nx.DiGraph()
     target = None
+    labels = {}
     for node, attrs in raw.nodes(data=True):
         g.add_node(str(node))
+        if attrs.get("label"):
+            labels[str(node)] = str(attrs["label"])
         if _truthy(attrs.get("is_target", False)):
             target = str(node)
     for u, v, attrs in raw.edges(data=True):
         coef = attrs.get("weight", attrs.get("coefficient", np.nan))
+        in_random = attrs.get("in_random_bins")
         g.add_edge(str(u), str(v), coefficient=float(coef),
-                   contribution_pct=float(attrs.get("contribution_pct", np.nan)),
-                   probability=float(attrs.get("probability", np.nan)))  # fmt: skip
-    return g, target
+                   variance_share=float(attrs.get("variance_share", np.nan)),
+                   probability=float(attrs.get("probability", np.nan)),
+                   in_random_bins=None if in_random is None else _truthy(in_random))  # fmt: skip
+    return g, target, labels
 
 
 def _from_csv(folder: Path) -> nx.DiGraph:
@@ -94,8 +105,8 @@ def _from_csv(folder: Path) -> nx.DiGraph:
     coef = _pick(edges, ("coefficient", "weight", "coef"), path)
     g = nx.DiGraph()
     for rec in edges.to_dict("records"):
-        g.add_edge(str(rec[src]), str(rec[dst]), coefficient=float(rec[coef]), contribution_pct=np.nan,
-                   probability=np.nan)  # fmt: skip
+        g.add_edge(str(rec[src]), str(rec[dst]), coefficient=float(rec[coef]), variance_share=np.nan,
+                   probability=np.nan, in_random_bins=None)  # fmt: skip
     return g
 
 
@@ -110,13 +121,13 @@ def _merge_bootstrap(g: nx.DiGraph, path: Path) -> None:
 
 
 def _merge_contributions(g: nx.DiGraph, target: str, path: Path) -> None:
-    """Contribution of each feature to the target goes on its edge into the target when missing there."""
+    """Each feature's share of the target's variance goes on its edge into the target when missing there."""
     table = _read_csv(path)
     feat = _pick(table, ("feature", "from", "source"), path)
-    pct = _pick(table, ("contribution_pct", "contribution", "percent"), path)
-    for f, p in zip(table[feat].astype(str), table[pct], strict=True):
-        if g.has_edge(f, target) and np.isnan(g.edges[f, target]["contribution_pct"]):
-            g.edges[f, target]["contribution_pct"] = float(p)
+    share = _pick(table, ("variance_share",), path)
+    for f, p in zip(table[feat].astype(str), table[share], strict=True):
+        if g.has_edge(f, target) and np.isnan(g.edges[f, target]["variance_share"]):
+            g.edges[f, target]["variance_share"] = float(p)
 
 
 def load_group(folder: str | Path) -> CausalGraph:
@@ -125,8 +136,9 @@ def load_group(folder: str | Path) -> CausalGraph:
     meta = _read_json(folder / "causal.json") if (folder / "causal.json").is_file() else {}
     order = _read_json(folder / "order.json") if (folder / "order.json").is_file() else {}
     target = meta.get("target")
+    labels = {}
     if (folder / "graph.graphml").is_file():
-        g, graph_target = _from_graphml(folder / "graph.graphml")
+        g, graph_target, labels = _from_graphml(folder / "graph.graphml")
         target = graph_target or target
     elif (folder / "edges.csv").is_file():
         g = _from_csv(folder)
@@ -149,26 +161,33 @@ def load_group(folder: str | Path) -> CausalGraph:
     if (folder / "contributions.csv").is_file():
         _merge_contributions(g, str(target), folder / "contributions.csv")
     group = str(meta.get("group", meta.get("group_name", folder.name)))
-    return CausalGraph(g, str(target), group, [str(n) for n in order_list])
+    warnings = [str(w) for w in meta.get("warnings") or []]
+    explained = meta.get("explained_share")
+    if labels:  # draw merged near-duplicates under their label, e.g. 'grid_x (≈ grid_size)'
+        g = nx.relabel_nodes(g, {n: labels.get(n, n) for n in g.nodes})
+        target = labels.get(str(target), str(target))
+        order_list = [labels.get(str(n), str(n)) for n in order_list]
+    return CausalGraph(g, str(target), group, [str(n) for n in order_list], labels, warnings,
+                       float(explained) if explained is not None else None)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------- filtering
-def classify_edges(cg: CausalGraph, min_contribution_pct: float, min_probability: float) -> pd.DataFrame:
-    """One row per edge with status 'shown' or why it is hidden (probability first, then contribution)."""
+def classify_edges(cg: CausalGraph, min_variance_share: float, min_probability: float) -> pd.DataFrame:
+    """One row per edge with status 'shown' or why it is hidden (probability first, then variance share)."""
     rows = []
     for u, v, a in cg.graph.edges(data=True):
-        coef, pct, prob = a.get("coefficient", np.nan), a.get("contribution_pct", np.nan), a.get("probability", np.nan)
+        coef, share, prob = a.get("coefficient", np.nan), a.get("variance_share", np.nan), a.get("probability", np.nan)
         if coef == 0 or np.isnan(coef):
             continue  # no edge: a zero adjacency entry that slipped into the file
         if not np.isnan(prob) and prob < min_probability:
             status = f"bootstrap probability < {min_probability:g}"
-        elif not np.isnan(pct) and abs(pct) < min_contribution_pct:
-            status = f"contribution < {min_contribution_pct:g} %"
+        elif not np.isnan(share) and abs(share) < min_variance_share:
+            status = f"variance share < {100 * min_variance_share:g} %"
         else:
             status = "shown"
         rows.append({"from": u, "to": v, "coefficient": coef, "sign": "+" if coef > 0 else "-",
-                     "contribution_pct": pct, "probability": prob, "into_target": v == cg.target,
-                     "status": status})  # fmt: skip
+                     "variance_share": share, "probability": prob, "in_random_bins": a.get("in_random_bins"),
+                     "into_target": v == cg.target, "status": status})  # fmt: skip
     frame = pd.DataFrame(rows, columns=EDGE_COLUMNS)
     return frame.sort_values(["into_target", "from", "to"], ascending=[False, True, True], kind="stable")
 
@@ -183,7 +202,7 @@ def shell_layout(cg: CausalGraph, shown: pd.DataFrame) -> dict[str, tuple[float,
     """Positions in points: target at the origin, its shown causes on an inner ring (largest contribution
     at 12 o'clock, clockwise), other nodes with shown edges on an outer ring in causal order. No randomness."""
     into = shown[shown["to"] == cg.target].copy()
-    into["rank"] = into["contribution_pct"].abs().fillna(into["coefficient"].abs())
+    into["rank"] = into["variance_share"].abs().fillna(into["coefficient"].abs())
     inner = list(into.sort_values(["rank", "from"], ascending=[False, True], kind="stable")["from"])
     touched = set(shown["from"]) | set(shown["to"])
     rank = {n: i for i, n in enumerate(cg.order)}
@@ -220,10 +239,10 @@ def _shrink(label: str, ux: float, uy: float) -> float:
 
 
 def _edge_style(edge: dict, max_coef: float) -> tuple[float, str]:
-    """Line width and label: % contribution for edges into the target, coefficient elsewhere."""
-    pct = edge["contribution_pct"]
-    if edge["into_target"] and not np.isnan(pct):
-        return 0.8 + 4.0 * min(abs(pct), 100) / 100, f"{abs(pct):.1f}%"
+    """Line width and label: % of the target's variance for edges into the target, coefficient elsewhere."""
+    share = edge["variance_share"]
+    if edge["into_target"] and not np.isnan(share):
+        return 0.8 + 4.0 * min(abs(share), 1.0), f"{100 * abs(share):.1f}%"
     return 0.7 + 2.0 * min(abs(edge["coefficient"]) / max_coef, 1.0), f"{edge['coefficient']:+.2f}"
 
 
@@ -256,8 +275,10 @@ def _draw_edge(ax, edge: dict, pos, ppu: float, max_coef: float, target_half: tu
     dx, dy = x1 - x0, y1 - y0
     width, label = _edge_style(edge, max_coef)
     color = style.POSITIVE if edge["coefficient"] > 0 else style.NEGATIVE
+    dashed = edge.get("in_random_bins") is False  # found only in the selected bins: possibly selection-induced
     ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=2,
                 arrowprops=dict(arrowstyle="-|>,head_length=0.6,head_width=0.3", color=color, lw=width,
+                                linestyle="--" if dashed else "-",
                                 shrinkA=_shrink(src, ux, uy), shrinkB=_shrink(dst, ux, uy),
                                 connectionstyle=f"arc3,rad={rad}", mutation_scale=10))  # fmt: skip
     # Label at the visible middle of the arrow (arc3 bulges by rad*dist/2 to the right of travel).
@@ -278,8 +299,15 @@ def _draw_node(ax, name: str, xy, is_target: bool) -> None:
 
 
 def _footnote_lines(cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str]) -> list[str]:
-    lines = ["Black: positive effect, red: negative. Label/width: % contribution to the target's variance "
-             "(edges into the target), coefficient (other edges)."]  # fmt: skip
+    explained = "" if cg.explained_share is None else f" Together the features explain {100 * cg.explained_share:.0f} %."
+    lines = ["Black: positive effect, red: negative. Label/width: share of the target's variance that enters through "
+             "the feature (edges into the target), coefficient in SD per SD (other edges)." + explained]  # fmt: skip
+    if cg.warnings:
+        lines.append("NOT TRUSTED - " + "; ".join(cg.warnings))
+    selection = edges[(edges["status"] == "shown") & (edges["in_random_bins"] == False)]  # noqa: E712
+    if len(selection):
+        lines.append(f"Dashed: {len(selection)} edge(s) found only in the most variable bins, not in a random "
+                     "sample of bins (possibly induced by the selection).")  # fmt: skip
     hidden = hidden_counts(edges)
     if hidden:
         parts = [f"{n} with {reason}" for reason, n in sorted(hidden.items())]
@@ -292,10 +320,10 @@ def _footnote_lines(cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str])
     return lines
 
 
-def draw_causal_graph(cg: CausalGraph, min_contribution_pct: float = 1.0, min_probability: float = 0.5,
+def draw_causal_graph(cg: CausalGraph, min_variance_share: float = 0.01, min_probability: float = 0.5,
                       title: str | None = None):  # fmt: skip
     """Figure of one causal graph; returns (figure, edge table with a status per edge)."""
-    edges = classify_edges(cg, min_contribution_pct, min_probability)
+    edges = classify_edges(cg, min_variance_share, min_probability)
     shown = edges[edges["status"] == "shown"]
     pos = shell_layout(cg, shown)
     target_half = _half_box(cg.target)
@@ -324,6 +352,10 @@ def draw_causal_graph(cg: CausalGraph, min_contribution_pct: float = 1.0, min_pr
     ax.set_title(title or default_title(cg), pad=4)
     ax.title.set_position((0.5, 0.99))
     ax.title.set_va("top")
+    if cg.warnings:
+        ax.text(0.5, 0.935, f"⚠ assumption checks failed ({len(cg.warnings)}): read with care, see footnote",
+                transform=ax.transAxes, ha="center", va="top", fontsize=FONT, color="white", zorder=6,
+                bbox=dict(boxstyle="round,pad=0.3", fc=style.NEGATIVE, ec="none"))  # fmt: skip
     style.footnote(fig, _footnote_lines(cg, edges, set(pos)))
     return fig, edges
 
@@ -337,15 +369,15 @@ def default_title(cg: CausalGraph) -> str:
 
 
 def plot_group(folder: str | Path, stem: str | Path, formats=("svg", "png"), dpi: int = 110,
-               min_contribution_pct: float = 1.0, min_probability: float = 0.5, title: str | None = None) -> dict:
+               min_variance_share: float = 0.01, min_probability: float = 0.5, title: str | None = None) -> dict:
     """Draw one analysis group to stem.<fmt> and its edge table (with hidden reasons) to stem.edges.csv."""
     cg = load_group(folder)
-    fig, edges = draw_causal_graph(cg, min_contribution_pct, min_probability, title)
+    fig, edges = draw_causal_graph(cg, min_variance_share, min_probability, title)
     files = style.save_figure(fig, stem, formats, dpi)
     files.append(style.write_csv(edges, Path(f"{stem}.edges.csv")))
     hidden = hidden_counts(edges)
     return {"group": cg.group, "target": cg.target, "edges": int(len(edges)), "shown": int((edges["status"] == "shown").sum()),
-            "hidden": dict(sorted(hidden.items())), "files": [str(f) for f in files]}  # fmt: skip
+            "hidden": dict(sorted(hidden.items())), "trusted": not cg.warnings, "files": [str(f) for f in files]}  # fmt: skip
 
 
 def group_folders(causal_dir: str | Path) -> list[Path]:
@@ -369,7 +401,7 @@ def _skipped_groups(root: Path) -> list[dict]:
 
 
 def plot_causal_dir(causal_dir: str | Path, outdir: str | Path, formats=("svg", "png"), dpi: int = 110,
-                    min_contribution_pct: float = 1.0, min_probability: float = 0.5, which: str = "all") -> pd.DataFrame:
+                    min_variance_share: float = 0.01, min_probability: float = 0.5, which: str = "all") -> pd.DataFrame:
     """One figure per analysis group of a `gpuvar causal` output into outdir/<slug>.<fmt> (+ .edges.csv).
 
     which: 'all', 'per_kernel' (every group but the whole dataset) or 'whole' (only the whole dataset).
@@ -385,15 +417,16 @@ def plot_causal_dir(causal_dir: str | Path, outdir: str | Path, formats=("svg", 
         is_whole = cg.group == ALL_GROUP
         if (which == "whole" and not is_whole) or (which == "per_kernel" and is_whole):
             continue
-        fig, edges = draw_causal_graph(cg, min_contribution_pct, min_probability)
+        fig, edges = draw_causal_graph(cg, min_variance_share, min_probability)
         style.save_figure(fig, outdir / folder.name, formats, dpi)
         style.write_csv(edges, outdir / f"{folder.name}.edges.csv")
         if (folder / "graph.graphml").is_file():  # the full graph travels with the figure
             shutil.copyfile(folder / "graph.graphml", outdir / f"{folder.name}.graphml")
         hidden = hidden_counts(edges)
-        rows.append({"group": cg.group, "slug": folder.name, "status": "drawn", "edges": len(edges),
-                     "shown": int((edges["status"] == "shown").sum()), "hidden": int(sum(hidden.values())),
-                     "reason": "; ".join(f"{n} {r}" for r, n in sorted(hidden.items()))})  # fmt: skip
+        rows.append({"group": cg.group, "slug": folder.name, "status": "drawn" if not cg.warnings else "drawn, flagged",
+                     "edges": len(edges), "shown": int((edges["status"] == "shown").sum()),
+                     "hidden": int(sum(hidden.values())),
+                     "reason": "; ".join([f"{n} {r}" for r, n in sorted(hidden.items())] + cg.warnings)})  # fmt: skip
     for skipped in _skipped_groups(root):
         if which == "all" or (which == "per_kernel") == (skipped["group"] != ALL_GROUP):
             rows.append(skipped | {"edges": 0, "shown": 0, "hidden": 0})

@@ -24,7 +24,8 @@ def configure(p) -> None:
     _common(c, "output folder: <group slug>.<fmt>, <slug>.edges.csv, index.csv")
     c.add_argument("--which", choices=("all", "per_kernel", "whole"), default="all",
                    help="groups to draw: all, per_kernel (not the whole dataset), whole (default all)")  # fmt: skip
-    c.add_argument("--min-contribution-pct", type=float, default=1.0, help="hide edges below this %% contribution")
+    c.add_argument("--min-variance-share", type=float, default=0.01,
+                   help="hide edges into the target whose share of its variance is below this (default 0.01)")
     c.add_argument("--min-probability", type=float, default=0.5, help="hide edges below this bootstrap probability")
 
     par = sub.add_parser("parallel", help="parallel coordinates of the top-k rows")
@@ -61,8 +62,9 @@ def run(args) -> int:
     formats = _formats(args.formats)
     if args.figure == "causal":
         index = causal_graph.plot_causal_dir(args.causal_dir, args.output, formats, args.dpi,
-                                             args.min_contribution_pct, args.min_probability, args.which)  # fmt: skip
-        result = {"groups": len(index), "drawn": int((index["status"] == "drawn").sum()),
+                                             args.min_variance_share, args.min_probability, args.which)  # fmt: skip
+        result = {"groups": len(index), "drawn": int(index["status"].str.startswith("drawn").sum()),
+                  "flagged": int((index["status"] == "drawn, flagged").sum()),
                   "hidden_edges": int(index["hidden"].sum()), "output": args.output}  # fmt: skip
     elif args.figure == "parallel":
         features = [f.strip() for f in args.features.split(",") if f.strip()]
