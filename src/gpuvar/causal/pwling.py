@@ -208,30 +208,61 @@ def _causal_order(X: np.ndarray, prior_knowledge: np.ndarray | None, pool: Threa
     return order
 
 
-def adaptive_lasso(X: np.ndarray, predictors: list[int], target: int, gamma: float = 1.0) -> np.ndarray:
-    """lingam.utils.predict_adaptive_lasso: adaptive-lasso (BIC) pruning, then OLS on the kept predictors."""
-    from sklearn.linear_model import LassoLarsIC, LinearRegression
-    from sklearn.preprocessing import StandardScaler
+def _ols(X: np.ndarray, y: np.ndarray, intercept: bool = True) -> np.ndarray:
+    """`LinearRegression(fit_intercept=intercept).fit(X, y).coef_` with sklearn's own operations (centre by the
+    mean, scipy lstsq with cond=1e-6), without its per-call validation."""
+    from scipy import linalg
 
-    X_std = StandardScaler().fit_transform(X)
-    lr = LinearRegression()
-    lr.fit(X_std[:, predictors], X_std[:, target])
-    weight = np.power(np.abs(lr.coef_), gamma)
-    reg = LassoLarsIC(criterion="bic")
-    reg.fit(X_std[:, predictors] * weight, X_std[:, target])
-    pruned = np.abs(reg.coef_ * weight) > 0.0
-    coef = np.zeros(reg.coef_.shape)
+    if intercept:
+        X = X - np.mean(X, axis=0)
+        y = y - np.mean(y, axis=0)
+    return linalg.lstsq(X, y, cond=1e-6)[0]
+
+
+def _lasso_lars_bic(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """`LassoLarsIC(criterion="bic").fit(X, y).coef_`: sklearn's lars_path and its BIC, computed the same way
+    (noise variance from an OLS fit on the centred data), without the estimator's per-call overhead."""
+    from sklearn.linear_model import lars_path
+
+    X = X - np.mean(X, axis=0)
+    y = y - np.mean(y, axis=0)
+    _, _, path = lars_path(X, y, Gram="auto", copy_X=True, copy_Gram=True, alpha_min=0.0, method="lasso",
+                           max_iter=500, eps=np.finfo(float).eps, positive=False)  # fmt: skip
+    n, p = X.shape
+    if n <= p + 1:
+        raise ValueError("fewer samples than features: the BIC's noise variance cannot be estimated")
+    rss = np.sum((y[:, np.newaxis] - np.dot(X, path)) ** 2, axis=0)
+    dof = np.array([np.sum(np.abs(c) > np.finfo(c.dtype).eps) for c in path.T], dtype=int)
+    noise = np.sum((y - (X @ _ols(X, y, intercept=False) + 0.0)) ** 2) / (n - p - 1)
+    criterion = n * np.log(2 * np.pi * noise) + rss / noise + np.log(n) * dof
+    return path[:, np.argmin(criterion)]
+
+
+def adaptive_lasso(X: np.ndarray, predictors: list[int], target: int, gamma: float = 1.0,
+                   X_std: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    """lingam.utils.predict_adaptive_lasso: adaptive-lasso (BIC) pruning, then OLS on the kept predictors.
+
+    X_std: StandardScaler().fit_transform(X), if the caller already has it (it is the same for every target)."""
+    if X_std is None:
+        from sklearn.preprocessing import StandardScaler
+
+        X_std = StandardScaler().fit_transform(X)
+    weight = np.power(np.abs(_ols(X_std[:, predictors], X_std[:, target])), gamma)
+    lasso = _lasso_lars_bic(X_std[:, predictors] * weight, X_std[:, target])
+    pruned = np.abs(lasso * weight) > 0.0
+    coef = np.zeros(lasso.shape)
     if pruned.sum() > 0:
-        lr = LinearRegression()
         pred = np.array(predictors)
-        lr.fit(X[:, pred[pruned]], X[:, target])
-        coef[pruned] = lr.coef_
+        coef[pruned] = _ols(X[:, pred[pruned]], X[:, target])
     return coef
 
 
 def adjacency(X: np.ndarray, order: list[int], prior_knowledge: np.ndarray | None = None) -> np.ndarray:
     """B[i, j] = direct effect of x_j on x_i, regressing each variable on its predecessors in `order`."""
+    from sklearn.preprocessing import StandardScaler
+
     X = np.asarray(X, dtype=np.float64)
+    X_std = StandardScaler().fit_transform(X)  # lingam recomputes it for every variable: same values once
     p = X.shape[1]
     pk = None
     if prior_knowledge is not None:
@@ -245,7 +276,7 @@ def adjacency(X: np.ndarray, order: list[int], prior_knowledge: np.ndarray | Non
             predictors = [j for j in predictors if pk[target, j] != 0]
         if not predictors:
             continue
-        B[target, predictors] = adaptive_lasso(X, predictors, target)
+        B[target, predictors] = adaptive_lasso(X, predictors, target, X_std=X_std)
     return B
 
 
