@@ -314,7 +314,7 @@ def _unit_note(units: dict[str, str]) -> str:
     return "metric units (base units after scaling; '' = dimensionless): " + json.dumps(units, sort_keys=False)
 
 
-def _column_unit(name: str, bases, out: ReaderOutput) -> str:
+def column_unit(name: str, bases, out: ReaderOutput) -> str:
     """The single base unit of a metric column (mixed units are reported, the most common one kept)."""
     found = pd.Series(bases, dtype=object)
     found = found[found != ""]
@@ -392,7 +392,7 @@ def _read_long(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataF
         col = np.full(n, np.nan) if numeric else np.full(n, None, dtype=object)
         col[id_codes[sel]] = values
         columns[name] = col
-        unit_of[name] = _column_unit(name, base_units[sel], out)
+        unit_of[name] = column_unit(name, base_units[sel], out)
     bad = table.num_rows - len(rows)
     out.notes.append(f"long layout: {table.num_rows} metric rows for {n} launches, {len(key_names)} metrics")
     return ident, columns, unit_of, bad
