@@ -96,6 +96,12 @@ def _join(alias: str, relation: str, key: str, catalog: dict, base: str, base_co
     return f' LEFT JOIN "{relation}" {alias} ON {alias}.id = {base}."{key}"{guid}'
 
 
+def _order(alias: str, cols: list[str]) -> str:
+    """Source order (process, then row id): the join plan must not decide the row order."""
+    keys = [f'{alias}."{c}"' for c in ("guid", "id") if c in cols]
+    return f" ORDER BY {', '.join(keys)}" if keys else ""
+
+
 def _select(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
     cur = con.execute(sql)
     names = [d[0] for d in cur.description]
@@ -139,7 +145,7 @@ def _dispatches(con: sqlite3.Connection, catalog: dict, path: Path) -> pd.DataFr
         if "guid" in catalog["rocpd_info_agent"]:
             items.append("A.guid AS _agent_guid")
     common, joins = _common_parts(catalog, "K", DISPATCH, cols)
-    sql = f'SELECT {", ".join(items + common)} FROM "{DISPATCH}" K{sym}{agent}{joins}'
+    sql = f'SELECT {", ".join(items + common)} FROM "{DISPATCH}" K{sym}{agent}{joins}{_order("K", cols)}'
     return _select(con, sql)
 
 
@@ -162,7 +168,8 @@ def _copies(con: sqlite3.Connection, catalog: dict) -> pd.DataFrame:
             if _has(catalog, "rocpd_info_agent", "type"):
                 items.append(f"{alias}.type AS _{name}_type")
     common, more = _common_parts(catalog, "M", "rocpd_memory_copy", cols)
-    return _select(con, f'SELECT {", ".join(items + common)} FROM "rocpd_memory_copy" M{joins}{more}')
+    return _select(con, f'SELECT {", ".join(items + common)} FROM "rocpd_memory_copy" M{joins}{more}'
+                        f'{_order("M", cols)}')
 
 
 def _wave_sizes(con: sqlite3.Connection, catalog: dict) -> dict[tuple, int]:
