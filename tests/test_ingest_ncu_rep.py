@@ -204,20 +204,22 @@ def test_truncated_report_is_a_one_line_error_with_clean_stderr(tmp_path, capfd,
 def test_damaged_launch_record_is_dropped_and_counted(tmp_path):
     data = bytearray(real_file(f"{REAL}/report-s4.ncu-rep").read_bytes())
     damaged = tmp_path / "flipped.ncu-rep"
-    for seed in range(200):  # find a flip that damages one launch record but not the other
+    for seed in range(200):  # find flips that damage one launch record but not the other
         rnd = np.random.default_rng(seed)
         trial = bytearray(data)
         for pos in rnd.integers(64, len(trial), 3):
             trial[pos] ^= 0xFF
         damaged.write_bytes(bytes(trial))
-        readable = [a for a in package_launches(damaged) if a.name() or list(a.metric_names())]
-        if len(readable) == 1:
+        try:  # through the reader: the package may abort on damage, and only the reader isolates it
+            report = ingest(damaged, tmp_path / "out")
+        except InputError:
+            continue
+        if report["tables"]["kernels"]["rows_written"] == 1:
             break
     else:
         pytest.skip("no single-record damage found in 200 trials")
-    report = ingest(damaged, tmp_path / "out")
     table = report["tables"]["kernels"]
-    assert table["rows_read"] == 2 and table["rows_written"] == 1
+    assert table["rows_read"] == 2 and table["balanced"]
     assert table["dropped"] == {"launch record unreadable (damaged report)": 1}
 
 
