@@ -1,10 +1,10 @@
 """rocpd SQLite databases: rocprofv3 `--output-format rocpd` (the ROCm 7 default) and rocprof-sys rocpd output.
 
 Tables are named `rocpd_<what>_<uuid>` per process; the unsuffixed views of the same name (a UNION of every
-process in a merged database) are what is read, and rows are matched on (id, guid) where the database holds
-several processes, so merged processes never mix. Each dispatch is rebuilt as the row rocprofv3 writes in kernel_trace.csv (the rocpd tools' own CSV
-export does the same), then mapped by the rocprofv3 CSV reader's own functions, so both give the same
-canonical columns:
+process in a merged database) are what is read, and rows are matched on (id, guid) where the database
+holds several processes, so merged processes never mix. Each dispatch is rebuilt as the row rocprofv3 writes
+in kernel_trace.csv (the rocpd tools' own CSV export does the same), then mapped by the rocprofv3 CSV
+reader's own functions, so both give the same canonical columns:
   * rocpd_kernel_dispatch: Dispatch_Id, Kernel_Id, Queue_Id, Stream_Id, Start/End_Timestamp (ns),
     Private_Segment_Size (scratch), Group_Segment_Size (LDS), Workgroup_Size_X/Y/Z, Grid_Size_X/Y/Z in
     work-items (grid_x = ceil(Grid_Size_X / Workgroup_Size_X), as every AMD reader).
