@@ -246,3 +246,40 @@ def test_not_a_rocpd_database_with_explicit_format(tmp_path):
     with pytest.raises(InputError, match="not a rocpd database"):
         load(path, "rocpd-sqlite")
     assert not rocpd.sniff(path, read_head(path))
+
+
+def merged_copy(tmp_path):
+    """Two processes in one database, as `rocpd merge` writes it: a second set of suffixed tables with its own
+    guid, and views that UNION both. The second process's names and agent indexes are made distinguishable."""
+    path = editable_copy(tmp_path, name="merged.db")
+    con = sqlite3.connect(path)
+    uuid, other = suffix(path), "_second"
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rocpd%'")]
+    for table in tables:
+        base = table[: -len(uuid)]
+        con.execute(f'CREATE TABLE "{base}{other}" AS SELECT * FROM "{table}"')
+        if "guid" in [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]:  # rocpd_metadata has none
+            con.execute(f'UPDATE "{base}{other}" SET guid = \'second-guid\'')
+        con.execute(f'DROP VIEW IF EXISTS "{base}"')
+        con.execute(f'CREATE VIEW "{base}" AS SELECT * FROM "{table}" UNION ALL SELECT * FROM "{base}{other}"')
+    con.execute(f"UPDATE rocpd_info_kernel_symbol{other} SET display_name = 'p2::' || display_name")
+    con.execute(f"UPDATE rocpd_info_agent{other} SET absolute_index = absolute_index + 10")
+    con.execute(f"UPDATE rocpd_info_process{other} SET pid = 4242")
+    con.commit()
+    con.close()
+    return path
+
+
+def test_merged_database_keeps_processes_apart(tmp_path):
+    path = merged_copy(tmp_path)
+    (n,), = query(path, "SELECT COUNT(*) FROM rocpd_kernel_dispatch")
+    assert n == 2008
+    report = ingest(path, tmp_path / "out")
+    assert report["tables"]["kernels"]["rows_written"] == 2008 and report["tables"]["memcpy"]["rows_written"] == 96
+    kernels = pd.read_parquet(tmp_path / "out" / "kernels.parquet")
+    second = kernels["kernel_name"].str.startswith("p2::")
+    assert second.sum() == 1004
+    assert set(kernels.loc[second, "device_id"]) == {11} and set(kernels.loc[~second, "device_id"]) == {1}
+    assert set(kernels.loc[second, "process_id"]) == {4242} and set(kernels.loc[~second, "process_id"]) == {3638851}
+    memcpy = pd.read_parquet(tmp_path / "out" / "memcpy.parquet")
+    assert sorted(memcpy["process_id"].value_counts().tolist()) == [48, 48]
