@@ -223,6 +223,21 @@ def test_damaged_launch_record_is_dropped_and_counted(tmp_path):
     assert table["dropped"] == {"launch record unreadable (damaged report)": 1}
 
 
+def test_package_crash_is_a_one_line_error(tmp_path, monkeypatch):
+    """The package aborts the interpreter on some damaged reports (found by fuzzing): the reader survives."""
+    from gpuvar.ingest import ncu_rep
+
+    crashing = tmp_path / "worker.py"
+    crashing.write_text("import os, sys\nsys.stderr.write(\"E0000 message_lite.cc:195] Can't parse message\\n\")\n"
+                        "sys.stderr.flush()\nos.abort()\n")
+    monkeypatch.setattr(ncu_rep, "WORKER", crashing)
+    with pytest.raises(InputError) as err:
+        load(real_file(f"{REAL}/report-s4.ncu-rep"))
+    message = str(err.value)
+    assert "\n" not in message and "crashed reading the report (signal SIGABRT)" in message
+    assert "Can't parse message" in message
+
+
 def test_missing_package_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ncu_report", None)
     with pytest.raises(InputError, match=r"pip install 'gpuvar\[ncurep\]'"):

@@ -72,7 +72,7 @@ def _worker(path: Path) -> tuple[dict, str]:
         log = proc.stderr.decode("utf-8", "replace").splitlines()
         parser = _parser_message(log)
         if proc.returncode != 0 or not output.exists():
-            how = (f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else
+            how = (f"signal {_signal_name(-proc.returncode)}" if proc.returncode < 0 else
                    f"exit status {proc.returncode}: {_last_line(log)}")
             damage = f"; the report is damaged ({parser})" if parser else "; the report is damaged or truncated"
             raise InputError(path, f"the ncu-report package crashed reading the report ({how}){damage}")
@@ -91,6 +91,13 @@ def _timeout() -> float:
     except ValueError:
         return DEFAULT_TIMEOUT_S
     return value if value > 0 else DEFAULT_TIMEOUT_S
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _last_line(lines: list[str]) -> str:
