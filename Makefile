@@ -17,7 +17,7 @@ env: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[mpich,bench,test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[mpich,bench,test,ncurep]'
 	touch $@
 
 demo: $(STAMP)

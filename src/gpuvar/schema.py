@@ -35,7 +35,7 @@ class CanonicalColumn:
 @lru_cache(maxsize=None)
 def canonical_columns(table: str) -> tuple[CanonicalColumn, ...]:
     """The documented columns of `table` ('kernels' or 'memcpy'), in output order."""
-    vendors = ("nsys", "ncu", "rocprof", "omniperf", "rocprofv3")
+    vendors = ("nsys", "ncu", "rocprof", "omniperf", "rocprofv3", "rocpd")
     text = resources.files("gpuvar.data").joinpath("canonical_schema.csv").read_text()
     rows = [r for r in csv.DictReader(text.splitlines()) if r["table"] == table]
     return tuple(

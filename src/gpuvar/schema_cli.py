@@ -11,7 +11,7 @@ def markdown(tables=("kernels", "memcpy")) -> str:
     """The schema reference table; docs/schema.md is generated from this (a test keeps them in sync)."""
     from gpuvar.schema import canonical_columns
 
-    vendors = ("nsys", "ncu", "rocprof", "omniperf", "rocprofv3")
+    vendors = ("nsys", "ncu", "rocprof", "omniperf", "rocprofv3", "rocpd")
     lines = []
     for table in tables:
         lines += [f"### `{table}`", "", "| column | type | unit | group | " + " | ".join(vendors) + " | meaning |"]

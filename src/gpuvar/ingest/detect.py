@@ -14,7 +14,7 @@ from gpuvar.errors import InputError
 from gpuvar.ingest.base import read_head
 
 # module names under gpuvar.ingest, in sniffing order (most specific first)
-READER_MODULES = ("nsys", "rocprof_db", "ncu", "rocprofv3", "omniperf", "rocprof")
+READER_MODULES = ("nsys", "rocpd", "rocprof_db", "ncu", "ncu_rep", "rocprofv3", "omniperf", "rocprof")
 
 
 def reader_modules():

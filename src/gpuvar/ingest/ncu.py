@@ -278,8 +278,11 @@ def _sizes(series: pd.Series) -> pd.DataFrame:
     return pd.DataFrame(out, index=series.index)
 
 
-def _identity(df: pd.DataFrame, launch_ids: np.ndarray, extras, out: ReaderOutput) -> pd.DataFrame:
-    """Per-launch identity columns under canonical names; `extras` (unknown per-launch columns) kept as is."""
+def identity(df: pd.DataFrame, launch_ids: np.ndarray, extras, out: ReaderOutput) -> pd.DataFrame:
+    """Per-launch identity columns under canonical names; `extras` (unknown per-launch columns) kept as is.
+
+    `df` holds the CSV identity columns as text (IDENTITY / SIZES names); the .ncu-rep reader builds the same
+    text from the report so both readers type and parse these columns identically."""
     ident = pd.DataFrame({"launch_id": pd.array(launch_ids.astype(np.int64), dtype="Int64")}, index=df.index)
     for source, name in IDENTITY.items():
         if source in df.columns and source != "ID":
@@ -311,7 +314,7 @@ def _unit_note(units: dict[str, str]) -> str:
     return "metric units (base units after scaling; '' = dimensionless): " + json.dumps(units, sort_keys=False)
 
 
-def _column_unit(name: str, bases, out: ReaderOutput) -> str:
+def column_unit(name: str, bases, out: ReaderOutput) -> str:
     """The single base unit of a metric column (mixed units are reported, the most common one kept)."""
     found = pd.Series(bases, dtype=object)
     found = found[found != ""]
@@ -350,7 +353,7 @@ def _metric_keys(table: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, list[st
     return pair_codes, keys
 
 
-def _read_long(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataFrame, dict[str, str], int]:
+def _read_long(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataFrame, dict, dict[str, str], int]:
     require_columns(path, table.column_names, ("ID", "Kernel Name", "Metric Name", "Metric Value"),
                     "Nsight Compute CSV")
     rows, ids = _valid_rows(table)
@@ -359,7 +362,7 @@ def _read_long(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataF
     first = rows[np.unique(id_codes, return_index=True)[1]]
     extras = [c for c in table.column_names if c not in IDENTITY and c not in SIZES and c not in LONG_COLUMNS]
     ident_df = table.select([c for c in table.column_names if c not in LONG_COLUMNS]).take(first).to_pandas()
-    ident = _identity(ident_df, np.asarray(launch_ids), extras, out)
+    ident = identity(ident_df, np.asarray(launch_ids), extras, out)
     _note_name_conflicts(table, rows, id_codes, n, out)
 
     key_codes, key_names = _metric_keys(table, rows)
@@ -389,10 +392,10 @@ def _read_long(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataF
         col = np.full(n, np.nan) if numeric else np.full(n, None, dtype=object)
         col[id_codes[sel]] = values
         columns[name] = col
-        unit_of[name] = _column_unit(name, base_units[sel], out)
+        unit_of[name] = column_unit(name, base_units[sel], out)
     bad = table.num_rows - len(rows)
     out.notes.append(f"long layout: {table.num_rows} metric rows for {n} launches, {len(key_names)} metrics")
-    return pd.concat([ident, pd.DataFrame(columns, index=ident.index)], axis=1), unit_of, bad
+    return ident, columns, unit_of, bad
 
 
 def _note_name_conflicts(table: pa.Table, rows: np.ndarray, id_codes: np.ndarray, n: int, out) -> None:
@@ -407,7 +410,7 @@ def _note_name_conflicts(table: pa.Table, rows: np.ndarray, id_codes: np.ndarray
 
 
 # --- wide layout ------------------------------------------------------------------------------------------
-def _read_wide(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataFrame, dict[str, str], int]:
+def _read_wide(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataFrame, dict, dict[str, str], int]:
     require_columns(path, table.column_names, ("ID", "Kernel Name"), "Nsight Compute CSV")
     units_row = {}
     if table.num_rows and table.column("ID")[0].as_py().strip() == "":
@@ -419,7 +422,7 @@ def _read_wide(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataF
     bad = table.num_rows - len(rows)
     table = table.take(rows)
     known = [c for c in table.column_names if c in IDENTITY or c in SIZES]
-    ident = _identity(table.select(known).to_pandas(), ids, [], out)
+    ident = identity(table.select(known).to_pandas(), ids, [], out)
     columns, unit_of = {}, {}
     for name in table.column_names:
         if name in IDENTITY or name in SIZES:
@@ -429,7 +432,7 @@ def _read_wide(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataF
         columns[name], _ = _metric_column(lambda c=column: c, *_numbers(column), factor)
         unit_of[name] = base
     out.notes.append(f"wide layout: {table.num_rows} launches, {len(columns)} metrics")
-    return pd.concat([ident, pd.DataFrame(columns, index=ident.index)], axis=1), unit_of, bad
+    return ident, columns, unit_of, bad
 
 
 # --- canonical columns from metrics ------------------------------------------------------------------------
@@ -475,6 +478,19 @@ def _add_launch_columns(kernels: pd.DataFrame) -> None:
     kernels["wave_size"] = WARP_SIZE
 
 
+def launch_table(ident: pd.DataFrame, metrics: dict, units: dict[str, str], out: ReaderOutput) -> pd.DataFrame:
+    """The kernel table of Nsight Compute launches: identity columns, one column per metric (values already in
+    the base unit `units[name]`), then the canonical columns derived from metrics (duration from
+    gpu__time_duration, registers, shared memory, grid/block when the sizes are absent, wave size).
+
+    Shared by the CSV reader and the .ncu-rep reader so that the same metric gives the same column."""
+    kernels = pd.concat([ident, pd.DataFrame(metrics, index=ident.index)], axis=1)
+    _add_duration(kernels, units, out)
+    _add_launch_columns(kernels)
+    out.notes.append(_unit_note(units))
+    return kernels
+
+
 def read(path: Path) -> ReaderOutput:
     """One row per kernel launch of an ncu CSV (long or wide layout), canonical names where known."""
     path = Path(path)
@@ -493,14 +509,11 @@ def read(path: Path) -> ReaderOutput:
     _check_truncated(path, body, len(fields))
     table, short = _parse(path, body, fields, out)
     long = any(c in table.column_names for c in LONG_COLUMNS)
-    kernels, units, bad = (_read_long if long else _read_wide)(path, table, out)
-    if kernels.empty:
+    ident, metrics, units, bad = (_read_long if long else _read_wide)(path, table, out)
+    if ident.empty:
         raise InputError(path, "no kernel launches: the CSV has a header but no data rows")
-    out.rows_read["kernels"] = len(kernels) + bad + short
+    out.rows_read["kernels"] = len(ident) + bad + short
     out.drop("kernels", "row ID is not a launch number", bad)
     out.drop("kernels", "row has fewer fields than the header", short)
-    _add_duration(kernels, units, out)
-    _add_launch_columns(kernels)
-    out.notes.append(_unit_note(units))
-    out.kernels = kernels
+    out.kernels = launch_table(ident, metrics, units, out)
     return out
