@@ -54,7 +54,7 @@ def with_(path: str, value):
         ("causal.workers", 0, "causal.workers"),
         ("causal.per_group", "sometimes", "causal.per_group"),
         ("plots.formats", ["gif"], "plots.formats[0]: 'gif' is not allowed"),
-        ("plots.min_contribution_pct", 120, "plots.min_contribution_pct"),
+        ("plots.min_variance_share", 1.2, "plots.min_variance_share"),
         ("plots.min_probability", 2, "plots.min_probability"),
         ("plots.dpi", 10, "plots.dpi"),
         ("scaling.ranks", [0], "scaling.ranks: must be a non-empty list"),

