@@ -24,3 +24,7 @@ rule all:
     input:
         analysis_outputs(),
         PLOT_OUTPUTS,
+
+
+onsuccess:
+    print_flagged_graphs("results/causal/checks.tsv")

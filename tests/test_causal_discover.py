@@ -144,3 +144,16 @@ def test_bench_causal_prints_one_json(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["p"] == 6 and out["n"] == 300 and out["same_order"] is True
     assert out["max_abs_adjacency_diff"] <= 1e-8 and {"lingam_s", "gpuvar_s", "speedup"} <= set(out)
+
+
+def test_causal_checks_table_lists_every_graph_and_flags(tmp_path, run_cli):
+    df = planted(300)
+    root = tmp_path / "results" / "causal" / "demo" / "kernel_variability"
+    discover_all(df, "kernel_variability", "kernel_name", "auto", 30, 0, 1, 0, "fast", root)
+    res = run_cli("causal-checks", root, "-o", tmp_path / "checks.tsv")
+    assert res.returncode == 0, res.stderr
+    table = pd.read_csv(tmp_path / "checks.tsv", sep="\t", keep_default_na=False)
+    summary = json.loads((root / "summary.json").read_text())
+    assert len(table) == len(summary["groups"]) and set(table["dataset"]) == {"demo"}
+    assert set(table.loc[table["trusted"] == "no", "group"]) == set(summary["flagged"])
+    assert f"{len(summary['flagged'])} of 3 causal graphs failed" in res.stderr

@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "demo-data": ("gpuvar.demo.cli", "write deterministic synthetic traces in real profiler formats"),
     "bin": ("gpuvar.binning.cli", "MPI binning: per-bin statistics and top-k variable windows"),
     "causal": ("gpuvar.causal.cli", "DirectLiNGAM causal discovery on the top-k rows"),
+    "causal-checks": ("gpuvar.causal.checks_table", "one table of every causal graph and its assumption checks"),
     "plot": ("gpuvar.plots.cli", "draw causal graphs, parallel coordinates, timelines, scaling"),
     "bench": ("gpuvar.bench.cli", "benchmarks printing JSON"),
     "schema": ("gpuvar.schema_cli", "print the canonical schema as Markdown"),

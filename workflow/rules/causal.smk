@@ -32,3 +32,22 @@ rule discover_causal_graph:
         " --workers {threads} --seed {params.seed} --engine {params.engine} --prior {params.prior:q}"
         " --collinear-threshold {params.threshold:q}"
         " --output {output} > {log} 2>&1"
+
+
+rule summarise_causal_checks:
+    input:
+        [f"results/causal/{dataset}/{target}" for dataset, target in ANALYSES],
+    output:
+        "results/causal/checks.tsv",
+    log:
+        "logs/summarise_causal_checks/checks.log",
+    benchmark:
+        "benchmarks/summarise_causal_checks/checks.tsv"
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=500,
+        runtime=5,
+    shell:
+        "gpuvar causal-checks {input:q} --output {output:q} > {log} 2>&1"

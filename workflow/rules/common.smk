@@ -52,4 +52,18 @@ def analysis_outputs():
     for dataset, target in ANALYSES:
         outputs.append(f"results/bin/{dataset}/{target}/bin.json")
         outputs.append(f"results/causal/{dataset}/{target}")
-    return outputs
+    return outputs + ["results/causal/checks.tsv"]
+
+
+def print_flagged_graphs(path):
+    """After a run: say how many causal graphs failed their assumption checks (results/causal/checks.tsv)."""
+    if not Path(path).is_file():
+        return
+    rows = Path(path).read_text().splitlines()[1:]
+    trusted = [r.split("\t")[4] for r in rows]
+    flagged = trusted.count("no")
+    if flagged:
+        print(
+            f"gpuvar: {flagged} of {flagged + trusted.count('yes')} causal graphs failed an assumption check;"
+            f" read them as hypotheses (list: {path}, docs/causal.md)"
+        )
