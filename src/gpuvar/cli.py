@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "bin": ("gpuvar.binning.cli", "MPI binning: per-bin statistics and top-k variable windows"),
     "causal": ("gpuvar.causal.cli", "DirectLiNGAM causal discovery on the top-k rows"),
     "plot": ("gpuvar.plots.cli", "draw causal graphs, parallel coordinates, timelines, scaling"),
+    "compare": ("gpuvar.compare.cli", "compare two runs: slower kernels, moved windows, changed causes"),
     "bench": ("gpuvar.bench.cli", "benchmarks printing JSON"),
     "schema": ("gpuvar.schema_cli", "print the canonical schema as Markdown"),
 }
