@@ -48,13 +48,23 @@ def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str],
         ax.set_yticks(y, data["label"])
         ax.set_ylim(len(data) - 0.5, -0.5)
         ax.set_xscale("log")
-        lo, hi = float(data["ci_low"].min()), float(data["ci_high"].max())
-        span = max(hi / lo, 1.02)
-        ax.set_xlim(lo / span**0.1, hi * span**0.1)
+        lo, hi = _limits(data)
+        ax.set_xlim(lo, hi)
+        cut = int(((data["ci_low"] < lo) | (data["ci_high"] > hi)).sum())
+        style.footnote(fig, [f"{cut} interval(s) extend beyond the axis (values in kernels.csv)" if cut else ""])
         ax.set_xlabel(f"median duration ratio {names[1]} / {names[0]} (95 % bootstrap interval)")
         ax.legend(title=None, loc="lower right", frameon=False)
         ax.set_title(f"per-kernel change, {names[0]} → {names[1]} (ordered by Δ time × launches)")
     return style.save_figure(fig, stem, formats, dpi)
+
+
+def _limits(data: pd.DataFrame) -> tuple[float, float]:
+    """x range holding every ratio and most intervals: a few huge intervals (multi-modal kernels with few
+    launches) would otherwise squash all others into one column."""
+    lo = min(float(data["ratio"].min()), float(data["ci_low"].quantile(0.1)), 0.99)
+    hi = max(float(data["ratio"].max()), float(data["ci_high"].quantile(0.9)), 1.01)
+    pad = (hi / lo) ** 0.08
+    return lo / pad, hi * pad
 
 
 def _quantile_sample(values: np.ndarray) -> np.ndarray:
@@ -125,7 +135,7 @@ def _draw_group(ax, rows: pd.DataFrame, target: str, title: str) -> None:
             ax.plot([(x0 + x1) / 2], [(y0 + y1) / 2], marker="X", color=SLOWER, markersize=7, zorder=4)
     for n, (x, y) in pos.items():
         face = style.TARGET_FACE if n == target else style.FEATURE_FACE
-        ax.text(x, y, "\n".join(textwrap.wrap(n, 18)), ha="center", va="center", fontsize=7, zorder=5,
+        ax.text(x, y, "\n".join(textwrap.wrap(n, 14)), ha="center", va="center", fontsize=6, zorder=5,
                 bbox=dict(boxstyle="round,pad=0.3", facecolor=face, edgecolor="#555555", linewidth=0.5))  # fmt: skip
     ax.set_xlim(-1.45, 1.45)
     ax.set_ylim(-1.35, 1.35)
@@ -139,15 +149,18 @@ def causal_diff(causes: dict, rows: pd.DataFrame, stem, formats, dpi, max_groups
     rows: causal_diff.csv with its target column)."""
     from matplotlib.lines import Line2D
 
-    panels = sorted(((t, g) for t, d in causes.items() for g in d["groups"]),
+    panels = sorted(((t, g) for t, d in causes.items() for g in d["groups"] if g["changes"]),
                     key=lambda tg: (-tg[1]["changes"], tg[0], tg[1]["group"]))  # fmt: skip
     shown = panels[:max_groups]
     cols = min(3, max(len(shown), 1))
     nrows = max(1, -(-len(shown) // cols))
-    fig = style.figure(3.2 * cols, 3.2 * nrows + 0.5)
+    fig = style.figure(3.6 * cols, 3.6 * nrows + 0.5)
     if not shown:
+        compared = sum(d["groups_compared"] for d in causes.values())
+        message = f"no edge changed in the {compared} group(s) analysed in both runs" if compared else (
+            "no kernel group was analysed in both runs")
         ax = fig.add_subplot(111)
-        ax.text(0.5, 0.5, "no kernel group was analysed in both runs", ha="center", va="center")
+        ax.text(0.5, 0.5, message, ha="center", va="center")
         ax.set_axis_off()
     for i, (target, g) in enumerate(shown):
         ax = fig.add_subplot(nrows, cols, i + 1)
@@ -159,5 +172,7 @@ def causal_diff(causes: dict, rows: pd.DataFrame, stem, formats, dpi, max_groups
                Line2D([], [], color=SLOWER, lw=2, marker="X", label="sign flipped"), Line2D([], [], color=KEPT, lw=2, label="kept")]  # fmt: skip
     fig.legend(handles=handles, loc="upper center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 1.0))
     omitted = len(panels) - len(shown)
-    style.footnote(fig, [f"{omitted} more group(s) with fewer changes in causal_diff.csv" if omitted > 0 else ""])
+    unchanged = sum(d["groups_compared"] for d in causes.values()) - len(panels)
+    style.footnote(fig, [f"{omitted} more group(s) with fewer changes in causal_diff.csv" if omitted > 0 else "",
+                         f"{unchanged} group(s) without an edge change not drawn" if unchanged and shown else ""])  # fmt: skip
     return style.save_figure(fig, stem, formats, dpi)
