@@ -103,8 +103,9 @@ def test_planted_pair_reports_the_removed_driver(tmp_path):
     assert set(rows["change"]) <= {"added", "removed", "flipped", "kept"}
 
 
-def write_causal(folder, groups: dict[str, tuple[list, list | None]]):
-    """A `gpuvar causal` folder in the current format: group -> (edges (from, to, coef), shares or None)."""
+def write_causal(folder, groups: dict[str, tuple[list, list | None]], boot: dict | None = None):
+    """A `gpuvar causal` folder in the current format: group -> (edges (from, to, coef), shares or None);
+    boot: (from, to) -> bootstrap probability, written as bootstrap_edges.csv of every group."""
     folder.mkdir(parents=True, exist_ok=True)
     summary = {"target": TARGET, "groups": []}
     for i, (name, (edges, shares)) in enumerate(groups.items()):
@@ -117,6 +118,9 @@ def write_causal(folder, groups: dict[str, tuple[list, list | None]]):
         if shares is not None and any(s is None for _, _, s in shares):
             contrib = contrib.drop(columns="variance_share")  # outputs from before the variance decomposition
         contrib.to_csv(folder / slug / "contributions.csv", index=False)
+        if boot is not None:
+            pd.DataFrame([{"from": a, "to": b, "probability": p} for (a, b), p in boot.items()]).to_csv(
+                folder / slug / "bootstrap_edges.csv", index=False)
         summary["groups"].append({"group": name, "slug": slug, "status": "ok"})
     summary["groups"].append({"group": "tiny", "slug": "tiny-1", "status": "skipped"})
     (folder / "summary.json").write_text(json.dumps(summary))
@@ -145,6 +149,21 @@ def test_causal_outputs_without_variance_share_give_null_shares_not_an_error(tmp
     g = causal_diff.diff_causal(inputs.read_causal(b), inputs.read_causal(c))[0]["groups"][0]
     assert g["shares_available"] is False and g["variance_shares"][0]["delta"] is None
     assert g["variance_shares"][0]["share_candidate"] == 0.2 and g["changes"] == 0
+
+
+def test_edge_changes_seen_in_few_bootstrap_resamples_are_marked_unstable(tmp_path):
+    """LiNGAM re-orients edges between dependent features from sample to sample: such changes are not causes."""
+    edges_b = [("grid_x", TARGET, 0.5), ("grid_x", "grid_size", 0.7)]
+    edges_c = [("grid_size", TARGET, 0.5), ("grid_size", "grid_x", 0.7)]
+    old = [("grid_x", 0.5, None), ("grid_size", 0.0, None)]  # contributions without variance_share
+    b = write_causal(tmp_path / "b", {"k": (edges_b, old)}, {("grid_x", TARGET): 0.9, ("grid_x", "grid_size"): 0.55,
+                                                              ("grid_size", "grid_x"): 0.5})  # fmt: skip
+    c = write_causal(tmp_path / "c", {"k": (edges_c, old)}, {("grid_size", TARGET): 0.95, ("grid_x", TARGET): 0.1,
+                                                              ("grid_size", "grid_x"): 0.5, ("grid_x", "grid_size"): 0.5})  # fmt: skip
+    g = causal_diff.diff_causal(inputs.read_causal(b), inputs.read_causal(c))[0]["groups"][0]
+    assert g["changes"] == 2 and g["unstable_changes"] == 2
+    assert g["driver_changes"] == [{"feature": "grid_size", "change": "added", "stable": True},
+                                   {"feature": "grid_x", "change": "removed", "stable": True}]  # fmt: skip
 
 
 def make_bins(var: list[float], top: list[int], width=10_000_000.0, target=TARGET) -> inputs.Bins:

@@ -67,7 +67,8 @@ rule compare_runs:
         formats=",".join(PLOT_FORMATS),
         dpi=CFG.plots.dpi,
         seed=CFG.causal.seed,
+        min_probability=CFG.plots.min_probability,
     shell:
         "gpuvar compare {input.baseline_kernels:q} {input.candidate_kernels:q} --output {params.outdir:q}"
         " --names {params.names:q} {params.sides:q} --formats {params.formats:q} --dpi {params.dpi:q}"
-        " --seed {params.seed:q} > {log:q} 2>&1"
+        " --seed {params.seed:q} --min-probability {params.min_probability:q} > {log:q} 2>&1"

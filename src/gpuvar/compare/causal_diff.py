@@ -14,7 +14,8 @@ import pandas as pd
 
 from gpuvar.compare.inputs import Causal, CausalGroup
 
-DIFF_COLUMNS = ["group", "from", "to", "change", "coefficient_baseline", "coefficient_candidate"]
+DIFF_COLUMNS = ["group", "from", "to", "change", "stable", "into_target", "coefficient_baseline",
+                "coefficient_candidate", "probability_baseline", "probability_candidate"]  # fmt: skip
 
 
 def _edges(g: CausalGroup) -> dict[tuple[str, str], float]:
@@ -25,7 +26,17 @@ def _none(x):
     return None if x is None or not np.isfinite(x) else float(x)
 
 
-def diff_group(b: CausalGroup, c: CausalGroup) -> tuple[dict, list[dict]]:
+def _stable(change: str, pb: float | None, pc: float | None, threshold: float) -> bool | None:
+    if pb is None or pc is None:
+        return None
+    if change == "added":
+        return pc >= threshold > pb
+    if change == "removed":
+        return pb >= threshold > pc
+    return pb >= threshold and pc >= threshold
+
+
+def diff_group(b: CausalGroup, c: CausalGroup, target: str, min_probability: float = 0.5) -> tuple[dict, list[dict]]:
     """(JSON record, edge rows for causal_diff.csv) of one group analysed in both runs."""
     eb, ec = _edges(b), _edges(c)
     rows = []
@@ -37,12 +48,17 @@ def diff_group(b: CausalGroup, c: CausalGroup) -> tuple[dict, list[dict]]:
             change = "removed"
         else:
             change = "flipped" if np.sign(cb) != np.sign(cc) else "kept"
-        rows.append({"group": b.group, "from": edge[0], "to": edge[1], "change": change,
-                     "coefficient_baseline": cb, "coefficient_candidate": cc})  # fmt: skip
+        pb = None if b.probability is None else b.probability.get(edge, 0.0)
+        pc = None if c.probability is None else c.probability.get(edge, 0.0)
+        stable = None if change == "kept" else _stable(change, pb, pc, min_probability)
+        rows.append({"group": b.group, "from": edge[0], "to": edge[1], "change": change, "stable": stable,
+                     "into_target": edge[1] == target, "coefficient_baseline": cb, "coefficient_candidate": cc,
+                     "probability_baseline": pb, "probability_candidate": pc})  # fmt: skip
+    keys = ("from", "to", "stable", "coefficient_baseline", "coefficient_candidate", "probability_baseline",
+            "probability_candidate")  # fmt: skip
 
     def pick(change):
-        return [{k: r[k] for k in ("from", "to", "coefficient_baseline", "coefficient_candidate")}
-                for r in rows if r["change"] == change]  # fmt: skip
+        return [{k: r[k] for k in keys} for r in rows if r["change"] == change and r["stable"] is not False]
 
     features = sorted(set(b.signs) | set(c.signs))
     shares = []
@@ -64,7 +80,11 @@ def diff_group(b: CausalGroup, c: CausalGroup) -> tuple[dict, list[dict]]:
         "removed": pick("removed"),
         "sign_flips": pick("flipped"),
         "kept": sum(r["change"] == "kept" for r in rows),
-        "changes": sum(r["change"] != "kept" for r in rows),
+        "changes": sum(r["change"] != "kept" and r["stable"] is not False for r in rows),
+        "unstable_changes": sum(r["stable"] is False for r in rows),
+        "driver_changes": [{"feature": r["from"], "change": r["change"], "stable": r["stable"]} for r in rows
+                           if r["into_target"] and r["change"] != "kept" and r["stable"] is not False],  # fmt: skip
+        "bootstrap_available": b.probability is not None and c.probability is not None,
         "features_only_baseline": sorted(set(b.signs) - set(c.signs)),
         "features_only_candidate": sorted(set(c.signs) - set(b.signs)),
         "shares_available": b.shares is not None and c.shares is not None,
@@ -83,17 +103,18 @@ def _sum(shares: dict | None):
     return float(sum(values)) if values else None
 
 
-def diff_causal(baseline: Causal, candidate: Causal) -> tuple[dict, pd.DataFrame]:
+def diff_causal(baseline: Causal, candidate: Causal, min_probability: float = 0.5) -> tuple[dict, pd.DataFrame]:
     """(JSON record of the target: groups diffed, groups in one run only; causal_diff.csv rows)."""
     common = sorted(set(baseline.groups) & set(candidate.groups))
     records, rows = [], []
     for name in common:
-        record, edge_rows = diff_group(baseline.groups[name], candidate.groups[name])
+        record, edge_rows = diff_group(baseline.groups[name], candidate.groups[name], baseline.target, min_probability)
         records.append(record)
         rows += edge_rows
     records.sort(key=lambda r: (-r["changes"], r["group"]))
     out = {
         "target": baseline.target,
+        "min_probability": min_probability,
         "groups_compared": len(records),
         "groups": records,
         "only_baseline": sorted(set(baseline.groups) - set(candidate.groups)),

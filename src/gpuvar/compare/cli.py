@@ -31,6 +31,8 @@ def configure(p):
     p.add_argument("--alpha", type=float, default=0.05, help="false-discovery rate for the verdicts")
     p.add_argument("--min-launches", type=int, default=5, help="launches needed in both runs to test a kernel")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--min-probability", type=float, default=0.5,
+                   help="bootstrap probability an edge needs for its change to count as stable (default 0.5)")  # fmt: skip
     p.add_argument("--formats", default="svg,png", help="figure formats (svg,png)")
     p.add_argument("--dpi", type=int, default=110, help="PNG resolution")
 
@@ -81,7 +83,8 @@ def run(args) -> int:
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
     if not formats or any(f not in ("svg", "png") for f in formats):
         raise GpuvarError(f"--formats must list svg and/or png, got {args.formats!r}")
-    options = Options(args.key, args.bootstrap, args.confidence, args.alpha, args.min_launches, args.seed, formats, args.dpi)
+    options = Options(args.key, args.bootstrap, args.confidence, args.alpha, args.min_launches, args.seed, formats,
+                      args.dpi, min_probability=args.min_probability)  # fmt: skip
     record = compare_runs(base, cand, args.output, options)
     print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
     return 0

@@ -120,6 +120,7 @@ def _layout(nodes: list[str], target: str) -> dict[str, tuple[float, float]]:
 
 
 def _draw_group(ax, rows: pd.DataFrame, target: str, title: str) -> None:
+    rows = rows[rows["stable"].astype(object).ne(False)]
     nodes = sorted(set(rows["from"]) | set(rows["to"]) | {target})
     pos = _layout(nodes, target)
     for r in rows.to_dict("records"):
@@ -172,7 +173,10 @@ def causal_diff(causes: dict, rows: pd.DataFrame, stem, formats, dpi, max_groups
                Line2D([], [], color=SLOWER, lw=2, marker="X", label="sign flipped"), Line2D([], [], color=KEPT, lw=2, label="kept")]  # fmt: skip
     fig.legend(handles=handles, loc="upper center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 1.0))
     omitted = len(panels) - len(shown)
+    unstable = sum(g["unstable_changes"] for d in causes.values() for g in d["groups"])
     unchanged = sum(d["groups_compared"] for d in causes.values()) - len(panels)
     style.footnote(fig, [f"{omitted} more group(s) with fewer changes in causal_diff.csv" if omitted > 0 else "",
-                         f"{unchanged} group(s) without an edge change not drawn" if unchanged and shown else ""])  # fmt: skip
+                         f"{unchanged} group(s) without an edge change not drawn" if unchanged and shown else "",
+                         f"{unstable} unstable edge change(s) (bootstrap probability below the threshold) not drawn"
+                         if unstable else ""])  # fmt: skip
     return style.save_figure(fig, stem, formats, dpi)

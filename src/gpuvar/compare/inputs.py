@@ -49,6 +49,7 @@ class CausalGroup:
     edges: pd.DataFrame  # from, to, coefficient, sign
     shares: dict[str, float] | None  # feature -> variance_share; None when the outputs predate the column
     signs: dict[str, int]  # feature -> sign of its total effect
+    probability: dict[tuple[str, str], float] | None = None  # bootstrap edge probability; None: no bootstrap run
 
 
 @dataclass
@@ -172,5 +173,9 @@ def read_causal(folder: str | Path) -> Causal:
             values = pd.to_numeric(contrib["variance_share"], errors="coerce")
             shares = {str(f): (float(v) if np.isfinite(v) else None) for f, v in zip(contrib["feature"], values)}
         signs = {str(f): int(s) for f, s in zip(contrib["feature"], contrib["sign"])}
-        groups[str(g["group"])] = CausalGroup(str(g["group"]), str(g["slug"]), edges, shares, signs)
+        probability = None
+        if (sub / "bootstrap_edges.csv").is_file():
+            boot = _read_csv(sub / "bootstrap_edges.csv", ("from", "to", "probability"))
+            probability = {(str(a), str(b)): float(p) for a, b, p in zip(boot["from"], boot["to"], boot["probability"])}
+        groups[str(g["group"])] = CausalGroup(str(g["group"]), str(g["slug"]), edges, shares, signs, probability)
     return Causal(folder, str(summary["target"]), groups, skipped)

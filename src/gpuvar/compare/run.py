@@ -41,14 +41,20 @@ class Options:
     formats: tuple[str, ...] = ("svg", "png")
     dpi: int = 110
     forest_rows: int = 30
+    min_probability: float = 0.5
 
     def check(self) -> None:
         if self.bootstrap < 100:
             raise GpuvarError(f"--bootstrap must be at least 100 resamples, got {self.bootstrap}")
+        if not 0 <= self.min_probability <= 1:
+            raise GpuvarError(f"--min-probability must lie in [0, 1], got {self.min_probability}")
         if not 0 < self.confidence < 1 or not 0 < self.alpha < 1:
             raise GpuvarError("--confidence and --alpha must lie strictly between 0 and 1")
         if self.min_launches < 2:
             raise GpuvarError(f"--min-launches must be at least 2, got {self.min_launches}")
+
+
+OPTION_KEYS = ("key", "bootstrap", "confidence", "alpha", "min_launches", "seed", "min_probability")
 
 
 def clean(obj):
@@ -116,7 +122,7 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     win = {t: windows.compare_windows(bins_b[t], bins_c[t]) for t in sorted(set(bins_b) & set(bins_c))}
     causes, diff_rows = {}, []
     for t in sorted(set(causal_b) & set(causal_c)):
-        causes[t], rows = causal_diff.diff_causal(causal_b[t], causal_c[t])
+        causes[t], rows = causal_diff.diff_causal(causal_b[t], causal_c[t], options.min_probability)
         diff_rows.append(rows.assign(target=t))
     diffs = pd.concat(diff_rows, ignore_index=True) if diff_rows else pd.DataFrame(columns=[*causal_diff.DIFF_COLUMNS, "target"])
     diffs = diffs[["target", *causal_diff.DIFF_COLUMNS]]
@@ -124,7 +130,7 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     record = {
         "baseline": sides[0] | {"bin": [str(p) for p in baseline.bins], "causal": [str(p) for p in baseline.causal]},
         "candidate": sides[1] | {"bin": [str(p) for p in candidate.bins], "causal": [str(p) for p in candidate.causal]},
-        "options": {k: getattr(options, k) for k in ("key", "bootstrap", "confidence", "alpha", "min_launches", "seed")},
+        "options": {k: getattr(options, k) for k in OPTION_KEYS},
         "summary": summarise(table, sides),
         "kernels": table.to_dict("records"),
         "windows": win,
