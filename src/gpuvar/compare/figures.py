@@ -15,11 +15,14 @@ import textwrap
 import numpy as np
 import pandas as pd
 
+from matplotlib.ticker import NullLocator
+
 from gpuvar.plots import style
 
 SLOWER, FASTER, UNCHANGED = style.NEGATIVE, "#2e86c1", "#7f8c8d"
 ADDED, REMOVED, KEPT = "#1e8449", "#7f8c8d", "#b3b6b7"
 COLORS = {"slower": SLOWER, "faster": FASTER, "unchanged": UNCHANGED, "untested": UNCHANGED}
+NICE_TICKS = (0.1, 0.2, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 5.0, 10.0)
 VIOLIN_POINTS = 4000  # per kernel and run: evenly spaced quantiles keep the shape, bound the KDE cost
 
 
@@ -31,14 +34,14 @@ def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str],
     """Forest plot of the kernels with an interval, at most `max_rows` (by |impact|); returns written paths."""
     import seaborn as sns
 
-    data = table[np.isfinite(table["ci_low"])].head(max_rows).reset_index(drop=True)
+    data = table[np.isfinite(table["ci_low"])].head(max_rows)
     fig = style.figure(7.5, 1.2 + 0.28 * max(len(data), 1))
     ax = fig.add_subplot(111)
     if data.empty:
         ax.text(0.5, 0.5, "no kernel has enough launches in both runs for an interval", ha="center", va="center")
         ax.set_axis_off()
     else:
-        data = data.assign(label=[f"{i + 1}. {short(k)}" for i, k in enumerate(data["key"])])
+        data = data.assign(label=[f"{i + 1}. {short(k)}" for i, k in zip(data.index, data["key"])]).reset_index(drop=True)
         y = np.arange(len(data))
         colors = [COLORS[v] for v in data["verdict"]]
         ax.hlines(y, data["ci_low"], data["ci_high"], colors=colors, linewidth=2)
@@ -50,8 +53,12 @@ def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str],
         ax.set_xscale("log")
         lo, hi = _limits(data)
         ax.set_xlim(lo, hi)
+        ticks = [t for t in NICE_TICKS if lo <= t <= hi]
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         cut = int(((data["ci_low"] < lo) | (data["ci_high"] > hi)).sum())
-        style.footnote(fig, [f"{cut} interval(s) extend beyond the axis (values in kernels.csv)" if cut else ""])
+        style.footnote(fig, ["N. = row N of kernels.csv (full names, every number)",
+                             f"{cut} interval(s) extend beyond the axis" if cut else ""])  # fmt: skip
         ax.set_xlabel(f"median duration ratio {names[1]} / {names[0]} (95 % bootstrap interval)")
         ax.legend(title=None, loc="lower right", frameon=False)
         ax.set_title(f"per-kernel change, {names[0]} → {names[1]} (ordered by Δ time × launches)")
@@ -91,7 +98,8 @@ def distributions(table, baseline: pd.DataFrame, candidate: pd.DataFrame, stem, 
         for name, frame in zip(names, (baseline, candidate)):
             d = frame.loc[frame["key"] == key, "duration"].to_numpy(dtype=np.float64)
             rel = _quantile_sample(d) / med[key]
-            parts.append(pd.DataFrame({"kernel": f"{i + 1}. {short(key, 40)}", "run": name, "relative": rel}))
+            row = int(np.flatnonzero(table["key"].to_numpy() == key)[0]) + 1
+            parts.append(pd.DataFrame({"kernel": f"{row}. {short(key, 40)}", "run": name, "relative": rel}))
     fig = style.figure(7.5, 1.2 + 0.7 * max(len(keys), 1))
     ax = fig.add_subplot(111)
     if not parts:
