@@ -31,7 +31,9 @@ def test_kernel_table_flags_a_slowdown_orders_by_impact_and_lists_added_removed(
     assert t.loc["gemm", "verdict"] == "slower" and t.loc["gemm", "ci_low"] > 1.05 and t.loc["gemm", "ci_high"] < 1.15
     assert t.loc["add", "verdict"] == "unchanged" and t.loc["add", "ci_low"] < 1 < t.loc["add", "ci_high"]
     assert t.loc["old", "verdict"] == "removed" and t.loc["new", "verdict"] == "added"
-    assert t.loc["gemm", "impact_ns"] == pytest.approx((t.loc["gemm", "median_ns_c"] - t.loc["gemm", "median_ns_b"]) * 400)
+    assert t.loc["gemm", "impact_ns"] == pytest.approx(
+        (t.loc["gemm", "median_ns_c"] - t.loc["gemm", "median_ns_b"]) * 400
+    )
     assert list(t.index)[0] == "gemm"  # largest |Δ median × launches| first
     assert t.loc["new", "launches_b"] == 0 and t.loc["old", "launches_c"] == 0
 
@@ -42,7 +44,9 @@ def test_intervals_are_seeded_and_independent_of_other_kernels():
     cand = durations(rng, {"a": (300, 1010), "b": (300, 2000)})
     one = kernels.compare_kernels(base, cand, bootstrap=300, seed=7).set_index("key")
     two = kernels.compare_kernels(base, cand, bootstrap=300, seed=7).set_index("key")
-    alone = kernels.compare_kernels(base[base.key == "a"], cand[cand.key == "a"], bootstrap=300, seed=7).set_index("key")
+    alone = kernels.compare_kernels(base[base.key == "a"], cand[cand.key == "a"], bootstrap=300, seed=7).set_index(
+        "key"
+    )
     assert one.loc["a", "ci_low"] == two.loc["a", "ci_low"] == alone.loc["a", "ci_low"]
     other = kernels.compare_kernels(base, cand, bootstrap=300, seed=8).set_index("key")
     assert other.loc["a", "ci_low"] != one.loc["a", "ci_low"]
@@ -76,8 +80,12 @@ def test_planted_pair_over_20_seeds_finds_the_slow_kernel_and_controls_false_dis
     fdp, null_p = [], []
     for seed in range(20):
         base, cand = planted.frames(2000, seed)
-        t = kernels.compare_kernels(base.rename(columns={"kernel_name": "key"}), cand.rename(columns={"kernel_name": "key"}),
-                                    bootstrap=400, seed=seed).set_index("key")  # fmt: skip
+        t = kernels.compare_kernels(
+            base.rename(columns={"kernel_name": "key"}),
+            cand.rename(columns={"kernel_name": "key"}),
+            bootstrap=400,
+            seed=seed,
+        ).set_index("key")
         assert t.loc[slow, "verdict"] == "slower", (seed, t.loc[slow])
         assert t.loc[slow, "ci_low"] > 1.0 and 1.04 < t.loc[slow, "ratio"] < 1.16, (seed, t.loc[slow])
         flagged = t.index[t["verdict"].isin(["slower", "faster"])]
@@ -88,7 +96,9 @@ def test_planted_pair_over_20_seeds_finds_the_slow_kernel_and_controls_false_dis
 
 
 def _causal_run(frame: pd.DataFrame, outdir) -> inputs.Causal:
-    rows = frame.assign(kernel_variability=frame["duration"] - frame.groupby("kernel_name")["duration"].transform("mean"))
+    rows = frame.assign(
+        kernel_variability=frame["duration"] - frame.groupby("kernel_name")["duration"].transform("mean")
+    )
     discover_all(rows.drop(columns=["start", "duration"]), TARGET, "kernel_name", bootstrap=0, outdir=outdir)
     return inputs.read_causal(outdir)
 
@@ -111,16 +121,23 @@ def write_causal(folder, groups: dict[str, tuple[list, list | None]], boot: dict
     for i, (name, (edges, shares)) in enumerate(groups.items()):
         slug = f"g{i}-0000000{i}"
         (folder / slug).mkdir()
-        pd.DataFrame([{"from": a, "to": b, "coefficient": c, "sign": int(np.sign(c))} for a, b, c in edges],
-                     columns=["from", "to", "coefficient", "sign"]).to_csv(folder / slug / "edges.csv", index=False)  # fmt: skip
-        contrib = pd.DataFrame([{"feature": f, "total_effect": te, "variance_share": s, "sign": int(np.sign(te))}
-                                for f, te, s in (shares or [])])  # fmt: skip
+        pd.DataFrame(
+            [{"from": a, "to": b, "coefficient": c, "sign": int(np.sign(c))} for a, b, c in edges],
+            columns=["from", "to", "coefficient", "sign"],
+        ).to_csv(folder / slug / "edges.csv", index=False)
+        contrib = pd.DataFrame(
+            [
+                {"feature": f, "total_effect": te, "variance_share": s, "sign": int(np.sign(te))}
+                for f, te, s in (shares or [])
+            ]
+        )
         if shares is not None and any(s is None for _, _, s in shares):
             contrib = contrib.drop(columns="variance_share")  # outputs from before the variance decomposition
         contrib.to_csv(folder / slug / "contributions.csv", index=False)
         if boot is not None:
             pd.DataFrame([{"from": a, "to": b, "probability": p} for (a, b), p in boot.items()]).to_csv(
-                folder / slug / "bootstrap_edges.csv", index=False)
+                folder / slug / "bootstrap_edges.csv", index=False
+            )
         summary["groups"].append({"group": name, "slug": slug, "status": "ok"})
     summary["groups"].append({"group": "tiny", "slug": "tiny-1", "status": "skipped"})
     (folder / "summary.json").write_text(json.dumps(summary))
@@ -128,10 +145,24 @@ def write_causal(folder, groups: dict[str, tuple[list, list | None]], boot: dict
 
 
 def test_causal_diff_reports_added_removed_flipped_edges_and_share_changes(tmp_path):
-    b = write_causal(tmp_path / "b", {"k": ([("grid_x", TARGET, 0.5), ("grid_y", TARGET, -0.4), ("block_x", "grid_x", 0.2)],
-                                            [("grid_x", 0.5, 0.30), ("grid_y", -0.4, 0.20), ("block_x", 0.1, 0.01)])})  # fmt: skip
-    c = write_causal(tmp_path / "c", {"k": ([("grid_x", TARGET, 0.6), ("smem", TARGET, 0.3), ("block_x", "grid_x", -0.2)],
-                                            [("grid_x", 0.6, 0.45), ("smem", 0.3, 0.10), ("block_x", -0.1, 0.01)])})  # fmt: skip
+    b = write_causal(
+        tmp_path / "b",
+        {
+            "k": (
+                [("grid_x", TARGET, 0.5), ("grid_y", TARGET, -0.4), ("block_x", "grid_x", 0.2)],
+                [("grid_x", 0.5, 0.30), ("grid_y", -0.4, 0.20), ("block_x", 0.1, 0.01)],
+            )
+        },
+    )
+    c = write_causal(
+        tmp_path / "c",
+        {
+            "k": (
+                [("grid_x", TARGET, 0.6), ("smem", TARGET, 0.3), ("block_x", "grid_x", -0.2)],
+                [("grid_x", 0.6, 0.45), ("smem", 0.3, 0.10), ("block_x", -0.1, 0.01)],
+            )
+        },
+    )
     diff, rows = causal_diff.diff_causal(inputs.read_causal(b), inputs.read_causal(c))
     g = diff["groups"][0]
     assert [(e["from"], e["to"]) for e in g["added"]] == [("smem", TARGET)]
@@ -156,18 +187,33 @@ def test_edge_changes_seen_in_few_bootstrap_resamples_are_marked_unstable(tmp_pa
     edges_b = [("grid_x", TARGET, 0.5), ("grid_x", "grid_size", 0.7)]
     edges_c = [("grid_size", TARGET, 0.5), ("grid_size", "grid_x", 0.7)]
     old = [("grid_x", 0.5, None), ("grid_size", 0.0, None)]  # contributions without variance_share
-    b = write_causal(tmp_path / "b", {"k": (edges_b, old)}, {("grid_x", TARGET): 0.9, ("grid_x", "grid_size"): 0.55,
-                                                              ("grid_size", "grid_x"): 0.5})  # fmt: skip
-    c = write_causal(tmp_path / "c", {"k": (edges_c, old)}, {("grid_size", TARGET): 0.95, ("grid_x", TARGET): 0.1,
-                                                              ("grid_size", "grid_x"): 0.5, ("grid_x", "grid_size"): 0.5})  # fmt: skip
+    b = write_causal(
+        tmp_path / "b",
+        {"k": (edges_b, old)},
+        {("grid_x", TARGET): 0.9, ("grid_x", "grid_size"): 0.55, ("grid_size", "grid_x"): 0.5},
+    )
+    c = write_causal(
+        tmp_path / "c",
+        {"k": (edges_c, old)},
+        {
+            ("grid_size", TARGET): 0.95,
+            ("grid_x", TARGET): 0.1,
+            ("grid_size", "grid_x"): 0.5,
+            ("grid_x", "grid_size"): 0.5,
+        },
+    )
     g = causal_diff.diff_causal(inputs.read_causal(b), inputs.read_causal(c))[0]["groups"][0]
     assert g["changes"] == 2 and g["unstable_changes"] == 2
-    assert g["driver_changes"] == [{"feature": "grid_size", "change": "added", "stable": True},
-                                   {"feature": "grid_x", "change": "removed", "stable": True}]  # fmt: skip
+    assert g["driver_changes"] == [
+        {"feature": "grid_size", "change": "added", "stable": True},
+        {"feature": "grid_x", "change": "removed", "stable": True},
+    ]
 
 
 def make_bins(var: list[float], top: list[int], width=10_000_000.0, target=TARGET) -> inputs.Bins:
-    frame = pd.DataFrame({"bin": range(len(var)), "bin_start": [i * width for i in range(len(var))], "count": 10, "var": var})
+    frame = pd.DataFrame(
+        {"bin": range(len(var)), "bin_start": [i * width for i in range(len(var))], "count": 10, "var": var}
+    )
     return inputs.Bins(None, target, width, "ns", len(top), top, frame)
 
 
@@ -199,8 +245,17 @@ def test_outputs_are_strict_json_and_byte_identical_on_rerun(pair_outputs):
     record = compare_runs(base, cand, tmp / "out1", opts)
     compare_runs(base, cand, tmp / "out2", opts)
     files = sorted(p.name for p in (tmp / "out1").iterdir())
-    assert files == ["causal_diff.csv", "causal_diff.png", "causal_diff.svg", "compare.json", "distributions.png",
-                     "distributions.svg", "forest.png", "forest.svg", "kernels.csv"]  # fmt: skip
+    assert files == [
+        "causal_diff.csv",
+        "causal_diff.png",
+        "causal_diff.svg",
+        "compare.json",
+        "distributions.png",
+        "distributions.svg",
+        "forest.png",
+        "forest.svg",
+        "kernels.csv",
+    ]
     for name in files:
         assert (tmp / "out1" / name).read_bytes() == (tmp / "out2" / name).read_bytes(), name
     text = (tmp / "out1" / "compare.json").read_text()
@@ -212,8 +267,21 @@ def test_outputs_are_strict_json_and_byte_identical_on_rerun(pair_outputs):
 
 def test_cli_compares_and_reports_bad_input_on_one_line(pair_outputs, run_cli, tmp_path):
     tmp, (base, cand) = pair_outputs
-    done = run_cli("compare", base.ingest, cand.ingest, "-o", tmp_path / "out", "--baseline-causal", base.causal[0],
-                   "--candidate-causal", cand.causal[0], "--bootstrap", "200", "--formats", "png")  # fmt: skip
+    done = run_cli(
+        "compare",
+        base.ingest,
+        cand.ingest,
+        "-o",
+        tmp_path / "out",
+        "--baseline-causal",
+        base.causal[0],
+        "--candidate-causal",
+        cand.causal[0],
+        "--bootstrap",
+        "200",
+        "--formats",
+        "png",
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["slower"] == 1 and not (tmp_path / "out" / "forest.svg").exists()
     bad = run_cli("compare", base.ingest, tmp_path / "missing", "-o", tmp_path / "x")

@@ -9,8 +9,10 @@ from gpuvar.compare.workflow import comparison_inputs, comparison_outputs, side_
 from gpuvar.config import load_config, validate_config
 from gpuvar.errors import ConfigError
 
-DATASETS = [{"name": "a", "source": "a.sqlite", "targets": ["kernel_variability", "memory_stall"]},
-            {"name": "b", "source": "b.sqlite"}]  # fmt: skip
+DATASETS = [
+    {"name": "a", "source": "a.sqlite", "targets": ["kernel_variability", "memory_stall"]},
+    {"name": "b", "source": "b.sqlite"},
+]
 
 
 def config(*comparisons):
@@ -28,7 +30,10 @@ def test_valid_comparisons_and_default_none():
     [
         ([{"name": "a vs b", "baseline": "a", "candidate": "b"}], "comparisons: entry 0: name 'a vs b' must start"),
         ([{"name": "x", "baseline": "a", "candidate": "b"}] * 2, "entry 1: name 'x' is repeated"),
-        ([{"name": "x", "baseline": "a", "candidate": "zz"}], "entry 0 (x): candidate 'zz' is not a dataset name; datasets: a, b"),
+        (
+            [{"name": "x", "baseline": "a", "candidate": "zz"}],
+            "entry 0 (x): candidate 'zz' is not a dataset name; datasets: a, b",
+        ),
         ([{"name": "x", "baseline": "a", "candidate": "a"}], "baseline and candidate are the same dataset 'a'"),
         ([{"name": "x", "baseline": "a"}], "comparisons[0].candidate: required key is missing"),
         ([{"name": "x", "baseline": "a", "candidate": "b", "target": "t"}], "comparisons[0].target: unknown key"),

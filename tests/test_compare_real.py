@@ -42,8 +42,11 @@ def test_before_after_fix_flags_the_gemms_that_got_slower(tmp_path):
 
 
 def test_two_runs_on_the_same_h200_show_no_significant_change(tmp_path):
-    record = _compare(tmp_path, "nsys-sqlite/nvfuser-matmul-h200/report1.sqlite",
-                      "nsys-sqlite/nvfuser-matmul-h200-run2/report2.sqlite")  # fmt: skip
+    record = _compare(
+        tmp_path,
+        "nsys-sqlite/nvfuser-matmul-h200/report1.sqlite",
+        "nsys-sqlite/nvfuser-matmul-h200-run2/report2.sqlite",
+    )
     s = record["summary"]
     assert s["slower"] == s["faster"] == s["added"] == s["removed"] == 0, s
     # every kernel runs 1-3 times: too few to judge, so each is reported untested, never "unchanged"
@@ -52,8 +55,9 @@ def test_two_runs_on_the_same_h200_show_no_significant_change(tmp_path):
 
 
 def test_h200_against_h100_lists_the_gemm_cublas_swapped_as_added_and_removed(tmp_path):
-    record = _compare(tmp_path, "nsys-sqlite/nvfuser-matmul-h200/report1.sqlite",
-                      "nsys-sqlite/nvfuser-matmul-h100/report1.sqlite")  # fmt: skip
+    record = _compare(
+        tmp_path, "nsys-sqlite/nvfuser-matmul-h200/report1.sqlite", "nsys-sqlite/nvfuser-matmul-h100/report1.sqlite"
+    )
     kernels = {k["key"]: k["verdict"] for k in record["kernels"]}
     assert kernels["nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTT"] == "removed"
     assert kernels["nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN"] == "added"

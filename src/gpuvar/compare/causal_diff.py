@@ -14,8 +14,18 @@ import pandas as pd
 
 from gpuvar.compare.inputs import Causal, CausalGroup
 
-DIFF_COLUMNS = ["group", "from", "to", "change", "stable", "into_target", "coefficient_baseline",
-                "coefficient_candidate", "probability_baseline", "probability_candidate"]  # fmt: skip
+DIFF_COLUMNS = [
+    "group",
+    "from",
+    "to",
+    "change",
+    "stable",
+    "into_target",
+    "coefficient_baseline",
+    "coefficient_candidate",
+    "probability_baseline",
+    "probability_candidate",
+]
 
 
 def _edges(g: CausalGroup) -> dict[tuple[str, str], float]:
@@ -51,11 +61,29 @@ def diff_group(b: CausalGroup, c: CausalGroup, target: str, min_probability: flo
         pb = None if b.probability is None else b.probability.get(edge, 0.0)
         pc = None if c.probability is None else c.probability.get(edge, 0.0)
         stable = None if change == "kept" else _stable(change, pb, pc, min_probability)
-        rows.append({"group": b.group, "from": edge[0], "to": edge[1], "change": change, "stable": stable,
-                     "into_target": edge[1] == target, "coefficient_baseline": cb, "coefficient_candidate": cc,
-                     "probability_baseline": pb, "probability_candidate": pc})  # fmt: skip
-    keys = ("from", "to", "stable", "coefficient_baseline", "coefficient_candidate", "probability_baseline",
-            "probability_candidate")  # fmt: skip
+        rows.append(
+            {
+                "group": b.group,
+                "from": edge[0],
+                "to": edge[1],
+                "change": change,
+                "stable": stable,
+                "into_target": edge[1] == target,
+                "coefficient_baseline": cb,
+                "coefficient_candidate": cc,
+                "probability_baseline": pb,
+                "probability_candidate": pc,
+            }
+        )
+    keys = (
+        "from",
+        "to",
+        "stable",
+        "coefficient_baseline",
+        "coefficient_candidate",
+        "probability_baseline",
+        "probability_candidate",
+    )
 
     def pick(change):
         return [{k: r[k] for k in keys} for r in rows if r["change"] == change and r["stable"] is not False]
@@ -66,8 +94,16 @@ def diff_group(b: CausalGroup, c: CausalGroup, target: str, min_probability: flo
         sb = b.shares.get(f) if b.shares is not None and f in b.signs else None
         sc = c.shares.get(f) if c.shares is not None and f in c.signs else None
         delta = sc - sb if sb is not None and sc is not None else None
-        shares.append({"feature": f, "share_baseline": _none(sb), "share_candidate": _none(sc), "delta": _none(delta),
-                       "sign_baseline": b.signs.get(f), "sign_candidate": c.signs.get(f)})  # fmt: skip
+        shares.append(
+            {
+                "feature": f,
+                "share_baseline": _none(sb),
+                "share_candidate": _none(sc),
+                "delta": _none(delta),
+                "sign_baseline": b.signs.get(f),
+                "sign_candidate": c.signs.get(f),
+            }
+        )
     shares.sort(key=lambda s: (-abs(s["delta"]) if s["delta"] is not None else 1.0, s["feature"]))
     largest = next((s for s in shares if s["delta"] is not None), None)
     record = {
@@ -82,8 +118,11 @@ def diff_group(b: CausalGroup, c: CausalGroup, target: str, min_probability: flo
         "kept": sum(r["change"] == "kept" for r in rows),
         "changes": sum(r["change"] != "kept" and r["stable"] is not False for r in rows),
         "unstable_changes": sum(r["stable"] is False for r in rows),
-        "driver_changes": [{"feature": r["from"], "change": r["change"], "stable": r["stable"]} for r in rows
-                           if r["into_target"] and r["change"] != "kept" and r["stable"] is not False],  # fmt: skip
+        "driver_changes": [
+            {"feature": r["from"], "change": r["change"], "stable": r["stable"]}
+            for r in rows
+            if r["into_target"] and r["change"] != "kept" and r["stable"] is not False
+        ],
         "bootstrap_available": b.probability is not None and c.probability is not None,
         "features_only_baseline": sorted(set(b.signs) - set(c.signs)),
         "features_only_candidate": sorted(set(c.signs) - set(b.signs)),

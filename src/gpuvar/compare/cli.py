@@ -19,20 +19,38 @@ def configure(p):
     p.add_argument("--output", "-o", required=True, help="output folder")
     p.add_argument("--results", help="workflow results folder: read ROOT/{ingest,bin,causal}/<dataset>")
     for side in ("baseline", "candidate"):
-        p.add_argument(f"--{side}-bin", action="append", default=[], metavar="DIR",
-                       help=f"{side} `gpuvar bin` output folder (repeat for several targets)")  # fmt: skip
-        p.add_argument(f"--{side}-causal", action="append", default=[], metavar="DIR",
-                       help=f"{side} `gpuvar causal` output folder (repeat for several targets)")  # fmt: skip
+        p.add_argument(
+            f"--{side}-bin",
+            action="append",
+            default=[],
+            metavar="DIR",
+            help=f"{side} `gpuvar bin` output folder (repeat for several targets)",
+        )
+        p.add_argument(
+            f"--{side}-causal",
+            action="append",
+            default=[],
+            metavar="DIR",
+            help=f"{side} `gpuvar causal` output folder (repeat for several targets)",
+        )
     p.add_argument("--names", help="labels of the two runs, 'A,B' (default: the folder or dataset names)")
-    p.add_argument("--key", choices=("kernel_name", "kernel_short_name", "launch_config"), default="kernel_name",
-                   help="match kernels by name (default), short name, or name + launch configuration")  # fmt: skip
+    p.add_argument(
+        "--key",
+        choices=("kernel_name", "kernel_short_name", "launch_config"),
+        default="kernel_name",
+        help="match kernels by name (default), short name, or name + launch configuration",
+    )
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the ratio interval")
     p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
     p.add_argument("--alpha", type=float, default=0.05, help="false-discovery rate for the verdicts")
     p.add_argument("--min-launches", type=int, default=5, help="launches needed in both runs to test a kernel")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--min-probability", type=float, default=0.5,
-                   help="bootstrap probability an edge needs for its change to count as stable (default 0.5)")  # fmt: skip
+    p.add_argument(
+        "--min-probability",
+        type=float,
+        default=0.5,
+        help="bootstrap probability an edge needs for its change to count as stable (default 0.5)",
+    )
     p.add_argument("--formats", default="svg,png", help="figure formats (svg,png)")
     p.add_argument("--dpi", type=int, default=110, help="PNG resolution")
 
@@ -69,10 +87,18 @@ def run(args) -> int:
             raise GpuvarError("--results finds the bin and causal folders itself; drop the --*-bin/--*-causal options")
         base, cand = runs_from_results(Path(args.results), args.baseline, args.candidate)
     else:
-        base = Run(_label(args.baseline), Path(args.baseline), [Path(p) for p in args.baseline_bin],
-                   [Path(p) for p in args.baseline_causal])  # fmt: skip
-        cand = Run(_label(args.candidate), Path(args.candidate), [Path(p) for p in args.candidate_bin],
-                   [Path(p) for p in args.candidate_causal])  # fmt: skip
+        base = Run(
+            _label(args.baseline),
+            Path(args.baseline),
+            [Path(p) for p in args.baseline_bin],
+            [Path(p) for p in args.baseline_causal],
+        )
+        cand = Run(
+            _label(args.candidate),
+            Path(args.candidate),
+            [Path(p) for p in args.candidate_bin],
+            [Path(p) for p in args.candidate_causal],
+        )
     if args.names:
         names = [n.strip() for n in args.names.split(",")]
         if len(names) != 2 or not all(names) or names[0] == names[1]:
@@ -83,8 +109,17 @@ def run(args) -> int:
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
     if not formats or any(f not in ("svg", "png") for f in formats):
         raise GpuvarError(f"--formats must list svg and/or png, got {args.formats!r}")
-    options = Options(args.key, args.bootstrap, args.confidence, args.alpha, args.min_launches, args.seed, formats,
-                      args.dpi, min_probability=args.min_probability)  # fmt: skip
+    options = Options(
+        args.key,
+        args.bootstrap,
+        args.confidence,
+        args.alpha,
+        args.min_launches,
+        args.seed,
+        formats,
+        args.dpi,
+        min_probability=args.min_probability,
+    )
     record = compare_runs(base, cand, args.output, options)
     print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
     return 0

@@ -41,12 +41,23 @@ def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str],
         ax.text(0.5, 0.5, "no kernel has enough launches in both runs for an interval", ha="center", va="center")
         ax.set_axis_off()
     else:
-        data = data.assign(label=[f"{i + 1}. {short(k)}" for i, k in zip(data.index, data["key"])]).reset_index(drop=True)
+        data = data.assign(label=[f"{i + 1}. {short(k)}" for i, k in zip(data.index, data["key"])]).reset_index(
+            drop=True
+        )
         y = np.arange(len(data))
         colors = [COLORS[v] for v in data["verdict"]]
         ax.hlines(y, data["ci_low"], data["ci_high"], colors=colors, linewidth=2)
-        sns.scatterplot(x=data["ratio"].to_numpy(), y=y, hue=data["verdict"].to_numpy(), palette=COLORS, ax=ax,
-                        s=30, zorder=3, legend=True, edgecolor="none")  # fmt: skip
+        sns.scatterplot(
+            x=data["ratio"].to_numpy(),
+            y=y,
+            hue=data["verdict"].to_numpy(),
+            palette=COLORS,
+            ax=ax,
+            s=30,
+            zorder=3,
+            legend=True,
+            edgecolor="none",
+        )
         ax.axvline(1.0, color="#333333", linewidth=0.8, linestyle=":")
         ax.set_yticks(y, data["label"])
         ax.set_ylim(len(data) - 0.5, -0.5)
@@ -57,8 +68,13 @@ def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str],
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         cut = int(((data["ci_low"] < lo) | (data["ci_high"] > hi)).sum())
-        style.footnote(fig, ["N. = row N of kernels.csv (full names, every number)",
-                             f"{cut} interval(s) extend beyond the axis" if cut else ""])  # fmt: skip
+        style.footnote(
+            fig,
+            [
+                "N. = row N of kernels.csv (full names, every number)",
+                f"{cut} interval(s) extend beyond the axis" if cut else "",
+            ],
+        )
         ax.set_xlabel(f"median duration ratio {names[1]} / {names[0]} (95 % bootstrap interval)")
         ax.legend(title=None, loc="lower right", frameon=False)
         ax.set_title(f"per-kernel change, {names[0]} → {names[1]} (ordered by Δ time × launches)")
@@ -107,8 +123,20 @@ def distributions(table, baseline: pd.DataFrame, candidate: pd.DataFrame, stem, 
         ax.set_axis_off()
     else:
         data = pd.concat(parts, ignore_index=True)
-        sns.violinplot(data=data, x="relative", y="kernel", hue="run", hue_order=list(names), split=True, cut=0,
-                       inner="quart", density_norm="width", palette=[UNCHANGED, SLOWER], linewidth=0.6, ax=ax)  # fmt: skip
+        sns.violinplot(
+            data=data,
+            x="relative",
+            y="kernel",
+            hue="run",
+            hue_order=list(names),
+            split=True,
+            cut=0,
+            inner="quart",
+            density_norm="width",
+            palette=[UNCHANGED, SLOWER],
+            linewidth=0.6,
+            ax=ax,
+        )
         ax.axvline(1.0, color="#333333", linewidth=0.8, linestyle=":")
         ax.set_xlabel("duration / baseline median")
         ax.set_ylabel("")
@@ -137,15 +165,35 @@ def _draw_group(ax, rows: pd.DataFrame, target: str, title: str) -> None:
         coef = r["coefficient_candidate"] if change != "removed" else r["coefficient_baseline"]
         width = 0.6 + 2.4 * min(abs(float(coef)), 1.0)
         color = {"added": ADDED, "removed": REMOVED, "flipped": SLOWER, "kept": KEPT}[change]
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                    arrowprops=dict(arrowstyle="-|>", color=color, lw=width, linestyle="--" if change == "removed" else "-",
-                                    shrinkA=14, shrinkB=14, mutation_scale=10, connectionstyle="arc3,rad=0.08"))  # fmt: skip
+        ax.annotate(
+            "",
+            xy=(x1, y1),
+            xytext=(x0, y0),
+            arrowprops=dict(
+                arrowstyle="-|>",
+                color=color,
+                lw=width,
+                linestyle="--" if change == "removed" else "-",
+                shrinkA=14,
+                shrinkB=14,
+                mutation_scale=10,
+                connectionstyle="arc3,rad=0.08",
+            ),
+        )
         if change == "flipped":
             ax.plot([(x0 + x1) / 2], [(y0 + y1) / 2], marker="X", color=SLOWER, markersize=7, zorder=4)
     for n, (x, y) in pos.items():
         face = style.TARGET_FACE if n == target else style.FEATURE_FACE
-        ax.text(x, y, "\n".join(textwrap.wrap(n, 14)), ha="center", va="center", fontsize=6, zorder=5,
-                bbox=dict(boxstyle="round,pad=0.3", facecolor=face, edgecolor="#555555", linewidth=0.5))  # fmt: skip
+        ax.text(
+            x,
+            y,
+            "\n".join(textwrap.wrap(n, 14)),
+            ha="center",
+            va="center",
+            fontsize=6,
+            zorder=5,
+            bbox=dict(boxstyle="round,pad=0.3", facecolor=face, edgecolor="#555555", linewidth=0.5),
+        )
     ax.set_xlim(-1.45, 1.45)
     ax.set_ylim(-1.35, 1.35)
     ax.set_aspect("equal")
@@ -158,16 +206,21 @@ def causal_diff(causes: dict, rows: pd.DataFrame, stem, formats, dpi, max_groups
     rows: causal_diff.csv with its target column)."""
     from matplotlib.lines import Line2D
 
-    panels = sorted(((t, g) for t, d in causes.items() for g in d["groups"] if g["changes"]),
-                    key=lambda tg: (-tg[1]["changes"], tg[0], tg[1]["group"]))  # fmt: skip
+    panels = sorted(
+        ((t, g) for t, d in causes.items() for g in d["groups"] if g["changes"]),
+        key=lambda tg: (-tg[1]["changes"], tg[0], tg[1]["group"]),
+    )
     shown = panels[:max_groups]
     cols = min(3, max(len(shown), 1))
     nrows = max(1, -(-len(shown) // cols))
     fig = style.figure(3.6 * cols, 3.6 * nrows + 0.5)
     if not shown:
         compared = sum(d["groups_compared"] for d in causes.values())
-        message = f"no edge changed in the {compared} group(s) analysed in both runs" if compared else (
-            "no kernel group was analysed in both runs")
+        message = (
+            f"no edge changed in the {compared} group(s) analysed in both runs"
+            if compared
+            else ("no kernel group was analysed in both runs")
+        )
         ax = fig.add_subplot(111)
         ax.text(0.5, 0.5, message, ha="center", va="center")
         ax.set_axis_off()
@@ -177,14 +230,26 @@ def causal_diff(causes: dict, rows: pd.DataFrame, stem, formats, dpi, max_groups
         prefix = f"[{target}] " if len(causes) > 1 else ""
         title = f"{prefix}{short(g['group'], 60)}: +{len(g['added'])} −{len(g['removed'])} ±{len(g['sign_flips'])}"
         _draw_group(ax, part, target, title)
-    handles = [Line2D([], [], color=ADDED, lw=2, label="added"), Line2D([], [], color=REMOVED, lw=2, ls="--", label="removed"),
-               Line2D([], [], color=SLOWER, lw=2, marker="X", label="sign flipped"), Line2D([], [], color=KEPT, lw=2, label="kept")]  # fmt: skip
+    handles = [
+        Line2D([], [], color=ADDED, lw=2, label="added"),
+        Line2D([], [], color=REMOVED, lw=2, ls="--", label="removed"),
+        Line2D([], [], color=SLOWER, lw=2, marker="X", label="sign flipped"),
+        Line2D([], [], color=KEPT, lw=2, label="kept"),
+    ]
     fig.legend(handles=handles, loc="upper center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 1.0))
     omitted = len(panels) - len(shown)
     unstable = sum(g["unstable_changes"] for d in causes.values() for g in d["groups"])
     unchanged = sum(d["groups_compared"] for d in causes.values()) - len(panels)
-    style.footnote(fig, [f"{omitted} more group(s) with fewer changes in causal_diff.csv" if omitted > 0 else "",
-                         f"{unchanged} group(s) without an edge change not drawn" if unchanged and shown else "",
-                         f"{unstable} unstable edge change(s) (bootstrap probability below the threshold) not drawn"
-                         if unstable else ""])  # fmt: skip
+    style.footnote(
+        fig,
+        [
+            f"{omitted} more group(s) with fewer changes in causal_diff.csv" if omitted > 0 else "",
+            f"{unchanged} group(s) without an edge change not drawn" if unchanged and shown else "",
+            (
+                f"{unstable} unstable edge change(s) (bootstrap probability below the threshold) not drawn"
+                if unstable
+                else ""
+            ),
+        ],
+    )
     return style.save_figure(fig, stem, formats, dpi)

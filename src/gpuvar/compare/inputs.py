@@ -130,8 +130,15 @@ def read_bins(folder: str | Path) -> Bins:
     except Exception as exc:  # noqa: BLE001
         raise InputError(file, f"cannot read bins: {type(exc).__name__}: {exc}") from exc
     try:
-        return Bins(folder, str(meta["target"]), float(meta["bin_width"]), str(meta["bin_unit"]), int(meta["top_k"]),
-                    [int(b) for b in meta["top_k_bins"]], frame)  # fmt: skip
+        return Bins(
+            folder,
+            str(meta["target"]),
+            float(meta["bin_width"]),
+            str(meta["bin_unit"]),
+            int(meta["top_k"]),
+            [int(b) for b in meta["top_k_bins"]],
+            frame,
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(folder / "bin.json", f"not a gpuvar bin.json (missing or bad {exc})") from exc
 

@@ -76,8 +76,15 @@ def describe(durations: np.ndarray) -> dict:
     q25, med, q75 = np.percentile(d, [25, 50, 75])
     mean = float(d.mean())
     std = float(d.std(ddof=1)) if len(d) > 1 else float("nan")
-    return {"launches": int(len(d)), "total_ns": float(d.sum()), "median_ns": float(med), "iqr_ns": float(q75 - q25),
-            "mean_ns": mean, "std_ns": std, "cv": std / mean if mean > 0 and np.isfinite(std) else float("nan")}  # fmt: skip
+    return {
+        "launches": int(len(d)),
+        "total_ns": float(d.sum()),
+        "median_ns": float(med),
+        "iqr_ns": float(q75 - q25),
+        "mean_ns": mean,
+        "std_ns": std,
+        "cv": std / mean if mean > 0 and np.isfinite(std) else float("nan"),
+    }
 
 
 SIDE_COLUMNS = ("launches", "total_ns", "median_ns", "iqr_ns", "mean_ns", "std_ns", "cv")
@@ -133,8 +140,19 @@ def compare_kernels(
     table["verdict"] = [_verdict(r, alpha) for r in table.to_dict("records")]
     table["_order"] = -table["impact_ns"].abs()
     table = table.sort_values(["_order", "key"], kind="mergesort").drop(columns="_order").reset_index(drop=True)
-    first = ["key", "status", "verdict", "ratio", "ci_low", "ci_high", "p_value", "q_value", "impact_ns",
-             "delta_total_ns", "delta_cv"]  # fmt: skip
+    first = [
+        "key",
+        "status",
+        "verdict",
+        "ratio",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "q_value",
+        "impact_ns",
+        "delta_total_ns",
+        "delta_cv",
+    ]
     return table[first + [f"{k}_{s}" for s in ("b", "c") for k in SIDE_COLUMNS]]
 
 

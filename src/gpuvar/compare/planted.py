@@ -26,8 +26,12 @@ DRAWS = (1, 2)  # baseline, candidate: both differ from the ordinary demo trace 
 def planted() -> dict:
     """The planted answer, as written to pair.json and checked by the tests."""
     names, _ = synth.kernel_names()
-    return {"kernel": names[KERNEL], "slowdown": SLOWDOWN, "driver_removed": DRIVER,
-            "other_kernels": "same distribution in both runs (no change)"}  # fmt: skip
+    return {
+        "kernel": names[KERNEL],
+        "slowdown": SLOWDOWN,
+        "driver_removed": DRIVER,
+        "other_kernels": "same distribution in both runs (no change)",
+    }
 
 
 def frames(rows: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -37,11 +41,18 @@ def frames(rows: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     for draw, change in zip(DRAWS, (None, CHANGE)):
         chunks = list(synth.generate(rows, seed, draw=draw, change=change))
         k = {c: np.concatenate([ch.kernels[c] for ch in chunks]) for c in chunks[0].kernels}
-        out.append(pd.DataFrame({
-            "kernel_name": np.array(names, dtype=object)[k["kernel_index"]],
-            "start": k["start"], "duration": k["duration"], "grid_x": k["grid_x"], "grid_y": k["grid_y"],
-            "dynamic_shared_memory": k["dynamic_shared_memory"],
-        }))  # fmt: skip
+        out.append(
+            pd.DataFrame(
+                {
+                    "kernel_name": np.array(names, dtype=object)[k["kernel_index"]],
+                    "start": k["start"],
+                    "duration": k["duration"],
+                    "grid_x": k["grid_x"],
+                    "grid_y": k["grid_y"],
+                    "dynamic_shared_memory": k["dynamic_shared_memory"],
+                }
+            )
+        )
     return out[0], out[1]
 
 

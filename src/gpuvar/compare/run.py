@@ -85,9 +85,15 @@ def _by_target(folders: list[Path], reader, what: str) -> dict:
 
 
 def _side(run: Run, k: inputs.Kernels) -> dict:
-    return {"name": run.name, "kernels_file": str(k.path), "rows_in": k.rows_in, "rows_used": int(len(k.frame)),
-            "rows_dropped": dict(sorted(k.dropped.items())), "kernels": int(k.frame["key"].nunique()),
-            "total_ns": float(k.frame["duration"].sum())}  # fmt: skip
+    return {
+        "name": run.name,
+        "kernels_file": str(k.path),
+        "rows_in": k.rows_in,
+        "rows_used": int(len(k.frame)),
+        "rows_dropped": dict(sorted(k.dropped.items())),
+        "kernels": int(k.frame["key"].nunique()),
+        "total_ns": float(k.frame["duration"].sum()),
+    }
 
 
 def summarise(table: pd.DataFrame, sides: tuple[dict, dict]) -> dict:
@@ -102,8 +108,12 @@ def summarise(table: pd.DataFrame, sides: tuple[dict, dict]) -> dict:
         "total_ns_baseline": total_b,
         "total_ns_candidate": total_c,
         "total_time_ratio": total_c / total_b if total_b > 0 else None,
-        "impact_of_slower_ns": float(table.loc[table["verdict"] == "slower", "impact_ns"].sum()) if not table.empty else 0.0,
-        "impact_of_faster_ns": float(table.loc[table["verdict"] == "faster", "impact_ns"].sum()) if not table.empty else 0.0,
+        "impact_of_slower_ns": (
+            float(table.loc[table["verdict"] == "slower", "impact_ns"].sum()) if not table.empty else 0.0
+        ),
+        "impact_of_faster_ns": (
+            float(table.loc[table["verdict"] == "faster", "impact_ns"].sum()) if not table.empty else 0.0
+        ),
     }
 
 
@@ -115,8 +125,15 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     outdir = Path(outdir)
     kb = inputs.read_kernels(baseline.ingest, options.key)
     kc = inputs.read_kernels(candidate.ingest, options.key)
-    table = kernels.compare_kernels(kb.frame, kc.frame, bootstrap=options.bootstrap, confidence=options.confidence,
-                                    alpha=options.alpha, min_launches=options.min_launches, seed=options.seed)  # fmt: skip
+    table = kernels.compare_kernels(
+        kb.frame,
+        kc.frame,
+        bootstrap=options.bootstrap,
+        confidence=options.confidence,
+        alpha=options.alpha,
+        min_launches=options.min_launches,
+        seed=options.seed,
+    )
     bins_b, bins_c = (_by_target(r.bins, inputs.read_bins, "bin") for r in (baseline, candidate))
     causal_b, causal_c = (_by_target(r.causal, inputs.read_causal, "causal") for r in (baseline, candidate))
     win = {t: windows.compare_windows(bins_b[t], bins_c[t]) for t in sorted(set(bins_b) & set(bins_c))}
@@ -124,7 +141,11 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     for t in sorted(set(causal_b) & set(causal_c)):
         causes[t], rows = causal_diff.diff_causal(causal_b[t], causal_c[t], options.min_probability)
         diff_rows.append(rows.assign(target=t))
-    diffs = pd.concat(diff_rows, ignore_index=True) if diff_rows else pd.DataFrame(columns=[*causal_diff.DIFF_COLUMNS, "target"])
+    diffs = (
+        pd.concat(diff_rows, ignore_index=True)
+        if diff_rows
+        else pd.DataFrame(columns=[*causal_diff.DIFF_COLUMNS, "target"])
+    )
     diffs = diffs[["target", *causal_diff.DIFF_COLUMNS]]
     sides = (_side(baseline, kb), _side(candidate, kc))
     record = {

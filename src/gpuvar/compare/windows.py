@@ -34,7 +34,9 @@ def compare_windows(baseline: Bins, candidate: Bins) -> dict:
     if baseline.target != candidate.target:
         reasons.append(f"targets differ ({baseline.target} vs {candidate.target})")
     if baseline.width != candidate.width or baseline.unit != candidate.unit:
-        reasons.append(f"bin widths differ ({baseline.width:g} {baseline.unit} vs {candidate.width:g} {candidate.unit})")
+        reasons.append(
+            f"bin widths differ ({baseline.width:g} {baseline.unit} vs {candidate.width:g} {candidate.unit})"
+        )
     if reasons:
         return out | {"comparable": False, "reason": "; ".join(reasons)}
     top_b, top_c = sorted(set(baseline.top_k_bins)), sorted(set(candidate.top_k_bins))
@@ -44,7 +46,11 @@ def compare_windows(baseline: Bins, candidate: Bins) -> dict:
     var_b = baseline.frame.set_index("bin")["var"]
     var_c = candidate.frame.set_index("bin")["var"]
     common = var_b.index.intersection(var_c.index)
-    pair = np.column_stack([var_b.loc[common].to_numpy(float), var_c.loc[common].to_numpy(float)]) if len(common) else np.empty((0, 2))
+    pair = (
+        np.column_stack([var_b.loc[common].to_numpy(float), var_c.loc[common].to_numpy(float)])
+        if len(common)
+        else np.empty((0, 2))
+    )
     pair = pair[np.isfinite(pair).all(axis=1)]
     rho = None
     if len(pair) >= 3 and np.ptp(pair[:, 0]) > 0 and np.ptp(pair[:, 1]) > 0:

@@ -59,7 +59,13 @@ def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
     written["amd"] = write_rocprof_demo(outdir / "amd_rocprof.csv", max(rows // 4, 500), seed, variant=1)
     pair = write_pair(outdir, max(rows // 4, 500), seed)
     written.update(pair["files"])
-    manifest = {"seed": seed, "rows": rows, "datasets": written, "planted": PLANTED, "planted_comparison": pair["planted"]}
+    manifest = {
+        "seed": seed,
+        "rows": rows,
+        "datasets": written,
+        "planted": PLANTED,
+        "planted_comparison": pair["planted"],
+    }
     write_json(manifest, outdir / "demo.json")
     return manifest
 

@@ -93,7 +93,14 @@ def chunk_bounds(rows: int, chunk_rows: int = DEFAULT_CHUNK_ROWS):
 
 
 def make_chunk(
-    seed: int, index: int, first: int, count: int, t0: int, variant: int = 0, draw: int = 0, change: Change | None = None
+    seed: int,
+    index: int,
+    first: int,
+    count: int,
+    t0: int,
+    variant: int = 0,
+    draw: int = 0,
+    change: Change | None = None,
 ) -> tuple[DemoChunk, int]:
     """Rows [first, first+count) of the trace starting at time t0; returns the chunk and the next t0.
 
