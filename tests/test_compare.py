@@ -299,3 +299,6 @@ def test_read_kernels_counts_dropped_rows(tmp_path):
     assert k.rows_in == 4 and len(k.frame) == 1 and k.dropped == {"no_kernel_name": 1, "no_positive_duration": 2}
     with pytest.raises(InputError, match="launch_config missing"):
         inputs.read_kernels(tmp_path, key="launch_config")
+    frame.iloc[:1].assign(duration=0).to_parquet(tmp_path / "kernels.parquet")
+    with pytest.raises(InputError, match="kernels.parquet: no kernel launch with a name and a positive duration"):
+        inputs.read_kernels(tmp_path)

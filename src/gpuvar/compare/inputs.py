@@ -105,6 +105,8 @@ def read_kernels(path: str | Path, key: str = "kernel_name") -> Kernels:
     if (bad_duration & ~no_name).any():
         dropped["no_positive_duration"] = int((bad_duration & ~no_name).sum())
     keep = ~(no_name | bad_duration)
+    if not keep.any():
+        raise InputError(file, f"no kernel launch with a name and a positive duration to compare ({rows_in} rows)")
     out = pd.DataFrame({"key": comparison_key(frame[keep], key).to_numpy(), "duration": duration[keep]})
     return Kernels(file, out, rows_in, dropped)
 

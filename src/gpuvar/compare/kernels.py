@@ -134,26 +134,29 @@ def compare_kernels(
             row["p_value"] = float(mannwhitneyu(c, b, alternative="two-sided").pvalue)
         rows.append(row)
     table = pd.DataFrame(rows)
-    if table.empty:
-        return table
+    if table.empty:  # both runs without a usable kernel: an empty table with every column
+        return pd.DataFrame(columns=TABLE_COLUMNS)
     table["q_value"] = benjamini_hochberg(table["p_value"].to_numpy())
     table["verdict"] = [_verdict(r, alpha) for r in table.to_dict("records")]
     table["_order"] = -table["impact_ns"].abs()
     table = table.sort_values(["_order", "key"], kind="mergesort").drop(columns="_order").reset_index(drop=True)
-    first = [
-        "key",
-        "status",
-        "verdict",
-        "ratio",
-        "ci_low",
-        "ci_high",
-        "p_value",
-        "q_value",
-        "impact_ns",
-        "delta_total_ns",
-        "delta_cv",
-    ]
-    return table[first + [f"{k}_{s}" for s in ("b", "c") for k in SIDE_COLUMNS]]
+    return table[TABLE_COLUMNS]
+
+
+FIRST_COLUMNS = [
+    "key",
+    "status",
+    "verdict",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "q_value",
+    "impact_ns",
+    "delta_total_ns",
+    "delta_cv",
+]
+TABLE_COLUMNS = FIRST_COLUMNS + [f"{k}_{s}" for s in ("b", "c") for k in SIDE_COLUMNS]
 
 
 def _verdict(row: dict, alpha: float) -> str:
