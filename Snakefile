@@ -1,6 +1,7 @@
 # gpuvar: explain run-to-run performance variability of GPU programs.
 #
 #   make_demo_data -> ingest_trace -> bin_trace (MPI) -> discover_causal_graph -> plots
+#   two datasets' ingest + bin + causal outputs -> compare_runs (config `comparisons`)
 #
 # One branch per dataset (and per target); see config/config.yaml and README.md.
 
@@ -17,6 +18,7 @@ include: "workflow/rules/demo.smk"
 include: "workflow/rules/ingest.smk"
 include: "workflow/rules/binning.smk"
 include: "workflow/rules/causal.smk"
+include: "workflow/rules/compare.smk"
 
 
 rule all:
@@ -24,6 +26,7 @@ rule all:
     input:
         analysis_outputs(),
         PLOT_OUTPUTS,
+        COMPARE_OUTPUTS,
 
 
 onsuccess:

@@ -7,7 +7,7 @@ import pytest
 
 def test_help_lists_every_stage(run_cli):
     out = run_cli("--help", check=True).stdout
-    for stage in ("ingest", "demo-data", "bin", "causal", "plot", "bench", "schema"):
+    for stage in ("ingest", "demo-data", "bin", "causal", "plot", "compare", "bench", "schema"):
         assert stage in out
 
 
@@ -19,6 +19,8 @@ def test_help_lists_every_stage(run_cli):
         (["ingest", "{tmp}/notes.txt", "-o", "{tmp}/out"], "notes.txt: unrecognised format"),
         (["ingest", "{tmp}/notes.txt", "-o", "{tmp}/out", "--format", "nvprof"], "unknown format 'nvprof'"),
         (["demo-data", "-o", "{tmp}/d", "--rows", "0"], "--rows must be a positive number"),
+        (["compare", "{tmp}/a", "{tmp}/b", "-o", "{tmp}/c", "--results", "{tmp}"], "no ingest output for dataset"),
+        (["compare", "{tmp}/a", "{tmp}/b", "-o", "{tmp}/c", "--names", "x"], "--names must be two different labels"),
     ],
 )
 def test_user_mistakes_are_one_line(run_cli, tmp_path, args, message):

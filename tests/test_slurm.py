@@ -126,6 +126,7 @@ def test_dry_run_of_50_datasets_gives_50_parallel_branches(tmp_path):
         "demo": {"enabled": False},
         "datasets": [{"name": "job", "source": f"{traces}/*.sqlite", "targets": ["kernel_variability"]}],
         "scaling": {"dataset": None},
+        "comparisons": [],
     }
     (tmp_path / "many.yaml").write_text(yaml.safe_dump(config))
     work = tmp_path / "work"

@@ -149,3 +149,17 @@ def test_report_is_one_self_contained_html_with_every_figure(demo_run, tmp_path)
     assert not re.search(r'(?:src|href)="https?://', html)  # nothing fetched from the network
     embedded = base64.b64encode(figures[0].read_bytes()[:300]).decode()[:200]
     assert embedded in html  # the image bytes themselves, not a link to them
+
+
+def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_run, tmp_path):
+    """config `comparisons`: the planted pair's slowed kernel is the one flagged, its figures reach the report."""
+    workdir, config = demo_run
+    record = json.loads((workdir / "results/compare/planted_pair/compare.json").read_text())
+    planted = json.loads((workdir / "resources/demo/demo.json").read_text())["planted_comparison"]
+    flagged = [k["key"] for k in record["kernels"] if k["verdict"] in ("slower", "faster")]
+    assert flagged == [planted["kernel"]] and record["kernels"][0]["ci_low"] > 1
+    report = tmp_path / "report.html"
+    proc = run_workflow(workdir, config, "--report", str(report))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    html = report.read_text()
+    assert '"Comparisons"' in html and "results/compare/planted_pair/forest.png" in html

@@ -123,6 +123,14 @@ class Scaling(Strict):
         return sorted(set(v))
 
 
+class Comparison(Strict):
+    """Two datasets compared by `gpuvar compare` (one DAG branch each): baseline and candidate are dataset names."""
+
+    name: str
+    baseline: str
+    candidate: str
+
+
 class Config(Strict):
     demo: Demo = Demo()
     datasets: list[Dataset] = Field(min_length=1)
@@ -131,6 +139,27 @@ class Config(Strict):
     causal: Causal = Causal()
     plots: Plots = Plots()
     scaling: Scaling = Scaling()
+    comparisons: list[Comparison] = []
+
+    @field_validator("comparisons")
+    @classmethod
+    def _comparisons(cls, v, info):
+        datasets = [d.name for d in info.data.get("datasets") or []]
+        seen = set()
+        for i, c in enumerate(v):
+            if not _NAME.match(c.name):
+                raise ValueError(f"entry {i}: name {c.name!r} must start with a letter or digit and use only letters, "
+                                 "digits, '_', '.', '-'")  # fmt: skip
+            if c.name in seen:
+                raise ValueError(f"entry {i}: name {c.name!r} is repeated; comparison names must be unique")
+            seen.add(c.name)
+            for side in ("baseline", "candidate"):
+                if datasets and getattr(c, side) not in datasets:
+                    raise ValueError(f"entry {i} ({c.name}): {side} {getattr(c, side)!r} is not a dataset name; "
+                                     f"datasets: {', '.join(datasets)}")  # fmt: skip
+            if c.baseline == c.candidate:
+                raise ValueError(f"entry {i} ({c.name}): baseline and candidate are the same dataset {c.baseline!r}")
+        return v
 
     @model_validator(mode="after")
     def _unique_names(self):

@@ -1,6 +1,8 @@
 DEMO_FILES = [f"rank{rank}.sqlite" for rank in range(4)] + [
     "perfcounter_ncu.csv",
     "amd_rocprof.csv",
+    "pair_baseline.sqlite",
+    "pair_candidate.sqlite",
     "demo.json",
 ]
 

@@ -2,7 +2,9 @@
 
 The default `--format set` writes the datasets the default config analyses: four Nsight Systems SQLite
 "ranks" (as in the paper's workflow datasets), one Nsight Compute CSV (a PerfCounter dataset) and one rocprof
-counter CSV, plus demo.json describing the planted causal structure. `--format canonical` writes canonical
+counter CSV, a planted comparison pair (pair_baseline/pair_candidate.sqlite: the candidate slows one kernel by
+10 % and removes one of its causal drivers; gpuvar.compare.planted), plus demo.json describing the planted
+causal structure. `--format pair` writes only the pair. `--format canonical` writes canonical
 Parquet directly, for benchmarks of any size.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-SET_FORMATS = ("set", "canonical", "nsys", "rocprof", "ncu", "ncu-wide")
+SET_FORMATS = ("set", "canonical", "nsys", "rocprof", "ncu", "ncu-wide", "pair")
 
 PLANTED = {
     "kernel_variability": {"grid_x": "+", "grid_y": "-", "tcp_pending_stall": "+ (AMD / ncu counters)"},
@@ -38,10 +40,11 @@ def configure(p):
 
 
 def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
-    """The default demo: rank0..3 nsys SQLite, one ncu CSV, one rocprof CSV, demo.json."""
+    """The default demo: rank0..3 nsys SQLite, one ncu CSV, one rocprof CSV, the comparison pair, demo.json."""
     from pathlib import Path
 
     from gpuvar.canonical_io import write_json
+    from gpuvar.compare.planted import write_pair
     from gpuvar.demo.ncu_writer import write_ncu_demo
     from gpuvar.demo.nsys_writer import write_nsys_demo
     from gpuvar.demo.rocprof_writer import write_rocprof_demo
@@ -54,7 +57,15 @@ def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
         written[f"rank{rank}"] = write_nsys_demo(outdir / f"rank{rank}.sqlite", rows, seed, variant=rank)
     written["perfcounter"] = write_ncu_demo(outdir / "perfcounter_ncu.csv", max(rows // 10, 200), seed, variant=0)
     written["amd"] = write_rocprof_demo(outdir / "amd_rocprof.csv", max(rows // 4, 500), seed, variant=1)
-    manifest = {"seed": seed, "rows": rows, "datasets": written, "planted": PLANTED}
+    pair = write_pair(outdir, max(rows // 4, 500), seed)
+    written.update(pair["files"])
+    manifest = {
+        "seed": seed,
+        "rows": rows,
+        "datasets": written,
+        "planted": PLANTED,
+        "planted_comparison": pair["planted"],
+    }
     write_json(manifest, outdir / "demo.json")
     return manifest
 
@@ -66,6 +77,10 @@ def run(args) -> int:
         raise GpuvarError(f"--rows must be a positive number of kernel launches, got {args.rows}")
     if args.format == "set":
         result = write_demo_set(args.output, args.seed, args.rows)
+    elif args.format == "pair":
+        from gpuvar.compare.planted import write_pair
+
+        result = write_pair(args.output, args.rows or 5_000, args.seed)
     elif args.format == "canonical":
         from gpuvar.demo.canonical_writer import write_canonical_demo
 

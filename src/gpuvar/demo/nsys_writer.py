@@ -149,8 +149,9 @@ def _zip_rows(columns, cols: dict, const: dict, n: int):
     return zip(*lists)
 
 
-def write_nsys_demo(path, rows: int, seed: int, variant: int = 0) -> dict:
-    """Write `rows` synthetic kernel launches (and their copies) as an nsys SQLite export; returns counts."""
+def write_nsys_demo(path, rows: int, seed: int, variant: int = 0, draw: int = 0, change=None) -> dict:
+    """Write `rows` synthetic kernel launches (and their copies) as an nsys SQLite export; returns counts.
+    draw/change: a second run of the same trace distribution, optionally with a planted change (synth.Change)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -172,7 +173,7 @@ def write_nsys_demo(path, rows: int, seed: int, variant: int = 0) -> dict:
         con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", _metadata(path, rows, seed, variant))
         k_sql = f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * len(KERNEL_COLUMNS))})"
         m_sql = f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES ({', '.join('?' * len(MEMCPY_COLUMNS))})"
-        for chunk in synth.generate(rows, seed, variant, chunk_rows=250_000):
+        for chunk in synth.generate(rows, seed, variant, chunk_rows=250_000, draw=draw, change=change):
             con.executemany(k_sql, _kernel_rows(chunk.kernels, name_ids, global_pid))
             con.executemany(m_sql, _memcpy_rows(chunk.memcpy, global_pid))
             kernel_rows += len(chunk.kernels["start"])

@@ -17,6 +17,11 @@ Planted structure (per kernel launch j of kernel i, on one device, `STREAMS` str
     ranking must find). Windows follow the launch index, so a chunk never depends on earlier chunks' times:
     chunks are generated at t0 = 0 and shifted, in parallel.
 Noise is non-Gaussian (exponential / uniform), as LiNGAM requires.
+
+A `Change` (used by the planted comparison pair, gpuvar.compare.planted) alters one kernel of a second run:
+its durations are scaled (a slowdown) and, optionally, its grid_y driver is removed (mean-compensated, so the
+slowdown stays the stated factor on average). `draw` gives a second run of the same distribution (same
+contention windows, new random draws); draw 0 is the ordinary demo, byte for byte.
 """
 
 from __future__ import annotations
@@ -50,6 +55,19 @@ KERNELS = [
 KERNEL_P = np.array([0.25, 0.25, 0.15, 0.15, 0.1, 0.1])
 
 
+@dataclass(frozen=True)
+class Change:
+    """What a candidate run changes in one kernel (see the module docstring)."""
+
+    kernel: int
+    slowdown: float = 1.0
+    drop_grid_y: bool = False
+
+
+GRID_Y_P = np.array([0.6, 0.3, 0.1])
+GRID_Y_MEAN_STEPS = float(GRID_Y_P @ np.array([0, 1, 3]))  # E[grid_y - 1]
+
+
 @dataclass
 class DemoChunk:
     """One chunk of kernels and of the copies issued just before some of them (canonical names, ns)."""
@@ -74,13 +92,22 @@ def chunk_bounds(rows: int, chunk_rows: int = DEFAULT_CHUNK_ROWS):
         yield index, first, min(chunk_rows, rows - first)
 
 
-def make_chunk(seed: int, index: int, first: int, count: int, t0: int, variant: int = 0) -> tuple[DemoChunk, int]:
+def make_chunk(
+    seed: int,
+    index: int,
+    first: int,
+    count: int,
+    t0: int,
+    variant: int = 0,
+    draw: int = 0,
+    change: Change | None = None,
+) -> tuple[DemoChunk, int]:
     """Rows [first, first+count) of the trace starting at time t0; returns the chunk and the next t0.
 
     `variant` shifts the kernel mix and coefficients a little, so datasets of one demo (e.g. four MPI ranks)
     differ the way the paper's ranks do while keeping the planted signs.
     """
-    rng = _rng(seed, variant, index)
+    rng = _rng(seed, variant, index, *((draw,) if draw else ()))
     k = len(KERNELS)
     kid = rng.choice(k, size=count, p=KERNEL_P)
     base = np.array([x[2] for x in KERNELS], dtype=np.float64)[kid]
@@ -90,7 +117,7 @@ def make_chunk(seed: int, index: int, first: int, count: int, t0: int, variant: 
     for i, choices in enumerate(grid_choices):
         m = kid == i
         grid_x[m] = choices[np.minimum((pick[m] * len(choices)).astype(np.int64), len(choices) - 1)]
-    grid_y = rng.choice(np.array([1, 2, 4]), size=count, p=[0.6, 0.3, 0.1])
+    grid_y = rng.choice(np.array([1, 2, 4]), size=count, p=GRID_Y_P)
     block_x = np.array([x[6] for x in KERNELS], dtype=np.int64)[kid]
     registers = np.array([x[3] for x in KERNELS], dtype=np.int64)[kid]
     static_smem = np.array([x[4] for x in KERNELS], dtype=np.int64)[kid]
@@ -125,6 +152,11 @@ def make_chunk(seed: int, index: int, first: int, count: int, t0: int, variant: 
         + NS_PER_STALL_CYCLE * stall
         + noise
     )
+    if change is not None:
+        hit = kid == change.kernel
+        if change.drop_grid_y:
+            duration[hit] += GRID_Y_NS * (grid_y[hit] - 1 - GRID_Y_MEAN_STEPS)
+        duration[hit] *= change.slowdown
     duration = np.maximum(np.round(duration), 500).astype(np.int64)
     copy_start = start[has_copy] - own_copy_time[has_copy]
 
@@ -163,10 +195,18 @@ def make_chunk(seed: int, index: int, first: int, count: int, t0: int, variant: 
     return DemoChunk(kernels, memcpy), next_t0
 
 
-def generate(rows: int, seed: int, variant: int = 0, chunk_rows: int = DEFAULT_CHUNK_ROWS, t0: int = 1_000_000_000):
+def generate(
+    rows: int,
+    seed: int,
+    variant: int = 0,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    t0: int = 1_000_000_000,
+    draw: int = 0,
+    change: Change | None = None,
+):
     """Yield DemoChunks covering `rows` kernel launches, deterministically."""
     for index, first, count in chunk_bounds(rows, chunk_rows):
-        chunk, t0 = make_chunk(seed, index, first, count, t0, variant)
+        chunk, t0 = make_chunk(seed, index, first, count, t0, variant, draw, change)
         yield chunk
 
 

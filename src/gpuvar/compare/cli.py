@@ -1,0 +1,125 @@
+"""Compare two runs (baseline, candidate): which kernels got slower beyond run-to-run noise (ratio of medians with
+a bootstrap interval, Mann-Whitney U with Benjamini-Hochberg, ordered by the time the change costs), whether the
+most variable windows moved, and which causes of variability changed (causal-graph diff). Writes
+OUTDIR/{compare.json,kernels.csv,causal_diff.csv} and the figures forest, distributions and causal_diff.
+
+BASELINE and CANDIDATE are ingest folders (or their kernels.parquet); add each run's `gpuvar bin` and
+`gpuvar causal` output folders (one per target) for the window and cause comparisons. With --results ROOT they
+are dataset names of a workflow's results folder and every target found for both is used."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def configure(p):
+    p.add_argument("baseline", help="baseline: ingest folder or kernels.parquet (a dataset name with --results)")
+    p.add_argument("candidate", help="candidate: ingest folder or kernels.parquet (a dataset name with --results)")
+    p.add_argument("--output", "-o", required=True, help="output folder")
+    p.add_argument("--results", help="workflow results folder: read ROOT/{ingest,bin,causal}/<dataset>")
+    for side in ("baseline", "candidate"):
+        p.add_argument(
+            f"--{side}-bin",
+            action="append",
+            default=[],
+            metavar="DIR",
+            help=f"{side} `gpuvar bin` output folder (repeat for several targets)",
+        )
+        p.add_argument(
+            f"--{side}-causal",
+            action="append",
+            default=[],
+            metavar="DIR",
+            help=f"{side} `gpuvar causal` output folder (repeat for several targets)",
+        )
+    p.add_argument("--names", help="labels of the two runs, 'A,B' (default: the folder or dataset names)")
+    p.add_argument(
+        "--key",
+        choices=("kernel_name", "kernel_short_name", "launch_config"),
+        default="kernel_name",
+        help="match kernels by name (default), short name, or name + launch configuration",
+    )
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the ratio interval")
+    p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
+    p.add_argument("--alpha", type=float, default=0.05, help="false-discovery rate for the verdicts")
+    p.add_argument("--min-launches", type=int, default=5, help="launches needed in both runs to test a kernel")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument(
+        "--min-probability",
+        type=float,
+        default=0.5,
+        help="bootstrap probability an edge needs for its change to count as stable (default 0.5)",
+    )
+    p.add_argument("--formats", default="svg,png", help="figure formats (svg,png)")
+    p.add_argument("--dpi", type=int, default=110, help="PNG resolution")
+
+
+def _label(path: Path) -> str:
+    path = Path(path)
+    return (path.parent if path.suffix == ".parquet" else path).name or str(path)
+
+
+def runs_from_results(root: Path, baseline: str, candidate: str):
+    """Both runs' folders in a workflow's results tree; targets present for one dataset only are left out."""
+    from gpuvar.compare.run import Run
+    from gpuvar.errors import InputError
+
+    runs = []
+    for name in (baseline, candidate):
+        ingest = root / "ingest" / name
+        if not ingest.is_dir():
+            raise InputError(ingest, f"no ingest output for dataset {name!r} under {root}")
+        runs.append(Run(name, ingest))
+    for kind, attr, marker in (("bin", "bins", "bin.json"), ("causal", "causal", "summary.json")):
+        found = [{p.parent.name for p in (root / kind / r.name).glob(f"*/{marker}")} for r in runs]
+        for run in runs:
+            setattr(run, attr, [root / kind / run.name / t for t in sorted(found[0] & found[1])])
+    return runs
+
+
+def run(args) -> int:
+    from gpuvar.compare.run import Options, Run, compare_runs
+    from gpuvar.errors import GpuvarError
+
+    if args.results:
+        if any((args.baseline_bin, args.candidate_bin, args.baseline_causal, args.candidate_causal)):
+            raise GpuvarError("--results finds the bin and causal folders itself; drop the --*-bin/--*-causal options")
+        base, cand = runs_from_results(Path(args.results), args.baseline, args.candidate)
+    else:
+        base = Run(
+            _label(args.baseline),
+            Path(args.baseline),
+            [Path(p) for p in args.baseline_bin],
+            [Path(p) for p in args.baseline_causal],
+        )
+        cand = Run(
+            _label(args.candidate),
+            Path(args.candidate),
+            [Path(p) for p in args.candidate_bin],
+            [Path(p) for p in args.candidate_causal],
+        )
+    if args.names:
+        names = [n.strip() for n in args.names.split(",")]
+        if len(names) != 2 or not all(names) or names[0] == names[1]:
+            raise GpuvarError(f"--names must be two different labels 'A,B', got {args.names!r}")
+        base.name, cand.name = names
+    elif base.name == cand.name:
+        base.name, cand.name = f"{base.name} (baseline)", f"{cand.name} (candidate)"
+    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    if not formats or any(f not in ("svg", "png") for f in formats):
+        raise GpuvarError(f"--formats must list svg and/or png, got {args.formats!r}")
+    options = Options(
+        args.key,
+        args.bootstrap,
+        args.confidence,
+        args.alpha,
+        args.min_launches,
+        args.seed,
+        formats,
+        args.dpi,
+        min_probability=args.min_probability,
+    )
+    record = compare_runs(base, cand, args.output, options)
+    print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
+    return 0

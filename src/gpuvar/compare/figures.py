@@ -1,0 +1,255 @@
+"""Comparison figures, drawn with seaborn on the project's deterministic style (byte-identical reruns).
+
+* forest: ratio of medians (candidate / baseline) per kernel with its bootstrap interval, log scale,
+  regressions red, improvements blue, unchanged grey; the kernels that cost the run most, top first.
+* distributions: violins of the top regressed kernels' durations in both runs, relative to the baseline
+  median (kernels of very different lengths share one axis).
+* causal diff: per kernel group with the most changes, the union of both graphs: kept edges grey, added
+  edges green, removed edges dashed, sign flips red and marked with a cross.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pandas as pd
+
+from matplotlib.ticker import NullLocator
+
+from gpuvar.plots import style
+
+SLOWER, FASTER, UNCHANGED = style.NEGATIVE, "#2e86c1", "#7f8c8d"
+ADDED, REMOVED, KEPT = "#1e8449", "#7f8c8d", "#b3b6b7"
+COLORS = {"slower": SLOWER, "faster": FASTER, "unchanged": UNCHANGED, "untested": UNCHANGED}
+NICE_TICKS = (0.1, 0.2, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 5.0, 10.0)
+VIOLIN_POINTS = 4000  # per kernel and run: evenly spaced quantiles keep the shape, bound the KDE cost
+
+
+def short(label: str, width: int = 48) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str], max_rows: int = 30) -> list:
+    """Forest plot of the kernels with an interval, at most `max_rows` (by |impact|); returns written paths."""
+    import seaborn as sns
+
+    data = table[np.isfinite(table["ci_low"])].head(max_rows)
+    fig = style.figure(7.5, 1.2 + 0.28 * max(len(data), 1))
+    ax = fig.add_subplot(111)
+    if data.empty:
+        ax.text(0.5, 0.5, "no kernel has enough launches in both runs for an interval", ha="center", va="center")
+        ax.set_axis_off()
+    else:
+        data = data.assign(label=[f"{i + 1}. {short(k)}" for i, k in zip(data.index, data["key"])]).reset_index(
+            drop=True
+        )
+        y = np.arange(len(data))
+        colors = [COLORS[v] for v in data["verdict"]]
+        ax.hlines(y, data["ci_low"], data["ci_high"], colors=colors, linewidth=2)
+        sns.scatterplot(
+            x=data["ratio"].to_numpy(),
+            y=y,
+            hue=data["verdict"].to_numpy(),
+            palette=COLORS,
+            ax=ax,
+            s=30,
+            zorder=3,
+            legend=True,
+            edgecolor="none",
+        )
+        ax.axvline(1.0, color="#333333", linewidth=0.8, linestyle=":")
+        ax.set_yticks(y, data["label"])
+        ax.set_ylim(len(data) - 0.5, -0.5)
+        ax.set_xscale("log")
+        lo, hi = _limits(data)
+        ax.set_xlim(lo, hi)
+        ticks = [t for t in NICE_TICKS if lo <= t <= hi]
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        cut = int(((data["ci_low"] < lo) | (data["ci_high"] > hi)).sum())
+        style.footnote(
+            fig,
+            [
+                "N. = row N of kernels.csv (full names, every number)",
+                f"{cut} interval(s) extend beyond the axis" if cut else "",
+            ],
+        )
+        ax.set_xlabel(f"median duration ratio {names[1]} / {names[0]} (95 % bootstrap interval)")
+        ax.legend(title=None, loc="lower right", frameon=False)
+        ax.set_title(f"per-kernel change, {names[0]} → {names[1]} (ordered by Δ time × launches)")
+    return style.save_figure(fig, stem, formats, dpi)
+
+
+def _limits(data: pd.DataFrame) -> tuple[float, float]:
+    """x range holding every ratio and most intervals: a few huge intervals (multi-modal kernels with few
+    launches) would otherwise squash all others into one column."""
+    lo = min(float(data["ratio"].min()), float(data["ci_low"].quantile(0.1)), 0.99)
+    hi = max(float(data["ratio"].max()), float(data["ci_high"].quantile(0.9)), 1.01)
+    pad = (hi / lo) ** 0.08
+    return lo / pad, hi * pad
+
+
+def _quantile_sample(values: np.ndarray) -> np.ndarray:
+    if len(values) <= VIOLIN_POINTS:
+        return np.sort(values)
+    return np.quantile(values, (np.arange(VIOLIN_POINTS) + 0.5) / VIOLIN_POINTS)
+
+
+def top_regressed(table: pd.DataFrame, k: int = 6) -> list[str]:
+    """Kernels judged slower, by impact; if none, the kernels in both runs with the largest impact."""
+    slower = table[table["verdict"] == "slower"]
+    pool = slower if not slower.empty else table[(table["status"] == "both") & (table["impact_ns"] > 0)]
+    return list(pool["key"].head(k))
+
+
+def distributions(table, baseline: pd.DataFrame, candidate: pd.DataFrame, stem, formats, dpi, names) -> list:
+    """Split violins of the top regressed kernels in both runs (durations / baseline median)."""
+    import seaborn as sns
+
+    keys = top_regressed(table)
+    parts = []
+    med = table.set_index("key")["median_ns_b"]
+    for i, key in enumerate(keys):
+        for name, frame in zip(names, (baseline, candidate)):
+            d = frame.loc[frame["key"] == key, "duration"].to_numpy(dtype=np.float64)
+            rel = _quantile_sample(d) / med[key]
+            row = int(np.flatnonzero(table["key"].to_numpy() == key)[0]) + 1
+            parts.append(pd.DataFrame({"kernel": f"{row}. {short(key, 40)}", "run": name, "relative": rel}))
+    fig = style.figure(7.5, 1.2 + 0.7 * max(len(keys), 1))
+    ax = fig.add_subplot(111)
+    if not parts:
+        ax.text(0.5, 0.5, "no kernel got slower", ha="center", va="center")
+        ax.set_axis_off()
+    else:
+        data = pd.concat(parts, ignore_index=True)
+        sns.violinplot(
+            data=data,
+            x="relative",
+            y="kernel",
+            hue="run",
+            hue_order=list(names),
+            split=True,
+            cut=0,
+            inner="quart",
+            density_norm="width",
+            palette=[UNCHANGED, SLOWER],
+            linewidth=0.6,
+            ax=ax,
+        )
+        ax.axvline(1.0, color="#333333", linewidth=0.8, linestyle=":")
+        ax.set_xlabel("duration / baseline median")
+        ax.set_ylabel("")
+        ax.legend(title=None, loc="lower right", frameon=False)
+        ax.set_title("duration distributions of the top regressed kernels")
+    return style.save_figure(fig, stem, formats, dpi)
+
+
+def _layout(nodes: list[str], target: str) -> dict[str, tuple[float, float]]:
+    """Target in the centre, features on a circle in name order (stable across runs)."""
+    feats = [n for n in nodes if n != target]
+    pos = {target: (0.0, 0.0)}
+    for i, n in enumerate(feats):
+        a = np.pi / 2 - 2 * np.pi * i / max(len(feats), 1)
+        pos[n] = (float(np.cos(a)), float(np.sin(a)))
+    return pos
+
+
+def _draw_group(ax, rows: pd.DataFrame, target: str, title: str) -> None:
+    rows = rows[rows["stable"].astype(object).ne(False)]
+    nodes = sorted(set(rows["from"]) | set(rows["to"]) | {target})
+    pos = _layout(nodes, target)
+    for r in rows.to_dict("records"):
+        (x0, y0), (x1, y1) = pos[r["from"]], pos[r["to"]]
+        change = r["change"]
+        coef = r["coefficient_candidate"] if change != "removed" else r["coefficient_baseline"]
+        width = 0.6 + 2.4 * min(abs(float(coef)), 1.0)
+        color = {"added": ADDED, "removed": REMOVED, "flipped": SLOWER, "kept": KEPT}[change]
+        ax.annotate(
+            "",
+            xy=(x1, y1),
+            xytext=(x0, y0),
+            arrowprops=dict(
+                arrowstyle="-|>",
+                color=color,
+                lw=width,
+                linestyle="--" if change == "removed" else "-",
+                shrinkA=14,
+                shrinkB=14,
+                mutation_scale=10,
+                connectionstyle="arc3,rad=0.08",
+            ),
+        )
+        if change == "flipped":
+            ax.plot([(x0 + x1) / 2], [(y0 + y1) / 2], marker="X", color=SLOWER, markersize=7, zorder=4)
+    for n, (x, y) in pos.items():
+        face = style.TARGET_FACE if n == target else style.FEATURE_FACE
+        ax.text(
+            x,
+            y,
+            "\n".join(textwrap.wrap(n, 14)),
+            ha="center",
+            va="center",
+            fontsize=6,
+            zorder=5,
+            bbox=dict(boxstyle="round,pad=0.3", facecolor=face, edgecolor="#555555", linewidth=0.5),
+        )
+    ax.set_xlim(-1.45, 1.45)
+    ax.set_ylim(-1.35, 1.35)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    ax.set_title("\n".join(textwrap.wrap(title, 40)), fontsize=8)
+
+
+def causal_diff(causes: dict, rows: pd.DataFrame, stem, formats, dpi, max_groups: int = 6) -> list:
+    """Grid of the groups with the most edge changes over all targets (causes: target -> diff_causal record;
+    rows: causal_diff.csv with its target column)."""
+    from matplotlib.lines import Line2D
+
+    panels = sorted(
+        ((t, g) for t, d in causes.items() for g in d["groups"] if g["changes"]),
+        key=lambda tg: (-tg[1]["changes"], tg[0], tg[1]["group"]),
+    )
+    shown = panels[:max_groups]
+    cols = min(3, max(len(shown), 1))
+    nrows = max(1, -(-len(shown) // cols))
+    fig = style.figure(3.6 * cols, 3.6 * nrows + 0.5)
+    if not shown:
+        compared = sum(d["groups_compared"] for d in causes.values())
+        message = (
+            f"no edge changed in the {compared} group(s) analysed in both runs"
+            if compared
+            else ("no kernel group was analysed in both runs")
+        )
+        ax = fig.add_subplot(111)
+        ax.text(0.5, 0.5, message, ha="center", va="center")
+        ax.set_axis_off()
+    for i, (target, g) in enumerate(shown):
+        ax = fig.add_subplot(nrows, cols, i + 1)
+        part = rows[(rows["target"] == target) & (rows["group"] == g["group"])]
+        prefix = f"[{target}] " if len(causes) > 1 else ""
+        title = f"{prefix}{short(g['group'], 60)}: +{len(g['added'])} −{len(g['removed'])} ±{len(g['sign_flips'])}"
+        _draw_group(ax, part, target, title)
+    handles = [
+        Line2D([], [], color=ADDED, lw=2, label="added"),
+        Line2D([], [], color=REMOVED, lw=2, ls="--", label="removed"),
+        Line2D([], [], color=SLOWER, lw=2, marker="X", label="sign flipped"),
+        Line2D([], [], color=KEPT, lw=2, label="kept"),
+    ]
+    fig.legend(handles=handles, loc="upper center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    omitted = len(panels) - len(shown)
+    unstable = sum(g["unstable_changes"] for d in causes.values() for g in d["groups"])
+    unchanged = sum(d["groups_compared"] for d in causes.values()) - len(panels)
+    style.footnote(
+        fig,
+        [
+            f"{omitted} more group(s) with fewer changes in causal_diff.csv" if omitted > 0 else "",
+            f"{unchanged} group(s) without an edge change not drawn" if unchanged and shown else "",
+            (
+                f"{unstable} unstable edge change(s) (bootstrap probability below the threshold) not drawn"
+                if unstable
+                else ""
+            ),
+        ],
+    )
+    return style.save_figure(fig, stem, formats, dpi)

@@ -1,0 +1,187 @@
+"""Assemble a comparison of two runs and write it: compare.json, kernels.csv, causal_diff.csv, figures.
+
+compare.json holds every number (strict JSON: NaN becomes null, keys sorted) so a rerun is byte-identical
+and other tools can read it; kernels.csv is the per-kernel table in the same order (largest |impact| first).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpuvar.compare import causal_diff, figures, inputs, kernels, windows
+from gpuvar.errors import GpuvarError, InputError
+from gpuvar.plots import style
+
+
+@dataclass
+class Run:
+    """One side of a comparison: its label and the folders of its outputs (bins/causal: one per target)."""
+
+    name: str
+    ingest: Path
+    bins: list[Path] = field(default_factory=list)
+    causal: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class Options:
+    key: str = "kernel_name"
+    bootstrap: int = 2000
+    confidence: float = 0.95
+    alpha: float = 0.05
+    min_launches: int = 5
+    seed: int = 0
+    formats: tuple[str, ...] = ("svg", "png")
+    dpi: int = 110
+    forest_rows: int = 30
+    min_probability: float = 0.5
+
+    def check(self) -> None:
+        if self.bootstrap < 100:
+            raise GpuvarError(f"--bootstrap must be at least 100 resamples, got {self.bootstrap}")
+        if not 0 <= self.min_probability <= 1:
+            raise GpuvarError(f"--min-probability must lie in [0, 1], got {self.min_probability}")
+        if not 0 < self.confidence < 1 or not 0 < self.alpha < 1:
+            raise GpuvarError("--confidence and --alpha must lie strictly between 0 and 1")
+        if self.min_launches < 2:
+            raise GpuvarError(f"--min-launches must be at least 2, got {self.min_launches}")
+
+
+OPTION_KEYS = ("key", "bootstrap", "confidence", "alpha", "min_launches", "seed", "min_probability")
+
+
+def clean(obj):
+    """JSON-ready: numpy scalars to Python, NaN/inf to None, recursively."""
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [clean(v) for v in obj]
+    if isinstance(obj, np.bool_ | bool):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _by_target(folders: list[Path], reader, what: str) -> dict:
+    out = {}
+    for folder in folders:
+        item = reader(folder)
+        if item.target in out:
+            raise InputError(folder, f"a second {what} folder for target {item.target} (one per target)")
+        out[item.target] = item
+    return out
+
+
+def _side(run: Run, k: inputs.Kernels) -> dict:
+    return {
+        "name": run.name,
+        "kernels_file": str(k.path),
+        "rows_in": k.rows_in,
+        "rows_used": int(len(k.frame)),
+        "rows_dropped": dict(sorted(k.dropped.items())),
+        "kernels": int(k.frame["key"].nunique()),
+        "total_ns": float(k.frame["duration"].sum()),
+    }
+
+
+def summarise(table: pd.DataFrame, sides: tuple[dict, dict]) -> dict:
+    counts = table["verdict"].value_counts() if not table.empty else pd.Series(dtype=int)
+    total_b, total_c = sides[0]["total_ns"], sides[1]["total_ns"]
+    both = table[table["status"] == "both"] if not table.empty else table
+    return {
+        "kernels": int(len(table)),
+        "in_both": int(len(both)),
+        "tested": int(np.isfinite(table["p_value"]).sum()) if not table.empty else 0,
+        **{v: int(counts.get(v, 0)) for v in ("slower", "faster", "unchanged", "untested", "added", "removed")},
+        "total_ns_baseline": total_b,
+        "total_ns_candidate": total_c,
+        "total_time_ratio": total_c / total_b if total_b > 0 else None,
+        "impact_of_slower_ns": (
+            float(table.loc[table["verdict"] == "slower", "impact_ns"].sum()) if not table.empty else 0.0
+        ),
+        "impact_of_faster_ns": (
+            float(table.loc[table["verdict"] == "faster", "impact_ns"].sum()) if not table.empty else 0.0
+        ),
+    }
+
+
+def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Options | None = None) -> dict:
+    """Compare two runs and write OUTDIR/{compare.json,kernels.csv,causal_diff.csv,forest.*,distributions.*,
+    causal_diff.*}; returns the compare.json record."""
+    options = options or Options()
+    options.check()
+    outdir = Path(outdir)
+    kb = inputs.read_kernels(baseline.ingest, options.key)
+    kc = inputs.read_kernels(candidate.ingest, options.key)
+    table = kernels.compare_kernels(
+        kb.frame,
+        kc.frame,
+        bootstrap=options.bootstrap,
+        confidence=options.confidence,
+        alpha=options.alpha,
+        min_launches=options.min_launches,
+        seed=options.seed,
+    )
+    bins_b, bins_c = (_by_target(r.bins, inputs.read_bins, "bin") for r in (baseline, candidate))
+    causal_b, causal_c = (_by_target(r.causal, inputs.read_causal, "causal") for r in (baseline, candidate))
+    win = {t: windows.compare_windows(bins_b[t], bins_c[t]) for t in sorted(set(bins_b) & set(bins_c))}
+    causes, diff_rows = {}, []
+    for t in sorted(set(causal_b) & set(causal_c)):
+        causes[t], rows = causal_diff.diff_causal(causal_b[t], causal_c[t], options.min_probability)
+        diff_rows.append(rows.assign(target=t))
+    diffs = (
+        pd.concat(diff_rows, ignore_index=True)
+        if diff_rows
+        else pd.DataFrame(columns=[*causal_diff.DIFF_COLUMNS, "target"])
+    )
+    diffs = diffs[["target", *causal_diff.DIFF_COLUMNS]]
+    sides = (_side(baseline, kb), _side(candidate, kc))
+    record = {
+        "baseline": sides[0] | {"bin": [str(p) for p in baseline.bins], "causal": [str(p) for p in baseline.causal]},
+        "candidate": sides[1] | {"bin": [str(p) for p in candidate.bins], "causal": [str(p) for p in candidate.causal]},
+        "options": {k: getattr(options, k) for k in OPTION_KEYS},
+        "summary": summarise(table, sides),
+        "kernels": table.to_dict("records"),
+        "windows": win,
+        "causes": causes,
+        "targets_not_compared": {
+            "windows": sorted(set(bins_b) ^ set(bins_c)),
+            "causes": sorted(set(causal_b) ^ set(causal_c)),
+        },
+        "definitions": {
+            "ratio": "median candidate / median baseline; ci_low/ci_high: percentile bootstrap interval",
+            "p_value": "Mann-Whitney U, two-sided; q_value: Benjamini-Hochberg over the tested kernels",
+            "impact_ns": "(median candidate - median baseline) x launches in the candidate; sort key",
+            "verdict": "slower/faster: q < alpha and the interval excludes 1",
+            "delta_cv": "coefficient of variation (std/mean) candidate - baseline",
+            "variance_share": "fraction of the target's variance a feature accounts for (causal contributions.csv)",
+        },
+    }
+    record = clean(record)
+    outdir.mkdir(parents=True, exist_ok=True)
+    _write_json(record, outdir / "compare.json")
+    style.write_csv(table, outdir / "kernels.csv")
+    style.write_csv(diffs, outdir / "causal_diff.csv")
+    names = (baseline.name, candidate.name)
+    figures.forest(table, outdir / "forest", options.formats, options.dpi, names, options.forest_rows)
+    figures.distributions(table, kb.frame, kc.frame, outdir / "distributions", options.formats, options.dpi, names)
+    figures.causal_diff(causes, diffs, outdir / "causal_diff", options.formats, options.dpi)
+    return record
+
+
+def _write_json(obj, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    os.replace(tmp, path)
