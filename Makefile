@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 CORES ?= 2
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env demo test lint dag clean
+.PHONY: env demo test test-fast lint dag clean
 
 env: $(STAMP)
 
@@ -25,6 +25,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash .ci/test.sh
+
+# the inner loop: unit and real-data tests, without the workflow, paper and Slurm end-to-end runs (~3 min)
+test-fast: $(STAMP)
+	pytest -q -x -m "not slow and not slurm" --ignore=tests/test_workflow.py --ignore=tests/test_paper.py \
+		--ignore=tests/test_slurm.py
 
 lint: $(STAMP)
 	snakemake --lint
