@@ -163,3 +163,16 @@ def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_ru
     assert proc.returncode == 0, proc.stderr[-4000:]
     html = report.read_text()
     assert '"Comparisons"' in html and "results/compare/planted_pair/forest.png" in html
+
+
+@pytest.mark.parametrize("rows,expect", [("top_k", "--random-rows"), ("random", "sample_rows.parquet --target"),
+                                         ("all", "--sample-bins -1")])  # fmt: skip
+def test_causal_rows_option_reaches_the_commands(tmp_path, rows, expect):
+    """causal.rows: top-k bins checked against random bins (default), a random sample, or every bin."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["causal"]["rows"] = rows
+    config = tmp_path / "rows.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    proc = run_workflow(tmp_path / "run", config, "-n", "-p", "results/causal/rank0/kernel_variability")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert expect in proc.stdout
