@@ -29,8 +29,8 @@ rule bin_trace:
         features=feature_option(CFG.binning.features),
         workers=CFG.binning.workers_per_rank,
     shell:
-        "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels}"
-        " $(test -f {params.memcpy} && echo --memcpy {params.memcpy})"
-        " --target {wildcards.target} --group {params.group} --link {params.link}"
-        " --bin-width {params.bin_width} --launch-bin-width {params.launch_bin_width} --top-k {params.top_k} --features {params.features}"
-        " --workers-per-rank {params.workers} --output {params.outdir} > {log} 2>&1"
+        "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels:q}"
+        " $(test -f {params.memcpy:q} && echo --memcpy {params.memcpy:q})"
+        " --target {wildcards.target:q} --group {params.group:q} --link {params.link:q}"
+        " --bin-width {params.bin_width:q} --launch-bin-width {params.launch_bin_width:q} --top-k {params.top_k:q} --features {params.features:q}"
+        " --workers-per-rank {params.workers:q} --output {params.outdir:q} > {log:q} 2>&1"

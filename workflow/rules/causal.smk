@@ -23,7 +23,7 @@ rule discover_causal_graph:
         seed=CFG.causal.seed,
         engine=CFG.causal.engine,
     shell:
-        "gpuvar causal {input.rows} --target {wildcards.target} --group-by {params.group_by}"
-        " --features {params.features} --min-rows {params.min_rows} --bootstrap {params.bootstrap}"
-        " --workers {threads} --seed {params.seed} --engine {params.engine}"
-        " --output {output} > {log} 2>&1"
+        "gpuvar causal {input.rows:q} --target {wildcards.target:q} --group-by {params.group_by:q}"
+        " --features {params.features:q} --min-rows {params.min_rows:q} --bootstrap {params.bootstrap:q}"
+        " --workers {threads:q} --seed {params.seed:q} --engine {params.engine:q}"
+        " --output {output:q} > {log:q} 2>&1"

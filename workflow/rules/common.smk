@@ -2,11 +2,12 @@ import re
 import sys
 from pathlib import Path
 
-from gpuvar.config import validate_config
+from gpuvar.config import check_sources, validate_config
 from gpuvar.errors import ConfigError
 
 try:
     CFG = validate_config(config, Path.cwd())
+    check_sources(CFG, Path.cwd())
 except ConfigError as error:
     sys.exit(f"gpuvar: {error}")
 
