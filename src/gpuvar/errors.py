@@ -24,6 +24,10 @@ class InputError(GpuvarError):
         super().__init__(f"{self.path}: {reason}")
 
 
+class AccountingError(InputError):
+    """Rows read != rows written + rows dropped: a reader bug, not bad input (tests treat it as a failure)."""
+
+
 class ConfigError(GpuvarError):
     """An invalid configuration value: names the key path, the bad value and what is allowed."""
 
