@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuvar import __version__
 from gpuvar.canonical_io import write_canonical, write_json
-from gpuvar.errors import AccountingError, InputError
+from gpuvar.errors import AccountingError, InputError, path_problem
 from gpuvar.ingest.detect import detect, formats
 from gpuvar.ingest.sanity import drop_negative_durations, duplicate_rows, require_kernels
 from gpuvar.schema import finalize_kernels, finalize_memcpy
@@ -26,8 +26,9 @@ def load(source: str | Path, fmt: str = "auto"):
         if fmt not in known:
             raise InputError(source, f"unknown format {fmt!r} (allowed: auto, {', '.join(known)})")
         module = known[fmt]
-        if not source.exists():
-            raise InputError(source, "no such file or directory")
+        problem = path_problem(source)
+        if problem:
+            raise InputError(source, problem)
     out = module.read(source)
     kernels = drop_negative_durations(finalize_kernels(out.kernels), out, "kernels")
     memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
