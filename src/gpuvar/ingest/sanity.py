@@ -31,13 +31,15 @@ def drop_negative_durations(table: pa.Table, out, name: str) -> pa.Table:
 
 
 def duplicate_rows(table: pa.Table) -> int:
-    """Rows identical in every column to an earlier row. Only rows sharing a start time with another row can be
+    """Rows identical in every column to an earlier row (launch_id aside on a timeline, where readers number
+    launches by time). Only rows sharing a start time with another row can be
     duplicates, so a timeline table is compared on those few candidates (a full group-by costs ~1 s per million
     rows); a table without start times (Nsight Compute) is compared whole."""
     if table.num_rows < 2:
         return 0
-    candidates = table
+    candidates, ignore = table, set()
     if "start" in table.column_names and pa.types.is_integer(table.column("start").type):
+        ignore = {"launch_id"}  # on a timeline it is derived from the time order, so it always differs
         start = table.column("start")
         if start.null_count == 0:
             s = start.to_numpy()
@@ -47,7 +49,7 @@ def duplicate_rows(table: pa.Table) -> int:
                 return 0
             rows = np.unique(np.concatenate([order[1:][same], order[:-1][same]]))
             candidates = table.take(pa.array(rows))
-    keys = [c for c in candidates.column_names if not pa.types.is_null(candidates.column(c).type)]
+    keys = [c for c in candidates.column_names if c not in ignore and not pa.types.is_null(candidates.column(c).type)]
     try:
         distinct = candidates.select(keys).group_by(keys, use_threads=False).aggregate([]).num_rows
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a column type group_by cannot key on
