@@ -280,6 +280,25 @@ def validate_config(raw: dict, base: str | Path = ".", origin: str = "config") -
         raise ConfigError("invalid config: " + "; ".join(lines)) from None
 
 
+def yaml_mapping_problem(path: str | Path) -> str | None:
+    """Why a config file that exists is not a YAML mapping (empty, a list, bad YAML), naming the file; else None.
+    Snakemake's own message for these names neither the file nor the problem."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: cannot read config ({getattr(exc, 'strerror', None) or exc})"
+    except yaml.YAMLError as exc:
+        return f"{path}: not valid YAML ({str(exc).splitlines()[0]})"
+    if raw is None:
+        return f"{path}: empty; expected a mapping with at least `datasets`"
+    if not isinstance(raw, dict):
+        return f"{path}: expected a mapping of keys (demo, datasets, binning, ...), got a {type(raw).__name__}"
+    return None
+
+
 def load_config(path: str | Path) -> Config:
     """Read and validate a YAML config file."""
     path = Path(path)
