@@ -8,6 +8,7 @@ or NOT CAUGHT (they pass on broken code: a test that cannot fail). The working t
     .venv/bin/python tools/mutation_check.py            # every mutation (~5 minutes on 2 cores)
     .venv/bin/python tools/mutation_check.py --list     # names only
     .venv/bin/python tools/mutation_check.py nsys_device_id stats_ddof   # some of them
+    .venv/bin/python tools/mutation_check.py nsys_device_id --tests tests/test_ingest_nsys.py  # other tests
 
 Exit status 1 if any mutation is not caught (or its text is no longer found: update the table).
 """
@@ -121,8 +122,9 @@ def copy_tree(destination: Path) -> None:
         (destination / ".venv").symlink_to((REPO / ".venv").resolve())
 
 
-def run_one(name: str, timeout: int) -> tuple[str, float, str]:
-    path, original, mutated, tests, _ = MUTATIONS[name]
+def run_one(name: str, timeout: int, tests: list[str] | None = None) -> tuple[str, float, str]:
+    path, original, mutated, default_tests, _ = MUTATIONS[name]
+    tests = tests or default_tests
     with tempfile.TemporaryDirectory(prefix=f"gpuvar-mutant-{name}-") as tmp:
         root = Path(tmp)
         copy_tree(root)
@@ -131,8 +133,10 @@ def run_one(name: str, timeout: int) -> tuple[str, float, str]:
         if text.count(original) < 1:
             return "TEXT NOT FOUND", 0.0, f"{path}: {original!r}"
         source.write_text(text.replace(original, mutated))
-        env = {**os.environ, "PYTHONPATH": str(root / "src"), "GPUVAR_FUZZ_EXAMPLES": "40",
-               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}  # fmt: skip
+        # the copy lives elsewhere: point it at the real files, and let their absence fail rather than skip
+        real = os.environ.get("GPUVAR_REAL_DATA", str(REPO.parent / "shared" / "data" / "real"))
+        env = {**os.environ, "PYTHONPATH": str(root / "src"), "GPUVAR_FUZZ_EXAMPLES": "40", "GPUVAR_REAL_DATA": real,
+               "GPUVAR_REQUIRE_REAL_DATA": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
         t0 = time.perf_counter()
         try:
             proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
@@ -153,6 +157,8 @@ def main() -> int:
     parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per mutation's test run")
+    parser.add_argument("--tests", nargs="+", default=None,
+                        help="run these tests instead of each mutation's own (e.g. to show an older suite missed it)")
     args = parser.parse_args()
     if args.list:
         for name, (path, *_, what) in MUTATIONS.items():
@@ -164,9 +170,10 @@ def main() -> int:
     failed = 0
     print(f"{'mutation':28} {'result':12} {'seconds':>8}  tests")
     for name in args.names or MUTATIONS:
-        result, seconds, summary = run_one(name, args.timeout)
+        result, seconds, summary = run_one(name, args.timeout, args.tests)
         failed += result != "CAUGHT"
-        print(f"{name:28} {result:12} {seconds:8.1f}  {' '.join(MUTATIONS[name][3])} -> {summary}", flush=True)
+        tests = " ".join(args.tests or MUTATIONS[name][3])
+        print(f"{name:28} {result:12} {seconds:8.1f}  {tests} -> {summary}", flush=True)
     return 1 if failed else 0
 
 
