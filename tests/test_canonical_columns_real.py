@@ -53,7 +53,7 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
     launch_config (checked from its parts) they must cover the whole canonical table."""
     names = {c.column for c in canonical_columns(table)}
     covered = set(expected) | absent | ({"launch_config"} if table == "kernels" else set())
-    assert covered == names, f"unchecked canonical columns: {sorted(names - covered)}; unknown: {sorted(covered - names)}"
+    assert covered == names, f"unchecked: {sorted(names - covered)}; not canonical: {sorted(covered - names)}"
     for column, values in expected.items():
         assert _values(got[column]) == _values(values), column
     for column in absent:

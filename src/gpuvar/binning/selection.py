@@ -25,7 +25,8 @@ def explain_selection(report: dict) -> dict:
     if rows_in == 0:
         why = "the kernel table has no rows"
     elif binned == 0 and target == "memory_stall" and no_link == sum(dropped.values()):
-        why = f"no kernel linked to a copy ({no_link} of {rows_in} kernels: {T.NO_LINK_REASON[report.get('link') or 'stream']})"
+        reason = T.NO_LINK_REASON[report.get("link") or "stream"]
+        why = f"no kernel linked to a copy ({no_link} of {rows_in} kernels: {reason})"
     elif binned == 0:
         reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0])))
         why = f"no row has a {target} value ({reasons})"

@@ -65,8 +65,8 @@ def run(args) -> int:
     # written into a temporary folder, moved into place only when every file of the figure is complete
     if args.figure == "causal":
         with staged_folder(args.output, replace=True) as tmp:
-            index = causal_graph.plot_causal_dir(args.causal_dir, tmp, formats, args.dpi,
-                                                 args.min_contribution_pct, args.min_probability, args.which)  # fmt: skip
+            index = causal_graph.plot_causal_dir(args.causal_dir, tmp, formats, args.dpi, args.min_contribution_pct,
+                                                 args.min_probability, args.which)  # fmt: skip
         result = {"groups": len(index), "drawn": int((index["status"] == "drawn").sum()),
                   "hidden_edges": int(index["hidden"].sum()), "output": args.output}  # fmt: skip
     else:
