@@ -86,6 +86,17 @@ def test_bin_disk_full_on_the_report_leaves_no_tables(ingested, tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_bin_disk_full_on_a_table_names_the_output(ingested, tmp_path):
+    out = tmp_path / "bin"
+    # the disk fills on the 2nd table (topk_rows.parquet), after bins.parquet was written
+    proc = _disk_full("pyarrow.parquet.write_table", 2, "bin", ingested / "kernels.parquet", "--bin-width", "2ms",
+                      "-o", out)  # fmt: skip
+    _one_line_naming(proc, out / "topk_rows.parquet")
+    assert not out.exists() or not list(out.iterdir()), list(out.iterdir())
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.timeout(120)
 def test_causal_disk_full_mid_group_leaves_the_previous_result(binned, tmp_path, run_cli):
     out = tmp_path / "causal"
     args = ["causal", binned / "topk_rows.parquet", "--target", "kernel_variability", "--bootstrap", "0",

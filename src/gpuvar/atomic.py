@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from gpuvar.errors import GpuvarError, StageError
+
 _HOST = socket.gethostname().replace("-", "_")
 
 
@@ -55,6 +57,8 @@ def staged_folder(target: str | Path, replace: bool = True, last: tuple[str, ...
             _merge(tmp, target, last)
     except OSError as exc:  # disk full, quota: name the output the user asked for, not the temporary folder
         raise _renamed(exc, tmp, target) from None
+    except GpuvarError as exc:  # e.g. StageError("cannot write <tmp>/bins.parquet: No space left on device")
+        raise _reworded(exc, tmp, target) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -73,8 +77,17 @@ def staged_stem(stem: str | Path) -> Iterator[Path]:
         _merge(tmp, folder, ())
     except OSError as exc:
         raise _renamed(exc, tmp, folder) from None
+    except GpuvarError as exc:
+        raise _reworded(exc, tmp, folder) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _reworded(exc: GpuvarError, tmp: Path, real: Path) -> GpuvarError:
+    """A one-line project error naming `real` where it named the temporary folder."""
+    if str(tmp) not in str(exc) or type(exc) not in (GpuvarError, StageError):
+        return exc
+    return type(exc)(str(exc).replace(str(tmp), str(real)))
 
 
 def _renamed(exc: OSError, tmp: Path, real: Path) -> OSError:
