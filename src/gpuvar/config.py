@@ -77,7 +77,7 @@ def _feature_names(v):
         if not v:
             raise ValueError("must list at least one column (or be 'auto')")
         for name in v:
-            if isinstance(name, str) and not _FEATURE.fullmatch(name) or isinstance(name, str) and name != name.strip():
+            if isinstance(name, str) and (not _FEATURE.fullmatch(name) or name != name.strip()):
                 raise ValueError(f"feature {name!r} is not {FEATURE_ALLOWED}")
         if len(v) > 10_000:
             raise ValueError("lists more than 10000 features")
