@@ -5,6 +5,14 @@
 #
 # One branch per dataset (and per target); see config/config.yaml and README.md.
 
+import sys
+
+from gpuvar.config import yaml_mapping_problem
+
+# an empty or non-mapping config/config.yaml: say which file and why (Snakemake's message names neither)
+if yaml_mapping_problem("config/config.yaml"):
+    sys.exit(f"gpuvar: {yaml_mapping_problem('config/config.yaml')}")
+
 
 configfile: "config/config.yaml"
 

@@ -6,6 +6,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 # As root (CI) the Slurm end-to-end tests start their own cluster and must run, not skip: a cluster that
 # cannot start is then a failure. Without root they skip with the reason. GPUVAR_REQUIRE_SLURM=0 overrides.
 if [ "$(id -u)" = 0 ]; then export GPUVAR_REQUIRE_SLURM="${GPUVAR_REQUIRE_SLURM:-1}"; fi
+# CI has the real profiler files beside the checkout (../shared/data/real): their tests must run, not skip.
+export GPUVAR_REQUIRE_REAL_DATA="${GPUVAR_REQUIRE_REAL_DATA:-1}"
 snakemake --lint
 snakefmt --check Snakefile workflow/rules
 pytest -q -m "not slow" --timeout=900 "$@"

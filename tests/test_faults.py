@@ -61,34 +61,47 @@ def test_locked_database_fails_promptly_or_reads(nsys_file, tmp_path):
     assert ingest(nsys_file, tmp_path / "again")["tables"]["kernels"]["rows_written"] > 0
 
 
+# Runs `gpuvar ingest` in a child process that sends itself SIGINT at a fixed point: right after kernels.parquet
+# is written, before memcpy.parquet and ingest.json. No sleeps, so the signal always lands mid-run.
+_INTERRUPT_AFTER_FIRST_TABLE = """
+import os, signal, sys
+import gpuvar.ingest as ingest_module
+from gpuvar.cli import main
+original, calls = ingest_module.write_canonical, []
+def write_then_interrupt(*args, **kwargs):
+    calls.append(args[1])
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGINT)
+    return original(*args, **kwargs)
+ingest_module.write_canonical = write_then_interrupt
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @pytest.mark.timeout(120)
 def test_interrupted_ingest_leaves_nothing_complete_looking_and_a_rerun_completes(tmp_path):
     """Ctrl-C (or Snakemake stopping a job) mid-ingest: exit 130 on one line, no output that looks complete,
     and the same command run again produces the full, balanced result."""
     import json
-    import signal
     import subprocess
     import sys
-    import time
 
     from gpuvar.demo.nsys_writer import write_nsys_demo
 
-    source, out = tmp_path / "big.sqlite", tmp_path / "out"
-    write_nsys_demo(source, 400_000, 1, 0)  # ~2-3 s to ingest here: the signal lands mid-run
-    command = [sys.executable, "-m", "gpuvar.cli", "ingest", str(source), "-o", str(out)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    if proc.returncode == 0:
-        pytest.skip("ingest finished before the signal arrived (machine too fast for this input)")
-    assert proc.returncode == 130, err
-    assert err.strip() == "gpuvar ingest: interrupted", err
+    source, out = tmp_path / "trace.sqlite", tmp_path / "out"
+    write_nsys_demo(source, 5_000, 1, 0)
+    args = ["ingest", str(source), "-o", str(out)]
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AFTER_FIRST_TABLE, *args], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "gpuvar ingest: interrupted", proc.stderr
     left = sorted(p.name for p in out.iterdir()) if out.exists() else []
-    assert "ingest.json" not in left, left  # the completion marker, written last
+    assert "kernels.parquet" in left, left  # the signal landed between the two tables, as arranged
+    assert "ingest.json" not in left and "memcpy.parquet" not in left, left  # nothing marks it complete
     assert not [name for name in left if ".tmp-" in name], left  # temporary files are removed too
 
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    rerun = subprocess.run([sys.executable, "-m", "gpuvar.cli", *args], capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 0, rerun.stderr
     tables = json.loads((out / "ingest.json").read_text())["tables"]
-    assert tables["kernels"]["rows_read"] == tables["kernels"]["rows_written"] == 400_000
+    assert tables["kernels"]["rows_read"] == tables["kernels"]["rows_written"] == 5_000
+    assert tables["memcpy"]["rows_written"] > 0

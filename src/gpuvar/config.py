@@ -4,31 +4,91 @@ so a wrong key or value stops the run before any job, with the key path, the bad
 
 from __future__ import annotations
 
+import errno
 import glob
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AllowInfNan,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gpuvar.errors import ConfigError
 
 FORMATS = ("auto", "nsys-sqlite", "ncu-csv", "rocprof-csv", "rocprof-db", "omniperf-pmc-perf", "rocprofv3-csv",
            "ncu-rep", "rocpd-sqlite")
 TARGETS = ("kernel_variability", "memory_stall")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s)?\s*$")
+_DURATION = re.compile(r"\s*(\d{1,15}(?:\.\d{1,9})?)\s*(ns|us|ms|s)?\s*")
 _UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+# Feature (column) names reach shell commands and comma-separated options: canonical names (docs/schema.md),
+# raw ncu metrics (dram__bytes.sum.per_second), Omniperf counters (TCC_EA0_RDREQ[0]) and ncu details-page
+# names ("Memory Throughput") fit; shell metacharacters, quotes, commas and control characters do not.
+_FEATURE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/\[\]()%# -]{0,199}")
+FEATURE_ALLOWED = "a column name: a letter or '_', then letters, digits, space and _ . : / [ ] ( ) % # -"
+MAX_BIN_NS = 86_400 * 1_000_000_000  # one day
+MAX_LAUNCHES = 1_000_000_000
+MAX_SEED = 2**32 - 1
 
 
 def parse_bin_width(text: str | int | float) -> tuple[float, str]:
-    """'10ms' -> (10_000_000, 'ns'); a bare number means launches (for traces without timestamps)."""
-    m = _DURATION.match(str(text))
+    """'10ms' -> (10_000_000, 'ns'); a bare number means launches (for traces without timestamps).
+
+    Bounded so that no accepted value can overflow or split a command later: a whole number of ns from 1 ns to
+    one day, or a whole number of launches from 1 to 10^9."""
+    m = _DURATION.fullmatch(str(text)) if not isinstance(text, bool) else None
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"bin width {text!r} is not a positive number with a unit ns, us, ms or s (e.g. '10ms')")
     value, unit = float(m.group(1)), m.group(2)
-    return (value * _UNIT_NS[unit], "ns") if unit else (value, "launches")
+    if unit:
+        ns = value * _UNIT_NS[unit]
+        if not 1 <= ns <= MAX_BIN_NS or abs(ns - round(ns)) > 1e-6:
+            raise ValueError(f"bin width {text!r} must be a whole number of ns from 1ns to 1 day (86400s)")
+        return float(round(ns)), "ns"
+    if value != int(value) or not 1 <= value <= MAX_LAUNCHES:
+        raise ValueError(f"bin width {text!r} without a unit is launches: a whole number from 1 to {MAX_LAUNCHES}")
+    return value, "launches"
+
+
+def format_bin_width(text: str | int | float) -> str:
+    """The bin width validated and as one shell-safe token: '10 ms' -> '10ms', 50 -> '50'."""
+    parse_bin_width(text)
+    return "".join(str(text).split())
+
+
+def _not_bool(v):
+    """YAML `true` is not a number (pydantic would read it as 1)."""
+    if isinstance(v, bool):
+        raise ValueError("must be a number, not true/false")
+    return v
+
+
+def _feature_names(v):
+    """Each name must match _FEATURE in full: it is passed to shell commands (quoted) and split on commas."""
+    if isinstance(v, list):
+        if not v:
+            raise ValueError("must list at least one column (or be 'auto')")
+        for name in v:
+            if isinstance(name, str) and (not _FEATURE.fullmatch(name) or name != name.strip()):
+                raise ValueError(f"feature {name!r} is not {FEATURE_ALLOWED}")
+        if len(v) > 10_000:
+            raise ValueError("lists more than 10000 features")
+    return v
+
+
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_not_bool), AllowInfNan(False)]
+Seed = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=MAX_SEED)]
+Features = Annotated[Literal["auto"] | list[str], BeforeValidator(_feature_names)]
 
 
 class Strict(BaseModel):
@@ -39,17 +99,25 @@ class Dataset(Strict):
     """One trace to analyse; each dataset is an independent branch of the DAG."""
 
     name: str = Field(description="identifier used in output paths")
-    source: str = Field(description="profiler file or folder; a glob expands to one dataset per match")
+    source: str = Field(min_length=1, description="profiler file or folder; a glob expands to one dataset per match")
     format: Literal[FORMATS] = "auto"
     targets: list[Literal[TARGETS]] = ["kernel_variability"]
     group_by: Literal["kernel_name", "kernel_short_name", "launch_config"] = "kernel_name"
-    features: Literal["auto"] | list[str] = "auto"
+    features: Features = "auto"
 
     @field_validator("name")
     @classmethod
     def _name(cls, v):
-        if not _NAME.match(v):
-            raise ValueError("must start with a letter or digit and use only letters, digits, '_', '.', '-'")
+        if not _NAME.fullmatch(v):  # fullmatch: `$` would accept a trailing newline
+            raise ValueError("must start with a letter or digit and use only letters, digits, '_', '.', '-' "
+                             "(at most 100 characters)")  # fmt: skip
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v):
+        if any(ch in v for ch in "\n\r\0"):
+            raise ValueError("must be a path without newline or NUL characters")
         return v
 
     @field_validator("targets")
@@ -62,8 +130,8 @@ class Dataset(Strict):
 
 class Demo(Strict):
     enabled: bool = True
-    seed: int = 0
-    rows: int = Field(20_000, gt=0)
+    seed: Seed = 0
+    rows: Int = Field(20_000, gt=0, le=1_000_000_000)
 
 
 class Targets(Strict):
@@ -73,53 +141,60 @@ class Targets(Strict):
 
 class Binning(Strict):
     bin_width: str = "10ms"
-    launch_bin_width: int = Field(50, gt=0)
-    top_k: int = Field(20, gt=0)
-    ranks: int = Field(2, gt=0, le=4096)
-    workers_per_rank: int = Field(1, gt=0)
-    features: Literal["auto"] | list[str] = "auto"
+    launch_bin_width: Int = Field(50, gt=0, le=MAX_LAUNCHES)
+    top_k: Int = Field(20, gt=0, le=1_000_000)
+    # local runs: Snakemake reserves min(ranks, --cores) threads but mpiexec starts `ranks` processes, so more
+    # ranks than cores oversubscribe the machine; 64 bounds a typo (on Slurm, tasks = ranks)
+    ranks: Int = Field(2, gt=0, le=64)
+    workers_per_rank: Int = Field(1, gt=0, le=64)
+    features: Features = "auto"
 
     @field_validator("bin_width", mode="before")
     @classmethod
     def _width(cls, v):
-        parse_bin_width(v)
-        return str(v)
+        return format_bin_width(v)  # one shell token ('10 ms' -> '10ms')
 
 
 class Causal(Strict):
-    seed: int = 0
-    bootstrap: int = Field(100, ge=0)
-    min_rows: int = Field(30, ge=2)
+    seed: Seed = 0
+    bootstrap: Int = Field(100, ge=0, le=10_000)
+    min_rows: Int = Field(30, ge=2, le=1_000_000_000)
     engine: Literal["fast", "lingam"] = "fast"
-    workers: int = Field(2, gt=0)
+    workers: Int = Field(2, gt=0, le=64)
     per_group: bool = True
     rows: Literal["top_k", "random", "all"] = Field(
         "top_k", description="analyse the top-k bins (the paper's; compared with a random sample of as many bins), "
         "a random sample of bins, or all bins")  # fmt: skip
     prior_knowledge: Literal["tiers", "sink", "none"] = Field(
         "tiers", description="tiers: launch configuration -> counters -> target; sink: only the target is a sink")
-    collinear_threshold: float = Field(0.95, gt=0.5, le=1, description="merge features with |corr| >= this")
+    collinear_threshold: Float = Field(0.95, gt=0.5, le=1, description="merge features with |corr| >= this")
 
 
 class Plots(Strict):
-    formats: list[Literal["svg", "png"]] = ["svg", "png"]
-    min_variance_share: float = Field(0.01, ge=0, le=1)
-    min_probability: float = Field(0.5, ge=0, le=1)
-    parallel_features: list[str] = ["grid_x", "grid_y", "block_x", "registers_per_thread", "linked_copy_kind"]
-    dpi: int = Field(110, ge=50, le=600)
+    formats: list[Literal["svg", "png"]] = Field(["svg", "png"], min_length=1)
+    min_variance_share: Float = Field(0.01, ge=0, le=1)
+    min_probability: Float = Field(0.5, ge=0, le=1)
+    parallel_features: Annotated[list[str], BeforeValidator(_feature_names)] = [
+        "grid_x", "grid_y", "block_x", "registers_per_thread", "linked_copy_kind"]  # fmt: skip
+    dpi: Int = Field(110, ge=50, le=600)
+
+    @field_validator("formats")
+    @classmethod
+    def _formats(cls, v):
+        return list(dict.fromkeys(v))
 
 
 class Scaling(Strict):
     dataset: str | None = None
     target: Literal[TARGETS] = "kernel_variability"
-    ranks: list[int] = [1, 2]
-    rows: int = Field(2_000_000, gt=0)
+    ranks: list[Int] = [1, 2]
+    rows: Int = Field(2_000_000, gt=0, le=10_000_000_000)
 
     @field_validator("ranks")
     @classmethod
     def _ranks(cls, v):
-        if not v or any(r <= 0 for r in v):
-            raise ValueError("must be a non-empty list of positive rank counts")
+        if not v or any(r <= 0 or r > 64 for r in v):
+            raise ValueError("must be a non-empty list of rank counts from 1 to 64")
         return sorted(set(v))
 
 
@@ -209,16 +284,55 @@ def _expand_globs(raw: dict, base: Path) -> dict:
     return {**raw, "datasets": out}
 
 
-def validate_config(raw: dict, base: str | Path = ".") -> Config:
+# sources the workflow writes itself (make_demo_data, make_paper_perfcounter_demo): absent before the first run
+WORKFLOW_SOURCES = ("resources/demo/", "resources/paper/")
+
+
+def check_sources(cfg: Config, base: str | Path = ".") -> None:
+    """Every dataset's source exists (unless the workflow writes it): ConfigError names the key and the path."""
+    for i, d in enumerate(cfg.datasets):
+        if Path(d.source).as_posix().startswith(WORKFLOW_SOURCES):
+            continue
+        path = Path(d.source) if Path(d.source).is_absolute() else Path(base) / d.source
+        try:
+            path.stat()
+        except OSError as exc:
+            why = {errno.ELOOP: "symlink loop", errno.ENOENT: "no such file or folder"}.get(exc.errno, exc.strerror)
+            raise ConfigError(f"datasets[{i}].source: {d.source!r} of dataset {d.name!r}: {why} ({path})") from None
+
+
+def validate_config(raw: dict, base: str | Path = ".", origin: str = "config") -> Config:
     """Validate an already-loaded config mapping (Snakemake's `config`); ConfigError lists every problem."""
+    if raw is None:
+        raise ConfigError(f"{origin}: empty; expected a mapping with at least `datasets`")
     if not isinstance(raw, dict):
-        raise ConfigError("config: expected a mapping of keys (demo, datasets, binning, ...)")
+        raise ConfigError(f"{origin}: expected a mapping of keys (demo, datasets, binning, ...), "
+                          f"got a {type(raw).__name__}")  # fmt: skip
     raw = _expand_globs(raw, Path(base))
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
         lines = [_describe(e) for e in exc.errors()]
         raise ConfigError("invalid config: " + "; ".join(lines)) from None
+
+
+def yaml_mapping_problem(path: str | Path) -> str | None:
+    """Why a config file that exists is not a YAML mapping (empty, a list, bad YAML), naming the file; else None.
+    Snakemake's own message for these names neither the file nor the problem."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: cannot read config ({getattr(exc, 'strerror', None) or exc})"
+    except yaml.YAMLError as exc:
+        return f"{path}: not valid YAML ({str(exc).splitlines()[0]})"
+    if raw is None:
+        return f"{path}: empty; expected a mapping with at least `datasets`"
+    if not isinstance(raw, dict):
+        return f"{path}: expected a mapping of keys (demo, datasets, binning, ...), got a {type(raw).__name__}"
+    return None
 
 
 def load_config(path: str | Path) -> Config:
@@ -230,4 +344,4 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return validate_config(raw, path.parent.parent if path.parent.name == "config" else path.parent)
+    return validate_config(raw, path.parent.parent if path.parent.name == "config" else path.parent, str(path))

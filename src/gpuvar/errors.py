@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 
@@ -24,9 +26,28 @@ class InputError(GpuvarError):
         super().__init__(f"{self.path}: {reason}")
 
 
+class AccountingError(InputError):
+    """Rows read != rows written + rows dropped: a reader bug, not bad input (tests treat it as a failure)."""
+
+
 class ConfigError(GpuvarError):
     """An invalid configuration value: names the key path, the bad value and what is allowed."""
 
 
 class StageError(GpuvarError):
     """A pipeline stage that cannot proceed (e.g. an MPI rank failed, an output is unwritable)."""
+
+
+def path_problem(path: str | Path) -> str | None:
+    """Why an input path cannot be opened, in words ('symlink loop', 'broken symlink', ...); None if it exists."""
+    try:
+        os.stat(path)
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop"
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            return f"broken symlink (to {os.readlink(path)})"
+        if exc.errno == errno.ENOENT:
+            return "no such file or directory"
+        return exc.strerror or str(exc)

@@ -32,9 +32,9 @@ rule bin_trace:
         sample_bins=sample_bins_option(CFG),
         seed=CFG.causal.seed,
     shell:
-        "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels}"
-        " $(test -f {params.memcpy} && echo --memcpy {params.memcpy})"
-        " --target {wildcards.target} --group {params.group} --link {params.link}"
-        " --bin-width {params.bin_width} --launch-bin-width {params.launch_bin_width} --top-k {params.top_k} --features {params.features}"
-        " --workers-per-rank {params.workers} --sample-bins {params.sample_bins:q} --sample-seed {params.seed:q}"
-        " --output {params.outdir} > {log} 2>&1"
+        "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels:q}"
+        " $(test -f {params.memcpy:q} && echo --memcpy {params.memcpy:q})"
+        " --target {wildcards.target:q} --group {params.group:q} --link {params.link:q}"
+        " --bin-width {params.bin_width:q} --launch-bin-width {params.launch_bin_width:q} --top-k {params.top_k:q} --features {params.features:q}"
+        " --workers-per-rank {params.workers:q} --sample-bins {params.sample_bins:q} --sample-seed {params.seed:q}"
+        " --output {params.outdir:q} > {log:q} 2>&1"

@@ -27,11 +27,10 @@ rule discover_causal_graph:
         threshold=CFG.causal.collinear_threshold,
         selection=lambda wildcards, input: causal_rows_options(CFG, input),
     shell:
-        "gpuvar causal {params.selection} --target {wildcards.target} --group-by {params.group_by}"
-        " --features {params.features} --min-rows {params.min_rows} --bootstrap {params.bootstrap}"
-        " --workers {threads} --seed {params.seed} --engine {params.engine} --prior {params.prior:q}"
-        " --collinear-threshold {params.threshold:q}"
-        " --output {output} > {log} 2>&1"
+        "gpuvar causal {params.selection:q} --target {wildcards.target:q} --group-by {params.group_by:q}"
+        " --features {params.features:q} --min-rows {params.min_rows:q} --bootstrap {params.bootstrap:q}"
+        " --workers {threads:q} --seed {params.seed:q} --engine {params.engine:q} --prior {params.prior:q}"
+        " --collinear-threshold {params.threshold:q} --output {output:q} > {log:q} 2>&1"
 
 
 rule summarise_causal_checks:
@@ -50,4 +49,4 @@ rule summarise_causal_checks:
         mem_mb=500,
         runtime=5,
     shell:
-        "gpuvar causal-checks {input:q} --output {output:q} > {log} 2>&1"
+        "gpuvar causal-checks {input:q} --output {output:q} > {log:q} 2>&1"

@@ -1,13 +1,13 @@
 import re
-import shlex
 import sys
 from pathlib import Path
 
-from gpuvar.config import validate_config
+from gpuvar.config import check_sources, validate_config
 from gpuvar.errors import ConfigError
 
 try:
     CFG = validate_config(config, Path.cwd())
+    check_sources(CFG, Path.cwd())
 except ConfigError as error:
     sys.exit(f"gpuvar: {error}")
 
@@ -40,10 +40,11 @@ def sample_bins_option(cfg):
 
 
 def causal_rows_options(cfg, input):
-    """Rows the causal step analyses and, for the top-k bins, the random bins it compares them with."""
+    """Rows the causal step analyses and, for the top-k bins, the random bins it compares them with (a list:
+    the rule quotes each item)."""
     if cfg.causal.rows == "top_k":
-        return f"{shlex.quote(input.rows)} --random-rows {shlex.quote(input.sample)}"
-    return shlex.quote(input.sample)
+        return [input.rows, "--random-rows", input.sample]
+    return [input.sample]
 
 
 def analysis_outputs():

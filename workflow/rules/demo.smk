@@ -26,4 +26,4 @@ if CFG.demo.enabled:
             seed=CFG.demo.seed,
             rows=CFG.demo.rows,
         shell:
-            "gpuvar demo-data --output resources/demo --seed {params.seed} --rows {params.rows} > {log} 2>&1"
+            "gpuvar demo-data --output resources/demo --seed {params.seed:q} --rows {params.rows:q} > {log:q} 2>&1"

@@ -18,4 +18,4 @@ rule ingest_trace:
         format=dataset_format,
         outdir=subpath(output.kernels, parent=True),
     shell:
-        "gpuvar ingest {input:q} --output {params.outdir} --format {params.format} > {log} 2>&1"
+        "gpuvar ingest {input:q} --output {params.outdir:q} --format {params.format:q} > {log:q} 2>&1"

@@ -54,8 +54,8 @@ if PAPER_YAML.is_file():
             variant=lambda wildcards: PAPER.demo_perfcounter[wildcards.name]["variant"],
             seed=CFG.demo.seed,
         shell:
-            "gpuvar demo-data --format ncu --rows {params.rows} --variant {params.variant}"
-            " --seed {params.seed} --output {output:q} > {log} 2>&1"
+            "gpuvar demo-data --format ncu --rows {params.rows:q} --variant {params.variant:q}"
+            " --seed {params.seed:q} --output {output:q} > {log:q} 2>&1"
 
     rule plot_paper_causal_graphs:
         input:
@@ -89,8 +89,8 @@ if PAPER_YAML.is_file():
             options=PLOT_OPTIONS,
             filters=EDGE_FILTERS,
         shell:
-            "gpuvar plot causal {input:q} --output {output:q} --which {params.which}"
-            " {params.options} {params.filters} > {log} 2>&1"
+            "gpuvar plot causal {input:q} --output {output:q} --which {params.which:q}"
+            " {params.options:q} {params.filters:q} > {log:q} 2>&1"
 
     rule plot_paper_parallel_coordinates:
         input:
@@ -126,8 +126,8 @@ if PAPER_YAML.is_file():
             features=lambda wildcards: ",".join(PAPER_FIGURES[wildcards.fig].features),
             options=PLOT_OPTIONS,
         shell:
-            "gpuvar plot parallel {input.rows:q} --output {params.stem:q} --target {wildcards.target}"
-            " --features {params.features} {params.options} > {log} 2>&1"
+            "gpuvar plot parallel {input.rows:q} --output {params.stem:q} --target {wildcards.target:q}"
+            " --features {params.features:q} {params.options:q} > {log:q} 2>&1"
 
     rule plot_paper_scaling:
         input:
@@ -166,4 +166,4 @@ if PAPER_YAML.is_file():
             stem=lambda wildcards, output: output.data.removesuffix(".csv"),
             options=PLOT_OPTIONS,
         shell:
-            "gpuvar plot scaling {input:q} --output {params.stem:q} {params.options} > {log} 2>&1"
+            "gpuvar plot scaling {input:q} --output {params.stem:q} {params.options:q} > {log:q} 2>&1"

@@ -8,11 +8,14 @@ import gpuvar.plots.snakemake_helpers as plot_paths
 
 PLOT_FORMATS = list(CFG.plots.formats)
 REPORT_FORMAT = plot_paths.report_format(PLOT_FORMATS)
-PLOT_OPTIONS = f"--formats {','.join(PLOT_FORMATS)} --dpi {CFG.plots.dpi}"
-EDGE_FILTERS = (
-    f"--min-variance-share {CFG.plots.min_variance_share}"
-    f" --min-probability {CFG.plots.min_probability}"
-)
+# lists: `{params.options:q}` quotes each item, so no config value is ever parsed by the shell
+PLOT_OPTIONS = ["--formats", ",".join(PLOT_FORMATS), "--dpi", str(CFG.plots.dpi)]
+EDGE_FILTERS = [
+    "--min-variance-share",
+    str(CFG.plots.min_variance_share),
+    "--min-probability",
+    str(CFG.plots.min_probability),
+]
 PLOT_OUTPUTS = plot_paths.plot_outputs(ANALYSES, CFG)
 SCALING_OUTPUTS = plot_paths.scaling_outputs(CFG, DATASETS)
 
@@ -53,7 +56,7 @@ rule plot_causal_graphs:
         options=PLOT_OPTIONS,
         filters=EDGE_FILTERS,
     shell:
-        "gpuvar plot causal {input:q} --output {output:q} {params.options} {params.filters} > {log} 2>&1"
+        "gpuvar plot causal {input:q} --output {output:q} {params.options:q} {params.filters:q} > {log:q} 2>&1"
 
 
 rule plot_parallel_coordinates:
@@ -87,8 +90,8 @@ rule plot_parallel_coordinates:
         features=",".join(CFG.plots.parallel_features),
         options=PLOT_OPTIONS,
     shell:
-        "gpuvar plot parallel {input.rows:q} --output {params.stem:q} --target {wildcards.target}"
-        " --features {params.features} {params.options} > {log} 2>&1"
+        "gpuvar plot parallel {input.rows:q} --output {params.stem:q} --target {wildcards.target:q}"
+        " --features {params.features:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule plot_variability_timeline:
@@ -123,7 +126,7 @@ rule plot_variability_timeline:
         options=PLOT_OPTIONS,
     shell:
         "gpuvar plot timeline {input.bins:q} --bin-json {input.report:q} --output {params.stem:q}"
-        " --target {wildcards.target} {params.options} > {log} 2>&1"
+        " --target {wildcards.target:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule make_scaling_trace:
@@ -146,8 +149,8 @@ rule make_scaling_trace:
         outdir=subpath(output.kernels, parent=True),
         seed=CFG.demo.seed,
     shell:
-        "gpuvar demo-data --format canonical --rows {wildcards.rows} --seed {params.seed}"
-        " --workers {threads} --output {params.outdir} > {log} 2>&1"
+        "gpuvar demo-data --format canonical --rows {wildcards.rows:q} --seed {params.seed:q}"
+        " --workers {threads:q} --output {params.outdir:q} > {log:q} 2>&1"
 
 
 # One binning run per rank count. threads: more than any machine has, which Snakemake scales down to
@@ -188,10 +191,10 @@ rule bin_scaling_trace:
         features=feature_option(CFG.binning.features),
         workers=CFG.binning.workers_per_rank,
     shell:
-        "{resources.mpi} -n {wildcards.ranks} gpuvar bin {input.kernels} --memcpy {params.memcpy}"
-        " --target {wildcards.target} --group {params.group} --link {params.link}"
-        " --bin-width {params.bin_width} --top-k {params.top_k} --features {params.features}"
-        " --workers-per-rank {params.workers} --output {params.outdir} > {log} 2>&1"
+        "{resources.mpi} -n {wildcards.ranks:q} gpuvar bin {input.kernels:q} --memcpy {params.memcpy:q}"
+        " --target {wildcards.target:q} --group {params.group:q} --link {params.link:q}"
+        " --bin-width {params.bin_width:q} --top-k {params.top_k:q} --features {params.features:q}"
+        " --workers-per-rank {params.workers:q} --output {params.outdir:q} > {log:q} 2>&1"
 
 
 rule plot_scaling:
@@ -230,4 +233,4 @@ rule plot_scaling:
         stem=lambda wildcards, output: output.data.removesuffix(".csv"),
         options=PLOT_OPTIONS,
     shell:
-        "gpuvar plot scaling {input:q} --output {params.stem:q} {params.options} > {log} 2>&1"
+        "gpuvar plot scaling {input:q} --output {params.stem:q} {params.options:q} > {log:q} 2>&1"

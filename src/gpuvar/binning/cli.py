@@ -42,13 +42,44 @@ def configure(p):
     # fmt: skip
 
 
+MAX_WORKERS = 64
+
+
+def _check(args) -> None:
+    """Bounds and input paths, before MPI starts any work: one line naming the option or the file."""
+    from gpuvar.errors import GpuvarError, InputError, path_problem
+
+    if not 1 <= args.workers_per_rank <= MAX_WORKERS:
+        raise GpuvarError(f"--workers-per-rank must be from 1 to {MAX_WORKERS}, got {args.workers_per_rank}")
+    if not 1 <= args.top_k <= 1_000_000:
+        raise GpuvarError(f"--top-k must be from 1 to 1000000, got {args.top_k}")
+    if args.launch_bin_width is not None and not 1 <= args.launch_bin_width <= 1_000_000_000:
+        raise GpuvarError(f"--launch-bin-width must be from 1 to 1000000000, got {args.launch_bin_width}")
+    for path in (args.kernels, args.memcpy):
+        problem = path and path_problem(path)
+        if problem:
+            raise InputError(path, problem)
+
+
 def run(args) -> int:
+    from mpi4py import MPI
+
+    from gpuvar.atomic import staged_folder
     from gpuvar.binning.job import BinOptions, run_rank
 
+    _check(args)
     opts = BinOptions(
         kernels=args.kernels, memcpy=args.memcpy, target=args.target, group=args.group, link=args.link,
         bin_width=args.bin_width, top_k=args.top_k, features=args.features,
         workers_per_rank=args.workers_per_rank, output=args.output, launch_bin_width=args.launch_bin_width,
         sample_bins=args.sample_bins, sample_seed=args.sample_seed,
     )  # fmt: skip
-    return run_rank(opts)
+    if MPI.COMM_WORLD.Get_rank() != 0:
+        return run_rank(opts)  # only rank 0 writes
+    # rank 0 writes into a temporary folder; bins, top-k rows and bin.json (last) move into OUTPUT together
+    with staged_folder(args.output, replace=False, last=("bin.json",)) as tmp:
+        opts.output = tmp
+        code = run_rank(opts)
+        if code:
+            raise SystemExit(code)
+    return code

@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 
 from gpuvar import targets as T
 from gpuvar.binning.partition import bin_owners, bin_width, check_bins, row_groups_for_rank
+from gpuvar.binning.selection import explain_selection
 from gpuvar.binning.stats import STATS, bin_stats_parallel
 from gpuvar.canonical_io import write_canonical, write_json
 from gpuvar.errors import GpuvarError, InputError, StageError
@@ -709,6 +710,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     }  # fmt: skip
     if report["rows_in"] != report["rows_binned"] + sum(dropped.values()):
         raise StageError(f"row accounting broken: {report['rows_in']} in != binned + without target")
+    report.update(explain_selection(report))  # why no row has the target; "0 rows linked" warning
     write_json(report, Path(opts.output) / "bin.json")
     return report
 

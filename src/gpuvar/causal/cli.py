@@ -34,11 +34,12 @@ def read_rows(path):
 
     import pandas as pd
 
-    from gpuvar.errors import InputError
+    from gpuvar.errors import InputError, path_problem
 
     path = Path(path)
-    if not path.exists():
-        raise InputError(path, "file not found")
+    problem = path_problem(path)
+    if problem:
+        raise InputError(path, "file not found" if problem == "no such file or directory" else problem)
     try:
         if path.suffix.lower() in (".csv", ".tsv"):
             return pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
@@ -47,21 +48,82 @@ def read_rows(path):
         raise InputError(path, f"cannot read rows: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
 
 
+MAX_BOOTSTRAP = 10_000
+MAX_WORKERS = 64
+
+
+def _check(args) -> None:
+    """Bounds before any work: a seed numpy cannot take or a bootstrap that cannot fit is one line, not a crash."""
+    from gpuvar.errors import GpuvarError
+
+    if not 0 <= args.seed <= 2**32 - 1:
+        raise GpuvarError(f"--seed must be from 0 to {2**32 - 1}, got {args.seed}")
+    if not 0 <= args.bootstrap <= MAX_BOOTSTRAP:
+        raise GpuvarError(f"--bootstrap must be from 0 to {MAX_BOOTSTRAP}, got {args.bootstrap}")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise GpuvarError(f"--workers must be from 1 to {MAX_WORKERS}, got {args.workers}")
+    if args.min_rows < 1:
+        raise GpuvarError(f"--min-rows must be at least 1, got {args.min_rows}")
+    if not 0.5 < args.collinear_threshold <= 1:
+        raise GpuvarError(f"--collinear-threshold must be in (0.5, 1], got {args.collinear_threshold}")
+
+
+def empty_selection_reason(rows_path, df) -> str | None:
+    """Why there is nothing to analyse (no row), citing bin.json's reason when present; None when there are rows."""
+    from pathlib import Path
+
+    if len(df):
+        return None
+    report = Path(rows_path).with_name("bin.json")
+    try:
+        why = json.loads(report.read_text()).get("empty_selection")
+    except (OSError, ValueError, AttributeError):
+        why = None
+    return f"no rows: {why}" if why else "no rows"
+
+
+def write_skip(outdir, target: str, group_by, reason: str) -> dict:
+    """The whole-dataset group recorded as skipped, and a summary saying so: 'no rows' is a result, not a failure."""
+    from pathlib import Path
+
+    from gpuvar.causal.prepare import ALL_GROUP, group_slug
+
+    outdir = Path(outdir)
+    record = {"group": ALL_GROUP, "target": target, "status": "skipped", "skip_reason": reason, "rows_in": 0,
+              "rows_used": 0, "rows_dropped": {}, "non_finite_by_column": {}, "features": [], "dropped_columns": {},
+              "scale": None, "slug": group_slug(ALL_GROUP)}  # fmt: skip
+    (outdir / record["slug"]).mkdir(parents=True)
+    (outdir / record["slug"] / "causal.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    summary = {"target": target, "group_by": group_by, "engine": None, "rejected_features": {}, "n_ok": 0,
+               "n_skipped": 1, "flagged": [], "elapsed_s": 0.0, "skip_reason": reason,
+               "groups": [{k: record[k] for k in ("group", "slug", "status", "skip_reason", "rows_used", "features")}]}
+    (outdir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")  # fmt: skip
+    return summary
+
+
 def run(args) -> int:
+    from gpuvar.atomic import staged_folder
     from gpuvar.causal.discover import discover_all
     from gpuvar.errors import GpuvarError, InputError
 
+    _check(args)
     df = read_rows(args.rows)
     random_rows = read_rows(args.random_rows) if args.random_rows else None
     group_by = None if args.group_by.strip().lower() in ("", "none") else args.group_by
-    try:
-        summary = discover_all(df, args.target, group_by, args.features, args.min_rows, args.bootstrap,
-                               args.workers, args.seed, args.engine, args.output, args.prior,
-                               args.collinear_threshold, random_rows)  # fmt: skip
-    except GpuvarError as exc:
-        if "not in the rows" in str(exc) and not isinstance(exc, InputError):
-            raise InputError(args.rows, str(exc)) from exc
-        raise
-    print(json.dumps({k: summary[k] for k in ("target", "engine", "n_ok", "n_skipped", "flagged", "elapsed_s")},
-                     sort_keys=True))  # fmt: skip
+    skip = empty_selection_reason(args.rows, df)
+    # every file goes into a temporary folder that replaces OUTPUT only once complete
+    with staged_folder(args.output, replace=True) as tmp:
+        if skip:
+            summary = write_skip(tmp, args.target, group_by, skip)
+        else:
+            try:
+                summary = discover_all(df, args.target, group_by, args.features, args.min_rows, args.bootstrap,
+                                       args.workers, args.seed, args.engine, tmp, args.prior,
+                                       args.collinear_threshold, random_rows)  # fmt: skip
+            except GpuvarError as exc:
+                if "not in the rows" in str(exc) and not isinstance(exc, InputError):
+                    raise InputError(args.rows, str(exc)) from exc
+                raise
+    keys = ("target", "engine", "n_ok", "n_skipped", "flagged", "elapsed_s") + (("skip_reason",) if skip else ())
+    print(json.dumps({k: summary.get(k) for k in keys}, sort_keys=True))
     return 0

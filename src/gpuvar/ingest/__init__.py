@@ -8,8 +8,9 @@ from pathlib import Path
 
 from gpuvar import __version__
 from gpuvar.canonical_io import write_canonical, write_json
-from gpuvar.errors import InputError
+from gpuvar.errors import AccountingError, InputError, path_problem
 from gpuvar.ingest.detect import detect, formats
+from gpuvar.ingest.sanity import drop_negative_durations, duplicate_rows, require_kernels
 from gpuvar.schema import finalize_kernels, finalize_memcpy
 
 log = logging.getLogger("gpuvar.ingest")
@@ -25,11 +26,14 @@ def load(source: str | Path, fmt: str = "auto"):
         if fmt not in known:
             raise InputError(source, f"unknown format {fmt!r} (allowed: auto, {', '.join(known)})")
         module = known[fmt]
-        if not source.exists():
-            raise InputError(source, "no such file or directory")
+        problem = path_problem(source)
+        if problem:
+            raise InputError(source, problem)
     out = module.read(source)
-    kernels = finalize_kernels(out.kernels)
+    kernels = drop_negative_durations(finalize_kernels(out.kernels), out, "kernels")
     memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
+    if memcpy is not None:
+        memcpy = drop_negative_durations(memcpy, out, "memcpy")
     return out, kernels, memcpy
 
 
@@ -46,37 +50,43 @@ def ingest(source: str | Path, output: str | Path, fmt: str = "auto") -> dict:
     out, kernels, memcpy = load(source, fmt)
     t_read = time.perf_counter() - t0
     meta = {"source": str(source), "format": out.format}
-    write_canonical(kernels, output / "kernels.parquet", meta)
-    tables = {"kernels": kernels}
-    if memcpy is not None:
-        write_canonical(memcpy, output / "memcpy.parquet", meta)
-        tables["memcpy"] = memcpy
-    else:
-        stale = output / "memcpy.parquet"
-        if stale.exists():
-            stale.unlink()
+    tables = {"kernels": kernels} if memcpy is None else {"kernels": kernels, "memcpy": memcpy}
     report = {
         "gpuvar_version": __version__,
         "source": str(source),
         "format": out.format,
         "tables": {},
         "notes": out.notes,
-        "seconds": {"read": round(t_read, 6), "total": round(time.perf_counter() - t0, 6)},
     }
-    for name, table in tables.items():
+    for name, table in tables.items():  # the books are checked before anything is written
         dropped = dict(sorted(out.dropped.get(name, {}).items()))
         rows_read = out.rows_read.get(name, table.num_rows + sum(dropped.values()))
         balanced = rows_read == table.num_rows + sum(dropped.values())
+        if not balanced:
+            raise AccountingError(source, f"internal accounting error on {name}: rows read {rows_read} != "
+                                          f"written {table.num_rows} + dropped {sum(dropped.values())}")  # fmt: skip
+        if name == "kernels":
+            require_kernels(source, table, rows_read, dropped)
+        duplicates = duplicate_rows(table)
         report["tables"][name] = {
             "rows_read": rows_read,
             "rows_written": table.num_rows,
             "dropped": dropped,
             "balanced": balanced,
             "columns": table.num_columns,
+            "duplicate_rows": duplicates,  # kept: counted and reported (docs/robustness.md)
         }
         for reason, count in dropped.items():
             log.warning("%s: dropped %d %s row(s): %s", source, count, name, reason)
-        if not balanced:
-            raise InputError(source, f"internal accounting error on {name}: rows read {rows_read} != written + dropped")
+        if duplicates:
+            log.warning("%s: %d %s row(s) exactly repeat an earlier row (kept)", source, duplicates, name)
+    write_canonical(kernels, output / "kernels.parquet", meta)
+    if memcpy is not None:
+        write_canonical(memcpy, output / "memcpy.parquet", meta)
+    else:
+        stale = output / "memcpy.parquet"
+        if stale.exists():
+            stale.unlink()
+    report["seconds"] = {"read": round(t_read, 6), "total": round(time.perf_counter() - t0, 6)}
     write_json(report, marker)
     return report

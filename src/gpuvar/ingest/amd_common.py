@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import ReaderOutput, is_utf8, to_int, to_number
+from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, to_int, to_number
 from gpuvar.schema import int_column, table1_rename
 
 # canonical name -> source names, first present wins (rocprof v1, Omniperf 2024, Omniperf MI300X / timestamps)
@@ -104,22 +104,36 @@ def _text_types(names: list[str]) -> dict[str, pa.DataType]:
     return {n: pa.string() for n in names if _TEXT_COLUMN.match(n)}
 
 
+WIDE_BATCH = 8192  # columns converted per pass: Arrow's CSV reader holds ~10 KB per column while converting
+
+
 def _parse(raw: bytes, header: bytes, encoding: str, bad: list) -> tuple[pa.Table, str]:
     """pyarrow read with our header names (deduplicated); invalid rows are collected in `bad` and skipped.
-    pyarrow's whole-file reader widens a column that turns decimal after the first block."""
+    pyarrow's whole-file reader widens a column that turns decimal after the first block. A file wider than
+    WIDE_BATCH columns (real ones have ~2,700) is converted WIDE_BATCH columns per pass, bounding memory."""
     names = _unique_names([c.strip() for c in next(csv.reader([header.decode(encoding)]))])
+    first_pass = True
 
     def on_invalid(row):
-        bad.append(row)
+        if first_pass:  # every pass meets the same invalid rows: count them once
+            bad.append(row)
         return "skip"
 
-    table = pacsv.read_csv(
-        io.BytesIO(raw),
-        read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, encoding=encoding),
-        parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
-        convert_options=pacsv.ConvertOptions(strings_can_be_null=True, column_types=_text_types(names)),
-    )
-    return table, encoding
+    parts = []
+    for start in range(0, len(names), WIDE_BATCH):
+        include = names[start:start + WIDE_BATCH] if len(names) > WIDE_BATCH else []
+        parts.append(pacsv.read_csv(
+            io.BytesIO(raw),
+            read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, encoding=encoding,
+                                           block_size=csv_block_size(raw)),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+            convert_options=pacsv.ConvertOptions(strings_can_be_null=True, column_types=_text_types(names),
+                                                 include_columns=include),
+        ))  # fmt: skip
+        first_pass = False
+    if len(parts) == 1:
+        return parts[0], encoding
+    return pa.Table.from_arrays([c for part in parts for c in part.columns], names=names), encoding
 
 
 def read_amd_csv(path: Path, out: ReaderOutput, table: str = "kernels") -> pd.DataFrame:

@@ -60,6 +60,31 @@ def decode_text(path: Path) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def csv_block_size(body, lines: int = 8) -> int:
+    """Arrow CSV block size that holds whole rows of `body`: Arrow fails on a header or row longer than a block
+    (1 MiB by default; a 100,000-counter header is ~2 MiB), so 4x the longest of the first lines, at least 1 MiB.
+    Rows of one profiler CSV have similar lengths, so the first lines are a fair sample."""
+    longest, start = 0, 0
+    for _ in range(lines):
+        end = _find_newline(body, start)
+        if end < 0:
+            longest = max(longest, len(body) - start)
+            break
+        longest, start = max(longest, end + 1 - start), end + 1
+    return max(1 << 20, 4 * longest)
+
+
+def _find_newline(body, start: int) -> int:
+    if isinstance(body, bytes | bytearray):
+        return body.find(b"\n", start)
+    step = 1 << 20  # a memoryview or buffer: search chunk by chunk without copying the whole body
+    for chunk_start in range(start, len(body), step):
+        found = bytes(body[chunk_start:chunk_start + step]).find(b"\n")
+        if found >= 0:
+            return chunk_start + found
+    return -1
+
+
 def read_csv_text(path: Path, text: str, **kwargs) -> pd.DataFrame:
     """pandas CSV parse of already-decoded text; a parser failure becomes a one-line InputError."""
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from gpuvar.errors import InputError
+from gpuvar.errors import InputError, path_problem
 from gpuvar.ingest.base import read_head
 
 # module names under gpuvar.ingest, in sniffing order (most specific first)
@@ -37,8 +37,9 @@ def formats() -> dict[str, object]:
 def detect(path: str | Path):
     """The reader module for `path`, chosen by content; InputError if none claims it."""
     path = Path(path)
-    if not path.exists():
-        raise InputError(path, "no such file or directory")
+    problem = path_problem(path)
+    if problem:
+        raise InputError(path, problem)
     head = b"" if path.is_dir() else read_head(path)
     if not path.is_dir() and not head:
         raise InputError(path, "empty file")

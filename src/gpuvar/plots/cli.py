@@ -57,21 +57,30 @@ def _formats(text: str) -> list[str]:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
+    from gpuvar.atomic import rewrite_paths, staged_folder, staged_stem
     from gpuvar.plots import causal_graph, parallel, scaling, timeline
 
     formats = _formats(args.formats)
+    # written into a temporary folder, moved into place only when every file of the figure is complete
     if args.figure == "causal":
-        index = causal_graph.plot_causal_dir(args.causal_dir, args.output, formats, args.dpi,
-                                             args.min_variance_share, args.min_probability, args.which)  # fmt: skip
+        with staged_folder(args.output, replace=True) as tmp:
+            index = causal_graph.plot_causal_dir(args.causal_dir, tmp, formats, args.dpi, args.min_variance_share,
+                                                 args.min_probability, args.which)  # fmt: skip
         result = {"groups": len(index), "drawn": int(index["status"].str.startswith("drawn").sum()),
                   "flagged": int((index["status"] == "drawn, flagged").sum()),
                   "hidden_edges": int(index["hidden"].sum()), "output": args.output}  # fmt: skip
-    elif args.figure == "parallel":
-        features = [f.strip() for f in args.features.split(",") if f.strip()]
-        result = parallel.plot_parallel(args.rows, args.output, args.target, features, formats, args.dpi)
-    elif args.figure == "timeline":
-        result = timeline.plot_timeline(args.bins, args.output, args.target, args.bin_json, formats, args.dpi, args.top_k)
     else:
-        result = scaling.plot_scaling(args.reports, args.output, formats, args.dpi)
+        with staged_stem(args.output) as stem:
+            if args.figure == "parallel":
+                features = [f.strip() for f in args.features.split(",") if f.strip()]
+                result = parallel.plot_parallel(args.rows, stem, args.target, features, formats, args.dpi)
+            elif args.figure == "timeline":
+                result = timeline.plot_timeline(args.bins, stem, args.target, args.bin_json, formats, args.dpi,
+                                                args.top_k)  # fmt: skip
+            else:
+                result = scaling.plot_scaling(args.reports, stem, formats, args.dpi)
+        result = rewrite_paths(result, stem.parent, Path(args.output).parent)
     print(json.dumps(result, sort_keys=True, default=str))
     return 0

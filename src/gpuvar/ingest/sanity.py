@@ -1,0 +1,67 @@
+"""Checks on a reader's canonical tables before they are written: rows whose duration cannot be right are
+dropped (counted), exact duplicate rows are counted (kept), and a table with no usable kernel is an error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuvar.errors import InputError
+
+NEGATIVE_DURATION = "negative duration (end before start, or end - start beyond int64)"
+
+
+def drop_negative_durations(table: pa.Table, out, name: str) -> pa.Table:
+    """Drop rows with duration < 0: end before start, or an `end - start` that wrapped around int64 (extreme
+    timestamps), which would otherwise pass as a huge negative kernel time."""
+    if "duration" not in table.column_names or table.num_rows == 0:
+        return table
+    duration = table.column("duration")
+    if not pa.types.is_integer(duration.type) and not pa.types.is_floating(duration.type):
+        return table
+    bad = pc.fill_null(pc.less(duration, 0), False)  # end - start >= 2**63 wraps to a negative int64
+    if {"start", "end"} <= set(table.column_names):  # and end < start - 2**63 wraps to a positive one
+        bad = pc.or_(bad, pc.fill_null(pc.less(table.column("end"), table.column("start")), False))
+    n_bad = pc.sum(bad).as_py() or 0
+    if not n_bad:
+        return table
+    out.drop(name, NEGATIVE_DURATION, n_bad)
+    return table.filter(pc.invert(bad))
+
+
+def duplicate_rows(table: pa.Table) -> int:
+    """Rows identical in every column to an earlier row (launch_id aside on a timeline, where readers number
+    launches by time). Only rows sharing a start time with another row can be
+    duplicates, so a timeline table is compared on those few candidates (a full group-by costs ~1 s per million
+    rows); a table without start times (Nsight Compute) is compared whole."""
+    if table.num_rows < 2:
+        return 0
+    candidates, ignore = table, set()
+    if "start" in table.column_names and pa.types.is_integer(table.column("start").type):
+        ignore = {"launch_id"}  # on a timeline it is derived from the time order, so it always differs
+        start = table.column("start")
+        if start.null_count == 0:
+            s = start.to_numpy()
+            order = np.argsort(s, kind="stable")
+            same = s[order][1:] == s[order][:-1]
+            if not same.any():
+                return 0
+            rows = np.unique(np.concatenate([order[1:][same], order[:-1][same]]))
+            candidates = table.take(pa.array(rows))
+    keys = [c for c in candidates.column_names if c not in ignore and not pa.types.is_null(candidates.column(c).type)]
+    try:
+        distinct = candidates.select(keys).group_by(keys, use_threads=False).aggregate([]).num_rows
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a column type group_by cannot key on
+        return 0
+    return candidates.num_rows - distinct
+
+
+def require_kernels(source, kernels: pa.Table, rows_read: int, dropped: dict) -> None:
+    """0 usable kernels is an error that says why, whether the file has no kernel rows or all were dropped."""
+    if kernels.num_rows:
+        return
+    if rows_read == 0:
+        raise InputError(source, "no kernel rows in the file (a trace with only memory copies or API calls?)")
+    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(dropped.items()))
+    raise InputError(source, f"no usable kernel rows: all {rows_read} were dropped ({reasons})")

@@ -1,0 +1,95 @@
+"""Config values never reach a shell unquoted: hostile values are refused at start-up, and even a value that got
+past validation is passed as one argument (each `shell:` quotes with `:q`). Both through the real `snakemake`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def _snakemake(snakefile: Path, workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run([SNAKEMAKE, "-s", str(snakefile), "-d", str(workdir), "--configfile", str(config),
+                           "--cores", "1", *extra], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    from gpuvar.demo.nsys_writer import write_nsys_demo
+
+    path = tmp_path_factory.mktemp("trace") / "t.sqlite"
+    write_nsys_demo(path, 400, 1, 0)
+    return path
+
+
+def _config(tmp: Path, trace: Path, **sections) -> Path:
+    cfg = {"demo": {"enabled": False}, "datasets": [{"name": "t", "source": str(trace), "targets": ["kernel_variability"]}],
+           "causal": {"bootstrap": 0, "min_rows": 5}, "binning": {"top_k": 3}}  # fmt: skip
+    for key, value in sections.items():
+        if key == "dataset":
+            cfg["datasets"][0].update(value)
+        else:
+            cfg.setdefault(key, {}).update(value)
+    path = tmp / "hostile.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "section, value, key",
+    [
+        ("binning", {"features": ["duration$(touch {marker})"]}, "binning.features"),
+        ("dataset", {"features": ["grid_x`touch {marker}`"]}, "datasets[0].features"),
+        ("plots", {"parallel_features": ["grid_x; touch {marker}"]}, "plots.parallel_features"),
+        ("dataset", {"name": "t\n$(touch {marker})"}, "datasets[0].name"),
+        ("binning", {"bin_width": "10ms $(touch {marker})"}, "binning.bin_width"),
+    ],
+)
+def test_hostile_config_is_refused_before_any_shell_runs(tmp_path, trace, section, value, key):
+    marker = tmp_path / "pwned"
+    value = yaml.safe_load(yaml.safe_dump(value).replace("{marker}", str(marker)))
+    proc = _snakemake(REPO / "Snakefile", tmp_path / "run", _config(tmp_path, trace, **{section: value}))
+    assert proc.returncode != 0
+    assert not marker.exists()
+    assert f"gpuvar: invalid config: {key}:" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("stage, rules", [
+    ("binning", ["bin_trace"]),
+    ("causal+plots", ["discover_causal_graph", "plot_parallel_coordinates"]),
+])  # fmt: skip
+def test_values_past_validation_are_still_one_argument_each(tmp_path, trace, stage, rules):
+    """A copy of the workflow whose validation is bypassed: the hostile values reach the rules' shell commands at
+    run time (the jobs run, and fail on an unknown column), and the marker is still never created."""
+    marker = tmp_path / "pwned"
+    wf = tmp_path / "wf"
+    for folder in ("workflow", "envs", "config"):
+        shutil.copytree(REPO / folder, wf / folder)
+    shutil.copy(REPO / "Snakefile", wf / "Snakefile")
+    common = wf / "workflow" / "rules" / "common.smk"
+    hostile = repr(f"x$(touch {marker})`touch {marker}`; touch {marker}")
+    update = (f"'binning': CFG.binning.model_copy(update={{'features': ['duration', {hostile}]}})" if stage == "binning"
+              else f"'plots': CFG.plots.model_copy(update={{'parallel_features': ['grid_x', {hostile}]}}), "
+                   f"'datasets': [d.model_copy(update={{'features': ['grid_x', {hostile}]}}) for d in CFG.datasets]")
+    common.write_text(common.read_text().replace(
+        "DATASETS = {d.name: d for d in CFG.datasets}",
+        f"CFG = CFG.model_copy(update={{{update}}})\nDATASETS = {{d.name: d for d in CFG.datasets}}",
+    ))  # fmt: skip
+    workdir = tmp_path / "run"
+    proc = _snakemake(wf / "Snakefile", workdir, _config(tmp_path, trace), "--keep-going")
+    for rule in rules:  # the shell command of each rule did run
+        assert (workdir / "logs" / rule / "t_kernel_variability.log").exists(), (rule, proc.stderr[-3000:])
+    assert not marker.exists(), proc.stderr[-3000:]
