@@ -65,6 +65,11 @@ class Demo(Strict):
     rows: int = Field(20_000, gt=0)
 
 
+class Ingest(Strict):
+    keep_vendor_columns: bool = Field(True, description="Nsight Systems: also read the export columns the "
+                                      "canonical schema does not use (kept under their own names)")
+
+
 class Targets(Strict):
     variability_group: Literal["kernel", "launch_config"] = "kernel"
     memcpy_link: Literal["stream", "device"] = "stream"
@@ -119,6 +124,7 @@ class Scaling(Strict):
 class Config(Strict):
     demo: Demo = Demo()
     datasets: list[Dataset] = Field(min_length=1)
+    ingest: Ingest = Ingest()
     targets: Targets = Targets()
     binning: Binning = Binning()
     causal: Causal = Causal()

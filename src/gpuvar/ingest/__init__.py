@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gpuvar import __version__
@@ -15,8 +16,11 @@ from gpuvar.schema import finalize_kernels, finalize_memcpy
 log = logging.getLogger("gpuvar.ingest")
 
 
-def load(source: str | Path, fmt: str = "auto"):
-    """Run the right reader on `source` and return (ReaderOutput, kernels Arrow table, memcpy table or None)."""
+def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True):
+    """Run the right reader on `source` and return (ReaderOutput, kernels Arrow table, memcpy table or None).
+
+    keep_vendor_columns=False skips the source columns the canonical schema does not use, where a reader can
+    (Nsight Systems SQLite); the other formats' extra columns are their hardware counters and always kept."""
     source = Path(source)
     if fmt == "auto":
         module = detect(source)
@@ -27,13 +31,16 @@ def load(source: str | Path, fmt: str = "auto"):
         module = known[fmt]
         if not source.exists():
             raise InputError(source, "no such file or directory")
-    out = module.read(source)
+    if getattr(module, "VENDOR_COLUMN_OPTION", False):
+        out = module.read(source, keep_vendor_columns=keep_vendor_columns)
+    else:
+        out = module.read(source)
     kernels = finalize_kernels(out.kernels)
     memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
     return out, kernels, memcpy
 
 
-def ingest(source: str | Path, output: str | Path, fmt: str = "auto") -> dict:
+def ingest(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True) -> dict:
     """Ingest `source` into `output`/kernels.parquet (+ memcpy.parquet) and ingest.json; returns the report.
 
     Every file is written atomically and ingest.json last: it marks a complete ingest, so a stale one is
@@ -43,15 +50,18 @@ def ingest(source: str | Path, output: str | Path, fmt: str = "auto") -> dict:
     marker = output / "ingest.json"
     if marker.exists():
         marker.unlink()
-    out, kernels, memcpy = load(source, fmt)
+    out, kernels, memcpy = load(source, fmt, keep_vendor_columns)
     t_read = time.perf_counter() - t0
     meta = {"source": str(source), "format": out.format}
-    write_canonical(kernels, output / "kernels.parquet", meta)
     tables = {"kernels": kernels}
-    if memcpy is not None:
-        write_canonical(memcpy, output / "memcpy.parquet", meta)
+    if memcpy is not None:  # the two files are written concurrently (Parquet encoding releases the GIL)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(write_canonical, memcpy, output / "memcpy.parquet", meta)
+            write_canonical(kernels, output / "kernels.parquet", meta)
+            pending.result()
         tables["memcpy"] = memcpy
     else:
+        write_canonical(kernels, output / "kernels.parquet", meta)
         stale = output / "memcpy.parquet"
         if stale.exists():
             stale.unlink()
