@@ -13,21 +13,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuvar.errors import ConfigError
+from gpuvar.units import parse_bin_width  # noqa: F401 - part of this module's interface
 
 FORMATS = ("auto", "nsys-sqlite", "ncu-csv", "rocprof-csv", "rocprof-db", "omniperf-pmc-perf", "rocprofv3-csv")
 TARGETS = ("kernel_variability", "memory_stall")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s)?\s*$")
-_UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def parse_bin_width(text: str | int | float) -> tuple[float, str]:
-    """'10ms' -> (10_000_000, 'ns'); a bare number means launches (for traces without timestamps)."""
-    m = _DURATION.match(str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"bin width {text!r} is not a positive number with a unit ns, us, ms or s (e.g. '10ms')")
-    value, unit = float(m.group(1)), m.group(2)
-    return (value * _UNIT_NS[unit], "ns") if unit else (value, "launches")
 
 
 class Strict(BaseModel):

@@ -1,4 +1,7 @@
-"""Ingest: read a profiler file of any supported format and write canonical Parquet + ingest.json."""
+"""Ingest: read a profiler file of any supported format and write canonical Parquet + ingest.json.
+
+The readers (pandas, pyarrow) are imported when a file is read, not with the package: every `gpuvar`
+command imports gpuvar.ingest.cli to build its parser, and pandas alone costs 0.1-0.3 s of start-up."""
 
 from __future__ import annotations
 
@@ -8,10 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gpuvar import __version__
-from gpuvar.canonical_io import write_canonical, write_json
 from gpuvar.errors import InputError
-from gpuvar.ingest.detect import detect, formats
-from gpuvar.schema import finalize_kernels, finalize_memcpy
 
 log = logging.getLogger("gpuvar.ingest")
 
@@ -21,6 +21,9 @@ def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True
 
     keep_vendor_columns=False skips the source columns the canonical schema does not use, where a reader can
     (Nsight Systems SQLite); the other formats' extra columns are their hardware counters and always kept."""
+    from gpuvar.ingest.detect import detect, formats
+    from gpuvar.schema import finalize_kernels, finalize_memcpy
+
     source = Path(source)
     if fmt == "auto":
         module = detect(source)
@@ -45,6 +48,8 @@ def ingest(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendo
 
     Every file is written atomically and ingest.json last: it marks a complete ingest, so a stale one is
     removed first and an interrupted run never leaves new tables beside an old report."""
+    from gpuvar.canonical_io import write_canonical, write_json
+
     t0 = time.perf_counter()
     source, output = Path(source), Path(output)
     marker = output / "ingest.json"
