@@ -2,27 +2,35 @@
 
 Phases (each rank; collectives named):
  1. read     - this rank's contiguous, row-balanced share of Parquet row groups, only the needed columns,
-               one row group at a time into preallocated arrays; per-group exact integer duration sums.
+               one row group at a time into preallocated arrays (no decode threads: one core per rank);
+               exact integer duration sums per group (int64-accumulated bincount); checks whether the axis
+               is non-decreasing and never null (the canonical layout: the sorted path below).
  2. means    - allgather of {group key: (sum, count)} (Python ints, merged in sorted key order): exact, so the
                means are identical for any rank count.
  3. target   - kernel_variability in place; memory_stall links each kernel to a copy read by interval:
                rank r reads the memcpy rows with start in [first start of r, first start of r+1) and gets the
                last copy per link key of all earlier intervals from an allgather (the "carry").
- 4. exchange - allreduce min/max of the axis (start, or launch_id for timeline-less Nsight Compute data);
-               bin = (axis - global min) // width; allreduce of per-bin counts; bins go to ranks in contiguous
-               ranges balanced by rows; rows move to their bin's owner with Alltoallv on numpy buffers.
+ 4. exchange - allgather of each share's axis span; bin = (axis - global min) // width.
+               Sorted path (every share ordered and the shares in rank order): bins stay (id, first row) runs
+               found by binary search, a bin belongs to the lowest rank holding rows of it, so only the rows of
+               a share's first bin move, to the rank before (alltoall of one bin's rows).
+               General path (a file not sorted by start, null start times): allreduce of per-bin counts, bins
+               go to ranks in contiguous ranges balanced by rows, rows move with Alltoallv on numpy buffers.
  5. stats    - the owner computes every statistic of its bins (gpuvar.binning.stats), optionally on a thread
                pool (--workers-per-rank); rank 0 gathers them, ranks bins by the target's variance.
- 6. top-k    - rank 0 broadcasts the top-k bin ids; each rank re-reads only the row groups holding top-k rows
-               of its share (all columns) and rank 0 gathers and writes them.
+ 6. top-k    - rank 0 broadcasts the top-k bin ids; each rank names its rows in them (row group, row), the
+               row groups to re-read (the needed columns, up to the last needed row) are spread over all ranks
+               by decode cost, and rank 0 gathers the pieces and writes them in file order.
 Determinism: the rows of a bin reach its owner in file order whatever the rank count and floating sums are
 done by that owner only, so bins.parquet and topk_rows.parquet are byte-identical for any number of ranks.
-Memory bound per rank: its share as bin id (int32) + target (float64) = 12 bytes/row, plus while reading the
-axis and duration (16 bytes/row) and group code (4), plus the received rows of the bins it owns (12 bytes/row,
-about one share) during the statistics; feature columns asked for add 8 bytes/row each, twice.
+Memory bound per rank: its share as target (float64) + row flag = 9 bytes/row, plus until the bins are found
+the axis (8) and group code (4), plus on the general path the bin id (int32) and the received rows of the
+bins it owns (12 bytes/row, about one share) during the statistics; features add 8 bytes/row each, twice.
 Worker pool: numpy's sorts/partitions release the GIL, so threads scale the statistics phase on a many-core
 node where a few ranks per node each own many bins (fewer ranks = fewer exchanges and smaller collectives).
 On a 2-core machine with 2 ranks there is no spare core, so keep --workers-per-rank 1 there.
+Start-up: the ranks import numpy, pyarrow and mpi4py only (no pandas, no pydantic: Array.to_numpy and
+pa.array(ndarray) would import pandas, so numbers cross between numpy and Arrow through the buffers).
 Failure: any exception on a rank is logged as `rank N: error: ...` and the job is aborted (MPI Abort), so
 mpiexec/srun exits non-zero at once instead of hanging in the next collective. Test hook:
 GPUVAR_BIN_FAIL_ON_RANK=N makes rank N raise after reading, =N:kill makes it die by SIGKILL there (as the
