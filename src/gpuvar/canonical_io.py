@@ -53,6 +53,17 @@ def numpy_view(arr: pa.Array) -> np.ndarray:
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset :]
 
 
+def strings_from_codes(codes: np.ndarray, names: list[str]) -> pa.Array:
+    """names[codes[i]] as a plain Arrow string array, built from buffers (pa.array(list) imports pandas)."""
+    encoded = [n.encode("utf-8") for n in names]
+    offsets = np.zeros(len(encoded) + 1, np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    data = pa.py_buffer(b"".join(encoded) or b"\0")
+    dictionary = pa.Array.from_buffers(pa.string(), len(names), [None, pa.py_buffer(offsets), data])
+    indices = from_numpy(np.asarray(codes, dtype=np.int32))
+    return pa.DictionaryArray.from_arrays(indices, dictionary).cast(pa.string())
+
+
 def from_numpy(values: np.ndarray) -> pa.Array:
     """A 1-D numeric or bool numpy array as an Arrow array without nulls (NaN stays NaN, as pa.array does)."""
     values = np.ascontiguousarray(values)

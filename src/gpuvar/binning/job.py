@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 from gpuvar import targets as T
 from gpuvar.binning.partition import bin_owners, bin_width, check_bins, row_groups_for_rank
 from gpuvar.binning.stats import STATS, bin_starts, bin_stats_at, bin_stats_parallel
-from gpuvar.canonical_io import from_numpy, numpy_view, write_canonical, write_json
+from gpuvar.canonical_io import from_numpy, numpy_view, strings_from_codes, write_canonical, write_json
 from gpuvar.errors import GpuvarError, InputError, StageError
 
 log = logging.getLogger("gpuvar.binning")
@@ -391,7 +391,6 @@ class Job:
         if not share.ok.all():
             tgt[~share.ok] = np.nan
         share.target = tgt
-        del self.codes
 
     def _link(self, share: Share) -> None:
         starts = np.where(self.kstart != _NULL, self.kstart, np.iinfo(np.int64).max)
@@ -493,15 +492,14 @@ class Job:
                 raise _Collective(str(exc)) from None
         if self.fast:  # bins as (id, first row) runs: no per-row bin array, no exchange beyond boundary bins
             share.bin_ids, share.bin_starts = self._runs(axis)
-            del self.axis_v
-            return
+            return  # the axis and group codes stay: the top-k rows take them instead of decoding them again
         bins = np.full(len(axis), -1, dtype=np.int32 if self.n_bins < 2**31 else np.int64)
         for a in range(0, len(axis), _CHUNK):  # chunked: no full-size temporaries
             sl = slice(a, a + _CHUNK)
             b = (axis[sl] - self.gmin) // self.width
             bins[sl] = np.where(ok[sl], b, -1)
         share.bins = bins
-        del self.axis_v
+        del self.axis_v, self.codes
 
     def _runs(self, axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(id, index of the first row) of each non-empty bin of a non-decreasing axis: bin edges found by
@@ -696,28 +694,53 @@ class Job:
             wanted.update(part)  # a row group belongs to one share
         if not wanted:
             return None
-        names = self.pf.schema_arrow.names
-        cols = names if self.opts.features.strip() in ("auto", "") else [
-            c for c in dict.fromkeys([*ID_COLUMNS, *self.features]) if c in names]  # fmt: skip
+        schema = self.pf.schema_arrow
+        cols = schema.names if self.opts.features.strip() in ("auto", "") else [
+            c for c in dict.fromkeys([*ID_COLUMNS, *self.features]) if c in schema.names]  # fmt: skip
+        known = self._known_columns(share, hit, cols)  # taken from memory, not decoded again
+        todo = [c for c in cols if c not in known]
         mine = _spread({g: int(r[-1]) + 1 for g, r in wanted.items()}, self.size)[self.rank]
         pieces = {}
-        if mine:
-            strings = [f.name for f in self.pf.schema_arrow if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        if mine and todo:
+            strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
             pf = _open(self.opts.kernels, read_dictionary=strings)  # decode strings once per dictionary, not per row
             for g in mine:
-                pieces[g] = [_plain_strings(p) for p in _take_rows(pf, g, cols, wanted[g])]
+                pieces[g] = [_plain_strings(p) for p in _take_rows(pf, g, todo, wanted[g])]
         computed = {self.opts.target: share.target[hit], **{k: v[hit] for k, v in share.linked.items()}, "bin": b}
-        parts = self.comm.gather((pieces, computed), root=0)
+        parts = self.comm.gather((pieces, known, computed), root=0)
         if self.rank != 0:
             return None
         read = {}
-        for p, _ in parts:
+        for p, _, _ in parts:
             read.update(p)
-        t = pa.concat_tables([piece for g in sorted(read) for piece in read[g]])
+        if todo:
+            t = pa.concat_tables([piece for g in sorted(read) for piece in read[g]])
+        else:
+            t = pa.Table.from_arrays([], names=[])
+        for name in cols:  # the known columns back at their place, in the file's type
+            if name in known:
+                column = pa.concat_arrays([k[name] for _, k, _ in parts])
+                typ = schema.field(name).type  # (self.pf reads kernel_name as a dictionary: the value type)
+                typ = typ.value_type if pa.types.is_dictionary(typ) else typ
+                if column.type != typ:
+                    column = column.cast(typ)
+                t = t.add_column(cols.index(name), name, column) if t.num_columns else pa.Table.from_arrays(
+                    [column], names=[name])
         # only `bin` (which the causal step ignores): a rank column would look like a feature; join bins.parquet
         for name in computed:
-            t = t.append_column(name, from_numpy(np.concatenate([c[name] for _, c in parts])))
+            t = t.append_column(name, from_numpy(np.concatenate([c[name] for _, _, c in parts])))
         return t
+
+    def _known_columns(self, share: Share, hit: np.ndarray, cols: list[str]) -> dict[str, pa.Array]:
+        """Columns of the hit rows this rank still holds (sorted path): the axis, and kernel_name by code."""
+        if not self.fast:
+            return {}
+        known = {}
+        if self.axis in cols:
+            known[self.axis] = from_numpy(self.axis_v[hit])
+        if self.opts.group == "kernel" and "kernel_name" in cols:
+            known["kernel_name"] = strings_from_codes(self.codes[hit], list(self.index))
+        return known
 
 
 def _spread(cost: dict[int, int], size: int) -> list[list[int]]:
