@@ -12,6 +12,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 STATS = ("count", "min", "max", "mean", "var", "std", "q25", "median", "q75")
 QUANTILES = (("q25", 0.25), ("median", 0.5), ("q75", 0.75))
@@ -36,7 +37,7 @@ def _quantiles(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> di
         step = max(1, _BLOCK_ELEMENTS // c)
         for a in range(0, len(which), step):
             sel = which[a : a + step]
-            block = values[starts[sel][:, None] + np.arange(c)]
+            block = sliding_window_view(values, c)[starts[sel]]  # a copy, without an index array per element
             block.sort(axis=1)  # row-wise SIMD sort: ~3x faster than partition with 6 kth here
             for (name, _), p, low in zip(QUANTILES, pos, lo):
                 x0 = block[:, low]
