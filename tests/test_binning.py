@@ -193,7 +193,8 @@ def test_sorted_path_edge_cases_are_byte_identical_for_1_and_3_ranks(demo, tmp_p
         for col, frac in (("duration", 0.01), ("kernel_name", 0.005)):
             hole = pa.array(rng.random(t.num_rows) < frac)
             column = t.column(col).combine_chunks()
-            t = t.set_column(t.column_names.index(col), col, pc.if_else(hole, pa.nulls(t.num_rows, column.type), column))
+            holed = pc.if_else(hole, pa.nulls(t.num_rows, column.type), column)
+            t = t.set_column(t.column_names.index(col), col, holed)
         kernels = tmp_path / "holes.parquet"
         write_canonical(t, kernels, row_group_rows=4096)
         args = ["--memcpy", demo / "memcpy.parquet", "--target", "memory_stall", "--bin-width", "2ms", "--top-k", "3",

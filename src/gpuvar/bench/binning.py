@@ -84,7 +84,8 @@ means_q = lf.group_by("kernel_name").agg(pl.col("duration").mean().alias("mu"))
 stats, means, tmin = pl.collect_all([stats_q, means_q, lf.select(pl.col("start").min())])
 t_stats = time.perf_counter() - t0
 tmin = tmin.item()
-ranked = stats.with_columns(pl.col("var").fill_nan(None)).sort(["var", "bin"], descending=[True, False], nulls_last=True)
+ranked = (stats.with_columns(pl.col("var").fill_nan(None))
+          .sort(["var", "bin"], descending=[True, False], nulls_last=True))
 top = sorted(ranked.head(k)["bin"].to_list())
 in_top = pl.any_horizontal([pl.col("start").is_between(tmin + b * width, tmin + (b + 1) * width, closed="left")
                             for b in top])
@@ -99,7 +100,8 @@ print(json.dumps({"seconds": seconds, "stats_s": t_stats, "top_k_bins": top, "to
 """
 
 
-def run_gpuvar(path: Path, ranks: int, width: str, workers: int, out: Path, top_k: int = 20) -> tuple[float, dict, dict]:
+def run_gpuvar(path: Path, ranks: int, width: str, workers: int, out: Path,
+               top_k: int = 20) -> tuple[float, dict, dict]:
     """Wall seconds of `mpiexec -n R gpuvar bin`, its bin.json, and its per-bin statistics."""
     import pyarrow.parquet as pq
 

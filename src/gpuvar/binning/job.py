@@ -903,7 +903,8 @@ def _write(job: Job, bins: pa.Table, rows: list[pa.Table]) -> None:
     if rows:
         table = pa.concat_tables(rows).combine_chunks()
     else:
-        table = pa.Table.from_arrays([pa.nulls(0, pa.float64()), pa.nulls(0, pa.int64())], names=[job.opts.target, "bin"])
+        empty = [pa.nulls(0, pa.float64()), pa.nulls(0, pa.int64())]
+        table = pa.Table.from_arrays(empty, names=[job.opts.target, "bin"])
     write_canonical(table, out / "topk_rows.parquet", meta)
 
 

@@ -113,8 +113,8 @@ def bin_stats_parallel(values: np.ndarray, bins: np.ndarray, workers: int) -> di
 
 def bin_stats_at(values: np.ndarray, ids: np.ndarray, starts: np.ndarray, workers: int = 1) -> dict[str, np.ndarray]:
     """bin_stats for rows already cut into bins: bin ids[i] is values[starts[i]:starts[i+1]] (the last runs to
-    the end; starts[0] == 0), every bin non-empty. No per-row bin id array is needed; NaN rows are removed like bin_stats does
-    (through it). Same result as bin_stats for any split (bins are never cut)."""
+    the end; starts[0] == 0), every bin non-empty. No per-row bin id array is needed; NaN rows are removed
+    like bin_stats does (through it). Same result as bin_stats for any split (bins are never cut)."""
     values = np.asarray(values, dtype=np.float64)
     ids = np.asarray(ids, dtype=np.int64)
     starts = np.asarray(starts, dtype=np.int64)
