@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpuvar.binning.partition import bin_owners, bin_width, row_groups_for_rank
-from gpuvar.binning.stats import bin_stats, bin_stats_parallel
+from gpuvar.binning.stats import bin_stats, bin_stats_at, bin_stats_parallel
 from gpuvar.canonical_io import write_canonical
 from gpuvar.errors import GpuvarError
 from gpuvar.schema import finalize_kernels, finalize_memcpy
@@ -66,6 +66,20 @@ def test_bin_stats_split_over_workers_is_identical():
     three = bin_stats_parallel(values, bins, 3)
     for k in one:
         np.testing.assert_array_equal(one[k], three[k])
+
+
+def test_bin_stats_on_runs_equal_bin_stats():
+    """The sorted path's statistics from (bin id, first row) runs: identical to bin_stats, split or not,
+    with NaN rows (rows without a target) left out the same way."""
+    rng = np.random.default_rng(5)
+    bins = np.sort(rng.choice(3000, size=60_000))
+    values = 1e6 + rng.normal(size=len(bins)) * 1e3
+    values[rng.random(len(bins)) < 0.01] = np.nan
+    ids, starts = np.unique(bins, return_index=True)
+    for vals, workers in ((values, 1), (values, 3), (np.nan_to_num(values), 1), (np.nan_to_num(values), 4)):
+        ref, got = bin_stats(vals, bins), bin_stats_at(vals, ids, starts, workers)
+        for k in ref:
+            np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
 
 
 def test_partition_balances_rows():
@@ -161,6 +175,40 @@ def test_outputs_are_byte_identical_for_1_2_3_ranks(demo, tmp_path, extra):
     same = [{k: v for k, v in rep.items() if k not in run_specific} for rep in reports]
     assert same[0] == same[1] == same[2]
     assert [rep["ranks"] for rep in reports] == [1, 2, 3] and len(reports[2]["peak_rss_mb_per_rank"]) == 3
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", ["one_bin_over_all_ranks", "rows_without_target"])
+def test_sorted_path_edge_cases_are_byte_identical_for_1_and_3_ranks(demo, tmp_path, case):
+    """The sorted fast path (bins as runs of rows, only a share's first bin moves): a bin held by every rank,
+    and rows without a duration or kernel name inside the runs, give the same bytes for any rank count."""
+    kernels = demo / "kernels.parquet"
+    args = ["--bin-width", "1s", "--top-k", "1", "--features", "grid_x,duration"]
+    if case == "rows_without_target":
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        t = pq.read_table(kernels)
+        rng = np.random.default_rng(1)
+        for col, frac in (("duration", 0.01), ("kernel_name", 0.005)):
+            hole = pa.array(rng.random(t.num_rows) < frac)
+            column = t.column(col).combine_chunks()
+            holed = pc.if_else(hole, pa.nulls(t.num_rows, column.type), column)
+            t = t.set_column(t.column_names.index(col), col, holed)
+        kernels = tmp_path / "holes.parquet"
+        write_canonical(t, kernels, row_group_rows=4096)
+        args = ["--memcpy", demo / "memcpy.parquet", "--target", "memory_stall", "--bin-width", "2ms", "--top-k", "3",
+                "--features", "grid_x,duration,linked_copy_bytes"]  # fmt: skip
+    for r in (None, 3):
+        proc = run_bin(kernels, *args, "--output", tmp_path / f"r{r or 1}", ranks=r)
+        assert proc.returncode == 0, proc.stderr
+    for name in ("bins.parquet", "topk_rows.parquet"):
+        assert (tmp_path / "r1" / name).read_bytes() == (tmp_path / "r3" / name).read_bytes(), name
+    report = json.loads((tmp_path / "r3" / "bin.json").read_text())
+    if case == "rows_without_target":
+        assert report["rows_without_target"]["no duration"] > 0 and report["rows_without_target"]["no kernel_name"] > 0
+    else:
+        assert report["non_empty_bins"] == 1 and report["top_k_rows"] == report["rows_binned"]
 
 
 @pytest.mark.mpi

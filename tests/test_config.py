@@ -41,6 +41,8 @@ def with_(path: str, value):
         ("demo.enabled", "maybe", "demo.enabled"),
         ("demo.seed", "x", "demo.seed"),
         ("demo.rows", 0, "demo.rows: Input should be greater than 0 (got 0)"),
+        ("ingest.keep_vendor_columns", "some", "ingest.keep_vendor_columns"),
+        ("ingest.drop_columns", True, "ingest.drop_columns: unknown key"),
         ("targets.variability_group", "name", "targets.variability_group: 'name' is not allowed"),
         ("targets.memcpy_link", "correlation", "targets.memcpy_link: 'correlation' is not allowed"),
         ("binning.bin_width", "10 parsecs", "binning.bin_width: bin width '10 parsecs' is not a positive number"),

@@ -6,10 +6,12 @@ ids, missing enum tables and damaged files are checked on databases built here.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -19,6 +21,7 @@ from gpuvar.ingest import ingest, load
 from gpuvar.ingest import nsys
 from gpuvar.ingest.base import read_head
 from gpuvar.ingest.detect import detect
+from gpuvar.schema import canonical_columns
 
 from conftest import real_file
 
@@ -115,6 +118,37 @@ def test_real_2026_columns_kept_and_process_id_decoded(tmp_path):
     k2, _ = load(mfu)[1:]
     assert "tensorSizeMinusOneElements" in k2.column_names
     assert any("DERIVED_WINDOW_NS" in n for n in load(mfu)[0].notes)
+
+
+@pytest.mark.parametrize("relative", [MOCK, H200])
+def test_without_vendor_columns_the_canonical_columns_are_unchanged(relative, tmp_path, run_cli):
+    """--no-keep-vendor-columns skips the export's other columns (named in a note), nothing else changes."""
+    path = real_file(relative)
+    full = ingest(path, tmp_path / "full")
+    result = run_cli("ingest", path, "-o", tmp_path / "lean", "--no-keep-vendor-columns")
+    assert result.returncode == 0, result.stderr
+    lean = json.loads((tmp_path / "lean" / "ingest.json").read_text())
+    for name in ("kernels", "memcpy"):
+        a = pq.read_table(tmp_path / "lean" / f"{name}.parquet")
+        b = pq.read_table(tmp_path / "full" / f"{name}.parquet")
+        assert a.column_names == [c.column for c in canonical_columns(name)]
+        assert a.equals(b.select(a.column_names)), name
+        assert lean["tables"][name]["rows_written"] == full["tables"][name]["rows_written"]
+        assert lean["tables"][name]["balanced"]
+    skipped = [n for n in lean["notes"] if "vendor column(s) not read" in n]
+    assert len(skipped) == 2 and "contextId" in skipped[0] and "globalPid" not in " ".join(skipped)
+    assert "contextId" in pq.read_schema(tmp_path / "full" / "kernels.parquet").names
+
+
+def test_partitioned_scan_is_put_back_in_table_order():
+    """Partitions come back as interleaved batches: rows are returned in rowid order (overlaps sorted)."""
+    batch = lambda ids: pa.RecordBatch.from_pydict({"rid": ids, "v": [i * 10 for i in ids]})  # noqa: E731
+    shuffled = pa.Table.from_batches([batch([5, 6]), batch([1, 2]), batch([7]), batch([3, 4])])
+    ordered = nsys._in_rowid_order(shuffled, "rid")
+    assert ordered.column("rid").to_pylist() == [1, 2, 3, 4, 5, 6, 7]
+    assert ordered.column("v").to_pylist() == [10, 20, 30, 40, 50, 60, 70]
+    overlapping = pa.Table.from_batches([batch([2, 9]), batch([1, 5])])
+    assert nsys._in_rowid_order(overlapping, "rid").column("rid").to_pylist() == [1, 2, 5, 9]
 
 
 # --- demo writer round trip ---------------------------------------------------------------------------------

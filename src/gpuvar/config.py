@@ -23,46 +23,18 @@ from pydantic import (
 )
 
 from gpuvar.errors import ConfigError
+from gpuvar.units import MAX_BIN_NS, MAX_LAUNCHES, format_bin_width, parse_bin_width  # noqa: F401
 
 FORMATS = ("auto", "nsys-sqlite", "ncu-csv", "rocprof-csv", "rocprof-db", "omniperf-pmc-perf", "rocprofv3-csv",
            "ncu-rep", "rocpd-sqlite")
 TARGETS = ("kernel_variability", "memory_stall")
-_DURATION = re.compile(r"\s*(\d{1,15}(?:\.\d{1,9})?)\s*(ns|us|ms|s)?\s*")
-_UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # Feature (column) names reach shell commands and comma-separated options: canonical names (docs/schema.md),
 # raw ncu metrics (dram__bytes.sum.per_second), Omniperf counters (TCC_EA0_RDREQ[0]) and ncu details-page
 # names ("Memory Throughput") fit; shell metacharacters, quotes, commas and control characters do not.
 _FEATURE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/\[\]()%# -]{0,199}")
 FEATURE_ALLOWED = "a column name: a letter or '_', then letters, digits, space and _ . : / [ ] ( ) % # -"
-MAX_BIN_NS = 86_400 * 1_000_000_000  # one day
-MAX_LAUNCHES = 1_000_000_000
 MAX_SEED = 2**32 - 1
-
-
-def parse_bin_width(text: str | int | float) -> tuple[float, str]:
-    """'10ms' -> (10_000_000, 'ns'); a bare number means launches (for traces without timestamps).
-
-    Bounded so that no accepted value can overflow or split a command later: a whole number of ns from 1 ns to
-    one day, or a whole number of launches from 1 to 10^9."""
-    m = _DURATION.fullmatch(str(text)) if not isinstance(text, bool) else None
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"bin width {text!r} is not a positive number with a unit ns, us, ms or s (e.g. '10ms')")
-    value, unit = float(m.group(1)), m.group(2)
-    if unit:
-        ns = value * _UNIT_NS[unit]
-        if not 1 <= ns <= MAX_BIN_NS or abs(ns - round(ns)) > 1e-6:
-            raise ValueError(f"bin width {text!r} must be a whole number of ns from 1ns to 1 day (86400s)")
-        return float(round(ns)), "ns"
-    if value != int(value) or not 1 <= value <= MAX_LAUNCHES:
-        raise ValueError(f"bin width {text!r} without a unit is launches: a whole number from 1 to {MAX_LAUNCHES}")
-    return value, "launches"
-
-
-def format_bin_width(text: str | int | float) -> str:
-    """The bin width validated and as one shell-safe token: '10 ms' -> '10ms', 50 -> '50'."""
-    parse_bin_width(text)
-    return "".join(str(text).split())
 
 
 def _not_bool(v):
@@ -132,6 +104,11 @@ class Demo(Strict):
     enabled: bool = True
     seed: Seed = 0
     rows: Int = Field(20_000, gt=0, le=1_000_000_000)
+
+
+class Ingest(Strict):
+    keep_vendor_columns: bool = Field(True, description="Nsight Systems: also read the export columns the "
+                                      "canonical schema does not use (kept under their own names)")
 
 
 class Targets(Strict):
@@ -209,6 +186,7 @@ class Comparison(Strict):
 class Config(Strict):
     demo: Demo = Demo()
     datasets: list[Dataset] = Field(min_length=1)
+    ingest: Ingest = Ingest()
     targets: Targets = Targets()
     binning: Binning = Binning()
     causal: Causal = Causal()

@@ -166,6 +166,22 @@ def _string_arrow(values: pd.Series) -> pa.Array:
     return pa.DictionaryArray.from_arrays(indices, categories).cast(pa.string())
 
 
+def _text_categorical(values: pd.Series) -> bool:
+    """A categorical of strings of which at least one used category is not a number: written as text.
+
+    Decided on the categories (a few thousand) instead of converting every row (seconds per 10 M rows); the
+    result is what the per-row conversion in _finalize would give."""
+    if not isinstance(values.dtype, pd.CategoricalDtype):
+        return False
+    categories = values.cat.categories
+    if not all(isinstance(c, str) for c in categories):
+        return False
+    codes = values.cat.codes.to_numpy()
+    used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(categories)))
+    numeric = pd.to_numeric(pd.Series(np.asarray(categories, dtype=object)[used]), errors="coerce")
+    return bool(numeric.isna().any())
+
+
 LAUNCH_CONFIG_PARTS = (
     "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "lds_per_workgroup"
 )
@@ -269,6 +285,11 @@ def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
             fields.append(pa.field(str(extra), bulk[extra].type))
             continue
         values = df[extra]
+        if _text_categorical(values):  # names etc.: strings through the dictionary, not 1 Python object per row
+            arr = _string_arrow(values)
+            arrays.append(arr)
+            fields.append(pa.field(str(extra), arr.type))
+            continue
         if isinstance(values.dtype, pd.CategoricalDtype):
             values = values.astype(object)
         if values.dtype == object:

@@ -16,6 +16,11 @@ rule ingest_trace:
         runtime=30,
     params:
         format=dataset_format,
+        vendor=(
+            "--keep-vendor-columns"
+            if CFG.ingest.keep_vendor_columns
+            else "--no-keep-vendor-columns"
+        ),
         outdir=subpath(output.kernels, parent=True),
     shell:
-        "gpuvar ingest {input:q} --output {params.outdir:q} --format {params.format:q} > {log:q} 2>&1"
+        "gpuvar ingest {input:q} --output {params.outdir:q} --format {params.format:q} {params.vendor:q} > {log:q} 2>&1"

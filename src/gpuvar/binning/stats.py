@@ -12,6 +12,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 STATS = ("count", "min", "max", "mean", "var", "std", "q25", "median", "q75")
 QUANTILES = (("q25", 0.25), ("median", 0.5), ("q75", 0.75))
@@ -36,7 +37,7 @@ def _quantiles(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> di
         step = max(1, _BLOCK_ELEMENTS // c)
         for a in range(0, len(which), step):
             sel = which[a : a + step]
-            block = values[starts[sel][:, None] + np.arange(c)]
+            block = sliding_window_view(values, c)[starts[sel]]  # a copy, without an index array per element
             block.sort(axis=1)  # row-wise SIMD sort: ~3x faster than partition with 6 kth here
             for (name, _), p, low in zip(QUANTILES, pos, lo):
                 x0 = block[:, low]
@@ -55,6 +56,11 @@ def bin_stats(values: np.ndarray, bins: np.ndarray) -> dict[str, np.ndarray]:
     if not keep.all():
         values, bins = values[keep], bins[keep]
     ids, starts = bin_starts(bins)
+    return _stats_at(values, ids, starts)
+
+
+def _stats_at(values: np.ndarray, ids: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
+    """Statistics of NaN-free `values` whose bin `ids[i]` holds rows starts[i] .. starts[i+1] (or the end)."""
     if len(ids) == 0:
         return {"bin": ids, **{s: np.empty(0, np.int64 if s == "count" else np.float64) for s in STATS}}
     counts = np.diff(np.append(starts, len(values)))
@@ -102,4 +108,38 @@ def bin_stats_parallel(values: np.ndarray, bins: np.ndarray, workers: int) -> di
     else:
         with ThreadPoolExecutor(workers) as pool:
             parts = list(pool.map(one, ranges))
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def bin_stats_at(values: np.ndarray, ids: np.ndarray, starts: np.ndarray, workers: int = 1) -> dict[str, np.ndarray]:
+    """bin_stats for rows already cut into bins: bin ids[i] is values[starts[i]:starts[i+1]] (the last runs to
+    the end; starts[0] == 0), every bin non-empty. No per-row bin id array is needed; NaN rows are removed
+    like bin_stats does (through it). Same result as bin_stats for any split (bins are never cut)."""
+    values = np.asarray(values, dtype=np.float64)
+    ids = np.asarray(ids, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    if np.isnan(values).any():
+        counts = np.diff(np.append(starts, len(values)))
+        return bin_stats_parallel(values, np.repeat(ids, counts), workers)
+    ends = np.append(starts[1:], len(values))
+    parts_wanted = max(1, workers, -(-len(values) // CHUNK_ROWS))
+    cuts = [0]  # bin index where each part begins: about equal rows, never inside a bin
+    for i in range(1, parts_wanted):
+        j = int(np.searchsorted(starts, len(values) * i // parts_wanted, side="left"))
+        if j > cuts[-1] and j < len(ids):
+            cuts.append(j)
+    cuts.append(len(ids))
+
+    def one(k: int) -> dict[str, np.ndarray]:
+        a, b = cuts[k], cuts[k + 1]
+        lo, hi = int(starts[a]), int(ends[b - 1])
+        return _stats_at(values[lo:hi], ids[a:b], starts[a:b] - lo)
+
+    if len(cuts) <= 2:
+        return _stats_at(values, ids, starts)
+    if workers <= 1:
+        parts = [one(k) for k in range(len(cuts) - 1)]
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(one, range(len(cuts) - 1)))
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
