@@ -200,7 +200,7 @@ class Config(Strict):
         datasets = [d.name for d in info.data.get("datasets") or []]
         seen = set()
         for i, c in enumerate(v):
-            if not _NAME.match(c.name):
+            if not _NAME.fullmatch(c.name):
                 raise ValueError(f"entry {i}: name {c.name!r} must start with a letter or digit and use only letters, "
                                  "digits, '_', '.', '-'")  # fmt: skip
             if c.name in seen:
