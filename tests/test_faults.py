@@ -65,7 +65,7 @@ def test_locked_database_fails_promptly_or_reads(nsys_file, tmp_path):
 # is written, before memcpy.parquet and ingest.json. No sleeps, so the signal always lands mid-run.
 _INTERRUPT_AFTER_FIRST_TABLE = """
 import os, signal, sys
-import gpuvar.ingest as ingest_module
+import gpuvar.canonical_io as ingest_module
 from gpuvar.cli import main
 original, calls = ingest_module.write_canonical, []
 def write_then_interrupt(*args, **kwargs):
@@ -96,8 +96,10 @@ def test_interrupted_ingest_leaves_nothing_complete_looking_and_a_rerun_complete
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "gpuvar ingest: interrupted", proc.stderr
     left = sorted(p.name for p in out.iterdir()) if out.exists() else []
-    assert "kernels.parquet" in left, left  # the signal landed between the two tables, as arranged
-    assert "ingest.json" not in left and "memcpy.parquet" not in left, left  # nothing marks it complete
+    # the signal lands while the two tables are written (concurrently): whatever table got written, nothing
+    # marks the ingest complete
+    assert set(left) <= {"kernels.parquet", "memcpy.parquet"}, left
+    assert "ingest.json" not in left, left
     assert not [name for name in left if ".tmp-" in name], left  # temporary files are removed too
 
     rerun = subprocess.run([sys.executable, "-m", "gpuvar.cli", *args], capture_output=True, text=True, timeout=120)
