@@ -1,5 +1,5 @@
 """Benchmarks printing one JSON object each: `binning` (gpuvar vs DuckDB vs pandas), `causal` (fast
-pwling vs lingam), `ingest` (nsys SQLite rows/s)."""
+pwling vs lingam), `ingest` (nsys SQLite rows/s), `ingest-kineto` (Kineto JSON events/s)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ BENCHES = {
     "binning": ("gpuvar.bench.binning", "configure_binning", "run_binning"),
     "causal": ("gpuvar.bench.causal", "configure_causal", "run_causal"),
     "ingest": ("gpuvar.bench.ingest", "configure_ingest", "run_ingest"),
+    "ingest-kineto": ("gpuvar.bench.kineto", "configure_kineto", "run_kineto"),
 }
 
 

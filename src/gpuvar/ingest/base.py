@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from gpuvar.errors import InputError
+from gpuvar.ingest import compression
 from gpuvar.schema import int_column
 
 
@@ -37,12 +38,8 @@ class ReaderOutput:
 
 
 def read_head(path: Path, size: int = 65536) -> bytes:
-    """First bytes of a file, for content sniffing."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(size)
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    """First (decompressed: see compression) bytes of a file, for content sniffing."""
+    return compression.read_head(path, size)
 
 
 def decode_text(path: Path) -> str:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.base import read_head
+from gpuvar.ingest.compression import check_not_compressed_sqlite
 
 # module names under gpuvar.ingest, in sniffing order (most specific first)
-READER_MODULES = ("nsys", "rocprof_db", "ncu", "rocprofv3", "omniperf", "rocprof")
+READER_MODULES = ("nsys", "rocprof_db", "ncu", "rocprofv3", "omniperf", "rocprof", "kineto")
 
 
 def reader_modules():
@@ -42,6 +43,8 @@ def detect(path: str | Path):
     head = b"" if path.is_dir() else read_head(path)
     if not path.is_dir() and not head:
         raise InputError(path, "empty file")
+    if not path.is_dir():
+        check_not_compressed_sqlite(path, head)
     for module in reader_modules():
         if module.sniff(path, head):
             return module

@@ -1,0 +1,132 @@
+"""Transparent decompression, chosen by magic bytes (never by the file name).
+
+Every reader opens files through `open_binary` / `read_bytes` here, so a gzip, bzip2 or xz copy of any supported
+text format reads like the original. zstd is recognised and read when the `zstandard` package is installed, else
+rejected naming the package. A compressed SQLite database cannot be queried in place: it is rejected with the
+command that decompresses it.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import zlib
+from pathlib import Path
+
+from gpuvar.errors import InputError
+
+MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+}
+DECOMPRESS_COMMAND = {"gzip": "gunzip", "bzip2": "bunzip2", "xz": "unxz", "zstd": "unzstd"}
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError)
+
+
+def compression_of(head: bytes) -> str | None:
+    """'gzip', 'bzip2', 'xz', 'zstd' or None, from the first bytes of a file."""
+    for magic, name in MAGIC.items():
+        if head.startswith(magic):
+            return name
+    return None
+
+
+def _raw_head(path: Path, size: int = 8) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError as exc:
+        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+
+
+def _open_zstd(path: Path, raw):
+    try:
+        import zstandard
+    except ModuleNotFoundError:
+        raw.close()
+        raise InputError(path, "zstd-compressed file: decompress it first (unzstd FILE) or pip install zstandard") from None
+    return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
+
+
+def open_binary(path: str | Path):
+    """A binary file object of the decompressed content (the file itself when it is not compressed)."""
+    path = Path(path)
+    kind = compression_of(_raw_head(path))
+    try:
+        raw = open(path, "rb")
+    except OSError as exc:
+        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    if kind is None:
+        return raw
+    if kind == "gzip":
+        return _Owned(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
+    if kind == "bzip2":
+        return _Owned(bz2.BZ2File(raw), raw)
+    if kind == "xz":
+        return _Owned(lzma.LZMAFile(raw), raw)
+    return _open_zstd(path, raw)
+
+
+class _Owned(io.RawIOBase):
+    """A decompressing reader that also closes the underlying file."""
+
+    def __init__(self, inner, raw):
+        super().__init__()
+        self._inner, self._raw = inner, raw
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        return self._inner.read(size)
+
+    def readinto(self, buffer) -> int:
+        data = self._inner.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.close()
+            self._raw.close()
+        super().close()
+
+
+def read_head(path: str | Path, size: int = 65536) -> bytes:
+    """First `size` decompressed bytes (a damaged compressed stream gives what could be decoded)."""
+    path = Path(path)
+    with open_binary(path) as fh:
+        out = bytearray()
+        try:
+            while len(out) < size:
+                block = fh.read(size - len(out))
+                if not block:
+                    break
+                out += block
+        except _ERRORS:
+            pass
+    return bytes(out)
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """Whole decompressed content; a damaged compressed stream is a one-line InputError naming the compression."""
+    path = Path(path)
+    kind = compression_of(_raw_head(path))
+    with open_binary(path) as fh:
+        try:
+            return fh.read()
+        except _ERRORS as exc:
+            raise InputError(path, f"damaged {kind} stream ({exc})") from None
+
+
+def check_not_compressed_sqlite(path: str | Path, head: bytes) -> None:
+    """InputError when `path` is compressed and its decompressed `head` is an SQLite database."""
+    path = Path(path)
+    kind = compression_of(_raw_head(path))
+    if kind and head.startswith(SQLITE_MAGIC):
+        raise InputError(path, f"compressed SQLite database: decompress it first ({DECOMPRESS_COMMAND[kind]} FILE)")
