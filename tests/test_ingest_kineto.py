@@ -14,7 +14,7 @@ import pytest
 from gpuvar.ingest import ingest, load
 from gpuvar.ingest.detect import detect
 from gpuvar.ingest.json_stream import DecodeFailed, TraceStream
-from tests.conftest import REAL_DATA, real_file
+from conftest import REAL_DATA, real_file
 
 KINETO = "pytorch-kineto-trace"
 REAL = sorted(p.relative_to(REAL_DATA).as_posix() for p in (REAL_DATA / KINETO).glob("*/*.json*")) if (

@@ -34,7 +34,7 @@ def _header(rank: int | None, world: int) -> str:
         f'      "computeMajor": 8, "computeMinor": 0, "warpSize": 32, "numSms": 108\n    }}'
         for d in range(max(world, 1))
     )
-    dist = f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world}}},\n' if rank is not None else ""
+    dist = "" if rank is None else f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world}}},\n'
     return f'{{\n  "schemaVersion": 1,\n{dist}  "deviceProperties": [\n{props}\n  ],\n  "traceEvents": [\n'
 
 

@@ -43,11 +43,9 @@ def read_head(path: Path, size: int = 65536) -> bytes:
 
 
 def decode_text(path: Path) -> str:
-    """Whole file as text: UTF-8 (BOM stripped), falling back to latin-1; CRLF/CR normalised to LF."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    """Whole file as text (decompressed, UTF-16 transcoded: see compression): UTF-8 (BOM stripped), falling back
+    to latin-1; CRLF/CR normalised to LF."""
+    raw = compression.read_bytes(path)
     if b"\x00" in raw[:4096]:
         raise InputError(path, "binary file, not a CSV")
     try:

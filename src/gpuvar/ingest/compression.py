@@ -1,9 +1,11 @@
-"""Transparent decompression, chosen by magic bytes (never by the file name).
+"""How a file's bytes reach the readers: transparent decompression and UTF-16 transcoding, by content.
 
-Every reader opens files through `open_binary` / `read_bytes` here, so a gzip, bzip2 or xz copy of any supported
-text format reads like the original. zstd is recognised and read when the `zstandard` package is installed, else
-rejected naming the package. A compressed SQLite database cannot be queried in place: it is rejected with the
-command that decompresses it.
+Every reader reads through `open_binary` / `read_bytes` / `read_head` here, so a gzip, bzip2 or xz copy of any
+supported text format reads like the original, whatever its name (the magic bytes decide). zstd is recognised
+and read when the `zstandard` package is installed, else rejected naming the package. A compressed SQLite
+database cannot be queried in place: it is rejected with the command that decompresses it. A UTF-16 text file
+(Windows tools write them; BOM FF FE / FE FF, or a BOM-less file whose first characters are ASCII with NUL high
+bytes) is transcoded to UTF-8, so CSV readers see the text they expect.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def _open_zstd(path: Path, raw):
         import zstandard
     except ModuleNotFoundError:
         raw.close()
-        raise InputError(path, "zstd-compressed file: decompress it first (unzstd FILE) or pip install zstandard") from None
+        raise InputError(path, "zstd-compressed file: decompress it first (unzstd FILE) or pip install zstandard") \
+            from None
     return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
 
 
@@ -97,8 +100,34 @@ class _Owned(io.RawIOBase):
         super().close()
 
 
+def utf16_of(head: bytes) -> str | None:
+    """'utf-16-le' / 'utf-16-be' when the bytes look like UTF-16 text, else None."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) and not head.startswith(b"\xff\xfe\x00\x00"):
+        return "utf-16-le" if head[:2] == b"\xff\xfe" else "utf-16-be"
+    sample = head[:64] if len(head) >= 64 else head[: len(head) // 2 * 2]
+    if len(sample) >= 8:
+        if not any(sample[1::2]) and all(0 < b < 128 for b in sample[0::2]):
+            return "utf-16-le"
+        if not any(sample[0::2]) and all(0 < b < 128 for b in sample[1::2]):
+            return "utf-16-be"
+    return None
+
+
+def _transcode(path: Path, data: bytes, encoding: str, partial: bool = False) -> bytes:
+    """UTF-16 bytes (BOM dropped) -> UTF-8; a cut last character is tolerated in a head (`partial`)."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        data = data[2:]
+    if partial:
+        data = data[: len(data) // 2 * 2]
+    try:
+        return data.decode(encoding, errors="strict" if not partial else "ignore").encode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"invalid {encoding.upper()} text at byte {exc.start}") from None
+
+
 def read_head(path: str | Path, size: int = 65536) -> bytes:
-    """First `size` decompressed bytes (a damaged compressed stream gives what could be decoded)."""
+    """First `size` decompressed bytes, as UTF-8 when the file is UTF-16 (a damaged compressed stream gives
+    what could be decoded: the reader reports the damage)."""
     path = Path(path)
     with open_binary(path) as fh:
         out = bytearray()
@@ -110,18 +139,25 @@ def read_head(path: str | Path, size: int = 65536) -> bytes:
                 out += block
         except _ERRORS:
             pass
-    return bytes(out)
+    head = bytes(out)
+    encoding = utf16_of(head)
+    return _transcode(path, head, encoding, partial=True) if encoding else head
 
 
 def read_bytes(path: str | Path) -> bytes:
-    """Whole decompressed content; a damaged compressed stream is a one-line InputError naming the compression."""
+    """Whole decompressed content (UTF-16 transcoded to UTF-8); a damaged compressed stream is a one-line
+    InputError naming the compression."""
     path = Path(path)
     kind = compression_of(_raw_head(path))
     with open_binary(path) as fh:
         try:
-            return fh.read()
+            data = fh.read()
         except _ERRORS as exc:
             raise InputError(path, f"damaged {kind} stream ({exc})") from None
+        except MemoryError:
+            raise InputError(path, f"{kind} stream decompresses to more than the memory available") from None
+    encoding = utf16_of(data[:64])
+    return _transcode(path, data, encoding) if encoding else data
 
 
 def check_not_compressed_sqlite(path: str | Path, head: bytes) -> None:

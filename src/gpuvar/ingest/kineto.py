@@ -313,7 +313,7 @@ def _launch_ids(start: np.ndarray, corr) -> np.ndarray:
     """Rank of each row by (start, correlation), from 0."""
     if len(start) < 2 or (start[1:] > start[:-1]).all():
         return np.arange(len(start), dtype=np.int64)
-    corr = np.asarray(pd.Series(corr).fillna(-1), dtype=np.int64) if corr is not None else np.zeros(len(start), np.int64)
+    corr = np.zeros(len(start), np.int64) if corr is None else np.asarray(pd.Series(corr).fillna(-1), dtype=np.int64)
     order = np.lexsort((corr, start))
     launch = np.empty(len(order), dtype=np.int64)
     launch[order] = np.arange(len(order), dtype=np.int64)
