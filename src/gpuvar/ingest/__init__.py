@@ -15,8 +15,10 @@ from gpuvar.schema import finalize_kernels, finalize_memcpy
 log = logging.getLogger("gpuvar.ingest")
 
 
-def load(source: str | Path, fmt: str = "auto"):
-    """Run the right reader on `source` and return (ReaderOutput, kernels Arrow table, memcpy table or None)."""
+def load(source: str | Path, fmt: str = "auto", cache_dir: str | Path | None = None):
+    """Run the right reader on `source` and return (ReaderOutput, kernels Arrow table, memcpy table or None).
+
+    cache_dir: where a reader that converts its input first (nsys-rep: `nsys export`) keeps the conversion."""
     source = Path(source)
     if fmt == "auto":
         module = detect(source)
@@ -27,7 +29,7 @@ def load(source: str | Path, fmt: str = "auto"):
         module = known[fmt]
         if not source.exists():
             raise InputError(source, "no such file or directory")
-    out = module.read(source)
+    out = module.read_cached(source, cache_dir) if hasattr(module, "read_cached") else module.read(source)
     kernels = finalize_kernels(out.kernels)
     memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
     return out, kernels, memcpy
@@ -43,7 +45,7 @@ def ingest(source: str | Path, output: str | Path, fmt: str = "auto") -> dict:
     marker = output / "ingest.json"
     if marker.exists():
         marker.unlink()
-    out, kernels, memcpy = load(source, fmt)
+    out, kernels, memcpy = load(source, fmt, cache_dir=output)
     t_read = time.perf_counter() - t0
     meta = {"source": str(source), "format": out.format}
     write_canonical(kernels, output / "kernels.parquet", meta)

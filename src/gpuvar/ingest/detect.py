@@ -15,7 +15,7 @@ from gpuvar.ingest.base import read_head
 from gpuvar.ingest.compression import check_not_compressed_sqlite
 
 # module names under gpuvar.ingest, in sniffing order (most specific first)
-READER_MODULES = ("nsys", "rocprof_db", "ncu", "rocprofv3", "omniperf", "rocprof", "kineto")
+READER_MODULES = ("nsys", "rocprof_db", "ncu", "rocprofv3", "omniperf", "rocprof", "kineto", "nsys_rep")
 
 
 def reader_modules():
