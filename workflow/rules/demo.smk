@@ -1,6 +1,8 @@
 DEMO_FILES = [f"rank{rank}.sqlite" for rank in range(4)] + [
     "perfcounter_ncu.csv",
     "amd_rocprof.csv",
+    "kineto_rank0.json.gz",
+    "kineto_rank1.json.gz",
     "demo.json",
 ]
 
