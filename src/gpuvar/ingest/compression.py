@@ -27,7 +27,7 @@ MAGIC = {
 }
 DECOMPRESS_COMMAND = {"gzip": "gunzip", "bzip2": "bunzip2", "xz": "unxz", "zstd": "unzstd"}
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError)
+READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError)  # what a damaged stream raises
 
 
 def compression_of(head: bytes) -> str | None:
@@ -137,7 +137,7 @@ def read_head(path: str | Path, size: int = 65536) -> bytes:
                 if not block:
                     break
                 out += block
-        except _ERRORS:
+        except READ_ERRORS:
             pass
     head = bytes(out)
     encoding = utf16_of(head)
@@ -152,7 +152,7 @@ def read_bytes(path: str | Path) -> bytes:
     with open_binary(path) as fh:
         try:
             data = fh.read()
-        except _ERRORS as exc:
+        except READ_ERRORS as exc:
             raise InputError(path, f"damaged {kind} stream ({exc})") from None
         except MemoryError:
             raise InputError(path, f"{kind} stream decompresses to more than the memory available") from None

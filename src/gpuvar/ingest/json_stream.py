@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpuvar.errors import InputError
+from gpuvar.ingest.compression import READ_ERRORS
 
 CHUNK = 8 << 20
 _WS = re.compile(rb"[ \t\r\n]*")
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[\]{},]')
 _GUESSES = 4
-_READ_ERRORS = (OSError, EOFError, ValueError)
 
 
 class DecodeFailed(Exception):
@@ -51,7 +51,7 @@ class TraceStream:
         while len(self.buf) - self.pos < need and not self.eof:
             try:
                 data = self.fh.read(max(self.chunk, need))
-            except _READ_ERRORS as exc:  # a damaged or truncated compressed stream
+            except READ_ERRORS as exc:  # a damaged or truncated compressed stream
                 raise InputError(self.path, f"cannot decompress the file: {exc}") from None
             if not data:
                 self.eof = True

@@ -43,6 +43,7 @@ from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.compression import open_binary
 from gpuvar.ingest.json_stream import DecodeFailed, TraceStream
 from gpuvar.ingest.nsys import MEMCPY_OPER_FALLBACK, copy_kind_short
+from gpuvar.schema import int_column
 
 FORMAT = "pytorch-kineto"
 _NULL = msgspec.Raw(b"null")
@@ -89,6 +90,7 @@ _CopyArgs = _args_struct("_CopyArgs", COPY_ARGS, extra=("kind",))
 _DIMS = re.compile(rb"(?:\[-?\d+,-?\d+,-?\d+\],)*\[-?\d+,-?\d+,-?\d+\]")
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _ANY = msgspec.json.Decoder()
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)  # ValidationError is a DecodeError
 _STRINGS = msgspec.json.Decoder(list[str])
 _FLOATS = msgspec.json.Decoder(list[float | None])
 _ARGS = {
@@ -115,38 +117,54 @@ def _decode_events(data: bytes) -> list:
         return _EVENTS.decode(data)
     except msgspec.ValidationError:
         pass
-    except msgspec.DecodeError as exc:
+    except _DECODE_ERRORS as exc:
+        raise DecodeFailed(str(exc)) from None
+    try:
+        items = _ANY.decode(data)
+    except _DECODE_ERRORS as exc:
         raise DecodeFailed(str(exc)) from None
     events = []
-    for item in _ANY.decode(data):
+    for item in items:
         if isinstance(item, dict):
             try:
                 events.append(_EVENTS.decode(b"[" + msgspec.json.encode(item) + b"]")[0])
-            except msgspec.ValidationError:
+            except (*_DECODE_ERRORS, TypeError):
                 continue
     return events
+
+
+def _json(raw):
+    """One raw JSON value decoded, or None when it cannot be (invalid UTF-8 in a string, ...)."""
+    try:
+        return _ANY.decode(raw)
+    except (*_DECODE_ERRORS, TypeError):
+        return None
 
 
 def _decode_args(kind: str, raws: list) -> list:
     """Args objects of one piece's events in one decode call; an event whose args do not fit gets None."""
     try:
         return _ARGS[kind].decode(b"[" + b",".join(raws) + b"]")
-    except msgspec.ValidationError:
+    except _DECODE_ERRORS:
         out = []
         for raw in raws:
             try:
                 out.append(_ARGS[kind].decode(b"[" + bytes(raw) + b"]")[0])
-            except msgspec.ValidationError:
+            except _DECODE_ERRORS:
                 out.append(None)
         return out
 
 
 def _decode_names(raws: list) -> list:
-    """Raw JSON names -> str (a name that is not a string keeps its JSON text)."""
+    """Raw JSON names -> str (a name that is not a string keeps its JSON text, invalid UTF-8 replaced)."""
     try:
         return _STRINGS.decode(b"[" + b",".join(raws) + b"]")
-    except msgspec.ValidationError:
-        return [_ANY.decode(r) if bytes(r).startswith(b'"') else bytes(r).decode("utf-8", "replace") for r in raws]
+    except _DECODE_ERRORS:
+        names = []
+        for raw in raws:
+            value = _json(raw)
+            names.append(value if isinstance(value, str) else bytes(raw).decode("utf-8", "replace"))
+        return names
 
 
 def dur_to_us(raws: list) -> np.ndarray:
@@ -155,8 +173,8 @@ def dur_to_us(raws: list) -> np.ndarray:
         return np.array([], dtype=np.float64)
     try:
         return np.array(_FLOATS.decode(b"[" + b",".join(raws) + b"]"), dtype=np.float64)
-    except (msgspec.ValidationError, TypeError, ValueError):
-        return _numbers([_ANY.decode(r) for r in raws], floats=True)
+    except (*_DECODE_ERRORS, TypeError, ValueError):
+        return _numbers([_json(r) for r in raws], floats=True)
 
 
 def ts_to_ns(raws: list) -> pa.Array:
@@ -203,9 +221,9 @@ def _numbers(values: list, floats: bool = False) -> np.ndarray | pd.Series:
         if arr is not None and arr.dtype.kind == "i" and arr.shape == (len(values),):
             return arr.astype(np.int64, copy=False)
     series = pd.Series(values, dtype=object)
-    series = series.where(series.map(lambda v: not isinstance(v, bool)))
-    numeric = pd.to_numeric(series, errors="coerce")
-    return numeric.astype("float64") if floats else numeric
+    series = series.where(series.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)))
+    numeric = pd.to_numeric(series, errors="coerce").astype("float64")
+    return numeric if floats else int_column(numeric)  # NaN, inf and values beyond int64 become null
 
 
 def _dims(raws: list, prefix: str) -> dict:
@@ -218,7 +236,7 @@ def _dims(raws: list, prefix: str) -> dict:
         if _DIMS.fullmatch(text):
             arr = np.fromstring(text.translate(None, b"[]"), dtype=np.int64, sep=",").reshape(len(raws), 3)
             return {f"{prefix}_{a}": arr[:, i] for i, a in enumerate("xyz")}
-    values = [_ANY.decode(r) for r in raws]
+    values = [_json(r) for r in raws]
     cols = {}
     for i, axis in enumerate("xyz"):
         cols[f"{prefix}_{axis}"] = _numbers([v[i] if isinstance(v, list) and len(v) == 3 else None for v in values])
@@ -280,10 +298,7 @@ class _Ranges:
 
     def add(self, events: list) -> None:
         for e in events:
-            try:
-                args = _ANY.decode(e.args)
-            except msgspec.DecodeError:
-                args = None
+            args = _json(e.args)
             self.rows.append((_decode_names([e.name])[0], args if isinstance(args, dict) else {}))
 
 
@@ -313,7 +328,8 @@ def _launch_ids(start: np.ndarray, corr) -> np.ndarray:
     """Rank of each row by (start, correlation), from 0."""
     if len(start) < 2 or (start[1:] > start[:-1]).all():
         return np.arange(len(start), dtype=np.int64)
-    corr = np.zeros(len(start), np.int64) if corr is None else np.asarray(pd.Series(corr).fillna(-1), dtype=np.int64)
+    corr = np.zeros(len(start), np.int64) if corr is None else np.asarray(
+        int_column(pd.Series(corr)).fillna(-1), dtype=np.int64)
     order = np.lexsort((corr, start))
     launch = np.empty(len(order), dtype=np.int64)
     launch[order] = np.arange(len(order), dtype=np.int64)
@@ -333,7 +349,7 @@ def _finish(cols: dict, keep: np.ndarray, names: dict) -> pd.DataFrame:
 
 
 def _wave_sizes(device, warp: dict[int, int]) -> np.ndarray:
-    dev = np.asarray(pd.Series(device).fillna(-1), dtype=np.int64)
+    dev = np.asarray(int_column(pd.Series(device)).fillna(-1), dtype=np.int64)
     if not warp:
         return np.full(len(dev), 32, dtype=np.int64)
     return np.array([warp.get(int(d), 32) for d in dev], dtype=np.int64) if len(set(warp.values())) > 1 else \
