@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import random
+import re
 import tempfile
 from pathlib import Path
 
@@ -137,3 +138,40 @@ def test_bad_ts_and_negative_dur_are_dropped_and_counted(tmp_path):
     k = report["tables"]["kernels"]
     assert (k["rows_read"], k["rows_written"]) == (6, 2)
     assert k["dropped"] == {"missing or non-numeric ts/dur": 3, "negative dur (end before start)": 1}
+
+
+def _pieces(path: Path, remote: bool) -> list:
+    """Every piece's compact columns, read in-process or through the pipelined path (the worker function run
+    in-process behind a Future), with small chunks so that a damaged file crosses many cuts."""
+    from concurrent.futures import Future
+
+    from gpuvar.ingest import kineto
+    from gpuvar.ingest.compression import open_binary
+    from gpuvar.ingest.json_stream import TraceStream
+
+    def submit(data: bytes) -> Future:
+        future = Future()
+        future.set_result(kineto._piece_in_worker(data))
+        return future
+
+    with open_binary(path) as fh:
+        stream = TraceStream(fh, path, chunk=4096)
+        return [repr(p) for p in stream.pieces(kineto.process_piece, remote=submit if remote else None)]
+
+
+@pytest.mark.timeout(max(120, 3 * EXAMPLES))
+@SETTINGS
+@given(mutation=st.sampled_from(BYTE_MUTATIONS[:5]), salt=st.integers(0, 2**32 - 1))
+def test_pipelined_reading_matches_in_process_reading(mutation, salt):
+    """Worker-decoded pieces (wrong cuts redone in-process) give exactly the in-process result, or the same error."""
+    data = mutate_bytes(_seed("generated"), mutation, random.Random(salt))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.json"
+        path.write_bytes(data)
+        outcomes = []
+        for remote in (False, True):
+            try:
+                outcomes.append(_pieces(path, remote))
+            except GpuvarError as exc:  # the same error; where it is reported depends on where pieces were cut
+                outcomes.append(re.sub(r"byte \d+", "byte N", str(exc)))
+        assert outcomes[0] == outcomes[1]

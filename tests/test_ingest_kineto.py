@@ -187,3 +187,58 @@ def test_generated_trace_round_trips(tmp_path):
     assert report["tables"]["kernels"]["rows_written"] == 3000
     assert report["tables"]["memcpy"]["rows_written"] == summary["gpu_memcpy"] + summary["gpu_memset"]
     assert again["kernel"] == 3000
+
+
+def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path):
+    """The pipelined path: a wrong fast cut (a '},{' inside a name) comes back None from the 'worker' and is
+    read again in-process; every event arrives once, in order."""
+    from concurrent.futures import Future
+
+    evil = [{"cat": "kernel", "name": "k}, {" * (i % 5 == 0) + f"_{i}", "ts": i, "args": {"g": [{}, {}]}}
+            for i in range(4000)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": evil, "distributedInfo": {"rank": 2}}))
+
+    def decode(data: bytes) -> list:
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise DecodeFailed(str(exc)) from None
+
+    calls = {"remote": 0, "redone": 0}
+
+    def remote(data: bytes) -> Future:
+        calls["remote"] += 1
+        future = Future()
+        try:
+            future.set_result(json.loads(data))
+        except ValueError:
+            calls["redone"] += 1
+            future.set_result(None)
+        return future
+
+    seen = []
+    with open(path, "rb") as fh:
+        stream = TraceStream(fh, path, chunk=2048)
+        for piece in stream.pieces(decode, remote=remote, depth=3):
+            seen.extend(piece)
+    assert seen == evil and stream.top == {"distributedInfo": {"rank": 2}}
+    assert calls["remote"] > 10 and calls["redone"] > 0
+
+
+def test_worker_processes_give_the_same_tables(tmp_path, monkeypatch):
+    from gpuvar.demo.kineto_writer import write_kineto_demo
+    from gpuvar.ingest import kineto
+
+    trace = tmp_path / "t.json"
+    write_kineto_demo(trace, 4000, seed=9, rank=0)
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr("gpuvar.ingest.json_stream.CHUNK", 256 << 10)
+    monkeypatch.setenv("GPUVAR_KINETO_WORKERS", "0")
+    assert kineto._workers(trace) == 0
+    _, k_seq, m_seq = load(trace)
+    monkeypatch.setenv("GPUVAR_KINETO_WORKERS", "2")
+    if kineto._workers(trace) != 2:
+        pytest.skip("needs 2 cores and fork")
+    _, k_par, m_par = load(trace)
+    assert k_par.equals(k_seq) and m_par.equals(m_seq) and k_par.num_rows == 4000

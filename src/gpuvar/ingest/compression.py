@@ -38,7 +38,8 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
-def _raw_head(path: Path, size: int = 8) -> bytes:
+def read_raw_head(path: Path, size: int = 8) -> bytes:
+    """The first bytes as stored (compressed or not)."""
     try:
         with open(path, "rb") as fh:
             return fh.read(size)
@@ -59,7 +60,7 @@ def _open_zstd(path: Path, raw):
 def open_binary(path: str | Path):
     """A binary file object of the decompressed content (the file itself when it is not compressed)."""
     path = Path(path)
-    kind = compression_of(_raw_head(path))
+    kind = compression_of(read_raw_head(path))
     try:
         raw = open(path, "rb")
     except OSError as exc:
@@ -148,7 +149,7 @@ def read_bytes(path: str | Path) -> bytes:
     """Whole decompressed content (UTF-16 transcoded to UTF-8); a damaged compressed stream is a one-line
     InputError naming the compression."""
     path = Path(path)
-    kind = compression_of(_raw_head(path))
+    kind = compression_of(read_raw_head(path))
     with open_binary(path) as fh:
         try:
             data = fh.read()
@@ -163,6 +164,6 @@ def read_bytes(path: str | Path) -> bytes:
 def check_not_compressed_sqlite(path: str | Path, head: bytes) -> None:
     """InputError when `path` is compressed and its decompressed `head` is an SQLite database."""
     path = Path(path)
-    kind = compression_of(_raw_head(path))
+    kind = compression_of(read_raw_head(path))
     if kind and head.startswith(SQLITE_MAGIC):
         raise InputError(path, f"compressed SQLite database: decompress it first ({DECOMPRESS_COMMAND[kind]} FILE)")

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 from gpuvar.errors import InputError
@@ -38,9 +40,10 @@ class TraceStream:
     top-level key once the generator is exhausted. A bare top-level array is read as the event array.
     """
 
-    def __init__(self, fh, path: Path, chunk: int = CHUNK, array_key: str = "traceEvents"):
-        self.fh, self.path, self.chunk, self.array_key = fh, Path(path), chunk, array_key
+    def __init__(self, fh, path: Path, chunk: int | None = None, array_key: str = "traceEvents"):
+        self.fh, self.path, self.chunk, self.array_key = fh, Path(path), chunk or CHUNK, array_key
         self.buf, self.pos, self.eof, self.offset = b"", 0, False, 0
+        self.keep: int | None = None  # absolute offset the buffer must keep while a piece's span is being cut
         self.top: dict = {}
         self.found_array = False
 
@@ -56,9 +59,10 @@ class TraceStream:
             if not data:
                 self.eof = True
                 break
-            self.offset += self.pos
-            self.buf = self.buf[self.pos :] + data
-            self.pos = 0
+            drop = self.pos if self.keep is None else max(0, min(self.pos, self.keep - self.offset))
+            self.offset += drop
+            self.buf = self.buf[drop:] + data
+            self.pos -= drop
 
     def _error(self, what: str, at: int | None = None) -> InputError:
         where = self.offset + (self.pos if at is None else at)
@@ -102,20 +106,27 @@ class TraceStream:
 
     # --- document -----------------------------------------------------------------------------------------
 
-    def pieces(self, decode: Callable[[bytes], list]) -> Iterator[list]:
+    def pieces(self, decode: Callable[[bytes], object], remote: Callable[[bytes], Future] | None = None,
+               depth: int = 3) -> Iterator:
+        """decode(b"[" + piece + b"]") of consecutive pieces, in order.
+
+        With `remote` (data -> Future of decode's result, None when the data is not valid JSON), up to `depth`
+        pieces cut by the fast guess are decoded elsewhere (worker processes) while the next are read. A piece
+        whose guess was wrong comes back None: it and the pieces after it are put back and read here, proven by
+        `decode`, as without `remote`."""
         self._fill(3)
         if self.buf.startswith(b"\xef\xbb\xbf"):
             self.pos = 3
         first = self._expect(b"{[")
         if first == b"[":
             self.found_array = True
-            yield from self._array(decode)
+            yield from self._array(decode, remote, depth)
         else:
-            yield from self._object(decode)
+            yield from self._object(decode, remote, depth)
         if self._skip_ws():
             raise self._error("trailing data after the JSON document")
 
-    def _object(self, decode) -> Iterator[list]:
+    def _object(self, decode, remote, depth) -> Iterator:
         if self._skip_ws() == b"}":
             self.pos += 1
             return
@@ -127,15 +138,38 @@ class TraceStream:
             if self._skip_ws() == b"[" and key == self.array_key:
                 self.pos += 1
                 self.found_array = True
-                yield from self._array(decode)
+                yield from self._array(decode, remote, depth)
             else:
                 self.top[key] = self._value()
             if self._expect(b",}") == b"}":
                 return
 
-    def _array(self, decode) -> Iterator[list]:
+    def _array(self, decode, remote=None, depth: int = 3) -> Iterator:
         """Yield decoded pieces until the closing bracket of the array (consumed)."""
+        pending: deque = deque()  # (the piece's bytes as read, separator included; its future)
         while True:
+            while remote is not None and len(pending) < depth:
+                self.keep = self.offset + self.pos  # the whitespace the guess skips goes back too on unread
+                cut = self._next_guess()
+                start, self.keep = self.keep - self.offset, None
+                if cut is None:
+                    break
+                piece = self.buf[self.pos : cut + 1]
+                self.pos = self.buf.index(b",", cut) + 1
+                pending.append((self.buf[start : self.pos], remote(b"[" + piece + b"]")))
+            if pending:
+                span, future = pending.popleft()
+                try:
+                    result = future.result()
+                except Exception:  # noqa: BLE001 - a lost worker: redo here, where any error surfaces plainly
+                    result, remote = None, None
+                if result is not None:
+                    yield result
+                    continue
+                for _, later in pending:
+                    later.cancel()
+                self._unread(span + b"".join(s for s, _ in pending))
+                pending.clear()
             ch = self._skip_ws()
             if ch == b"]":
                 self.pos += 1
@@ -143,13 +177,31 @@ class TraceStream:
             if not ch:
                 raise self._error(f"unterminated {self.array_key} array (file truncated?)")
             self._fill(self.chunk)
-            decoded, done = self._guess(decode)
+            at = self.offset + self.pos
+            decoded, _ = self._guess(decode)
             if decoded is None:
-                decoded, done = self._exact(decode)
+                decoded, _ = self._exact(decode)
             if decoded:
                 yield decoded
-            if done:
-                return
+            elif self.offset + self.pos == at and self._skip_ws() != b"]":  # never loop without progress
+                raise self._error(f"unreadable {self.array_key} element")
+
+    def _unread(self, data: bytes) -> None:
+        """Put bytes taken from just before pos back in front of it."""
+        self.offset += self.pos - len(data)
+        self.buf = data + self.buf[self.pos :]
+        self.pos = 0
+
+    def _next_guess(self) -> int | None:
+        """Index of the last '}' of the window that is followed by ',' and '{' (a likely cut), unproven."""
+        if self._skip_ws() in (b"]", b""):
+            return None
+        self._fill(self.chunk)
+        end = min(len(self.buf), self.pos + self.chunk)
+        brace = self.buf.rfind(b"}", self.pos, end)
+        while brace >= 0 and not _CUT.match(self.buf, brace):
+            brace = self.buf.rfind(b"}", self.pos, brace)
+        return brace if brace >= 0 else None
 
     def _guess(self, decode):
         """Fast path: cut at the last '},{' of the window that decodes; (None, False) when none does."""
@@ -186,6 +238,8 @@ class TraceStream:
                 elif tok in (b"}", b"]"):
                     depth -= 1
                     if depth < 0:
+                        if tok != b"]":
+                            raise self._error("unbalanced '}' in the event array", m.start())
                         closed = m.start()
                         break
                     if depth == 0:

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import gc
 import io
+import multiprocessing as mp
+import os
 import re
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from decimal import Decimal, InvalidOperation
 from operator import attrgetter
 from pathlib import Path
@@ -40,12 +43,13 @@ import pyarrow.csv as pcsv
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.base import ReaderOutput
-from gpuvar.ingest.compression import open_binary
+from gpuvar.ingest.compression import compression_of, open_binary, read_raw_head
 from gpuvar.ingest.json_stream import DecodeFailed, TraceStream
 from gpuvar.ingest.nsys import MEMCPY_OPER_FALLBACK, copy_kind_short
 from gpuvar.schema import int_column
 
 FORMAT = "pytorch-kineto"
+PARALLEL_MIN_BYTES = 48 << 20  # smaller traces: starting worker processes costs more than it saves
 _NULL = msgspec.Raw(b"null")
 _KINETO_MARKERS = re.compile(
     rb'"(schemaVersion|deviceProperties|distributedInfo)"|"cat"\s*:\s*"(kernel|gpu_memcpy|cpu_op|cuda_runtime)"'
@@ -177,11 +181,11 @@ def dur_to_us(raws: list) -> np.ndarray:
         return _numbers([_json(r) for r in raws], floats=True)
 
 
-def ts_to_ns(raws: list) -> pa.Array:
-    """Raw JSON ts texts (µs) -> int64 ns, exact decimal arithmetic, half-to-even; null when not a number."""
-    if not raws:
+def ts_to_ns(joined: bytes, n: int) -> pa.Array:
+    """n raw JSON ts texts (µs) joined by newlines -> int64 ns, exact decimal arithmetic, half-to-even; null
+    where not a number (a JSON ts text never holds a raw newline: strings escape it)."""
+    if not n:
         return pa.array([], type=pa.int64())
-    joined = b"\n".join(raws)
     try:
         table = pcsv.read_csv(
             io.BytesIO(joined),
@@ -190,12 +194,13 @@ def ts_to_ns(raws: list) -> pa.Array:
             convert_options=pcsv.ConvertOptions(column_types={"v": pa.decimal128(28, 9)}, null_values=["null"]),
         )
         values = table.column("v")
-        if len(values) == len(raws):
+        if len(values) == n:
             scaled = pc.multiply(values, pa.scalar(1000, pa.decimal128(4, 0)))
             return pc.cast(pc.round(scaled, 0, round_mode="half_to_even"), pa.int64()).combine_chunks()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
-    return pa.array([_ts_one(bytes(r)) for r in raws], type=pa.int64())
+    texts = joined.split(b"\n")
+    return pa.array([_ts_one(t) for t in texts] if len(texts) == n else [None] * n, type=pa.int64())
 
 
 def _ts_one(text: bytes) -> int | None:
@@ -243,39 +248,82 @@ def _dims(raws: list, prefix: str) -> dict:
     return cols
 
 
+# --- one piece of the event array ----------------------------------------------------------------------------
+
+
+def _columns(events: list, args: list, mapping: dict[str, str], empty, dims=(), extra=()) -> dict:
+    """Compact, picklable columns of one piece's events of one table (no reference to the piece's bytes).
+
+    names: the piece's distinct names, name_code: index into them; ts_raw: the ts texts joined by newlines (the
+    exact conversion needs pyarrow, which runs in the main process only)."""
+    codes, uniques = pd.factorize(np.array(_decode_names(list(map(_NAME, events))), dtype=object),
+                                  use_na_sentinel=False)
+    if None in args:
+        args = [a if a is not None else empty for a in args]
+    cols = {
+        "names": [u if isinstance(u, str) else str(u) for u in uniques],
+        "name_code": codes.astype(np.int32),
+        "ts_raw": b"\n".join(map(_TS, events)),
+        "dur_us": dur_to_us(list(map(_DUR, events))),
+    }
+    for column in mapping.values():
+        cols[column] = _numbers(list(map(attrgetter(column), args)), floats=column in FLOAT_COLUMNS)
+    for field in dims:
+        cols.update(_dims(list(map(attrgetter(field), args)), field))
+    for field in extra:
+        cols[field] = list(map(attrgetter(field), args))
+    return cols
+
+
+def process_piece(data: bytes) -> dict:
+    """Decode one piece (`[event, ...]` bytes) into compact columns per table; DecodeFailed when not valid JSON."""
+    events = _decode_events(data)
+    ks = [e for e in events if e.cat == "kernel"]
+    cs = [e for e in events if e.cat == "gpu_memcpy" or e.cat == "gpu_memset"]
+    rs = [e for e in events if e.cat == "cuda_profiler_range"]
+    part = {"events": len(events), "kernel": None, "copy": None,
+            "ranges": [(_decode_names([e.name])[0], _json(e.args)) for e in rs]}
+    del events
+    if ks:
+        part["kernel"] = _columns(ks, _decode_args("kernel", [e.args for e in ks]), KERNEL_ARGS, _KernelArgs(),
+                                  dims=("grid", "block"))
+    if cs:
+        part["copy"] = _columns(cs, _decode_args("copy", [e.args for e in cs]), COPY_ARGS, _CopyArgs(),
+                                extra=("kind",))
+    return part
+
+
+def _piece_in_worker(data: bytes) -> dict | None:
+    """process_piece in a worker process: None tells the main process the cut was wrong (it re-reads there)."""
+    gc.disable()
+    try:
+        return process_piece(data)
+    except DecodeFailed:
+        return None
+
+
 # --- accumulation ------------------------------------------------------------------------------------------
 
 
 class _Table:
-    """Columns of one output table, built piece by piece (the pieces' raw bytes are released after each)."""
+    """Columns of one output table, gathered piece by piece; names mapped to one global dictionary."""
 
     def __init__(self):
         self.names: dict[str, int] = {}
         self.parts: list[dict] = []
         self.rows = 0
 
-    def add(self, events: list, args: list, mapping: dict[str, str], extra=(), empty=None) -> None:
-        codes, uniques = pd.factorize(np.array(_decode_names(list(map(_NAME, events))), dtype=object),
-                                      use_na_sentinel=False)
-        glob = np.array([self.names.setdefault(u if isinstance(u, str) else str(u), len(self.names)) for u in uniques],
-                        dtype=np.int32)
-        if empty is not None and None in args:
-            args = [a if a is not None else empty for a in args]
-        cols = {
-            "name_code": glob[codes],
-            "ts_ns": ts_to_ns(list(map(_TS, events))),
-            "dur_us": dur_to_us(list(map(_DUR, events))),
-        }
-        for column in mapping.values():
-            cols[column] = _numbers(list(map(attrgetter(column), args)), floats=column in FLOAT_COLUMNS)
-        for field in extra:
-            cols[field] = list(map(attrgetter(field), args))
+    def extend(self, cols: dict) -> None:
+        glob = np.array([self.names.setdefault(n, len(self.names)) for n in cols.pop("names")], dtype=np.int32)
+        cols["name_code"] = glob[cols["name_code"]]
+        n = len(cols["name_code"])
+        cols["ts_ns"] = ts_to_ns(cols.pop("ts_raw"), n)
         self.parts.append(cols)
-        self.rows += len(events)
+        self.rows += n
 
-    def frame(self) -> pd.DataFrame:
+    def frame(self) -> dict:
         if not self.parts:
-            return pd.DataFrame()
+            return {}
         cols = {}
         for key in self.parts[0]:
             values = [p[key] for p in self.parts]
@@ -288,18 +336,6 @@ class _Table:
             else:
                 cols[key] = pd.concat([pd.Series(v) for v in values], ignore_index=True)
         return cols
-
-
-class _Ranges:
-    """cuda_profiler_range events: name + counter args (arbitrary keys), in order."""
-
-    def __init__(self):
-        self.rows: list[tuple[str, dict]] = []
-
-    def add(self, events: list) -> None:
-        for e in events:
-            args = _json(e.args)
-            self.rows.append((_decode_names([e.name])[0], args if isinstance(args, dict) else {}))
 
 
 # --- frames ------------------------------------------------------------------------------------------------
@@ -358,9 +394,6 @@ def _wave_sizes(device, warp: dict[int, int]) -> np.ndarray:
 
 def _kernels(table: _Table, warp: dict, out: ReaderOutput) -> pd.DataFrame:
     cols, keep = _timing(table.frame(), out, "kernels")
-    grid, block = cols.pop("grid"), cols.pop("block")
-    cols.update(_dims(grid, "grid"))
-    cols.update(_dims(block, "block"))
     cols["wave_size"] = _wave_sizes(cols["device_id"], warp)
     frame = _finish(cols, keep, table.names)
     frame["launch_id"] = _launch_ids(frame["start"].to_numpy(), frame["correlation_id"])
@@ -399,11 +432,11 @@ def _memcpy(table: _Table, out: ReaderOutput) -> pd.DataFrame:
     return frame
 
 
-def _range_kernels(ranges: _Ranges) -> pd.DataFrame:
+def _range_kernels(ranges: list[tuple[str, dict]]) -> pd.DataFrame:
     """One row per CUPTI profiler range: counters as numeric columns, no timeline (like Nsight Compute data)."""
-    counters = pd.DataFrame([args for _, args in ranges.rows])
+    counters = pd.DataFrame([args if isinstance(args, dict) else {} for _, args in ranges])
     counters = counters.apply(pd.to_numeric, errors="coerce") if len(counters.columns) else counters
-    frame = pd.DataFrame({"kernel_name": pd.Categorical([n for n, _ in ranges.rows])})
+    frame = pd.DataFrame({"kernel_name": pd.Categorical([n for n, _ in ranges])})
     frame["launch_id"] = np.arange(len(frame), dtype=np.int64)
     return pd.concat([frame, counters.reset_index(drop=True)], axis=1)
 
@@ -435,26 +468,45 @@ def _notes(top: dict, counts: dict, out: ReaderOutput) -> tuple[dict[int, int], 
     return warp, rank
 
 
-def _read_events(path: Path, kernels: _Table, copies: _Table, ranges: _Ranges, counts: Counter) -> TraceStream:
-    """Stream the trace once, filling the tables; returns the stream (top-level keys, whether the array was seen)."""
-    with open_binary(path) as fh:
-        stream = TraceStream(fh, path)
-        for events in stream.pieces(_decode_events):
-            counts["events"] += len(events)
-            ks = [e for e in events if e.cat == "kernel"]
-            cs = [e for e in events if e.cat == "gpu_memcpy" or e.cat == "gpu_memset"]
-            rs = [e for e in events if e.cat == "cuda_profiler_range"]
-            del events
-            counts["kernel"] += len(ks)
-            counts["copy"] += len(cs)
-            counts["range"] += len(rs)
-            if ks:
-                kernels.add(ks, _decode_args("kernel", [e.args for e in ks]), KERNEL_ARGS, ("grid", "block"),
-                            _KernelArgs())
-            if cs:
-                copies.add(cs, _decode_args("copy", [e.args for e in cs]), COPY_ARGS, ("kind",), _CopyArgs())
-            if rs:
-                ranges.add(rs)
+def _workers(path: Path) -> int:
+    """Worker processes for the decode: 2 (or GPUVAR_KINETO_WORKERS) for a big trace on a machine with the cores
+    and fork; 0 (in-process) otherwise."""
+    try:
+        wanted = int(os.environ.get("GPUVAR_KINETO_WORKERS", "2"))
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        size = os.path.getsize(path)
+    except (ValueError, OSError):
+        return 0
+    compressed = size * 8 if compression_of(read_raw_head(path)) else size  # a rough decompressed size
+    if wanted < 2 or cores < 2 or compressed < PARALLEL_MIN_BYTES or "fork" not in mp.get_all_start_methods():
+        return 0
+    return min(wanted, cores)
+
+
+def _read_events(path: Path, kernels: _Table, copies: _Table, counts: Counter, ranges: list) -> TraceStream:
+    """Stream the trace once, filling the tables; returns the stream (top-level keys, whether the array was seen).
+
+    Big traces are decoded by worker processes (fork: they need no imports), pieces in order, the main
+    process reading, cutting and converting timestamps; see TraceStream.pieces for how a wrong cut is redone."""
+    workers = _workers(path)
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) if workers else None
+    try:
+        with open_binary(path) as fh:
+            stream = TraceStream(fh, path)
+            remote = (lambda data: pool.submit(_piece_in_worker, data)) if pool else None
+            for part in stream.pieces(process_piece, remote=remote, depth=workers + 1):
+                counts["events"] += part["events"]
+                ranges.extend(part["ranges"])
+                counts["range"] += len(part["ranges"])
+                if part["kernel"] is not None:
+                    counts["kernel"] += len(part["kernel"]["name_code"])
+                    kernels.extend(part["kernel"])
+                if part["copy"] is not None:
+                    counts["copy"] += len(part["copy"]["name_code"])
+                    copies.extend(part["copy"])
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     return stream
 
 
@@ -462,12 +514,12 @@ def read(path: Path) -> ReaderOutput:
     """Kernels and copies of a Kineto trace (.json, .json.gz, .pt.trace.json.gz; any compression by content)."""
     path = Path(path)
     out = ReaderOutput(format=FORMAT, kernels=None)
-    kernels, copies, ranges = _Table(), _Table(), _Ranges()
+    kernels, copies, ranges = _Table(), _Table(), []
     counts: Counter = Counter()
     gc_was_on = gc.isenabled()
     gc.disable()  # the decode allocates millions of acyclic objects: collection passes would dominate
     try:
-        stream = _read_events(path, kernels, copies, ranges, counts)
+        stream = _read_events(path, kernels, copies, counts, ranges)
     finally:
         if gc_was_on:
             gc.enable()
@@ -477,14 +529,14 @@ def read(path: Path) -> ReaderOutput:
     if kernels.rows:
         out.rows_read["kernels"] = kernels.rows
         out.kernels = _kernels(kernels, warp, out)
-        if ranges.rows:
-            out.notes.append(f"{len(ranges.rows)} cuda_profiler_range events not read: they cannot be matched "
+        if ranges:
+            out.notes.append(f"{len(ranges)} cuda_profiler_range events not read: they cannot be matched "
                              "to kernel events")
-    elif ranges.rows:
-        out.rows_read["kernels"] = len(ranges.rows)
+    elif ranges:
+        out.rows_read["kernels"] = len(ranges)
         out.kernels = _range_kernels(ranges)
         out.kernels["wave_size"] = _wave_sizes(np.full(len(out.kernels), -1), warp)
-        out.notes.append(f"no kernel events: {len(ranges.rows)} cuda_profiler_range events (CUPTI range profiler, "
+        out.notes.append(f"no kernel events: {len(ranges)} cuda_profiler_range events (CUPTI range profiler, "
                          "one per kernel) read as kernels with their counters; their ts/dur time the profiler's "
                          "replay, so start, end and duration are null")
     else:
