@@ -18,6 +18,7 @@ from gpuvar.errors import GpuvarError
 
 SUBCOMMANDS = {
     "ingest": ("gpuvar.ingest.cli", "read a profiler file into canonical Parquet"),
+    "ingest-merge": ("gpuvar.ingest.merge_cli", "combine per-rank ingests into one dataset with a rank column"),
     "demo-data": ("gpuvar.demo.cli", "write deterministic synthetic traces in real profiler formats"),
     "bin": ("gpuvar.binning.cli", "MPI binning: per-bin statistics and top-k variable windows"),
     "causal": ("gpuvar.causal.cli", "DirectLiNGAM causal discovery on the top-k rows"),

@@ -26,7 +26,7 @@ from gpuvar.errors import ConfigError
 from gpuvar.units import MAX_BIN_NS, MAX_LAUNCHES, format_bin_width, parse_bin_width  # noqa: F401
 
 FORMATS = ("auto", "nsys-sqlite", "ncu-csv", "rocprof-csv", "rocprof-db", "omniperf-pmc-perf", "rocprofv3-csv",
-           "ncu-rep", "rocpd-sqlite")
+           "ncu-rep", "rocpd-sqlite", "pytorch-kineto", "nsys-rep")
 TARGETS = ("kernel_variability", "memory_stall")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # Feature (column) names reach shell commands and comma-separated options: canonical names (docs/schema.md),
@@ -71,7 +71,12 @@ class Dataset(Strict):
     """One trace to analyse; each dataset is an independent branch of the DAG."""
 
     name: str = Field(description="identifier used in output paths")
-    source: str = Field(min_length=1, description="profiler file or folder; a glob expands to one dataset per match")
+    source: str | list[str] = Field(
+        min_length=1,
+        description="profiler file or folder; a glob expands to one dataset per match. With merge: true, a list "
+        "of files and/or globs whose matches are ingested side by side (one job per file) and combined",
+    )
+    merge: bool = Field(False, description="combine the files of `source` into one dataset with a rank column")
     format: Literal[FORMATS] = "auto"
     targets: list[Literal[TARGETS]] = ["kernel_variability"]
     group_by: Literal["kernel_name", "kernel_short_name", "launch_config"] = "kernel_name"
@@ -88,9 +93,22 @@ class Dataset(Strict):
     @field_validator("source")
     @classmethod
     def _source(cls, v):
-        if any(ch in v for ch in "\n\r\0"):
+        if any(ch in path for path in ([v] if isinstance(v, str) else v) for ch in "\n\r\0"):
             raise ValueError("must be a path without newline or NUL characters")
         return v
+
+    @model_validator(mode="after")
+    def _sources(self):
+        if isinstance(self.source, list) and not self.merge:
+            raise ValueError("a list of sources needs merge: true (one dataset from several rank files)")
+        if isinstance(self.source, list) and not self.source:
+            raise ValueError("merge: true needs at least one source file")
+        return self
+
+    @property
+    def sources(self) -> list[str]:
+        """The dataset's files: one, or the rank files of a merged dataset in rank (file) order."""
+        return list(self.source) if isinstance(self.source, list) else [self.source]
 
     @field_validator("targets")
     @classmethod
@@ -242,21 +260,44 @@ def _describe(error: dict) -> str:
     return f"{loc}: {message} (got {value!r})" if not isinstance(value, dict | list) else f"{loc}: {message}"
 
 
+def _is_glob(source: str) -> bool:
+    return any(ch in source for ch in "*?[")
+
+
+def _glob(source: str, base: Path, dataset) -> list[str]:
+    """Sorted matches of one glob, relative to `base` when the pattern is; ConfigError when none."""
+    pattern = source if Path(source).is_absolute() else str(base / source)
+    matches = sorted(glob.glob(pattern))
+    if not matches:
+        raise ConfigError(f"datasets: source glob {source!r} of dataset {dataset!r} matches no file")
+    return [m if Path(source).is_absolute() else str(Path(m).relative_to(base)) for m in matches]
+
+
+def _merged_sources(d: dict, base: Path) -> dict:
+    """merge: true: every glob in source (a string or a list) expands in place, keeping the listed order."""
+    source = d.get("source")
+    entries = source if isinstance(source, list) else [source]
+    if not all(isinstance(e, str) for e in entries):
+        return d  # let validation report the bad value
+    files = []
+    for entry in entries:
+        files.extend(_glob(entry, base, d.get("name")) if _is_glob(entry) else [entry])
+    return {**d, "source": files}
+
+
 def _expand_globs(raw: dict, base: Path) -> dict:
-    """A dataset whose source is a glob becomes one dataset per match, named '<name>_<file stem>'."""
+    """A dataset whose source is a glob becomes one dataset per match, named '<name>_<file stem>'; with
+    merge: true the matches stay one dataset (a list of rank files)."""
     if not isinstance(raw.get("datasets"), list):
         return raw
     out = []
     for d in raw["datasets"]:
         source = d.get("source") if isinstance(d, dict) else None
-        if isinstance(source, str) and any(ch in source for ch in "*?["):
-            pattern = source if Path(source).is_absolute() else str(base / source)
-            matches = sorted(glob.glob(pattern))
-            if not matches:
-                raise ConfigError(f"datasets: source glob {source!r} of dataset {d.get('name')!r} matches no file")
-            for m in matches:
-                rel = Path(m).relative_to(base) if not Path(source).is_absolute() else Path(m)
-                out.append({**d, "name": f"{d.get('name')}_{Path(m).stem}", "source": str(rel)})
+        if isinstance(d, dict) and d.get("merge") is True:
+            out.append(_merged_sources(d, base))
+        elif isinstance(source, str) and _is_glob(source):
+            for m in _glob(source, base, d.get("name")):
+                out.append({**d, "name": f"{d.get('name')}_{Path(m).stem}", "source": m})
         else:
             out.append(d)
     return {**raw, "datasets": out}
@@ -269,14 +310,15 @@ WORKFLOW_SOURCES = ("resources/demo/", "resources/paper/")
 def check_sources(cfg: Config, base: str | Path = ".") -> None:
     """Every dataset's source exists (unless the workflow writes it): ConfigError names the key and the path."""
     for i, d in enumerate(cfg.datasets):
-        if Path(d.source).as_posix().startswith(WORKFLOW_SOURCES):
-            continue
-        path = Path(d.source) if Path(d.source).is_absolute() else Path(base) / d.source
-        try:
-            path.stat()
-        except OSError as exc:
-            why = {errno.ELOOP: "symlink loop", errno.ENOENT: "no such file or folder"}.get(exc.errno, exc.strerror)
-            raise ConfigError(f"datasets[{i}].source: {d.source!r} of dataset {d.name!r}: {why} ({path})") from None
+        for source in d.sources:
+            if Path(source).as_posix().startswith(WORKFLOW_SOURCES):
+                continue
+            path = Path(source) if Path(source).is_absolute() else Path(base) / source
+            try:
+                path.stat()
+            except OSError as exc:
+                why = {errno.ELOOP: "symlink loop", errno.ENOENT: "no such file or folder"}.get(exc.errno, exc.strerror)
+                raise ConfigError(f"datasets[{i}].source: {source!r} of dataset {d.name!r}: {why} ({path})") from None
 
 
 def validate_config(raw: dict, base: str | Path = ".", origin: str = "config") -> Config:

@@ -32,12 +32,22 @@ class CanonicalColumn:
     description: str
 
 
+def _schema_text() -> str:
+    return resources.files("gpuvar.data").joinpath("canonical_schema.csv").read_text()
+
+
+@lru_cache(maxsize=None)
+def source_formats() -> tuple[str, ...]:
+    """The per-format source columns of the schema file (every header between 'group' and 'description')."""
+    header = next(csv.reader(_schema_text().splitlines()))
+    return tuple(header[header.index("group") + 1 : header.index("description")])
+
+
 @lru_cache(maxsize=None)
 def canonical_columns(table: str) -> tuple[CanonicalColumn, ...]:
     """The documented columns of `table` ('kernels' or 'memcpy'), in output order."""
-    vendors = ("nsys", "ncu", "rocprof", "omniperf", "rocprofv3", "rocpd")
-    text = resources.files("gpuvar.data").joinpath("canonical_schema.csv").read_text()
-    rows = [r for r in csv.DictReader(text.splitlines()) if r["table"] == table]
+    vendors = source_formats()
+    rows = [r for r in csv.DictReader(_schema_text().splitlines()) if r["table"] == table]
     return tuple(
         CanonicalColumn(
             r["table"], r["column"], r["type"], r["unit"], r["group"], {v: r[v] for v in vendors}, r["description"]

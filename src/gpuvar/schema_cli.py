@@ -9,9 +9,9 @@ def configure(p):
 
 def markdown(tables=("kernels", "memcpy")) -> str:
     """The schema reference table; docs/schema.md is generated from this (a test keeps them in sync)."""
-    from gpuvar.schema import canonical_columns
+    from gpuvar.schema import canonical_columns, source_formats
 
-    vendors = ("nsys", "ncu", "rocprof", "omniperf", "rocprofv3", "rocpd")
+    vendors = source_formats()
     lines = []
     for table in tables:
         lines += [f"### `{table}`", "", "| column | type | unit | group | " + " | ".join(vendors) + " | meaning |"]

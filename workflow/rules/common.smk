@@ -26,6 +26,25 @@ def dataset_source(wildcards):
     return DATASETS[wildcards.dataset].source
 
 
+def rank_source(wildcards):
+    """The file of one rank of a merged dataset (ranks are the positions in its source list)."""
+    return DATASETS[wildcards.dataset].sources[int(wildcards.rank)]
+
+
+def rank_reports(wildcards):
+    """The per-rank ingest reports a merged dataset combines, in rank order."""
+    n = len(DATASETS[wildcards.dataset].sources)
+    return [
+        f"results/ingest/{wildcards.dataset}/ranks/{rank}/ingest.json"
+        for rank in range(n)
+    ]
+
+
+def names_regex(names):
+    """Alternation of the names for a wildcard constraint; a pattern matching nothing when there are none."""
+    return "|".join(re.escape(name) for name in sorted(names)) or "(?!)"
+
+
 def dataset_format(wildcards):
     return DATASETS[wildcards.dataset].format
 

@@ -3,6 +3,8 @@ DEMO_FILES = [f"rank{rank}.sqlite" for rank in range(4)] + [
     "amd_rocprof.csv",
     "pair_baseline.sqlite",
     "pair_candidate.sqlite",
+    "kineto_rank0.json.gz",
+    "kineto_rank1.json.gz",
     "demo.json",
 ]
 

@@ -1,5 +1,6 @@
 """Benchmarks printing one JSON object each: `binning` (gpuvar vs DuckDB vs pandas), `causal` (fast
-pwling vs lingam), `ingest` (nsys SQLite rows/s), `demo` (the whole demo workflow, timed)."""
+pwling vs lingam), `ingest` (nsys SQLite rows/s), `ingest-kineto` (Kineto JSON events/s), `demo` (the whole
+demo workflow, timed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ BENCHES = {
     "causal": ("gpuvar.bench.causal", "configure_causal", "run_causal"),
     "ingest": ("gpuvar.bench.ingest", "configure_ingest", "run_ingest"),
     "demo": ("gpuvar.bench.demo", "configure_demo", "run_demo"),
+    "ingest-kineto": ("gpuvar.bench.kineto", "configure_kineto", "run_kineto"),
 }
 
 

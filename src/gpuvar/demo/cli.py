@@ -40,11 +40,13 @@ def configure(p):
 
 
 def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
-    """The default demo: rank0..3 nsys SQLite, one ncu CSV, one rocprof CSV, the comparison pair, demo.json."""
+    """The default demo: rank0..3 nsys SQLite, one ncu CSV, one rocprof CSV, the comparison pair, a 2-rank Kineto
+    pair, demo.json."""
     from pathlib import Path
 
     from gpuvar.canonical_io import write_json
     from gpuvar.compare.planted import write_pair
+    from gpuvar.demo.kineto_writer import write_kineto_demo
     from gpuvar.demo.ncu_writer import write_ncu_demo
     from gpuvar.demo.nsys_writer import write_nsys_demo
     from gpuvar.demo.rocprof_writer import write_rocprof_demo
@@ -59,6 +61,9 @@ def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
     written["amd"] = write_rocprof_demo(outdir / "amd_rocprof.csv", max(rows // 4, 500), seed, variant=1)
     pair = write_pair(outdir, max(rows // 4, 500), seed)
     written.update(pair["files"])
+    for rank in range(2):  # a 2-rank PyTorch profiler job, merged into one dataset by the workflow
+        written[f"kineto_rank{rank}"] = write_kineto_demo(outdir / f"kineto_rank{rank}.json.gz", max(rows // 10, 500),
+                                                          seed, rank=rank, world=2)
     manifest = {
         "seed": seed,
         "rows": rows,

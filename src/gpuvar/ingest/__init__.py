@@ -16,11 +16,12 @@ from gpuvar.errors import AccountingError, InputError, path_problem
 log = logging.getLogger("gpuvar.ingest")
 
 
-def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True):
+def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True, cache_dir: str | Path | None = None):
     """Run the right reader on `source` and return (ReaderOutput, kernels Arrow table, memcpy table or None).
 
     keep_vendor_columns=False skips the source columns the canonical schema does not use, where a reader can
-    (Nsight Systems SQLite); the other formats' extra columns are their hardware counters and always kept."""
+    (Nsight Systems SQLite); the other formats' extra columns are their hardware counters and always kept.
+    cache_dir: where a reader that converts its input first (nsys-rep: `nsys export`) keeps the conversion."""
     from gpuvar.ingest.detect import detect, formats
     from gpuvar.ingest.sanity import drop_negative_durations
     from gpuvar.schema import finalize_kernels, finalize_memcpy
@@ -36,7 +37,9 @@ def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True
         problem = path_problem(source)
         if problem:
             raise InputError(source, problem)
-    if getattr(module, "VENDOR_COLUMN_OPTION", False):
+    if hasattr(module, "read_cached"):
+        out = module.read_cached(source, cache_dir)
+    elif getattr(module, "VENDOR_COLUMN_OPTION", False):
         out = module.read(source, keep_vendor_columns=keep_vendor_columns)
     else:
         out = module.read(source)
@@ -60,7 +63,7 @@ def ingest(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendo
     marker = output / "ingest.json"
     if marker.exists():
         marker.unlink()
-    out, kernels, memcpy = load(source, fmt, keep_vendor_columns)
+    out, kernels, memcpy = load(source, fmt, keep_vendor_columns, cache_dir=output)
     t_read = time.perf_counter() - t0
     meta = {"source": str(source), "format": out.format}
     tables = {"kernels": kernels} if memcpy is None else {"kernels": kernels, "memcpy": memcpy}

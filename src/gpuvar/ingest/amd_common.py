@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from gpuvar.errors import InputError
+from gpuvar.ingest import compression
 from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, to_int, to_number
 from gpuvar.schema import int_column, table1_rename
 
@@ -87,10 +88,7 @@ def _unique_names(names: list[str]) -> list[str]:
 
 
 def _load_bytes(path: Path) -> bytes:
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    raw = compression.read_bytes(path)
     if not raw or raw.isspace():
         raise InputError(path, "empty file")
     if b"\x00" in raw[:4096]:
@@ -309,9 +307,9 @@ def require_kernel_name(path: Path, columns) -> None:
 def read_sysinfo(path: Path) -> dict[str, str]:
     """The single row of an Omniperf sysinfo.csv as a dict ({} when absent or unreadable)."""
     try:
-        text = path.read_text(encoding="utf-8-sig", errors="replace")
+        text = compression.read_bytes(path).decode("utf-8-sig", errors="replace")
         rows = list(csv.DictReader(io.StringIO(text)))
-    except (OSError, csv.Error):
+    except (InputError, csv.Error):
         return {}
     return {k.strip(): (v or "").strip() for k, v in rows[0].items() if k} if rows else {}
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from gpuvar.errors import InputError
+from gpuvar.ingest import compression
 from gpuvar.schema import int_column
 
 
@@ -37,20 +38,14 @@ class ReaderOutput:
 
 
 def read_head(path: Path, size: int = 65536) -> bytes:
-    """First bytes of a file, for content sniffing."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(size)
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    """First (decompressed: see compression) bytes of a file, for content sniffing."""
+    return compression.read_head(path, size)
 
 
 def decode_text(path: Path) -> str:
-    """Whole file as text: UTF-8 (BOM stripped), falling back to latin-1; CRLF/CR normalised to LF."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    """Whole file as text (decompressed, UTF-16 transcoded: see compression): UTF-8 (BOM stripped), falling back
+    to latin-1; CRLF/CR normalised to LF."""
+    raw = compression.read_bytes(path)
     if b"\x00" in raw[:4096]:
         raise InputError(path, "binary file, not a CSV")
     try:

@@ -8,7 +8,8 @@ import json
 
 
 def configure(p):
-    p.add_argument("source", help="profiler file or folder (nsys .sqlite, ncu .csv, rocprof/omniperf/rocprofv3 CSV)")
+    p.add_argument("source", help="profiler file or folder (nsys .sqlite, ncu .csv, rocprof/omniperf/rocprofv3 CSV, "
+                   "Kineto .json; gzip/bzip2/xz compressed or not)")
     p.add_argument("--output", "-o", required=True, help="output folder")
     p.add_argument("--format", default="auto", help="format name or 'auto' (default: detect by content)")
     p.add_argument("--keep-vendor-columns", action=argparse.BooleanOptionalAction, default=True,

@@ -12,9 +12,11 @@ from pathlib import Path
 
 from gpuvar.errors import InputError, path_problem
 from gpuvar.ingest.base import read_head
+from gpuvar.ingest.compression import check_not_compressed_sqlite
 
 # module names under gpuvar.ingest, in sniffing order (most specific first)
-READER_MODULES = ("nsys", "rocpd", "rocprof_db", "ncu", "ncu_rep", "rocprofv3", "omniperf", "rocprof")
+READER_MODULES = ("nsys", "rocpd", "rocprof_db", "ncu", "ncu_rep", "rocprofv3", "omniperf", "rocprof", "kineto",
+                  "nsys_rep")
 
 
 def reader_modules():
@@ -43,6 +45,8 @@ def detect(path: str | Path):
     head = b"" if path.is_dir() else read_head(path)
     if not path.is_dir() and not head:
         raise InputError(path, "empty file")
+    if not path.is_dir():
+        check_not_compressed_sqlite(path, head)
     for module in reader_modules():
         if module.sniff(path, head):
             return module

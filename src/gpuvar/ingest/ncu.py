@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from gpuvar.errors import InputError
+from gpuvar.ingest import compression
 from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, require_columns, to_int
 from gpuvar.schema import int_column
 
@@ -147,11 +148,8 @@ def _file_bytes(path: Path) -> bytes:
     """The file's bytes without a UTF-8 BOM; unreadable, binary or empty files are InputErrors.
 
     Bytes, not text: Arrow parses UTF-8 directly, which avoids building a Python string of a file that can
-    hold millions of long-layout rows."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror})") from None
+    hold millions of long-layout rows. Decompressed and UTF-16 transcoded (see compression)."""
+    raw = compression.read_bytes(path)
     if b"\x00" in raw[:4096]:
         raise InputError(path, "binary file, not a CSV")
     if not raw or raw.isspace():

@@ -1,0 +1,263 @@
+"""Stream a Chrome-trace JSON object (`{"traceEvents": [...], ...}`) in bounded memory.
+
+Traces of hundreds of MB are common, so the `traceEvents` array is never held whole: it is cut into pieces of
+about `chunk` bytes, each a run of complete array elements, and each piece is handed to a decoder as
+`[piece]`. A cut is guessed at the last `}`, `,`, `{` sequence of the window (how every writer separates event
+objects) and proven by the decode itself: the JSON grammar only accepts `[piece]` when the piece ends exactly
+after an element, so a guess that falls inside a string or a nested object fails to decode and an earlier guess
+is tried. When guessing fails (or at the end of the array) a tokenizer that skips string literals finds the
+element boundaries exactly. The other top-level keys (small: `deviceProperties`, `distributedInfo`, ...) are
+decoded with the standard library and kept in `top`, wherever they appear relative to the array.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+from gpuvar.errors import InputError
+from gpuvar.ingest.compression import READ_ERRORS
+
+CHUNK = 8 << 20
+_WS = re.compile(rb"[ \t\r\n]*")
+_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[\]{},]')
+_GUESSES = 4
+
+
+class DecodeFailed(Exception):
+    """Raised by a piece decoder when the bytes are not valid JSON (the splitter then tries another cut)."""
+
+
+class TraceStream:
+    """Pieces of the `traceEvents` array of the JSON document read from binary file object `fh`.
+
+    `pieces(decode)` yields decode(b"[" + piece + b"]") for consecutive pieces; `top` holds every other
+    top-level key once the generator is exhausted. A bare top-level array is read as the event array.
+    """
+
+    def __init__(self, fh, path: Path, chunk: int | None = None, array_key: str = "traceEvents"):
+        self.fh, self.path, self.chunk, self.array_key = fh, Path(path), chunk or CHUNK, array_key
+        self.buf, self.pos, self.eof, self.offset = b"", 0, False, 0
+        self.keep: int | None = None  # absolute offset the buffer must keep while a piece's span is being cut
+        self.top: dict = {}
+        self.found_array = False
+
+    # --- buffer -------------------------------------------------------------------------------------------
+
+    def _fill(self, need: int) -> None:
+        """Make at least `need` bytes available after pos (fewer at end of file)."""
+        while len(self.buf) - self.pos < need and not self.eof:
+            try:
+                data = self.fh.read(max(self.chunk, need))
+            except READ_ERRORS as exc:  # a damaged or truncated compressed stream
+                raise InputError(self.path, f"cannot decompress the file: {exc}") from None
+            if not data:
+                self.eof = True
+                break
+            drop = self.pos if self.keep is None else max(0, min(self.pos, self.keep - self.offset))
+            self.offset += drop
+            self.buf = self.buf[drop:] + data
+            self.pos -= drop
+
+    def _error(self, what: str, at: int | None = None) -> InputError:
+        where = self.offset + (self.pos if at is None else at)
+        return InputError(self.path, f"malformed JSON at byte {where} of the decompressed content: {what}")
+
+    def _skip_ws(self) -> bytes:
+        """Skip whitespace; return the next byte (b'' at end of file) without consuming it."""
+        while True:
+            self._fill(1)
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or self.eof:
+                return self.buf[self.pos : self.pos + 1]
+
+    def _expect(self, chars: bytes) -> bytes:
+        ch = self._skip_ws()
+        if not ch or ch not in chars:
+            found = repr(ch.decode("latin-1")) if ch else "end of file"
+            wanted = " or ".join(repr(c) for c in chars.decode())
+            raise self._error(f"expected {wanted}, found {found}")
+        self.pos += 1
+        return ch
+
+    def _value(self):
+        """Decode one JSON value at pos with the standard library (small top-level values only)."""
+        decoder = json.JSONDecoder()
+        size = 65536
+        while True:
+            self._fill(size)
+            window = self.buf[self.pos : self.pos + size].decode("utf-8", "surrogateescape")
+            try:
+                value, end = decoder.raw_decode(window)
+                complete = end < len(window) or (self.eof and self.pos + size >= len(self.buf))
+            except json.JSONDecodeError as exc:
+                if self.eof and self.pos + size >= len(self.buf):
+                    raise self._error(exc.msg, self.pos + len(window[: exc.pos].encode("utf-8", "surrogateescape")))
+                complete = False
+            if complete:
+                self.pos += len(window[:end].encode("utf-8", "surrogateescape"))
+                return value
+            size *= 2
+
+    # --- document -----------------------------------------------------------------------------------------
+
+    def pieces(self, decode: Callable[[bytes], object], remote: Callable[[bytes], Future] | None = None,
+               depth: int = 3) -> Iterator:
+        """decode(b"[" + piece + b"]") of consecutive pieces, in order.
+
+        With `remote` (data -> Future of decode's result, None when the data is not valid JSON), up to `depth`
+        pieces cut by the fast guess are decoded elsewhere (worker processes) while the next are read. A piece
+        whose guess was wrong comes back None: it and the pieces after it are put back and read here, proven by
+        `decode`, as without `remote`."""
+        self._fill(3)
+        if self.buf.startswith(b"\xef\xbb\xbf"):
+            self.pos = 3
+        first = self._expect(b"{[")
+        if first == b"[":
+            self.found_array = True
+            yield from self._array(decode, remote, depth)
+        else:
+            yield from self._object(decode, remote, depth)
+        if self._skip_ws():
+            raise self._error("trailing data after the JSON document")
+
+    def _object(self, decode, remote, depth) -> Iterator:
+        if self._skip_ws() == b"}":
+            self.pos += 1
+            return
+        while True:
+            if self._skip_ws() != b'"':
+                raise self._error("expected a key string")
+            key = self._value()
+            self._expect(b":")
+            if self._skip_ws() == b"[" and key == self.array_key:
+                self.pos += 1
+                self.found_array = True
+                yield from self._array(decode, remote, depth)
+            else:
+                self.top[key] = self._value()
+            if self._expect(b",}") == b"}":
+                return
+
+    def _array(self, decode, remote=None, depth: int = 3) -> Iterator:
+        """Yield decoded pieces until the closing bracket of the array (consumed)."""
+        pending: deque = deque()  # (the piece's bytes as read, separator included; its future)
+        while True:
+            while remote is not None and len(pending) < depth:
+                self.keep = self.offset + self.pos  # the whitespace the guess skips goes back too on unread
+                cut = self._next_guess()
+                start, self.keep = self.keep - self.offset, None
+                if cut is None:
+                    break
+                piece = self.buf[self.pos : cut + 1]
+                self.pos = self.buf.index(b",", cut) + 1
+                pending.append((self.buf[start : self.pos], remote(b"[" + piece + b"]")))
+            if pending:
+                span, future = pending.popleft()
+                try:
+                    result = future.result()
+                except Exception:  # noqa: BLE001 - a lost worker: redo here, where any error surfaces plainly
+                    result, remote = None, None
+                if result is not None:
+                    yield result
+                    continue
+                for _, later in pending:
+                    later.cancel()
+                self._unread(span + b"".join(s for s, _ in pending))
+                pending.clear()
+            ch = self._skip_ws()
+            if ch == b"]":
+                self.pos += 1
+                return
+            if not ch:
+                raise self._error(f"unterminated {self.array_key} array (file truncated?)")
+            self._fill(self.chunk)
+            at = self.offset + self.pos
+            decoded, _ = self._guess(decode)
+            if decoded is None:
+                decoded, _ = self._exact(decode)
+            if decoded:
+                yield decoded
+            elif self.offset + self.pos == at and self._skip_ws() != b"]":  # never loop without progress
+                raise self._error(f"unreadable {self.array_key} element")
+
+    def _unread(self, data: bytes) -> None:
+        """Put bytes taken from just before pos back in front of it."""
+        self.offset += self.pos - len(data)
+        self.buf = data + self.buf[self.pos :]
+        self.pos = 0
+
+    def _next_guess(self) -> int | None:
+        """Index of the last '}' of the window that is followed by ',' and '{' (a likely cut), unproven."""
+        if self._skip_ws() in (b"]", b""):
+            return None
+        self._fill(self.chunk)
+        end = min(len(self.buf), self.pos + self.chunk)
+        brace = self.buf.rfind(b"}", self.pos, end)
+        while brace >= 0 and not _CUT.match(self.buf, brace):
+            brace = self.buf.rfind(b"}", self.pos, brace)
+        return brace if brace >= 0 else None
+
+    def _guess(self, decode):
+        """Fast path: cut at the last '},{' of the window that decodes; (None, False) when none does."""
+        end = min(len(self.buf), self.pos + self.chunk)
+        hi = end
+        for _ in range(_GUESSES):
+            brace = self.buf.rfind(b"}", self.pos, hi)
+            while brace >= 0 and not _CUT.match(self.buf, brace):
+                brace = self.buf.rfind(b"}", self.pos, brace)
+            if brace < 0:
+                return None, False
+            try:
+                decoded = decode(b"[" + self.buf[self.pos : brace + 1] + b"]")
+            except DecodeFailed:
+                hi = brace
+                continue
+            self.pos = self.buf.index(b",", brace) + 1
+            return decoded, False
+        return None, False
+
+    def _exact(self, decode):
+        """Slow path: tokenize (strings skipped) to the last element boundary of the window, or the array end."""
+        size = self.chunk
+        while True:
+            self._fill(size)
+            end = min(len(self.buf), self.pos + size)
+            depth, boundary, closed = 0, None, None
+            for m in _TOKEN.finditer(self.buf, self.pos, end):
+                tok = m.group()
+                if tok == b'"':  # string not terminated inside the window
+                    break
+                if tok in (b"{", b"["):
+                    depth += 1
+                elif tok in (b"}", b"]"):
+                    depth -= 1
+                    if depth < 0:
+                        if tok != b"]":
+                            raise self._error("unbalanced '}' in the event array", m.start())
+                        closed = m.start()
+                        break
+                    if depth == 0:
+                        boundary = m.end()
+            if closed is not None:
+                piece, after = self.buf[self.pos : closed], closed  # the array's ']' stays for _array
+            elif boundary is not None and not (self.eof and end == len(self.buf)):
+                piece, after = self.buf[self.pos : boundary], boundary
+            elif self.eof and end == len(self.buf):
+                raise self._error(f"unterminated {self.array_key} array (file truncated?)", end)
+            else:
+                size *= 2
+                continue
+            try:
+                decoded = decode(b"[" + piece + b"]") if piece.strip() else []
+            except DecodeFailed as exc:
+                raise self._error(f"invalid {self.array_key} element ({exc})") from None
+            self.pos = after
+            if closed is None:
+                self._expect(b",")
+            return decoded, False

@@ -1,0 +1,123 @@
+"""Combine per-rank ingests (one `gpuvar ingest` output folder per file) into one dataset with a `rank` column.
+
+Multi-GPU jobs write one trace per rank; the workflow ingests each file in its own job and merges them here, so
+binning and causal discovery see the whole job and per-rank variability is a feature. The rank of a part is
+the one its file records (Kineto distributedInfo.rank, kept by the reader in the `rank` column) when every
+part records a distinct one, else the file's position in the list (said in the notes). Rows are sorted by
+start time (then rank and launch id); ingest.json accounts per file and in total (rows in = rows out + drops).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpuvar import __version__
+from gpuvar.canonical_io import write_canonical, write_json
+from gpuvar.errors import InputError
+
+TABLES = ("kernels", "memcpy")
+
+
+def _part(folder: Path) -> tuple[dict, dict[str, pa.Table]]:
+    """A finished ingest folder: (its ingest.json, {table name: Arrow table})."""
+    marker = folder / "ingest.json"
+    try:
+        report = json.loads(marker.read_text())
+    except OSError as exc:
+        raise InputError(folder, f"not a finished ingest (no readable ingest.json: {exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(marker, f"not valid JSON ({exc.msg})") from None
+    tables = {}
+    for name in TABLES:
+        if name in report.get("tables", {}):
+            try:
+                tables[name] = pq.read_table(folder / f"{name}.parquet")
+            except (OSError, pa.ArrowInvalid) as exc:
+                raise InputError(folder / f"{name}.parquet", f"cannot read ({exc})") from None
+    if "kernels" not in tables:
+        raise InputError(folder, "ingest has no kernels table")
+    return report, tables
+
+
+def _recorded_rank(table: pa.Table) -> int | None:
+    """The single rank a part's file recorded, or None."""
+    if "rank" not in table.column_names or table.num_rows == 0:
+        return None
+    col = table.column("rank")
+    if col.null_count:
+        return None
+    values = pc.unique(col).to_pylist()
+    return int(values[0]) if len(values) == 1 else None
+
+
+def _with_rank(table: pa.Table, rank: int) -> pa.Table:
+    column = pa.array([rank] * table.num_rows, type=pa.int64())
+    if "rank" in table.column_names:
+        return table.set_column(table.column_names.index("rank"), "rank", column)
+    return table.append_column("rank", column)
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    keys = [(c, "ascending", "at_end") for c in ("start", "rank", "launch_id") if c in table.column_names]
+    return table.take(pc.sort_indices(table, sort_keys=keys)) if table.num_rows else table
+
+
+def merge(parts: list[str | Path], output: str | Path) -> dict:
+    """Merge ingest folders `parts` (in rank/file order) into `output`; returns the merged ingest.json."""
+    output = Path(output)
+    if not parts:
+        raise InputError(output, "nothing to merge: no ingest folders given")
+    marker = output / "ingest.json"
+    if marker.exists():
+        marker.unlink()
+    loaded = [(Path(p), *_part(Path(p))) for p in parts]
+    recorded = [_recorded_rank(tables["kernels"]) for _, _, tables in loaded]
+    from_file = None not in recorded and len(set(recorded)) == len(recorded)
+    ranks = recorded if from_file else list(range(len(loaded)))
+    notes = [f"{len(loaded)} files merged; rank = " + (
+        "the rank each file records (Kineto distributedInfo.rank)" if from_file else
+        "the file's position in the dataset's source list" + (
+            " (the files' recorded ranks are missing or not distinct)" if any(r is not None for r in recorded)
+            else ""))]
+    summary = {"gpuvar_version": __version__, "merged": True, "source": [], "format": None, "parts": [],
+               "tables": {}, "notes": notes}
+    formats = []
+    for (folder, report, _), rank in zip(loaded, ranks):
+        summary["source"].append(report.get("source", str(folder)))
+        formats.append(report.get("format"))
+        summary["parts"].append({"folder": str(folder), "source": report.get("source"), "format": report.get("format"),
+                                 "rank": rank, "tables": report.get("tables", {}), "notes": report.get("notes", [])})
+    summary["format"] = formats[0] if len(set(formats)) == 1 else "mixed: " + ", ".join(sorted(set(map(str, formats))))
+    meta = {"source": summary["source"], "format": summary["format"], "merged": True}
+    for name in TABLES:
+        pieces = [_with_rank(tables[name], rank) for (_, _, tables), rank in zip(loaded, ranks) if name in tables]
+        if not pieces:
+            continue
+        try:
+            table = _sorted(pa.concat_tables(pieces, promote_options="permissive"))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InputError(output, f"cannot merge the {name} tables: {exc}") from None
+        write_canonical(table, output / f"{name}.parquet", meta)
+        dropped = Counter()
+        rows_read = 0
+        for (_, report, _), _rank in zip(loaded, ranks):
+            part = report.get("tables", {}).get(name)
+            if part:
+                rows_read += part["rows_read"]
+                dropped.update(part.get("dropped", {}))
+        balanced = rows_read == table.num_rows + sum(dropped.values())
+        summary["tables"][name] = {"rows_read": rows_read, "rows_written": table.num_rows,
+                                   "dropped": dict(sorted(dropped.items())), "balanced": balanced,
+                                   "columns": table.num_columns}
+        if not balanced:
+            raise InputError(output, f"accounting error merging {name}: rows read {rows_read} != written + dropped")
+    if "memcpy" not in summary["tables"]:
+        (output / "memcpy.parquet").unlink(missing_ok=True)
+    write_json(summary, marker)
+    return summary

@@ -1,0 +1,244 @@
+"""PyTorch profiler (Kineto) traces: every real trace ingests with row counts and values checked against the
+source events, read independently here with json + gzip."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from gpuvar.ingest import ingest, load
+from gpuvar.ingest.detect import detect
+from gpuvar.ingest.json_stream import DecodeFailed, TraceStream
+from conftest import REAL_DATA, real_file
+
+KINETO = "pytorch-kineto-trace"
+REAL = sorted(p.relative_to(REAL_DATA).as_posix() for p in (REAL_DATA / KINETO).glob("*/*.json*")) if (
+    REAL_DATA / KINETO).is_dir() else []
+COPY_CODES = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "HtoH": 9, "PtoP": 10}
+
+
+def source(path: Path) -> dict:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh, parse_float=Decimal)
+
+
+def events(doc: dict, *cats: str) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e.get("cat") in cats]
+
+
+def ns(value) -> int:
+    return int((Decimal(value) * 1000).to_integral_value())
+
+
+def rows_by_key(table) -> dict:
+    """(correlation id, start) -> row: one correlation id can launch several kernels (graphs, libraries)."""
+    return {(r["correlation_id"], r["start"]): r for r in table.to_pylist()}
+
+
+def test_real_traces_are_present():
+    if not (REAL_DATA / KINETO).is_dir():
+        pytest.skip(f"real profiler files not found at {REAL_DATA}")
+    assert len(REAL) >= 6, REAL
+
+
+@pytest.mark.parametrize("relative", REAL)
+def test_every_real_trace_ingests_with_counts_from_the_source(relative, tmp_path):
+    path = real_file(relative)
+    doc = source(path)
+    kernels, copies = events(doc, "kernel"), events(doc, "gpu_memcpy", "gpu_memset")
+    expected = len(kernels) or len(events(doc, "cuda_profiler_range"))
+    assert detect(path).FORMAT == "pytorch-kineto"
+    report = ingest(path, tmp_path / "out")
+    assert report["format"] == "pytorch-kineto"
+    k = report["tables"]["kernels"]
+    assert k["rows_read"] == expected and k["balanced"]
+    assert k["rows_written"] == expected - sum(k["dropped"].values())
+    assert k["dropped"] == {}  # the real traces are clean: every kernel event is a row
+    if copies:
+        m = report["tables"]["memcpy"]
+        assert m["rows_read"] == m["rows_written"] == len(copies)
+    table = pq.read_table(tmp_path / "out" / "kernels.parquet")
+    assert table.num_rows == expected
+    rank = (doc.get("distributedInfo") or {}).get("rank")
+    assert set(table.column("rank").to_pylist()) == ({rank} if rank is not None else {None})
+
+
+@pytest.mark.parametrize("relative", [r for r in REAL if "cupti" not in r])
+def test_kernel_values_match_the_source_event(relative):
+    path = real_file(relative)
+    doc = source(path)
+    warp = {p["id"]: p["warpSize"] for p in doc.get("deviceProperties", [])}
+    _, kernels, _ = load(path)
+    rows = rows_by_key(kernels)
+    for event in events(doc, "kernel")[:: max(1, len(rows) // 50)]:
+        args, row = event["args"], rows[(event["args"]["correlation"], ns(event["ts"]))]
+        assert row["kernel_name"] == event["name"]
+        assert row["device_id"] == args["device"] and row["stream_id"] == args["stream"]
+        assert row["start"] == ns(event["ts"])
+        assert row["duration"] == ns(event["dur"]) and row["end"] == row["start"] + row["duration"]
+        assert row["wave_size"] == warp.get(args["device"], 32)
+        if "grid" in args:
+            assert [row["grid_x"], row["grid_y"], row["grid_z"]] == args["grid"]
+            assert [row["block_x"], row["block_y"], row["block_z"]] == args["block"]
+            assert row["grid_size"] == args["grid"][0] * args["grid"][1] * args["grid"][2]
+            assert row["registers_per_thread"] == args["registers per thread"]
+            assert row["lds_per_workgroup"] == args["shared memory"]
+            assert row["blocks_per_sm"] == pytest.approx(float(args["blocks per SM"]))
+            assert row["est_achieved_occupancy_pct"] == pytest.approx(float(args["est. achieved occupancy %"]))
+        else:  # ROCm builds carry no launch configuration
+            assert row["grid_x"] is None and row["registers_per_thread"] is None
+
+
+@pytest.mark.parametrize("relative", [r for r in REAL if "cupti" not in r])
+def test_copy_values_match_the_source_event(relative):
+    path = real_file(relative)
+    doc = source(path)
+    _, _, memcpy = load(path)
+    rows = memcpy.to_pylist()
+    assert len(rows) == len(events(doc, "gpu_memcpy", "gpu_memset"))
+    by_key = {(r["correlation_id"], r["start"]): r for r in rows}
+    for event in events(doc, "gpu_memcpy", "gpu_memset"):
+        args, row = event["args"], by_key[(event["args"]["correlation"], ns(event["ts"]))]
+        assert row["bytes"] == args.get("bytes")
+        if event["cat"] == "gpu_memset":
+            assert row["copy_kind_name"] == "Memset" and row["copy_kind"] is None
+        else:
+            kind = event["name"].split()[1]
+            assert row["copy_kind_name"] == kind and row["copy_kind"] == COPY_CODES[kind]
+            if "memory bandwidth (GB/s)" in args:
+                assert row["bandwidth_gb_s"] == pytest.approx(float(args["memory bandwidth (GB/s)"]))
+
+
+def test_fractional_microseconds_become_exact_nanoseconds():
+    """ts ~1.7e15 µs with a ns fraction: a float would be off by up to 125 ns; the text is converted exactly."""
+    path = real_file(f"{KINETO}/hta-v100-resnet-rank0/rank-0.pt.trace.json.gz")
+    _, kernels, _ = load(path)
+    row = rows_by_key(kernels)[(135071, 1712195495505582988)]
+    assert row["start"] == 1712195495505582988 and row["duration"] == 4928
+
+
+def test_rocm_trace_takes_wave_size_and_copy_kind_from_the_trace():
+    path = real_file(f"{KINETO}/hta-mi250-minitoy-rocm62/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    out, kernels, memcpy = load(path)
+    assert set(kernels.column("wave_size").to_pylist()) == {64}
+    assert set(kernels.column("device_id").to_pylist()) == {2}
+    assert memcpy.column("copy_kind_name").to_pylist() == ["HtoD", "HtoD"]
+
+
+def test_cupti_profiler_ranges_become_kernel_rows_with_counters():
+    path = real_file(f"{KINETO}/hta-a100-cupti-profiler-counters/cupti_profiler_trace.json.gz")
+    doc = source(path)
+    ranges = events(doc, "cuda_profiler_range")
+    out, kernels, memcpy = load(path)
+    assert kernels.num_rows == len(ranges) == 77 and memcpy is None
+    assert kernels.column("start").null_count == kernels.num_rows  # the ranges time the replay, not the kernel
+    counter = "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
+    assert kernels.column(counter).to_pylist() == [r["args"][counter] for r in ranges]
+    assert kernels.column("kernel_name").to_pylist() == [r["name"] for r in ranges]
+    assert any("cuda_profiler_range" in n for n in out.notes)
+
+
+def test_uncompressed_json_and_rank_note(tmp_path):
+    path = real_file(f"{KINETO}/hta-a100-alexnet/alexnet_trace.json.gz")
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(gzip.decompress(path.read_bytes()))
+    report = ingest(plain, tmp_path / "out")
+    assert report["format"] == "pytorch-kineto" and report["tables"]["kernels"]["rows_written"] == 79
+    assert any(n.startswith("distributedInfo: rank 0") for n in report["notes"])
+
+
+def test_stream_cuts_pieces_at_element_boundaries_even_with_braces_in_strings(tmp_path):
+    """Names holding '},{' make the fast cut guess wrong; the decoder proves each cut, so no event is lost."""
+    evil = [{"cat": "kernel", "name": "k}, {" * (i % 3) + f"_{i}", "ts": i, "dur": 1, "args": {"x": [{"a": 1}, {}]}}
+            for i in range(3000)]
+    doc = {"traceEvents": evil, "distributedInfo": {"rank": 3}, "deviceProperties": []}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc, indent=1))
+    seen = []
+
+    def decode(data: bytes) -> list:
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise DecodeFailed(str(exc)) from None
+
+    with open(path, "rb") as fh:
+        stream = TraceStream(fh, path, chunk=4096)
+        for piece in stream.pieces(decode):
+            seen.extend(piece)
+    assert seen == evil and stream.top == {"distributedInfo": {"rank": 3}, "deviceProperties": []}
+
+
+def test_generated_trace_round_trips(tmp_path):
+    from gpuvar.demo.kineto_writer import write_kineto_demo
+
+    summary = write_kineto_demo(tmp_path / "r1.json.gz", 3000, seed=5, rank=1, world=2)
+    again = write_kineto_demo(tmp_path / "again.json.gz", 3000, seed=5, rank=1, world=2)
+    assert gzip.decompress((tmp_path / "r1.json.gz").read_bytes()) == gzip.decompress(
+        (tmp_path / "again.json.gz").read_bytes())
+    doc = source(tmp_path / "r1.json.gz")
+    assert len(events(doc, "kernel")) == summary["kernel"] == 3000
+    report = ingest(tmp_path / "r1.json.gz", tmp_path / "out")
+    assert report["tables"]["kernels"]["rows_written"] == 3000
+    assert report["tables"]["memcpy"]["rows_written"] == summary["gpu_memcpy"] + summary["gpu_memset"]
+    assert again["kernel"] == 3000
+
+
+def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path):
+    """The pipelined path: a wrong fast cut (a '},{' inside a name) comes back None from the 'worker' and is
+    read again in-process; every event arrives once, in order."""
+    from concurrent.futures import Future
+
+    evil = [{"cat": "kernel", "name": "k}, {" * (i % 5 == 0) + f"_{i}", "ts": i, "args": {"g": [{}, {}]}}
+            for i in range(4000)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": evil, "distributedInfo": {"rank": 2}}))
+
+    def decode(data: bytes) -> list:
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise DecodeFailed(str(exc)) from None
+
+    calls = {"remote": 0, "redone": 0}
+
+    def remote(data: bytes) -> Future:
+        calls["remote"] += 1
+        future = Future()
+        try:
+            future.set_result(json.loads(data))
+        except ValueError:
+            calls["redone"] += 1
+            future.set_result(None)
+        return future
+
+    seen = []
+    with open(path, "rb") as fh:
+        stream = TraceStream(fh, path, chunk=2048)
+        for piece in stream.pieces(decode, remote=remote, depth=3):
+            seen.extend(piece)
+    assert seen == evil and stream.top == {"distributedInfo": {"rank": 2}}
+    assert calls["remote"] > 10 and calls["redone"] > 0
+
+
+def test_worker_processes_give_the_same_tables(tmp_path, monkeypatch):
+    from gpuvar.demo.kineto_writer import write_kineto_demo
+    from gpuvar.ingest import kineto
+
+    trace = tmp_path / "t.json"
+    write_kineto_demo(trace, 4000, seed=9, rank=0)
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr("gpuvar.ingest.json_stream.CHUNK", 256 << 10)
+    monkeypatch.setenv("GPUVAR_KINETO_WORKERS", "0")
+    assert kineto._workers(trace) == 0
+    _, k_seq, m_seq = load(trace)
+    monkeypatch.setenv("GPUVAR_KINETO_WORKERS", "2")
+    if kineto._workers(trace) != 2:
+        pytest.skip("needs 2 cores and fork")
+    _, k_par, m_par = load(trace)
+    assert k_par.equals(k_seq) and m_par.equals(m_seq) and k_par.num_rows == 4000
