@@ -52,6 +52,7 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
     """Compare every expected column over all rows; `absent` columns must be all null; together with
     launch_config (checked from its parts) they must cover the whole canonical table."""
     names = {c.column for c in canonical_columns(table)}
+    absent = absent | ({"rank"} - set(expected))  # rank: set for Kineto traces and merged multi-rank datasets only
     covered = set(expected) | absent | ({"launch_config"} if table == "kernels" else set())
     assert covered == names, f"unchecked: {sorted(names - covered)}; not canonical: {sorted(covered - names)}"
     for column, values in expected.items():
