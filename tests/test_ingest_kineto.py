@@ -211,7 +211,7 @@ def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path)
         calls["remote"] += 1
         future = Future()
         try:
-            future.set_result(json.loads(data))
+            future.set_result(json.loads(b"[" + data + b"]"))
         except ValueError:
             calls["redone"] += 1
             future.set_result(None)
