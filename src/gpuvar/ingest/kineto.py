@@ -106,12 +106,17 @@ _ARGS = {
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """A JSON object with a traceEvents key and a Kineto marker (schemaVersion, deviceProperties,
-    distributedInfo, or a kernel / cpu_op / cuda_runtime event) in the first 64 KiB."""
+    """A JSON object with, in the first 64 KiB, a traceEvents key and a Kineto marker (schemaVersion,
+    deviceProperties, distributedInfo, or a kernel / cpu_op / cuda_runtime event), or both schemaVersion and
+    deviceProperties (metadata so long that the events start later)."""
     if Path(path).is_dir():
         return False
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    return text.startswith(b"{") and b'"traceEvents"' in text and _KINETO_MARKERS.search(text) is not None
+    if not text.startswith(b"{"):
+        return False
+    if b'"traceEvents"' in text:
+        return _KINETO_MARKERS.search(text) is not None
+    return b'"schemaVersion"' in text and b'"deviceProperties"' in text
 
 
 # --- decoding ----------------------------------------------------------------------------------------------
