@@ -211,7 +211,7 @@ def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path)
         calls["remote"] += 1
         future = Future()
         try:
-            future.set_result(json.loads(data))
+            future.set_result(json.loads(b"[" + data + b"]"))
         except ValueError:
             calls["redone"] += 1
             future.set_result(None)
@@ -242,3 +242,14 @@ def test_worker_processes_give_the_same_tables(tmp_path, monkeypatch):
         pytest.skip("needs 2 cores and fork")
     _, k_par, m_par = load(trace)
     assert k_par.equals(k_seq) and m_par.equals(m_seq) and k_par.num_rows == 4000
+
+
+def test_long_metadata_before_the_events_is_still_detected(tmp_path):
+    """traceEvents beyond the 64 KiB sniffing window: schemaVersion + deviceProperties identify the trace."""
+    props = [{"id": i, "name": "GPU " + "x" * 200, "warpSize": 32} for i in range(400)]
+    events = [{"cat": "kernel", "name": "k", "ts": 5, "dur": 1, "args": {"device": 0}}]
+    path = tmp_path / "late.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": props, "traceEvents": events}))
+    assert path.read_bytes().find(b"traceEvents") > 65536
+    assert detect(path).FORMAT == "pytorch-kineto"
+    assert ingest(path, tmp_path / "out")["tables"]["kernels"]["rows_written"] == 1

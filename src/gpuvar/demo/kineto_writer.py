@@ -34,7 +34,8 @@ def _header(rank: int | None, world: int) -> str:
         f'      "computeMajor": 8, "computeMinor": 0, "warpSize": 32, "numSms": 108\n    }}'
         for d in range(max(world, 1))
     )
-    dist = "" if rank is None else f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world}}},\n'
+    info = f'{{"backend": "nccl", "rank": {rank}, "world_size": {world}}}'
+    dist = "" if rank is None else f'  "distributedInfo": {info},\n'
     return f'{{\n  "schemaVersion": 1,\n{dist}  "deviceProperties": [\n{props}\n  ],\n  "traceEvents": [\n'
 
 

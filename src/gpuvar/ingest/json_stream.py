@@ -110,7 +110,7 @@ class TraceStream:
                depth: int = 3) -> Iterator:
         """decode(b"[" + piece + b"]") of consecutive pieces, in order.
 
-        With `remote` (data -> Future of decode's result, None when the data is not valid JSON), up to `depth`
+        With `remote` (piece -> Future of decode(b"[" + piece + b"]"), None when not valid JSON), up to `depth`
         pieces cut by the fast guess are decoded elsewhere (worker processes) while the next are read. A piece
         whose guess was wrong comes back None: it and the pieces after it are put back and read here, proven by
         `decode`, as without `remote`."""
@@ -146,7 +146,7 @@ class TraceStream:
 
     def _array(self, decode, remote=None, depth: int = 3) -> Iterator:
         """Yield decoded pieces until the closing bracket of the array (consumed)."""
-        pending: deque = deque()  # (the piece's bytes as read, separator included; its future)
+        pending: deque = deque()  # ((whitespace before, piece, separator after): the bytes as read; its future)
         while True:
             while remote is not None and len(pending) < depth:
                 self.keep = self.offset + self.pos  # the whitespace the guess skips goes back too on unread
@@ -154,9 +154,9 @@ class TraceStream:
                 start, self.keep = self.keep - self.offset, None
                 if cut is None:
                     break
-                piece = self.buf[self.pos : cut + 1]
-                self.pos = self.buf.index(b",", cut) + 1
-                pending.append((self.buf[start : self.pos], remote(b"[" + piece + b"]")))
+                piece = self.buf[self.pos : cut + 1]  # the one copy: sent as it is (the worker adds the brackets)
+                head, self.pos = self.buf[start : self.pos], self.buf.index(b",", cut) + 1
+                pending.append(((head, piece, self.buf[cut + 1 : self.pos]), remote(piece)))
             if pending:
                 span, future = pending.popleft()
                 try:
@@ -168,7 +168,7 @@ class TraceStream:
                     continue
                 for _, later in pending:
                     later.cancel()
-                self._unread(span + b"".join(s for s, _ in pending))
+                self._unread(b"".join(b"".join(parts) for parts in [span, *(s for s, _ in pending)]))
                 pending.clear()
             ch = self._skip_ws()
             if ch == b"]":

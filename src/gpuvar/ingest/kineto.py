@@ -30,7 +30,8 @@ import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from decimal import Decimal, InvalidOperation
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, eq
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,8 @@ def _args_struct(name: str, mapping: dict[str, str], raw: tuple[str, ...] = (), 
     return msgspec.defstruct(name, fields, gc=False)
 
 
-_NAME, _TS, _DUR = attrgetter("name"), attrgetter("ts"), attrgetter("dur")
+_CAT, _NAME, _TS, _DUR = attrgetter("cat"), attrgetter("name"), attrgetter("ts"), attrgetter("dur")
+_COPY_CATS = frozenset(("gpu_memcpy", "gpu_memset"))
 _KernelArgs = _args_struct("_KernelArgs", KERNEL_ARGS, raw=("grid", "block"))
 _CopyArgs = _args_struct("_CopyArgs", COPY_ARGS, extra=("kind",))
 _DIMS = re.compile(rb"(?:\[-?\d+,-?\d+,-?\d+\],)*\[-?\d+,-?\d+,-?\d+\]")
@@ -104,12 +106,17 @@ _ARGS = {
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """A JSON object with a traceEvents key and a Kineto marker (schemaVersion, deviceProperties,
-    distributedInfo, or a kernel / cpu_op / cuda_runtime event) in the first 64 KiB."""
+    """A JSON object with, in the first 64 KiB, a traceEvents key and a Kineto marker (schemaVersion,
+    deviceProperties, distributedInfo, or a kernel / cpu_op / cuda_runtime event), or both schemaVersion and
+    deviceProperties (metadata so long that the events start later)."""
     if Path(path).is_dir():
         return False
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    return text.startswith(b"{") and b'"traceEvents"' in text and _KINETO_MARKERS.search(text) is not None
+    if not text.startswith(b"{"):
+        return False
+    if b'"traceEvents"' in text:
+        return _KINETO_MARKERS.search(text) is not None
+    return b'"schemaVersion"' in text and b'"deviceProperties"' in text
 
 
 # --- decoding ----------------------------------------------------------------------------------------------
@@ -278,9 +285,10 @@ def _columns(events: list, args: list, mapping: dict[str, str], empty, dims=(), 
 def process_piece(data: bytes) -> dict:
     """Decode one piece (`[event, ...]` bytes) into compact columns per table; DecodeFailed when not valid JSON."""
     events = _decode_events(data)
-    ks = [e for e in events if e.cat == "kernel"]
-    cs = [e for e in events if e.cat == "gpu_memcpy" or e.cat == "gpu_memset"]
-    rs = [e for e in events if e.cat == "cuda_profiler_range"]
+    cats = list(map(_CAT, events))  # selections below run in C (map + compress), not a Python loop per event
+    ks = list(compress(events, map(eq, cats, repeat("kernel"))))  # (str.__eq__(None) is NotImplemented: truthy)
+    cs = list(compress(events, map(_COPY_CATS.__contains__, cats)))
+    rs = list(compress(events, map(eq, cats, repeat("cuda_profiler_range"))))
     part = {"events": len(events), "kernel": None, "copy": None,
             "ranges": [(_decode_names([e.name])[0], _json(e.args)) for e in rs]}
     del events
@@ -293,11 +301,12 @@ def process_piece(data: bytes) -> dict:
     return part
 
 
-def _piece_in_worker(data: bytes) -> dict | None:
-    """process_piece in a worker process: None tells the main process the cut was wrong (it re-reads there)."""
+def _piece_in_worker(piece: bytes) -> dict | None:
+    """process_piece of `[piece]` in a worker process: None tells the main process the cut was wrong (it re-reads
+    there)."""
     gc.disable()
     try:
-        return process_piece(data)
+        return process_piece(b"[" + piece + b"]")
     except DecodeFailed:
         return None
 

@@ -80,7 +80,8 @@ def export(report: Path, cache: Path) -> tuple[Path, bool]:
     if proc.returncode != 0 or not partial.exists():
         detail = (proc.stderr or proc.stdout or "").strip().splitlines()
         partial.unlink(missing_ok=True)
-        raise InputError(report, f"nsys export failed (exit {proc.returncode}): {detail[-1] if detail else 'no output'}")
+        last = detail[-1] if detail else "no output"
+        raise InputError(report, f"nsys export failed (exit {proc.returncode}): {last}")
     os.replace(partial, cache)
     return cache, False
 
