@@ -149,9 +149,10 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def independent_branches(dot: str) -> int:
-    """Connected components of the job DAG once the aggregating `all` node is removed."""
+    """Connected components of the job DAG once the aggregating nodes are removed: `all` and the run-wide table
+    of causal checks (`summarise_causal_checks` reads every branch's result, after the branches are done)."""
     labels = dict(re.findall(r'^\s*(\d+)\[label = "([^"\\]+)', dot, re.M))
-    parent = {n: n for n, label in labels.items() if label != "all"}
+    parent = {n: n for n, label in labels.items() if label not in ("all", "summarise_causal_checks")}
 
     def find(n):
         while parent[n] != n:
