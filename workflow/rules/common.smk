@@ -2,6 +2,10 @@ import re
 import sys
 from pathlib import Path
 
+from gpuvar.workflow_env import put_own_bin_first_on_path
+
+put_own_bin_first_on_path()
+
 from gpuvar.config import check_sources, validate_config
 from gpuvar.errors import ConfigError
 
