@@ -29,11 +29,6 @@ log = logging.getLogger("gpuvar.causal")
 _LIMITS = None  # keeps a worker's BLAS thread limit alive
 
 
-def resample_indices(n: int, seed: int, index: int) -> np.ndarray:
-    """Row indices of resample `index` (with replacement), a pure function of (seed, index)."""
-    return np.random.default_rng([int(seed), int(index)]).integers(0, n, size=n)
-
-
 def resample_bins(bins: np.ndarray, seed: int, index: int) -> np.ndarray:
     """Row indices of resample `index`: len(unique bins) bins drawn with replacement, all rows of each."""
     ids, inverse = np.unique(bins, return_inverse=True)
@@ -65,12 +60,12 @@ def _init_worker() -> None:
     _LIMITS = threadpool_limits(1)
 
 
-def _fit_resamples(X, prior_knowledge, engine: str, seed: int, indices: list[int], threads: int | None = 1,
-                   bins: np.ndarray | None = None):
-    """Adjacency matrices of the given resamples (of bins when given, else of rows), stacked in order."""
+def _fit_resamples(X, prior_knowledge, engine: str, seed: int, indices: list[int], threads: int | None,
+                   bins: np.ndarray):  # fmt: skip
+    """Adjacency matrices of the given resamples of bins, stacked in order."""
     out = np.empty((len(indices), X.shape[1], X.shape[1]))
     for k, index in enumerate(indices):
-        rows = resample_indices(len(X), seed, index) if bins is None else resample_bins(bins, seed, index)
+        rows = resample_bins(bins, seed, index)
         sample = X[rows]
         if (sample.std(axis=0) == 0).any():  # a column constant in this resample: no fit (counted as failed)
             out[k] = np.nan
@@ -96,9 +91,11 @@ def bootstrap_adjacencies(
 ) -> np.ndarray:
     """Adjacency matrices of resamples 0..n_samples-1, stacked (n_samples, p, p), in resample order.
 
-    workers=1 runs in-process; otherwise `pool` (or a pool made here) runs chunks of resamples.
+    bins: the bin of each row (None: every row its own bin, i.e. a plain row bootstrap). workers=1 runs
+    in-process; otherwise `pool` (or a pool made here) runs chunks of resamples.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
+    bins = np.arange(len(X)) if bins is None else np.asarray(bins)
     p = X.shape[1]
     out = np.empty((n_samples, p, p))
     if n_samples == 0:

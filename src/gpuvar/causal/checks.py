@@ -14,6 +14,7 @@ figure and in the run summary.
   total_effects       no |total effect| above MAX_TOTAL_EFFECT SD per SD (collinearity or a leak otherwise)
   conditioning        Belsley condition number of the features <= MAX_CONDITION
   rows_per_variable   at least MIN_ROWS_PER_VARIABLE rows per variable
+  bootstrap_bins      when bootstrapping: at least MIN_BOOTSTRAP_BINS distinct bins to resample
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ HSIC_ROWS = 300
 MAX_TOTAL_EFFECT = 3.0
 MAX_CONDITION = 30.0
 MIN_ROWS_PER_VARIABLE = 10
+MIN_BOOTSTRAP_BINS = 5  # fewer distinct bins than this: the bin bootstrap carries little information
 
 
 def residuals(X: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -109,6 +111,7 @@ def assumption_checks(
     unconstrained: tuple[list[int], np.ndarray] | None,
     seed: int = 0,
     siblings: list[list[str]] = (),
+    bootstrap_bins: int | None = None,
 ) -> dict:
     """Every check of the module docstring; `passed` is False when any check fails, `warnings` says which."""
     n, p = X.shape
@@ -180,4 +183,10 @@ def assumption_checks(
     checks["rows_per_variable"] = {"passed": ok, "rows": n, "variables": p, "min_per_variable": MIN_ROWS_PER_VARIABLE}
     if not ok:
         warnings.append(f"few rows: {n} rows for {p} variables (< {MIN_ROWS_PER_VARIABLE} per variable)")
+
+    if bootstrap_bins is not None:
+        ok = bootstrap_bins >= MIN_BOOTSTRAP_BINS
+        checks["bootstrap_bins"] = {"passed": ok, "bins": bootstrap_bins, "min": MIN_BOOTSTRAP_BINS}
+        if not ok:
+            warnings.append(f"rows from {bootstrap_bins} bin(s): the bin bootstrap says little about stability")
     return {"passed": not warnings, "warnings": warnings, "checks": checks}

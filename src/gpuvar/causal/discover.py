@@ -32,7 +32,6 @@ from gpuvar.causal.prior import MODES, prior_knowledge, tiers
 
 log = logging.getLogger("gpuvar.causal")
 ENGINES = ("fast", "lingam")
-MIN_BOOTSTRAP_BINS = 5  # fewer distinct bins than this: the bin bootstrap carries little information
 
 
 def sink_prior_knowledge(p: int, target: int) -> np.ndarray:
@@ -164,7 +163,8 @@ def discover_group(
     target = len(names) - 1
     labels = {n: prep.label(n) for n in names}
     X = prep.data.to_numpy(dtype=np.float64)
-    pk = prior_knowledge(names, target, pk_mode, sibling_groups(prep.categories))
+    siblings = sibling_groups(prep.categories)
+    pk = prior_knowledge(names, target, pk_mode, siblings)
     timings = {}
     t0 = time.perf_counter()
     with threadpool_limits(1):  # tiny BLAS calls: extra BLAS threads only contend
@@ -173,20 +173,17 @@ def discover_group(
         unconstrained = fit_adjacency(X, None, engine)
     te = total_effects(B, target)
     contrib, explained = contributions(X, B, names, target, labels)
-    verdict = assumption_checks(X, B, names, target, te, prep.condition_number, unconstrained, seed,
-                                sibling_groups(prep.categories))  # fmt: skip
+    n_bins = int(len(np.unique(prep.bins))) if prep.bins is not None else 0
+    verdict = assumption_checks(X, B, names, target, te, prep.condition_number, unconstrained, seed, siblings,
+                                n_bins if bootstrap > 0 else None)  # fmt: skip
     edges = edge_table(B, names)
     boot = None
-    n_bins = int(len(np.unique(prep.bins))) if prep.bins is not None else 0
     if bootstrap > 0:
         t0 = time.perf_counter()
         stack = bootstrap_adjacencies(X, pk, bootstrap, seed, workers, engine, pool, bins=prep.bins)
         boot = summarise_edges(stack, names, B)
         boot.to_csv(outdir / "bootstrap_edges.csv", index=False)
         timings["bootstrap_s"] = round(time.perf_counter() - t0, 4)
-        if n_bins < MIN_BOOTSTRAP_BINS:
-            verdict["warnings"].append(f"rows from {n_bins} bin(s): the bin bootstrap says little about stability")
-            verdict["passed"] = False
     prob = {} if boot is None else {(r["from"], r["to"]): r for r in boot.to_dict("records")}
     edges["probability"] = [prob.get((f, t), {}).get("probability", 0.0 if boot is not None else np.nan)
                             for f, t in zip(edges["from"], edges["to"])]  # fmt: skip

@@ -247,17 +247,15 @@ def prepare_group(
         if table[col].nunique() < 2 or (within is not None and table[col].abs().max() < 1e-12):
             prep.dropped_columns[col] = constant_why
     cols = [c for c in cols if c not in prep.dropped_columns]
-    analysed = frame[keep].reset_index(drop=True)
-
     def varies(name: str) -> bool:
-        """Varies in the rows as analysed (within kernels for the whole-trace group)."""
+        """Varies in the rows as analysed (within kernels for the whole-trace group); reads only that column."""
         if name in prep.dropped_columns:
             return False
         if name in table.columns:
             return table[name].nunique() > 1
-        if name not in analysed.columns or not pd.api.types.is_numeric_dtype(analysed[name]):
+        if name not in frame.columns or not pd.api.types.is_numeric_dtype(frame[name]):
             return False
-        values = analysed[[name]].astype(np.float64)
+        values = pd.DataFrame({name: frame[name].astype(np.float64).to_numpy()[keep]})
         if within is not None:
             values = centre_within(values, keys, [name])
         return values[name].nunique() > 1 and bool(np.nanmax(np.abs(values[name])) > 1e-12 or within is None)
