@@ -36,6 +36,23 @@ def _remove_stale(parent: Path, name: str) -> None:
 
 
 @contextmanager
+def _staging(parent: Path, name: str, shown: Path) -> Iterator[Path]:
+    """A fresh temporary folder in `parent` for the output `name`, removed in every case; an error raised while
+    it is in use (writing, or moving into place) names `shown` instead of the temporary folder."""
+    parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(parent, name)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{_HOST}-{os.getpid()}-", dir=parent))
+    try:
+        yield tmp
+    except OSError as exc:  # disk full, quota: name the output the user asked for, not the temporary folder
+        raise _renamed(exc, tmp, shown) from None
+    except GpuvarError as exc:  # e.g. StageError("cannot write <tmp>/bins.parquet: No space left on device")
+        raise _reworded(exc, tmp, shown) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
 def staged_folder(target: str | Path, replace: bool = True, last: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield an empty temporary folder beside `target`; on success its content goes into place.
 
@@ -45,22 +62,12 @@ def staged_folder(target: str | Path, replace: bool = True, last: tuple[str, ...
     never sees a new marker beside old data or an old marker beside new data.
     """
     target = Path(target)
-    parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(parent, target.name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{_HOST}-{os.getpid()}-", dir=parent))
-    try:
+    with _staging(target.parent, target.name, target) as tmp:
         yield tmp
         if replace:
             _swap(tmp, target)
         else:
             _merge(tmp, target, last)
-    except OSError as exc:  # disk full, quota: name the output the user asked for, not the temporary folder
-        raise _renamed(exc, tmp, target) from None
-    except GpuvarError as exc:  # e.g. StageError("cannot write <tmp>/bins.parquet: No space left on device")
-        raise _reworded(exc, tmp, target) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager
@@ -68,19 +75,9 @@ def staged_stem(stem: str | Path) -> Iterator[Path]:
     """For outputs named STEM.<ext> (a figure, its data): yield a stem inside a temporary folder in STEM's folder;
     on success every file written under it moves beside STEM, on failure none does."""
     stem = Path(stem)
-    folder = stem.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    _remove_stale(folder, stem.name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{stem.name}.tmp-{_HOST}-{os.getpid()}-", dir=folder))
-    try:
+    with _staging(stem.parent, stem.name, stem.parent) as tmp:
         yield tmp / stem.name
-        _merge(tmp, folder, ())
-    except OSError as exc:
-        raise _renamed(exc, tmp, folder) from None
-    except GpuvarError as exc:
-        raise _reworded(exc, tmp, folder) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _merge(tmp, stem.parent, ())
 
 
 def _reworded(exc: GpuvarError, tmp: Path, real: Path) -> GpuvarError:
