@@ -1,9 +1,10 @@
 # gpuvar: explain run-to-run performance variability of GPU programs.
 #
-#   make_demo_data -> ingest_trace -> bin_trace (MPI) -> discover_causal_graph -> plots
+#   make_demo_data -> ingest_trace -> normalize_columns -> bin_trace (MPI) -> discover_causal_graph -> plots
 #   two datasets' ingest + bin + causal outputs -> compare_runs (config `comparisons`)
 #
-# One branch per dataset (and per target); see config/config.yaml and README.md.
+# One branch per dataset (and per target); see config/config.yaml, README.md and docs/architecture.md.
+# common.smk defines what every rule file uses; the rule files after it may come in any order.
 
 import sys
 
@@ -18,24 +19,23 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
-# plots + paper come before the stage rules: paper.smk adds config/paper.yaml's datasets to the {dataset}
-# wildcard constraint, which Snakemake applies only to rules defined after it.
-include: "workflow/rules/plots.smk"
-include: "workflow/rules/paper.smk"
 include: "workflow/rules/demo.smk"
 include: "workflow/rules/ingest.smk"
 include: "workflow/rules/binning.smk"
 include: "workflow/rules/causal.smk"
+include: "workflow/rules/plots.smk"
+include: "workflow/rules/scaling.smk"
+include: "workflow/rules/paper.smk"
 include: "workflow/rules/compare.smk"
 
 
 rule all:
     default_target: True
     input:
-        analysis_outputs(),
+        REG.analysis_outputs(),
         PLOT_OUTPUTS,
         COMPARE_OUTPUTS,
 
 
 onsuccess:
-    print_flagged_graphs("results/causal/checks.tsv")
+    print_flagged_graphs(files.CHECKS_TABLE)

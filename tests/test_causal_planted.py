@@ -9,7 +9,6 @@ import sys
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from gpuvar.causal.discover import discover_all
 from gpuvar.causal.prepare import ALL_GROUP, group_slug

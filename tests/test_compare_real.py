@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from conftest import real_file
 from gpuvar.compare.run import Options, Run, compare_runs

@@ -82,11 +82,12 @@ def test_merge_shares_identical_and_renames_conflicting_datasets():
     main = {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets}
     main["rank3"] = main["rank3"].model_copy(update={"source": "my/own/rank3.sqlite"})
     before = dict(main)
-    names = merge_datasets(paper, main)
-    assert names["rank0"] == "rank0" and main["rank0"] is before["rank0"]  # shared, not redefined
-    assert names["rank3"] == "paper-rank3" and main["paper-rank3"].source == "resources/demo/rank3.sqlite"
-    assert main["rank3"].source == "my/own/rank3.sqlite"  # the everyday dataset is untouched
-    assert names["sw4lite"] == "sw4lite" and "sw4lite" in main
+    merged, names = merge_datasets(paper, main)
+    assert main == before  # the workflow's own registry is not changed (no side effect on DATASETS)
+    assert names["rank0"] == "rank0" and merged["rank0"] is before["rank0"]  # shared, not redefined
+    assert names["rank3"] == "paper-rank3" and merged["paper-rank3"].source == "resources/demo/rank3.sqlite"
+    assert merged["rank3"].source == "my/own/rank3.sqlite"  # the everyday dataset is untouched
+    assert names["sw4lite"] == "sw4lite" and "sw4lite" in merged and "sw4lite" not in main
     outputs = paths.paper_outputs(paper, ["svg", "png"], names)
     assert "results/paper/fig3/paper-rank3_kernel_variability" in outputs
     assert "results/paper/fig4/rank0_memory_stall.csv" in outputs and "results/paper/fig5b/scaling.png" in outputs
@@ -135,7 +136,7 @@ def test_paper_figures_rerun_byte_identical(tmp_path):
     from test_workflow import data_digests, run_workflow, small_config
 
     paper = load_paper_config(PAPER_YAML, REPO)
-    names = merge_datasets(paper, {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets})
+    _, names = merge_datasets(paper, {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets})
     targets = [p for p in paths.paper_outputs(paper, ["svg", "png"], names) if "/scaling" not in p]
     assert len(targets) >= 9
     config, workdir = small_config(tmp_path), tmp_path / "run"

@@ -1,5 +1,6 @@
 """Config values never reach a shell unquoted: hostile values are refused at start-up, and even a value that got
-past validation is passed as one argument (each `shell:` quotes with `:q`). Both through the real `snakemake`."""
+past validation is passed as one argument (the MPI rule's `shell:` quotes each with `:q`; the other rules'
+scripts pass lists, with no shell at all). Both through the real `snakemake`."""
 
 from __future__ import annotations
 
@@ -81,13 +82,14 @@ def test_values_past_validation_are_still_one_argument_each(tmp_path, trace, sta
     shutil.copy(REPO / "Snakefile", wf / "Snakefile")
     common = wf / "workflow" / "rules" / "common.smk"
     hostile = repr(f"x$(touch {marker})`touch {marker}`; touch {marker}")
-    update = (f"'binning': CFG.binning.model_copy(update={{'features': ['duration', {hostile}]}})" if stage == "binning"
-              else f"'plots': CFG.plots.model_copy(update={{'parallel_features': ['grid_x', {hostile}]}}), "
-                   f"'datasets': [d.model_copy(update={{'features': ['grid_x', {hostile}]}}) for d in CFG.datasets]")
-    common.write_text(common.read_text().replace(
-        "DATASETS = {d.name: d for d in CFG.datasets}",
-        f"CFG = CFG.model_copy(update={{{update}}})\nDATASETS = {{d.name: d for d in CFG.datasets}}",
-    ))  # fmt: skip
+    update = (f"'binning': REG.cfg.binning.model_copy(update={{'features': ['duration', {hostile}]}})"
+              if stage == "binning" else
+              f"'plots': REG.cfg.plots.model_copy(update={{'parallel_features': ['grid_x', {hostile}]}}), "
+              f"'datasets': [d.model_copy(update={{'features': ['grid_x', {hostile}]}}) for d in REG.cfg.datasets]")
+    bypass = (f"import dataclasses\nREG = dataclasses.replace(REG, cfg=REG.cfg.model_copy(update={{{update}}}))\n"
+              "REG = dataclasses.replace(REG, datasets={d.name: d for d in REG.cfg.datasets})\nCFG = REG.cfg\n")
+    assert "CFG = REG.cfg\n" in common.read_text()
+    common.write_text(common.read_text().replace("CFG = REG.cfg\n", bypass))  # fmt: skip
     workdir = tmp_path / "run"
     proc = _snakemake(wf / "Snakefile", workdir, _config(tmp_path, trace), "--keep-going")
     for rule in rules:  # the shell command of each rule did run

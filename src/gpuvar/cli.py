@@ -17,7 +17,9 @@ from gpuvar import __version__
 from gpuvar.errors import GpuvarError
 
 SUBCOMMANDS = {
-    "ingest": ("gpuvar.ingest.cli", "read a profiler file into canonical Parquet"),
+    "ingest": ("gpuvar.ingest.cli", "read a profiler file into canonical Parquet (read + normalize)"),
+    "read": ("gpuvar.ingest.read_cli", "ingest step 1: a profiler file's tables as read (vendor column names)"),
+    "normalize": ("gpuvar.ingest.normalize_cli", "ingest step 2: Table 1 and the canonical schema over `gpuvar read`"),
     "ingest-merge": ("gpuvar.ingest.merge_cli", "combine per-rank ingests into one dataset with a rank column"),
     "demo-data": ("gpuvar.demo.cli", "write deterministic synthetic traces in real profiler formats"),
     "bin": ("gpuvar.binning.cli", "MPI binning: per-bin statistics and top-k variable windows"),

@@ -22,12 +22,12 @@ from pydantic import (
     model_validator,
 )
 
+from gpuvar.artifacts import TARGETS
 from gpuvar.errors import ConfigError
 from gpuvar.units import MAX_BIN_NS, MAX_LAUNCHES, format_bin_width, parse_bin_width  # noqa: F401
 
 FORMATS = ("auto", "nsys-sqlite", "ncu-csv", "rocprof-csv", "rocprof-db", "omniperf-pmc-perf", "rocprofv3-csv",
            "ncu-rep", "rocpd-sqlite", "pytorch-kineto", "nsys-rep")
-TARGETS = ("kernel_variability", "memory_stall")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # Feature (column) names reach shell commands and comma-separated options: canonical names (docs/schema.md),
 # raw ncu metrics (dram__bytes.sum.per_second), Omniperf counters (TCC_EA0_RDREQ[0]) and ncu details-page
@@ -77,10 +77,12 @@ class Dataset(Strict):
         "of files and/or globs whose matches are ingested side by side (one job per file) and combined",
     )
     merge: bool = Field(False, description="combine the files of `source` into one dataset with a rank column")
-    format: Literal[FORMATS] = "auto"
-    targets: list[Literal[TARGETS]] = ["kernel_variability"]
-    group_by: Literal["kernel_name", "kernel_short_name", "launch_config"] = "kernel_name"
-    features: Features = "auto"
+    format: Literal[FORMATS] = Field("auto", description="auto (detect by content) or a reader's name")
+    targets: list[Literal[TARGETS]] = Field(["kernel_variability"], description="targets analysed, one branch each")
+    group_by: Literal["kernel_name", "kernel_short_name", "launch_config"] = Field(
+        "kernel_name", description="column whose groups get their own causal graph")
+    features: Features = Field("auto", description="'auto' (numeric, non-identifier columns) or a list of columns "
+                               "for causal discovery")  # fmt: skip
 
     @field_validator("name")
     @classmethod
@@ -119,9 +121,9 @@ class Dataset(Strict):
 
 
 class Demo(Strict):
-    enabled: bool = True
-    seed: Seed = 0
-    rows: Int = Field(20_000, gt=0, le=1_000_000_000)
+    enabled: bool = Field(True, description="write the embedded demo traces into resources/demo")
+    seed: Seed = Field(0, description="seed of the synthetic traces")
+    rows: Int = Field(20_000, gt=0, le=1_000_000_000, description="kernel launches per demo Nsight Systems rank")
 
 
 class Ingest(Strict):
@@ -130,19 +132,26 @@ class Ingest(Strict):
 
 
 class Targets(Strict):
-    variability_group: Literal["kernel", "launch_config"] = "kernel"
-    memcpy_link: Literal["stream", "device"] = "stream"
+    variability_group: Literal["kernel", "launch_config"] = Field(
+        "kernel", description="kernel_variability is the launch's duration over the mean per 'kernel' name or per "
+        "'launch_config' (name + launch configuration)")  # fmt: skip
+    memcpy_link: Literal["stream", "device"] = Field(
+        "stream", description="each kernel is linked to the latest copy started before it on the same device "
+        "and 'stream', or on the same 'device'")  # fmt: skip
 
 
 class Binning(Strict):
-    bin_width: str = "10ms"
-    launch_bin_width: Int = Field(50, gt=0, le=MAX_LAUNCHES)
-    top_k: Int = Field(20, gt=0, le=1_000_000)
+    bin_width: str = Field("10ms", description="bin width with a unit ns/us/ms/s (e.g. 10ms), or a plain number "
+                           "of launches for traces without timestamps")  # fmt: skip
+    launch_bin_width: Int = Field(50, gt=0, le=MAX_LAUNCHES, description="launches per bin for traces without "
+                                  "timestamps (Nsight Compute) when bin_width is a time")  # fmt: skip
+    top_k: Int = Field(20, gt=0, le=1_000_000, description="bins kept, by the variance of the target")
     # local runs: Snakemake reserves min(ranks, --cores) threads but mpiexec starts `ranks` processes, so more
-    # ranks than cores oversubscribe the machine; 64 bounds a typo (on Slurm, tasks = ranks)
-    ranks: Int = Field(2, gt=0, le=64)
-    workers_per_rank: Int = Field(1, gt=0, le=64)
-    features: Features = "auto"
+    # ranks than cores oversubscribe the machine; 64 bounds a typo. On Slurm, tasks = ranks (profiles/slurm).
+    ranks: Int = Field(2, gt=0, le=64, description="MPI ranks of the binning job (locally and on Slurm)")
+    workers_per_rank: Int = Field(1, gt=0, le=64, description="threads per rank for the per-bin statistics")
+    features: Features = Field("auto", description="columns to also compute per-bin statistics of: 'auto' "
+                               "(duration; top-k rows keep every column) or a list")  # fmt: skip
 
     @field_validator("bin_width", mode="before")
     @classmethod
@@ -151,12 +160,12 @@ class Binning(Strict):
 
 
 class Causal(Strict):
-    seed: Seed = 0
-    bootstrap: Int = Field(100, ge=0, le=10_000)
-    min_rows: Int = Field(30, ge=2, le=1_000_000_000)
-    engine: Literal["fast", "lingam"] = "fast"
-    workers: Int = Field(2, gt=0, le=64)
-    per_group: bool = True
+    seed: Seed = Field(0, description="seed of the bootstrap and of the random bin sample")
+    bootstrap: Int = Field(100, ge=0, le=10_000, description="resamples of whole bins for edge probability (0: none)")
+    min_rows: Int = Field(30, ge=2, le=1_000_000_000, description="groups with fewer usable rows are skipped")
+    engine: Literal["fast", "lingam"] = Field("fast", description="fast (vectorised pwling) or lingam (reference)")
+    workers: Int = Field(2, gt=0, le=64, description="bootstrap worker processes")
+    per_group: bool = Field(True, description="one graph per kernel group besides the whole dataset")
     rows: Literal["top_k", "random", "all"] = Field(
         "top_k", description="analyse the top-k bins (the paper's; compared with a random sample of as many bins), "
         "a random sample of bins, or all bins")  # fmt: skip
@@ -166,12 +175,14 @@ class Causal(Strict):
 
 
 class Plots(Strict):
-    formats: list[Literal["svg", "png"]] = Field(["svg", "png"], min_length=1)
-    min_variance_share: Float = Field(0.01, ge=0, le=1)
-    min_probability: Float = Field(0.5, ge=0, le=1)
-    parallel_features: Annotated[list[str], BeforeValidator(_feature_names)] = [
-        "grid_x", "grid_y", "block_x", "registers_per_thread", "linked_copy_kind"]  # fmt: skip
-    dpi: Int = Field(110, ge=50, le=600)
+    formats: list[Literal["svg", "png"]] = Field(["svg", "png"], min_length=1, description="figure formats")
+    min_variance_share: Float = Field(0.01, ge=0, le=1, description="hide edges into the target below this share "
+                                      "of its variance")  # fmt: skip
+    min_probability: Float = Field(0.5, ge=0, le=1, description="hide edges below this bootstrap probability")
+    parallel_features: Annotated[list[str], BeforeValidator(_feature_names)] = Field(
+        ["grid_x", "grid_y", "block_x", "registers_per_thread", "linked_copy_kind"],
+        description="axes of the parallel-coordinates plot besides the target")  # fmt: skip
+    dpi: Int = Field(110, ge=50, le=600, description="resolution of PNG figures")
 
     @field_validator("formats")
     @classmethod
@@ -180,10 +191,11 @@ class Plots(Strict):
 
 
 class Scaling(Strict):
-    dataset: str | None = None
-    target: Literal[TARGETS] = "kernel_variability"
-    ranks: list[Int] = [1, 2]
-    rows: Int = Field(2_000_000, gt=0, le=10_000_000_000)
+    dataset: str | None = Field(None, description="dataset whose binning job the `scaling` target times")
+    target: Literal[TARGETS] = Field("kernel_variability", description="target of the timed binning runs")
+    ranks: list[Int] = Field([1, 2], description="MPI rank counts to time")
+    rows: Int = Field(2_000_000, gt=0, le=10_000_000_000, description="launches of the synthetic trace timed in "
+                      "place of a demo dataset (the demo's 20k launches are too few to time)")  # fmt: skip
 
     @field_validator("ranks")
     @classmethod
@@ -196,9 +208,9 @@ class Scaling(Strict):
 class Comparison(Strict):
     """Two datasets compared by `gpuvar compare` (one DAG branch each): baseline and candidate are dataset names."""
 
-    name: str
-    baseline: str
-    candidate: str
+    name: str = Field(description="identifier used in output paths")
+    baseline: str = Field(description="dataset name of the run before")
+    candidate: str = Field(description="dataset name of the run after")
 
 
 class Config(Strict):

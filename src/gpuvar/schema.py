@@ -9,7 +9,6 @@ to the documented types, so every downstream stage sees the same columns whateve
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -344,3 +343,9 @@ def finalize_memcpy(df: pd.DataFrame) -> pa.Table:
     if "duration" not in df.columns and {"start", "end"} <= set(df.columns):
         df["duration"] = int_column(df["end"]) - int_column(df["start"])
     return _finalize(df, "memcpy")
+
+
+def empty_memcpy() -> pa.Table:
+    """The canonical memcpy table with no rows: what ingest writes for a source without copies, so every
+    ingest folder has the same files and the binning rule can declare memcpy.parquet as an input."""
+    return finalize_memcpy(pd.DataFrame())

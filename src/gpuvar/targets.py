@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpuvar.artifacts import TARGETS  # noqa: F401 (defined once there; re-exported for the binning job)
 from gpuvar.errors import GpuvarError
 
-TARGETS = ("kernel_variability", "memory_stall")
 GROUPS = ("kernel", "launch_config")
 LINKS = ("stream", "device")
 GROUP_SEPARATOR = "\x1f"  # between kernel name and launch config in a launch_config group key

@@ -1,11 +1,18 @@
+# The MPI binning job: per-bin statistics of the target over the trace's timeline and the top-k most
+# variable bins. `shell:` because mpiexec/srun starts the ranks; every item of params.args is quoted.
+# Ranks: binning.ranks (config) sets both the tasks Slurm allocates and the ranks mpiexec/srun starts.
+# bin_scaling_trace is the same job once per rank count of the scaling study (scaling.smk).
+
+
 rule bin_trace:
     input:
-        kernels=rules.ingest_trace.output.kernels,
+        kernels=files.ingest_file(files.KERNELS_TABLE),
+        memcpy=files.ingest_file(files.MEMCPY_TABLE),
     output:
-        bins="results/bin/{dataset}/{target}/bins.parquet",
-        rows="results/bin/{dataset}/{target}/topk_rows.parquet",
-        sample="results/bin/{dataset}/{target}/sample_rows.parquet",
-        report="results/bin/{dataset}/{target}/bin.json",
+        bins=files.bin_file(files.BINS_TABLE),
+        rows=files.bin_file(files.TOPK_ROWS),
+        sample=files.bin_file(files.SAMPLE_ROWS),
+        report=files.bin_file(files.BIN_REPORT),
     log:
         "logs/bin_trace/{dataset}_{target}.log",
     benchmark:
@@ -15,26 +22,48 @@ rule bin_trace:
     threads: CFG.binning.ranks
     resources:
         mpi="mpiexec",
-        tasks=CFG.binning.ranks,
+        # the Slurm plugin refuses an MPI job of one task: a 1-rank run asks for 2 and starts 1
+        tasks=max(2, CFG.binning.ranks),
         cpus_per_task=1,
         mem_mb_per_cpu=2000,
         runtime=30,
     params:
-        outdir=subpath(output.report, parent=True),
-        memcpy=lambda wildcards, input: Path(input.kernels).with_name("memcpy.parquet"),
-        bin_width=CFG.binning.bin_width,
-        launch_bin_width=CFG.binning.launch_bin_width,
-        top_k=CFG.binning.top_k,
-        group=CFG.targets.variability_group,
-        link=CFG.targets.memcpy_link,
-        features=feature_option(CFG.binning.features),
-        workers=CFG.binning.workers_per_rank,
-        sample_bins=sample_bins_option(CFG),
-        seed=CFG.causal.seed,
+        ranks=CFG.binning.ranks,
+        args=lambda wildcards: rule_args.binning_arguments(REG, wildcards.target),
+        outdir=lambda wildcards, output: rule_args.folder(output.report),
     shell:
-        "{resources.mpi} -n {resources.tasks} gpuvar bin {input.kernels:q}"
-        " $(test -f {params.memcpy:q} && echo --memcpy {params.memcpy:q})"
-        " --target {wildcards.target:q} --group {params.group:q} --link {params.link:q}"
-        " --bin-width {params.bin_width:q} --launch-bin-width {params.launch_bin_width:q} --top-k {params.top_k:q} --features {params.features:q}"
-        " --workers-per-rank {params.workers:q} --sample-bins {params.sample_bins:q} --sample-seed {params.seed:q}"
-        " --output {params.outdir:q} > {log:q} 2>&1"
+        "{resources.mpi} -n {params.ranks:q} gpuvar bin {input.kernels:q} --memcpy {input.memcpy:q}"
+        " {params.args:q} --output {params.outdir:q} > {log:q} 2>&1"
+
+
+# threads: more than any machine has, which Snakemake scales down to --cores, so locally no other job runs
+# beside it and the timings in bin.json are not disturbed. On Slurm cpus_per_task=1 and tasks size the job.
+use rule bin_trace as bin_scaling_trace with:
+    input:
+        kernels=lambda wildcards: plot_paths.scaling_kernels(wildcards.trace),
+        memcpy=lambda wildcards: plot_paths.scaling_kernels(
+            wildcards.trace, files.MEMCPY_TABLE
+        ),
+    output:
+        bins=f"{plot_paths.SCALING_RUN}/{files.BINS_TABLE}",
+        rows=f"{plot_paths.SCALING_RUN}/{files.TOPK_ROWS}",
+        sample=f"{plot_paths.SCALING_RUN}/{files.SAMPLE_ROWS}",
+        report=f"{plot_paths.SCALING_RUN}/{files.BIN_REPORT}",
+    log:
+        "logs/bin_scaling_trace/{trace}_{target}_ranks{ranks}.log",
+    benchmark:
+        "benchmarks/bin_scaling_trace/{trace}_{target}_ranks{ranks}.tsv"
+    wildcard_constraints:
+        trace=plot_paths.SCALING_TRACE,
+        ranks=r"\d+",
+    threads: 4096
+    resources:
+        mpi="mpiexec",
+        tasks=lambda wildcards: max(2, int(wildcards.ranks)),
+        cpus_per_task=1,
+        mem_mb_per_cpu=2000,
+        runtime=30,
+    params:
+        ranks=lambda wildcards: int(wildcards.ranks),
+        args=lambda wildcards: rule_args.binning_arguments(REG, wildcards.target),
+        outdir=lambda wildcards, output: rule_args.folder(output.report),

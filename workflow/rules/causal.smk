@@ -1,9 +1,13 @@
+# Causal discovery per dataset and target (one graph per kernel group and one for the whole dataset), then
+# one table of every graph's assumption checks (results/causal/checks.tsv, summarised after the run).
+
+
 rule discover_causal_graph:
     input:
-        rows=rules.bin_trace.output.rows,
-        sample=rules.bin_trace.output.sample,
+        rows=files.bin_file(files.TOPK_ROWS),
+        sample=files.bin_file(files.SAMPLE_ROWS),
     output:
-        directory("results/causal/{dataset}/{target}"),
+        directory(files.CAUSAL_DIR),
     log:
         "logs/discover_causal_graph/{dataset}_{target}.log",
     benchmark:
@@ -15,29 +19,24 @@ rule discover_causal_graph:
         mem_mb=4000,
         runtime=60,
     params:
-        group_by=lambda wildcards: (
-            DATASETS[wildcards.dataset].group_by if CFG.causal.per_group else "none"
+        args=lambda wildcards, input, output, threads: rule_args.causal_arguments(
+            REG,
+            wildcards.dataset,
+            wildcards.target,
+            input.rows,
+            input.sample,
+            output[0],
+            threads,
         ),
-        features=lambda wildcards: feature_option(DATASETS[wildcards.dataset].features),
-        min_rows=CFG.causal.min_rows,
-        bootstrap=CFG.causal.bootstrap,
-        seed=CFG.causal.seed,
-        engine=CFG.causal.engine,
-        prior=CFG.causal.prior_knowledge,
-        threshold=CFG.causal.collinear_threshold,
-        selection=lambda wildcards, input: causal_rows_options(CFG, input),
-    shell:
-        "gpuvar causal {params.selection:q} --target {wildcards.target:q} --group-by {params.group_by:q}"
-        " --features {params.features:q} --min-rows {params.min_rows:q} --bootstrap {params.bootstrap:q}"
-        " --workers {threads:q} --seed {params.seed:q} --engine {params.engine:q} --prior {params.prior:q}"
-        " --collinear-threshold {params.threshold:q} --output {output:q} > {log:q} 2>&1"
+    script:
+        f"{SCRIPTS}/discover_causal_graph.py"
 
 
 rule summarise_causal_checks:
     input:
-        [f"results/causal/{dataset}/{target}" for dataset, target in ANALYSES],
+        [files.CAUSAL_DIR.format(dataset=d, target=t) for d, t in ANALYSES],
     output:
-        "results/causal/checks.tsv",
+        files.CHECKS_TABLE,
     log:
         "logs/summarise_causal_checks/checks.log",
     benchmark:
@@ -48,5 +47,5 @@ rule summarise_causal_checks:
     resources:
         mem_mb=500,
         runtime=5,
-    shell:
-        "gpuvar causal-checks {input:q} --output {output:q} > {log:q} 2>&1"
+    script:
+        f"{SCRIPTS}/summarise_causal_checks.py"

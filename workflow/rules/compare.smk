@@ -51,7 +51,7 @@ rule compare_runs:
     benchmark:
         "benchmarks/compare_runs/{comparison}.tsv"
     wildcard_constraints:
-        comparison="|".join(re.escape(name) for name in COMPARISONS) or "(?!)",
+        comparison=names_regex(COMPARISONS),
     conda:
         ENV
     threads: 1
@@ -59,16 +59,12 @@ rule compare_runs:
         mem_mb=4000,
         runtime=20,
     params:
-        outdir=subpath(output.json, parent=True),
-        names=lambda wildcards: f"{COMPARISONS[wildcards.comparison].baseline},{COMPARISONS[wildcards.comparison].candidate}",
-        sides=lambda wildcards: compare_paths.side_arguments(
-            COMPARISONS[wildcards.comparison], DATASETS
+        args=lambda wildcards, input, output: rule_args.compare_arguments(
+            REG,
+            COMPARISONS[wildcards.comparison],
+            input.baseline_kernels,
+            input.candidate_kernels,
+            rule_args.folder(output.json),
         ),
-        formats=",".join(PLOT_FORMATS),
-        dpi=CFG.plots.dpi,
-        seed=CFG.causal.seed,
-        min_probability=CFG.plots.min_probability,
-    shell:
-        "gpuvar compare {input.baseline_kernels:q} {input.candidate_kernels:q} --output {params.outdir:q}"
-        " --names {params.names:q} {params.sides:q} --formats {params.formats:q} --dpi {params.dpi:q}"
-        " --seed {params.seed:q} --min-probability {params.min_probability:q} > {log:q} 2>&1"
+    script:
+        f"{SCRIPTS}/compare_runs.py"

@@ -1,3 +1,4 @@
+# The embedded demo (config `demo`): deterministic synthetic traces in real profiler formats.
 DEMO_FILES = [f"rank{rank}.sqlite" for rank in range(4)] + [
     "perfcounter_ncu.csv",
     "amd_rocprof.csv",
@@ -25,7 +26,6 @@ if CFG.demo.enabled:
             mem_mb=2000,
             runtime=10,
         params:
-            seed=CFG.demo.seed,
-            rows=CFG.demo.rows,
-        shell:
-            "gpuvar demo-data --output resources/demo --seed {params.seed:q} --rows {params.rows:q} > {log:q} 2>&1"
+            args=rule_args.demo_arguments(REG, "resources/demo"),
+        script:
+            f"{SCRIPTS}/make_demo_data.py"

@@ -1,15 +1,16 @@
-# Datasets of one file are ingested by ingest_trace. A merged dataset (merge: true, several rank files) gets one
-# ingest_rank job per file, then merge_ranks combines them into the same outputs, with a rank column.
-SINGLE_DATASETS = names_regex(n for n, d in DATASETS.items() if not d.merge)
-MERGED_DATASETS = names_regex(n for n, d in DATASETS.items() if d.merge)
+# Ingest, in two steps (docs/architecture.md): ingest_trace reads the profiler file and writes its tables as
+# read (raw Parquet, the vendor's column names); normalize_columns applies Table 1 and the canonical schema.
+# Editing the mapping reruns only normalize_columns, never the slow read. A merged dataset (merge: true,
+# several rank files) gets ingest_rank + normalize_rank per file, then merge_ranks adds a rank column.
+SINGLE_DATASETS = names_regex(REG.names(merged=False))
+MERGED_DATASETS = names_regex(REG.names(merged=True))
 
 
 rule ingest_trace:
     input:
-        dataset_source,
+        REG.source,
     output:
-        kernels="results/ingest/{dataset}/kernels.parquet",
-        report="results/ingest/{dataset}/ingest.json",
+        directory(f"{files.INGEST_DIR}/{files.RAW_FOLDER}"),
     log:
         "logs/ingest_trace/{dataset}.log",
     benchmark:
@@ -23,23 +24,42 @@ rule ingest_trace:
         mem_mb=4000,
         runtime=30,
     params:
-        format=dataset_format,
-        vendor=(
-            "--keep-vendor-columns"
-            if CFG.ingest.keep_vendor_columns
-            else "--no-keep-vendor-columns"
+        args=lambda wildcards, input, output: rule_args.read_arguments(
+            REG, wildcards.dataset, input[0], output[0]
         ),
-        outdir=subpath(output.kernels, parent=True),
-    shell:
-        "gpuvar ingest {input:q} --output {params.outdir:q} --format {params.format:q} {params.vendor:q} > {log:q} 2>&1"
+    script:
+        f"{SCRIPTS}/ingest_trace.py"
 
 
-rule ingest_rank:
+rule normalize_columns:
     input:
-        rank_source,
+        raw=f"{files.INGEST_DIR}/{files.RAW_FOLDER}",
+        mapping=rule_args.mapping_files(),
     output:
-        kernels="results/ingest/{dataset}/ranks/{rank}/kernels.parquet",
-        report="results/ingest/{dataset}/ranks/{rank}/ingest.json",
+        kernels=files.ingest_file(files.KERNELS_TABLE),
+        memcpy=files.ingest_file(files.MEMCPY_TABLE),
+        report=files.ingest_file(files.INGEST_REPORT),
+    log:
+        "logs/normalize_columns/{dataset}.log",
+    benchmark:
+        "benchmarks/normalize_columns/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=SINGLE_DATASETS,
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        f"{SCRIPTS}/normalize_columns.py"
+
+
+use rule ingest_trace as ingest_rank with:
+    input:
+        REG.rank_source,
+    output:
+        directory(f"{files.RANK_INGEST_DIR}/{files.RAW_FOLDER}"),
     log:
         "logs/ingest_rank/{dataset}/{rank}.log",
     benchmark:
@@ -47,30 +67,32 @@ rule ingest_rank:
     wildcard_constraints:
         dataset=MERGED_DATASETS,
         rank=r"\d+",
-    conda:
-        ENV
-    threads: 2
-    resources:
-        mem_mb=4000,
-        runtime=30,
-    params:
-        format=dataset_format,
-        vendor=(
-            "--keep-vendor-columns"
-            if CFG.ingest.keep_vendor_columns
-            else "--no-keep-vendor-columns"
-        ),
-        outdir=subpath(output.kernels, parent=True),
-    shell:
-        "gpuvar ingest {input:q} --output {params.outdir:q} --format {params.format:q} {params.vendor:q} > {log:q} 2>&1"
+
+
+use rule normalize_columns as normalize_rank with:
+    input:
+        raw=f"{files.RANK_INGEST_DIR}/{files.RAW_FOLDER}",
+        mapping=rule_args.mapping_files(),
+    output:
+        kernels=files.ingest_file(files.KERNELS_TABLE, files.RANK_INGEST_DIR),
+        memcpy=files.ingest_file(files.MEMCPY_TABLE, files.RANK_INGEST_DIR),
+        report=files.ingest_file(files.INGEST_REPORT, files.RANK_INGEST_DIR),
+    log:
+        "logs/normalize_rank/{dataset}/{rank}.log",
+    benchmark:
+        "benchmarks/normalize_rank/{dataset}/{rank}.tsv"
+    wildcard_constraints:
+        dataset=MERGED_DATASETS,
+        rank=r"\d+",
 
 
 rule merge_ranks:
     input:
-        rank_reports,
+        REG.rank_reports,
     output:
-        kernels="results/ingest/{dataset}/kernels.parquet",
-        report="results/ingest/{dataset}/ingest.json",
+        kernels=files.ingest_file(files.KERNELS_TABLE),
+        memcpy=files.ingest_file(files.MEMCPY_TABLE),
+        report=files.ingest_file(files.INGEST_REPORT),
     log:
         "logs/merge_ranks/{dataset}.log",
     benchmark:
@@ -83,8 +105,5 @@ rule merge_ranks:
     resources:
         mem_mb=4000,
         runtime=30,
-    params:
-        parts=lambda wildcards, input: [str(Path(p).parent) for p in input],
-        outdir=subpath(output.kernels, parent=True),
-    shell:
-        "gpuvar ingest-merge {params.parts:q} --output {params.outdir:q} > {log:q} 2>&1"
+    script:
+        f"{SCRIPTS}/merge_ranks.py"

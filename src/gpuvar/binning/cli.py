@@ -11,54 +11,64 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuvar.artifacts import BIN_REPORT, TARGETS
+from gpuvar.options import ConfigOption, add_options, arguments, comma_list
+
+
+# settings that come from the config (one definition: gpuvar.config); the rest are per-run inputs
+CONFIG_OPTIONS = (
+    ConfigOption("--group", "targets", "variability_group"),
+    ConfigOption("--link", "targets", "memcpy_link"),
+    ConfigOption("--bin-width", "binning", "bin_width"),
+    ConfigOption("--launch-bin-width", "binning", "launch_bin_width"),
+    ConfigOption("--top-k", "binning", "top_k"),
+    ConfigOption("--workers-per-rank", "binning", "workers_per_rank"),
+    ConfigOption("--sample-seed", "causal", "seed"),
+)
+
 
 def configure(p):
+
     p.add_argument("kernels", type=Path, help="canonical kernels.parquet (from gpuvar ingest)")
     p.add_argument("--memcpy", type=Path, default=None,
-                   help="canonical memcpy.parquet: links each kernel to a copy (needed for memory_stall)")
-    p.add_argument("--target", default="kernel_variability", help="kernel_variability (default) or memory_stall")
-    p.add_argument("--group", default="kernel",
-                   help="kernel_variability mean per 'kernel' name (default) or per 'launch_config' (name + config)")
-    p.add_argument("--link", default="stream",
-                   help="memcpy link: latest copy started at or before the kernel on the same device and 'stream' "
-                        "(default) or on the same 'device'")
-    p.add_argument("--bin-width", default="10ms",
-                   help="bin width with a unit ns/us/ms/s (e.g. 10ms), or a plain number of launches for data "
-                        "without timestamps (Nsight Compute)")
-    p.add_argument("--top-k", type=int, default=20, help="bins kept, by the target's variance (default 20)")
+                   help="canonical memcpy.parquet: links each kernel to a copy (needed for memory_stall); one "
+                        "without rows counts as none")  # fmt: skip
+    p.add_argument("--target", default="kernel_variability", choices=TARGETS, help="kernel_variability or memory_stall")
     p.add_argument("--features", default="auto",
                    help="columns to also compute per-bin statistics of: 'auto' (duration; top-k rows keep every "
-                        "column), 'none', or f1,f2 (top-k rows keep identification columns and these)")
-    p.add_argument("--workers-per-rank", type=int, default=1, help="threads per rank for the per-bin statistics")
+                        "column), 'none', or f1,f2 (top-k rows keep identification columns and these)")  # fmt: skip
     p.add_argument("--output", "-o", type=Path, required=True, help="output folder")
-    p.add_argument("--launch-bin-width", type=int, default=None,
-                   help="for traces without timestamps (Nsight Compute): bin over launch order with this many "
-                        "launches per bin even when --bin-width has a time unit")
+    add_options(p, CONFIG_OPTIONS)
     p.add_argument("--sample-bins", type=int, default=None,
                    help="also write the rows of this many randomly chosen bins to sample_rows.parquet (default: "
                         "--top-k; 0: none; -1: every bin): the causal step compares them with the top-k bins to flag "
-                        "selection-induced edges")
-    p.add_argument("--sample-seed", type=int, default=0, help="seed of the random bin sample")
-    # fmt: skip
+                        "selection-induced edges")  # fmt: skip
 
 
-MAX_WORKERS = 64
+def workflow_arguments(cfg, target: str) -> list[str]:
+    """`gpuvar bin` options for `target` from validated config `cfg` (what the MPI rules pass, each quoted):
+    the random bin sample has as many bins as the top-k, or every bin when the causal step analyses all."""
+    sample_bins = -1 if cfg.causal.rows == "all" else cfg.binning.top_k
+    return ["--target", target, "--features", comma_list(cfg.binning.features), "--sample-bins", str(sample_bins),
+            *arguments(cfg, CONFIG_OPTIONS)]  # fmt: skip
 
 
 def _check(args) -> None:
-    """Bounds and input paths, before MPI starts any work: one line naming the option or the file."""
-    from gpuvar.errors import GpuvarError, InputError, path_problem
+    """Input paths, before MPI starts any work (the option bounds are the config's, checked by argparse)."""
+    from gpuvar.errors import InputError, path_problem
 
-    if not 1 <= args.workers_per_rank <= MAX_WORKERS:
-        raise GpuvarError(f"--workers-per-rank must be from 1 to {MAX_WORKERS}, got {args.workers_per_rank}")
-    if not 1 <= args.top_k <= 1_000_000:
-        raise GpuvarError(f"--top-k must be from 1 to 1000000, got {args.top_k}")
-    if args.launch_bin_width is not None and not 1 <= args.launch_bin_width <= 1_000_000_000:
-        raise GpuvarError(f"--launch-bin-width must be from 1 to 1000000000, got {args.launch_bin_width}")
     for path in (args.kernels, args.memcpy):
         problem = path and path_problem(path)
         if problem:
             raise InputError(path, problem)
+
+
+def _copies(path: Path | None) -> Path | None:
+    """The memcpy table to link, or None: ingest writes memcpy.parquet always, with no rows when the source has
+    no copies, and binning treats that exactly like no table (same outputs as before the file was declared)."""
+    import pyarrow.parquet as pq
+
+    return path if path is not None and pq.read_metadata(path).num_rows > 0 else None
 
 
 def run(args) -> int:
@@ -69,7 +79,7 @@ def run(args) -> int:
 
     _check(args)
     opts = BinOptions(
-        kernels=args.kernels, memcpy=args.memcpy, target=args.target, group=args.group, link=args.link,
+        kernels=args.kernels, memcpy=_copies(args.memcpy), target=args.target, group=args.group, link=args.link,
         bin_width=args.bin_width, top_k=args.top_k, features=args.features,
         workers_per_rank=args.workers_per_rank, output=args.output, launch_bin_width=args.launch_bin_width,
         sample_bins=args.sample_bins, sample_seed=args.sample_seed,
@@ -77,7 +87,7 @@ def run(args) -> int:
     if MPI.COMM_WORLD.Get_rank() != 0:
         return run_rank(opts)  # only rank 0 writes
     # rank 0 writes into a temporary folder; bins, top-k rows and bin.json (last) move into OUTPUT together
-    with staged_folder(args.output, replace=False, last=("bin.json",)) as tmp:
+    with staged_folder(args.output, replace=False, last=(BIN_REPORT,)) as tmp:
         opts.output = tmp
         code = run_rank(opts)
         if code:

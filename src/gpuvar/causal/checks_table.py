@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpuvar.artifacts import CAUSAL_SUMMARY
+
 COLUMNS = ["dataset", "target", "group", "status", "trusted", "explained_share", "rows", "warnings"]
 
 
@@ -23,7 +25,7 @@ def collect(causal_dirs) -> list[dict]:
 
     rows = []
     for folder in map(Path, causal_dirs):
-        summary_path = folder / "summary.json"
+        summary_path = folder / CAUSAL_SUMMARY
         try:
             summary = json.loads(summary_path.read_text())
         except (OSError, json.JSONDecodeError) as exc:

@@ -4,7 +4,20 @@ bootstrap_edges.csv,causal.json} and OUTDIR/summary.json."""
 
 from __future__ import annotations
 
+from gpuvar.artifacts import BIN_REPORT, CAUSAL_RECORD, CAUSAL_SUMMARY
 import json
+
+from gpuvar.options import ConfigOption, add_options
+
+CONFIG_OPTIONS = (
+    ConfigOption("--min-rows", "causal", "min_rows"),
+    ConfigOption("--bootstrap", "causal", "bootstrap"),
+    ConfigOption("--workers", "causal", "workers"),
+    ConfigOption("--seed", "causal", "seed"),
+    ConfigOption("--engine", "causal", "engine"),
+    ConfigOption("--prior", "causal", "prior_knowledge"),
+    ConfigOption("--collinear-threshold", "causal", "collinear_threshold"),
+)
 
 
 def configure(p):
@@ -12,16 +25,7 @@ def configure(p):
     p.add_argument("--target", required=True, help="target column, e.g. kernel_variability, memory_stall")
     p.add_argument("--group-by", default="kernel_name", help="group column ('' or 'none': only all rows)")
     p.add_argument("--features", default="auto", help="'auto' (numeric, non-id columns) or a,b,c")
-    p.add_argument("--min-rows", type=int, default=30, help="skip groups with fewer usable rows")
-    p.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples for edge probability (0: none)")
-    p.add_argument("--workers", type=int, default=1, help="bootstrap worker processes (1: in-process)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--engine", choices=("fast", "lingam"), default="fast", help="fast numpy pwling or lingam's")
-    p.add_argument("--prior", choices=("tiers", "sink", "none"), default="tiers",
-                   help="prior knowledge: 'tiers' (launch configuration -> counters -> target; default), "
-                        "'sink' (only the target is a sink, as in the paper) or 'none'")
-    p.add_argument("--collinear-threshold", type=float, default=0.95,
-                   help="merge features whose |correlation| in the analysed rows is at least this (default 0.95)")
+    add_options(p, CONFIG_OPTIONS)
     p.add_argument("--random-rows", default=None,
                    help="rows of randomly chosen bins (gpuvar bin's sample_rows.parquet): edges found only in the "
                         "selected bins are flagged as possibly selection-induced")
@@ -48,33 +52,13 @@ def read_rows(path):
         raise InputError(path, f"cannot read rows: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
 
 
-MAX_BOOTSTRAP = 10_000
-MAX_WORKERS = 64
-
-
-def _check(args) -> None:
-    """Bounds before any work: a seed numpy cannot take or a bootstrap that cannot fit is one line, not a crash."""
-    from gpuvar.errors import GpuvarError
-
-    if not 0 <= args.seed <= 2**32 - 1:
-        raise GpuvarError(f"--seed must be from 0 to {2**32 - 1}, got {args.seed}")
-    if not 0 <= args.bootstrap <= MAX_BOOTSTRAP:
-        raise GpuvarError(f"--bootstrap must be from 0 to {MAX_BOOTSTRAP}, got {args.bootstrap}")
-    if not 1 <= args.workers <= MAX_WORKERS:
-        raise GpuvarError(f"--workers must be from 1 to {MAX_WORKERS}, got {args.workers}")
-    if args.min_rows < 1:
-        raise GpuvarError(f"--min-rows must be at least 1, got {args.min_rows}")
-    if not 0.5 < args.collinear_threshold <= 1:
-        raise GpuvarError(f"--collinear-threshold must be in (0.5, 1], got {args.collinear_threshold}")
-
-
 def empty_selection_reason(rows_path, df) -> str | None:
     """Why there is nothing to analyse (no row), citing bin.json's reason when present; None when there are rows."""
     from pathlib import Path
 
     if len(df):
         return None
-    report = Path(rows_path).with_name("bin.json")
+    report = Path(rows_path).with_name(BIN_REPORT)
     try:
         why = json.loads(report.read_text()).get("empty_selection")
     except (OSError, ValueError, AttributeError):
@@ -93,11 +77,11 @@ def write_skip(outdir, target: str, group_by, reason: str) -> dict:
               "rows_used": 0, "rows_dropped": {}, "non_finite_by_column": {}, "features": [], "dropped_columns": {},
               "scale": None, "slug": group_slug(ALL_GROUP)}  # fmt: skip
     (outdir / record["slug"]).mkdir(parents=True)
-    (outdir / record["slug"] / "causal.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    (outdir / record["slug"] / CAUSAL_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     summary = {"target": target, "group_by": group_by, "engine": None, "rejected_features": {}, "n_ok": 0,
                "n_skipped": 1, "flagged": [], "elapsed_s": 0.0, "skip_reason": reason,
                "groups": [{k: record[k] for k in ("group", "slug", "status", "skip_reason", "rows_used", "features")}]}
-    (outdir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")  # fmt: skip
+    (outdir / CAUSAL_SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")  # fmt: skip
     return summary
 
 
@@ -106,7 +90,6 @@ def run(args) -> int:
     from gpuvar.causal.discover import discover_all
     from gpuvar.errors import GpuvarError, InputError
 
-    _check(args)
     df = read_rows(args.rows)
     random_rows = read_rows(args.random_rows) if args.random_rows else None
     group_by = None if args.group_by.strip().lower() in ("", "none") else args.group_by

@@ -15,6 +15,7 @@ bootstrap_edges.csv (when bootstrapping), causal.json (everything above plus the
 
 from __future__ import annotations
 
+from gpuvar.artifacts import CAUSAL_RECORD, CAUSAL_SUMMARY
 import json
 import logging
 import time
@@ -157,7 +158,7 @@ def discover_group(
     record = prep.record() | {"slug": outdir.name, "engine": engine, "seed": seed, "bootstrap": bootstrap,
                               "prior_knowledge": pk_mode}  # fmt: skip
     if prep.data is None:
-        _write_json(outdir / "causal.json", _clean(record))
+        _write_json(outdir / CAUSAL_RECORD, _clean(record))
         return record
     names = list(prep.data.columns)
     target = len(names) - 1
@@ -213,7 +214,7 @@ def discover_group(
     )
     if not (contrib["variance_share"] > 0).any():
         record["note"] = "no feature has a directed path to the target (all total effects are zero)"
-    _write_json(outdir / "causal.json", _clean(record))
+    _write_json(outdir / CAUSAL_RECORD, _clean(record))
     return record
 
 
@@ -287,5 +288,5 @@ def discover_all(
     for g in groups:
         if g["status"] == "ok" and not g["trusted"]:
             log.warning("causal: graph %s flagged: %s", g["group"][:60], "; ".join(g["warnings"]))
-    _write_json(outdir / "summary.json", _clean(summary))
+    _write_json(outdir / CAUSAL_SUMMARY, _clean(summary))
     return summary

@@ -8,6 +8,7 @@ record with a reason — never a crash and never a silently empty graph.
 
 from __future__ import annotations
 
+from gpuvar.artifacts import ALL_GROUP  # noqa: F401 (re-exported: the causal package's group name)
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -19,7 +20,6 @@ from gpuvar.causal.collinear import condition_number, drop_derived, merge_near_d
 from gpuvar.causal.encode import centre_within, encode_categoricals
 from gpuvar.errors import GpuvarError
 
-ALL_GROUP = "__all__"
 # Identifiers and timestamps: numeric, but not causes of variability.
 EXCLUDED_COLUMNS = (
     "start", "end", "duration", "launch_id", "correlation_id", "process_id",

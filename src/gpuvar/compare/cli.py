@@ -9,11 +9,15 @@ are dataset names of a workflow's results folder and every target found for both
 
 from __future__ import annotations
 
+from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY
 import json
 from pathlib import Path
 
 
 def configure(p):
+    from gpuvar.options import ConfigOption, add_options
+    from gpuvar.plots.cli import FIGURE_OPTIONS
+
     p.add_argument("baseline", help="baseline: ingest folder or kernels.parquet (a dataset name with --results)")
     p.add_argument("candidate", help="candidate: ingest folder or kernels.parquet (a dataset name with --results)")
     p.add_argument("--output", "-o", required=True, help="output folder")
@@ -44,15 +48,8 @@ def configure(p):
     p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
     p.add_argument("--alpha", type=float, default=0.05, help="false-discovery rate for the verdicts")
     p.add_argument("--min-launches", type=int, default=5, help="launches needed in both runs to test a kernel")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument(
-        "--min-probability",
-        type=float,
-        default=0.5,
-        help="bootstrap probability an edge needs for its change to count as stable (default 0.5)",
-    )
-    p.add_argument("--formats", default="svg,png", help="figure formats (svg,png)")
-    p.add_argument("--dpi", type=int, default=110, help="PNG resolution")
+    add_options(p, (ConfigOption("--seed", "causal", "seed"), ConfigOption("--min-probability", "plots", "min_probability"),
+                    *FIGURE_OPTIONS))  # fmt: skip
 
 
 def _label(path: Path) -> str:
@@ -71,7 +68,7 @@ def runs_from_results(root: Path, baseline: str, candidate: str):
         if not ingest.is_dir():
             raise InputError(ingest, f"no ingest output for dataset {name!r} under {root}")
         runs.append(Run(name, ingest))
-    for kind, attr, marker in (("bin", "bins", "bin.json"), ("causal", "causal", "summary.json")):
+    for kind, attr, marker in (("bin", "bins", BIN_REPORT), ("causal", "causal", CAUSAL_SUMMARY)):
         found = [{p.parent.name for p in (root / kind / r.name).glob(f"*/{marker}")} for r in runs]
         for run in runs:
             setattr(run, attr, [root / kind / run.name / t for t in sorted(found[0] & found[1])])
@@ -106,9 +103,7 @@ def run(args) -> int:
         base.name, cand.name = names
     elif base.name == cand.name:
         base.name, cand.name = f"{base.name} (baseline)", f"{cand.name} (candidate)"
-    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
-    if not formats or any(f not in ("svg", "png") for f in formats):
-        raise GpuvarError(f"--formats must list svg and/or png, got {args.formats!r}")
+    formats = tuple(dict.fromkeys(args.formats))
     options = Options(
         args.key,
         args.bootstrap,

@@ -7,6 +7,7 @@ frames and dicts they can be tested with.
 
 from __future__ import annotations
 
+from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, CAUSAL_SUMMARY, KERNELS_TABLE
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,7 @@ class Causal:
 def kernels_file(path: str | Path) -> Path:
     """An ingest folder (holding kernels.parquet) or the kernels.parquet file itself."""
     path = Path(path)
-    return path / "kernels.parquet" if path.is_dir() else path
+    return path / KERNELS_TABLE if path.is_dir() else path
 
 
 def comparison_key(frame: pd.DataFrame, key: str) -> pd.Series:
@@ -123,8 +124,8 @@ def _json(path: Path) -> dict:
 def read_bins(folder: str | Path) -> Bins:
     """bins.parquet and bin.json of one `gpuvar bin` run (its output folder)."""
     folder = Path(folder)
-    meta = _json(folder / "bin.json")
-    file = folder / "bins.parquet"
+    meta = _json(folder / BIN_REPORT)
+    file = folder / BINS_TABLE
     if not file.is_file():
         raise InputError(file, "file not found")
     try:
@@ -142,7 +143,7 @@ def read_bins(folder: str | Path) -> Bins:
             frame,
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(folder / "bin.json", f"not a gpuvar bin.json (missing or bad {exc})") from exc
+        raise InputError(folder / BIN_REPORT, f"not a gpuvar bin.json (missing or bad {exc})") from exc
 
 
 def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -166,9 +167,9 @@ def read_causal(folder: str | Path) -> Causal:
     (reported as null) rather than an error.
     """
     folder = Path(folder)
-    summary = _json(folder / "summary.json")
+    summary = _json(folder / CAUSAL_SUMMARY)
     if "target" not in summary or not isinstance(summary.get("groups"), list):
-        raise InputError(folder / "summary.json", "not a gpuvar causal summary (no target or groups)")
+        raise InputError(folder / CAUSAL_SUMMARY, "not a gpuvar causal summary (no target or groups)")
     groups, skipped = {}, []
     for g in summary["groups"]:
         if g.get("status") != "ok":

@@ -1,4 +1,5 @@
-"""Ingest: read a profiler file of any supported format and write canonical Parquet + ingest.json.
+"""Ingest: read a profiler file of any supported format (read_source: its tables as read) and map it onto the
+canonical schema (normalize_trace: Table 1, canonical names), then write canonical Parquet + ingest.json.
 
 The readers (pandas, pyarrow) are imported when a file is read, not with the package: every `gpuvar`
 command imports gpuvar.ingest.cli to build its parser, and pandas alone costs 0.1-0.3 s of start-up."""
@@ -11,38 +12,47 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gpuvar import __version__
+from gpuvar.artifacts import INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.errors import AccountingError, InputError, path_problem
 
 log = logging.getLogger("gpuvar.ingest")
 
 
-def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True, cache_dir: str | Path | None = None):
-    """Run the right reader on `source` and return (ReaderOutput, kernels Arrow table, memcpy table or None).
-
-    keep_vendor_columns=False skips the source columns the canonical schema does not use, where a reader can
-    (Nsight Systems SQLite); the other formats' extra columns are their hardware counters and always kept.
-    cache_dir: where a reader that converts its input first (nsys-rep: `nsys export`) keeps the conversion."""
+def reader_for(source: Path, fmt: str = "auto"):
+    """The reader module for `source`: detected by content, or the named format (InputError when unknown)."""
     from gpuvar.ingest.detect import detect, formats
+
+    if fmt == "auto":
+        return detect(source)
+    known = formats()
+    if fmt not in known:
+        raise InputError(source, f"unknown format {fmt!r} (allowed: auto, {', '.join(known)})")
+    problem = path_problem(source)
+    if problem:
+        raise InputError(source, problem)
+    return known[fmt]
+
+
+def read_source(source: str | Path, fmt: str = "auto", options=None):
+    """Step 1 of ingest: the profiler file's tables as read, vendor column names (a RawTrace, see raw.py)."""
+    from gpuvar.ingest.raw import ReadOptions
+
+    source = Path(source)
+    return reader_for(source, fmt).read_raw(source, options or ReadOptions())
+
+
+def normalize_trace(raw):
+    """Step 2 of ingest: Table 1 and the canonical schema over a RawTrace.
+
+    Returns (ReaderOutput with the accounting, canonical kernels Arrow table, memcpy table or None)."""
+    from gpuvar.ingest.detect import formats
     from gpuvar.ingest.sanity import drop_negative_durations
     from gpuvar.schema import finalize_kernels, finalize_memcpy
 
-    source = Path(source)
-    if fmt == "auto":
-        module = detect(source)
-    else:
-        known = formats()
-        if fmt not in known:
-            raise InputError(source, f"unknown format {fmt!r} (allowed: auto, {', '.join(known)})")
-        module = known[fmt]
-        problem = path_problem(source)
-        if problem:
-            raise InputError(source, problem)
-    if hasattr(module, "read_cached"):
-        out = module.read_cached(source, cache_dir)
-    elif getattr(module, "VENDOR_COLUMN_OPTION", False):
-        out = module.read(source, keep_vendor_columns=keep_vendor_columns)
-    else:
-        out = module.read(source)
+    module = formats().get(raw.format)
+    if module is None:
+        raise InputError(raw.source, f"raw read of unknown format {raw.format!r}")
+    out = module.normalize(raw)
     kernels = drop_negative_durations(finalize_kernels(out.kernels), out, "kernels")
     memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
     if memcpy is not None:
@@ -50,26 +60,63 @@ def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True
     return out, kernels, memcpy
 
 
-def ingest(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True) -> dict:
-    """Ingest `source` into `output`/kernels.parquet (+ memcpy.parquet) and ingest.json; returns the report.
+def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True, cache_dir: str | Path | None = None):
+    """Both ingest steps in memory: (ReaderOutput, kernels Arrow table, memcpy table or None).
 
-    Every file is written atomically and ingest.json last: it marks a complete ingest, so a stale one is
-    removed first and an interrupted run never leaves new tables beside an old report."""
-    from gpuvar.canonical_io import write_canonical, write_json
-    from gpuvar.ingest.sanity import duplicate_rows, require_kernels
+    keep_vendor_columns=False skips the source columns the canonical schema does not use, where a reader can
+    (Nsight Systems SQLite); the other formats' extra columns are their hardware counters and always kept.
+    cache_dir: where a reader that converts its input first (nsys-rep: `nsys export`) keeps the conversion."""
+    from gpuvar.ingest.raw import ReadOptions
+
+    options = ReadOptions(keep_vendor_columns, Path(cache_dir) if cache_dir is not None else None)
+    return normalize_trace(read_source(source, fmt, options))
+
+
+def read_to_folder(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True):
+    """`gpuvar read`: the raw tables of `source` into `output` (raw.json written last); returns the RawTrace."""
+    from gpuvar.ingest.raw import RAW_MANIFEST, ReadOptions, write_raw
+
+    output = Path(output)
+    (output / RAW_MANIFEST).unlink(missing_ok=True)
+    raw = read_source(source, fmt, ReadOptions(keep_vendor_columns, output.parent))
+    write_raw(raw, output)
+    return raw
+
+
+def normalize_folder(raw_folder: str | Path, output: str | Path) -> dict:
+    """`gpuvar normalize`: a raw folder (from `gpuvar read`) into canonical Parquet + ingest.json."""
+    from gpuvar.ingest.raw import load_raw
 
     t0 = time.perf_counter()
-    source, output = Path(source), Path(output)
-    marker = output / "ingest.json"
-    if marker.exists():
-        marker.unlink()
-    out, kernels, memcpy = load(source, fmt, keep_vendor_columns, cache_dir=output)
-    t_read = time.perf_counter() - t0
-    meta = {"source": str(source), "format": out.format}
+    output = Path(output)
+    (output / INGEST_REPORT).unlink(missing_ok=True)
+    raw = load_raw(raw_folder)
+    loaded = normalize_trace(raw)
+    return write_ingest(raw.source, output, *loaded, t_read=time.perf_counter() - t0, t0=t0)
+
+
+def ingest(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True) -> dict:
+    """Ingest `source` into `output`/kernels.parquet, memcpy.parquet and ingest.json; returns the report."""
+    t0 = time.perf_counter()
+    output = Path(output)
+    (output / INGEST_REPORT).unlink(missing_ok=True)
+    loaded = load(source, fmt, keep_vendor_columns, cache_dir=output)
+    return write_ingest(str(Path(source)), output, *loaded, t_read=time.perf_counter() - t0, t0=t0)
+
+
+def write_ingest(source: str, output: Path, out, kernels, memcpy, t_read: float, t0: float) -> dict:
+    """Check the books, then write kernels.parquet, memcpy.parquet (empty when the source has no copies: the
+    binning rule always declares it) and ingest.json, each atomically, ingest.json last: it marks a complete
+    ingest, so an interrupted run never leaves new tables beside an old report."""
+    from gpuvar.canonical_io import write_canonical, write_json
+    from gpuvar.ingest.sanity import duplicate_rows, require_kernels
+    from gpuvar.schema import empty_memcpy
+
+    meta = {"source": source, "format": out.format}
     tables = {"kernels": kernels} if memcpy is None else {"kernels": kernels, "memcpy": memcpy}
     report = {
         "gpuvar_version": __version__,
-        "source": str(source),
+        "source": source,
         "format": out.format,
         "tables": {},
         "notes": out.notes,
@@ -96,16 +143,11 @@ def ingest(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendo
             log.warning("%s: dropped %d %s row(s): %s", source, count, name, reason)
         if duplicates:
             log.warning("%s: %d %s row(s) exactly repeat an earlier row (kept)", source, duplicates, name)
-    if memcpy is not None:  # the two files are written concurrently (Parquet encoding releases the GIL)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(write_canonical, memcpy, output / "memcpy.parquet", meta)
-            write_canonical(kernels, output / "kernels.parquet", meta)
-            pending.result()
-    else:
-        write_canonical(kernels, output / "kernels.parquet", meta)
-        stale = output / "memcpy.parquet"
-        if stale.exists():
-            stale.unlink()
+    copies = memcpy if memcpy is not None else empty_memcpy()
+    with ThreadPoolExecutor(max_workers=1) as pool:  # Parquet encoding releases the GIL: write both at once
+        pending = pool.submit(write_canonical, copies, output / MEMCPY_TABLE, meta)
+        write_canonical(kernels, output / KERNELS_TABLE, meta)
+        pending.result()
     report["seconds"] = {"read": round(t_read, 6), "total": round(time.perf_counter() - t0, 6)}
-    write_json(report, marker)
+    write_json(report, output / INGEST_REPORT)
     return report

@@ -1,20 +1,23 @@
 """Read a profiler file (format detected by content) into canonical Parquet: kernels.parquet, memcpy.parquet
-when the source has copies, and ingest.json with rows read/written and dropped rows by reason."""
+(no rows when the source has no copies) and ingest.json with rows read/written and dropped rows by reason.
+Both ingest steps at once: `gpuvar read` + `gpuvar normalize`, as the workflow runs them."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 
+SOURCE_HELP = ("profiler file or folder (nsys .sqlite/.nsys-rep, ncu .csv/.ncu-rep, rocprof/omniperf/rocprofv3 CSV, "
+               "rocpd .db, Kineto .json; gzip/bzip2/xz compressed or not)")  # fmt: skip
+
+
 def configure(p):
-    p.add_argument("source", help="profiler file or folder (nsys .sqlite, ncu .csv, rocprof/omniperf/rocprofv3 CSV, "
-                   "Kineto .json; gzip/bzip2/xz compressed or not)")
+    from gpuvar.options import ConfigOption, add_options
+
+    p.add_argument("source", help=SOURCE_HELP)
     p.add_argument("--output", "-o", required=True, help="output folder")
     p.add_argument("--format", default="auto", help="format name or 'auto' (default: detect by content)")
-    p.add_argument("--keep-vendor-columns", action=argparse.BooleanOptionalAction, default=True,
-                   help="Nsight Systems: also read the columns the canonical schema does not use (contextId, "
-                        "cacheConfig, sharedMemoryExecuted, ...; default: yes)")
+    add_options(p, (ConfigOption("--keep-vendor-columns", "ingest", "keep_vendor_columns"),))
 
 
 def run(args) -> int:

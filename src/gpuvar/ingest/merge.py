@@ -18,15 +18,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpuvar import __version__
+from gpuvar.artifacts import INGEST_REPORT, MEMCPY_TABLE
 from gpuvar.canonical_io import write_canonical, write_json
 from gpuvar.errors import InputError
+from gpuvar.schema import empty_memcpy
 
 TABLES = ("kernels", "memcpy")
 
 
 def _part(folder: Path) -> tuple[dict, dict[str, pa.Table]]:
     """A finished ingest folder: (its ingest.json, {table name: Arrow table})."""
-    marker = folder / "ingest.json"
+    marker = folder / INGEST_REPORT
     try:
         report = json.loads(marker.read_text())
     except OSError as exc:
@@ -73,7 +75,7 @@ def merge(parts: list[str | Path], output: str | Path) -> dict:
     output = Path(output)
     if not parts:
         raise InputError(output, "nothing to merge: no ingest folders given")
-    marker = output / "ingest.json"
+    marker = output / INGEST_REPORT
     if marker.exists():
         marker.unlink()
     loaded = [(Path(p), *_part(Path(p))) for p in parts]
@@ -97,7 +99,8 @@ def merge(parts: list[str | Path], output: str | Path) -> dict:
     meta = {"source": summary["source"], "format": summary["format"], "merged": True}
     for name in TABLES:
         pieces = [_with_rank(tables[name], rank) for (_, _, tables), rank in zip(loaded, ranks) if name in tables]
-        if not pieces:
+        if not pieces:  # no file had copies: the table is written all the same, with no rows
+            write_canonical(empty_memcpy(), output / MEMCPY_TABLE, meta)
             continue
         try:
             table = _sorted(pa.concat_tables(pieces, promote_options="permissive"))
@@ -117,7 +120,5 @@ def merge(parts: list[str | Path], output: str | Path) -> dict:
                                    "columns": table.num_columns}
         if not balanced:
             raise InputError(output, f"accounting error merging {name}: rows read {rows_read} != written + dropped")
-    if "memcpy" not in summary["tables"]:
-        (output / "memcpy.parquet").unlink(missing_ok=True)
     write_json(summary, marker)
     return summary

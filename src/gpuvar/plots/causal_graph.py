@@ -11,6 +11,7 @@ and edges found only in the selected bins (not in a random sample of bins) are d
 
 from __future__ import annotations
 
+from gpuvar.artifacts import ALL_GROUP, CAUSAL_RECORD
 import json
 import math
 import shutil
@@ -28,7 +29,6 @@ from gpuvar.errors import InputError
 from gpuvar.plots import style
 
 FONT = 8.0
-ALL_GROUP = "__all__"  # group name `gpuvar causal` gives the whole-dataset analysis
 EDGE_COLUMNS = ["from", "to", "coefficient", "sign", "variance_share", "probability", "in_random_bins", "into_target",
                 "status"]  # fmt: skip
 
@@ -133,7 +133,7 @@ def _merge_contributions(g: nx.DiGraph, target: str, path: Path) -> None:
 def load_group(folder: str | Path) -> CausalGraph:
     """Read one causal analysis group folder into a CausalGraph (InputError names what is missing)."""
     folder = Path(folder)
-    meta = _read_json(folder / "causal.json") if (folder / "causal.json").is_file() else {}
+    meta = _read_json(folder / CAUSAL_RECORD) if (folder / CAUSAL_RECORD).is_file() else {}
     order = _read_json(folder / "order.json") if (folder / "order.json").is_file() else {}
     target = meta.get("target")
     labels = {}
@@ -362,7 +362,7 @@ def draw_causal_graph(cg: CausalGraph, min_variance_share: float = 0.01, min_pro
 
 def default_title(cg: CausalGraph) -> str:
     """'<kernel>: causes of <target>' (kernel names shortened to one line), or the whole-dataset wording."""
-    if cg.group in (ALL_GROUP, "__all__", "all"):
+    if cg.group in (ALL_GROUP, "all"):
         return f"All kernels: causes of {cg.target}"
     name = cg.group if len(cg.group) <= 70 else cg.group[:67] + "..."
     return f"{name}: causes of {cg.target}"
@@ -392,7 +392,7 @@ def _skipped_groups(root: Path) -> list[dict]:
     """Groups `gpuvar causal` could not analyse (causal.json only), with its reason."""
     out = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        meta_path = folder / "causal.json"
+        meta_path = folder / CAUSAL_RECORD
         if meta_path.is_file() and not (folder / "graph.graphml").is_file() and not (folder / "edges.csv").is_file():
             meta = _read_json(meta_path)
             out.append({"group": str(meta.get("group", folder.name)), "slug": folder.name, "status": "skipped",

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import json
 
-DEFAULT_FEATURES = "grid_x,grid_y,block_x,registers_per_thread,linked_copy_kind"
+from gpuvar.options import ConfigOption, add_options
+
+FIGURE_OPTIONS = (ConfigOption("--formats", "plots", "formats", split_commas=True), ConfigOption("--dpi", "plots", "dpi"))
+EDGE_FILTERS = (
+    ConfigOption("--min-variance-share", "plots", "min_variance_share"),
+    ConfigOption("--min-probability", "plots", "min_probability"),
+)
+PARALLEL_FEATURES = (ConfigOption("--features", "plots", "parallel_features", split_commas=True),)
 
 
 def _common(p, stem_help: str) -> None:
     p.add_argument("--output", "-o", required=True, help=stem_help)
-    p.add_argument("--formats", default="svg,png", help="comma-separated: svg, png (default svg,png)")
-    p.add_argument("--dpi", type=int, default=110, help="PNG resolution (default 110)")
+    add_options(p, FIGURE_OPTIONS)
 
 
 def configure(p) -> None:
@@ -24,15 +30,13 @@ def configure(p) -> None:
     _common(c, "output folder: <group slug>.<fmt>, <slug>.edges.csv, index.csv")
     c.add_argument("--which", choices=("all", "per_kernel", "whole"), default="all",
                    help="groups to draw: all, per_kernel (not the whole dataset), whole (default all)")  # fmt: skip
-    c.add_argument("--min-variance-share", type=float, default=0.01,
-                   help="hide edges into the target whose share of its variance is below this (default 0.01)")
-    c.add_argument("--min-probability", type=float, default=0.5, help="hide edges below this bootstrap probability")
+    add_options(c, EDGE_FILTERS)
 
     par = sub.add_parser("parallel", help="parallel coordinates of the top-k rows")
     par.add_argument("rows", help="topk_rows.parquet of `gpuvar bin`")
     _common(par, "output stem: STEM.<fmt> and STEM.csv")
     par.add_argument("--target", required=True, help="target column (kernel_variability, memory_stall, ...)")
-    par.add_argument("--features", default=DEFAULT_FEATURES, help=f"axes, comma-separated (default {DEFAULT_FEATURES})")
+    add_options(par, PARALLEL_FEATURES)
 
     t = sub.add_parser("timeline", help="per-bin variance over the trace, top-k bins marked")
     t.add_argument("bins", help="bins.parquet of `gpuvar bin`")
@@ -46,23 +50,13 @@ def configure(p) -> None:
     _common(s, "output stem: STEM.<fmt> and STEM.csv")
 
 
-def _formats(text: str) -> list[str]:
-    from gpuvar.errors import GpuvarError
-
-    formats = [f.strip().lower() for f in text.split(",") if f.strip()]
-    bad = [f for f in formats if f not in ("svg", "png")]
-    if bad or not formats:
-        raise GpuvarError(f"--formats must list svg and/or png, got {text!r}")
-    return formats
-
-
 def run(args) -> int:
     from pathlib import Path
 
     from gpuvar.atomic import rewrite_paths, staged_folder, staged_stem
     from gpuvar.plots import causal_graph, parallel, scaling, timeline
 
-    formats = _formats(args.formats)
+    formats = list(dict.fromkeys(args.formats))
     # written into a temporary folder, moved into place only when every file of the figure is complete
     if args.figure == "causal":
         with staged_folder(args.output, replace=True) as tmp:
@@ -74,8 +68,7 @@ def run(args) -> int:
     else:
         with staged_stem(args.output) as stem:
             if args.figure == "parallel":
-                features = [f.strip() for f in args.features.split(",") if f.strip()]
-                result = parallel.plot_parallel(args.rows, stem, args.target, features, formats, args.dpi)
+                result = parallel.plot_parallel(args.rows, stem, args.target, args.features, formats, args.dpi)
             elif args.figure == "timeline":
                 result = timeline.plot_timeline(args.bins, stem, args.target, args.bin_json, formats, args.dpi,
                                                 args.top_k)  # fmt: skip

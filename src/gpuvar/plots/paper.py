@@ -142,18 +142,19 @@ def same_dataset(a: Dataset, b: Dataset) -> bool:
     return all(getattr(a, k) == getattr(b, k) for k in keys)
 
 
-def merge_datasets(paper: PaperConfig, datasets: dict[str, Dataset]) -> dict[str, str]:
-    """Add the paper's datasets to the workflow's `datasets` (in place); returns paper name -> workflow name.
+def merge_datasets(paper: PaperConfig, datasets: dict[str, Dataset]) -> tuple[dict[str, Dataset], dict[str, str]]:
+    """The workflow's datasets plus the paper's (a new dict; `datasets` is not changed), and paper name ->
+    workflow name.
 
     A paper dataset identical to a workflow dataset of the same name is shared (computed once). One that
     differs is added as 'paper-<name>' instead of failing, so a main config pointing rank0 at other data
     does not stop `snakemake` itself.
     """
-    names = {}
+    merged, names = dict(datasets), {}
     for d in paper.config.datasets:
         name = d.name
-        if name in datasets and not same_dataset(datasets[name], d):
+        if name in merged and not same_dataset(merged[name], d):
             name = f"paper-{d.name}"
         names[d.name] = name
-        datasets.setdefault(name, d.model_copy(update={"name": name}))
-    return names
+        merged.setdefault(name, d.model_copy(update={"name": name}))
+    return merged, names

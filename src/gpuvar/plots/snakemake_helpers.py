@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import re
 
+from gpuvar.artifacts import KERNELS_TABLE, ingest_file
+
 DEMO_TRACE = re.compile(r"demo-(\d+)")
+SCALING_TRACE = r"[A-Za-z0-9][A-Za-z0-9_.-]*"  # a dataset name or demo-<rows>
+SCALING_RUN = "results/scaling/{trace}/{target}/ranks{ranks}"  # one binning run of the scaling study
 
 
 def figure_files(stem: str, formats: list[str], report_format: str, **report_args) -> list:
@@ -32,11 +36,12 @@ def scaling_trace(dataset, rows: int, demo_enabled: bool) -> str:
     return f"demo-{rows}" if demo else dataset.name
 
 
-def scaling_kernels(trace: str) -> str:
-    """kernels.parquet a scaling run reads: the canonical demo trace, or the dataset's ingest output."""
+def scaling_kernels(trace: str, table: str = KERNELS_TABLE) -> str:
+    """The table (kernels.parquet, memcpy.parquet) a scaling run reads: the canonical demo trace's, or the
+    dataset's ingest output."""
     if DEMO_TRACE.fullmatch(trace):
-        return f"resources/scaling/{trace}/kernels.parquet"
-    return f"results/ingest/{trace}/kernels.parquet"
+        return f"resources/scaling/{trace}/{table}"
+    return ingest_file(table).format(dataset=trace)
 
 
 def scaling_reports(trace: str, target: str, ranks) -> list[str]:

@@ -1,0 +1,33 @@
+"""Step 1 of ingest: a profiler file's tables as read, with the vendor's column names, into OUTPUT
+(<table>.parquet per table and raw.json, written last). `gpuvar normalize` maps them onto the canonical schema;
+`gpuvar ingest` does both at once."""
+
+from __future__ import annotations
+
+import json
+
+
+def configure(p):
+    from gpuvar.ingest.cli import SOURCE_HELP
+    from gpuvar.options import ConfigOption, add_options
+
+    p.add_argument("source", help=SOURCE_HELP)
+    p.add_argument("--output", "-o", required=True, help="output folder of the raw tables")
+    p.add_argument("--format", default="auto", help="format name or 'auto' (default: detect by content)")
+    add_options(p, (ConfigOption("--keep-vendor-columns", "ingest", "keep_vendor_columns"),))
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from gpuvar.atomic import staged_folder
+    from gpuvar.ingest import read_source
+    from gpuvar.ingest.raw import RAW_MANIFEST, ReadOptions, write_raw
+
+    output = Path(args.output)
+    raw = read_source(args.source, args.format, ReadOptions(args.keep_vendor_columns, output.parent))
+    with staged_folder(output, replace=True) as tmp:  # the folder appears complete or not at all
+        write_raw(raw, tmp)
+    tables = {name: table.num_rows for name, table in raw.tables.items()}
+    print(json.dumps({"format": raw.format, "raw_tables": tables, "manifest": str(output / RAW_MANIFEST)}))
+    return 0

@@ -1,0 +1,97 @@
+"""Command-line options made from the typed config (gpuvar.config): one definition per option.
+
+A setting such as `binning.top_k` is defined once, as a field of the pydantic model (type, default, bounds,
+description). `add_options` turns that field into the argparse option of the stage's command (same
+default, same bounds, the description as help), and `arguments` turns a validated config back into that
+command's arguments for the workflow's rules. So the config file, `gpuvar bin --help` and the rule
+cannot disagree about a default or a limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+
+def _field(model: type[BaseModel], name: str):
+    try:
+        return model.model_fields[name]
+    except KeyError:
+        raise KeyError(f"{model.__name__} has no field {name!r}") from None
+
+
+def _converter(model: type[BaseModel], name: str, flag: str, split_commas: bool):
+    """argparse `type`: the command-line text validated by the config field's own type and bounds."""
+    field = _field(model, name)
+    adapter = TypeAdapter(Annotated[field.annotation, field])
+
+    def convert(text: str):
+        value = [part.strip() for part in text.split(",")] if split_commas and text != "auto" else text
+        try:
+            return adapter.validate_strings(value) if isinstance(value, str) else adapter.validate_python(value)
+        except ValidationError as exc:
+            message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise argparse.ArgumentTypeError(f"{text!r}: {message}") from None
+
+    convert.__name__ = flag.lstrip("-")
+    return convert
+
+
+def _model(section: str) -> type[BaseModel]:
+    from gpuvar.config import Config
+
+    return Config.model_fields[section].annotation
+
+
+def help_text(section: str, name: str) -> str:
+    """The field's description, its default and the config key it mirrors."""
+    field = _field(_model(section), name)
+    default = field.default
+    shown = ",".join(map(str, default)) if isinstance(default, list | tuple) else default
+    return f"{field.description} (default: {shown}; config: {section}.{name})"
+
+
+@dataclass(frozen=True)
+class ConfigOption:
+    """A command-line flag that mirrors config key `section.name` (e.g. --top-k and binning.top_k)."""
+
+    flag: str
+    section: str
+    name: str
+    split_commas: bool = False  # a list in the config, comma-separated on the command line
+
+
+def add_options(parser, options) -> None:
+    """Add each ConfigOption to `parser`: the field's type and bounds check the text, its default and
+    description become the option's default and help."""
+    for option in options:
+        model = _model(option.section)
+        field = _field(model, option.name)
+        default = list(field.default) if isinstance(field.default, list) else field.default
+        if field.annotation is bool:
+            parser.add_argument(option.flag, action=argparse.BooleanOptionalAction, default=default,
+                                help=help_text(option.section, option.name))  # fmt: skip
+            continue
+        convert = _converter(model, option.name, option.flag, option.split_commas)
+        parser.add_argument(option.flag, type=convert, default=default, help=help_text(option.section, option.name))
+
+
+def arguments(cfg, options) -> list[str]:
+    """The command-line arguments that give a command the settings of validated config `cfg` (for the
+    workflow's rules: a list, so no value is ever parsed by a shell)."""
+    out = []
+    for option in options:
+        value = getattr(getattr(cfg, option.section), option.name)
+        if isinstance(value, bool):
+            out.append(option.flag if value else "--no-" + option.flag.removeprefix("--"))
+        else:
+            out += [option.flag, comma_list(value)]
+    return out
+
+
+def comma_list(value) -> str:
+    """A list option as the command line takes it ('auto' stays 'auto')."""
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)

@@ -1,0 +1,117 @@
+"""Each rule's `gpuvar` arguments, made from the typed config and the rule's files.
+
+The rules call these from `params:` and hand the list to a script (workflow/scripts/) or, for the MPI job, to
+`shell:` with every item quoted. Settings come through gpuvar.options (the config field defines flag, default
+and bounds), so a rule never restates an option.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from gpuvar.options import arguments, comma_list
+
+
+def mapping_files() -> list[str]:
+    """The files normalize_columns applies (Table 1, the canonical schema): its inputs, so that editing one
+    reruns normalization (and what follows) but never the read of the profiler file."""
+    data = resources.files("gpuvar.data")
+    return [str(data.joinpath(name)) for name in ("table1.csv", "canonical_schema.csv")]
+
+
+def read_arguments(reg, dataset: str, source, output) -> list[str]:
+    """`gpuvar read`: the profiler file's tables as read, into the raw folder."""
+    keep = "--keep-vendor-columns" if reg.cfg.ingest.keep_vendor_columns else "--no-keep-vendor-columns"
+    return [source, "--output", output, "--format", reg.datasets[dataset].format, keep]
+
+
+def causal_arguments(reg, dataset: str, target: str, rows, sample, output, threads: int) -> list[str]:
+    """`gpuvar causal` on one analysis: the rows causal.rows names (top-k bins, compared with the random
+    sample; or the random sample itself), the dataset's grouping and features, the causal settings."""
+    from gpuvar.causal.cli import CONFIG_OPTIONS
+
+    cfg, d = reg.cfg, reg.datasets[dataset]
+    selection = [rows, "--random-rows", sample] if cfg.causal.rows == "top_k" else [sample]
+    return [*selection, "--target", target, "--group-by", d.group_by if cfg.causal.per_group else "none",
+            "--features", comma_list(d.features), *arguments(cfg, CONFIG_OPTIONS),
+            "--workers", str(threads), "--output", output]  # fmt: skip
+
+
+def figure_arguments(reg) -> list[str]:
+    """--formats and --dpi of every figure."""
+    from gpuvar.plots.cli import FIGURE_OPTIONS
+
+    return arguments(reg.cfg, FIGURE_OPTIONS)
+
+
+def causal_figure_arguments(reg, causal_dir, output, which: str = "all") -> list[str]:
+    """`gpuvar plot causal`: one graph per group of a causal folder, edges filtered by the plots settings."""
+    from gpuvar.plots.cli import EDGE_FILTERS
+
+    return ["causal", causal_dir, "--output", output, "--which", which, *figure_arguments(reg),
+            *arguments(reg.cfg, EDGE_FILTERS)]  # fmt: skip
+
+
+def stem(data_file) -> str:
+    """A figure's output stem: its CSV's path without .csv (the figures are stem.<format>)."""
+    return str(data_file).removesuffix(".csv")
+
+
+def parallel_arguments(reg, rows, data_file, target: str, features=None) -> list[str]:
+    """`gpuvar plot parallel` of the top-k rows; features: a paper figure's axes, else plots.parallel_features."""
+    axes = comma_list(features if features else reg.cfg.plots.parallel_features)
+    return ["parallel", rows, "--output", stem(data_file), "--target", target, "--features", axes,
+            *figure_arguments(reg)]  # fmt: skip
+
+
+def timeline_arguments(reg, bins, report, data_file, target: str) -> list[str]:
+    """`gpuvar plot timeline` of one binning run."""
+    return ["timeline", bins, "--bin-json", report, "--output", stem(data_file), "--target", target,
+            *figure_arguments(reg)]  # fmt: skip
+
+
+def scaling_arguments(reg, reports, data_file) -> list[str]:
+    """`gpuvar plot scaling` of the runs' bin.json files."""
+    return ["scaling", *reports, "--output", stem(data_file), *figure_arguments(reg)]
+
+
+def demo_arguments(reg, output) -> list[str]:
+    """`gpuvar demo-data`: the embedded demo set."""
+    return ["--output", output, "--seed", reg.cfg.demo.seed, "--rows", reg.cfg.demo.rows]
+
+
+def folder(path) -> str:
+    """The folder a declared output file lives in (the commands take output folders)."""
+    return str(Path(path).parent)
+
+
+def binning_arguments(reg, target: str) -> list[str]:
+    """`gpuvar bin` settings for `target` (the MPI rules add the input, --memcpy and --output)."""
+    from gpuvar.binning.cli import workflow_arguments
+
+    return workflow_arguments(reg.cfg, target)
+
+
+def compare_arguments(reg, comparison, baseline_kernels, candidate_kernels, output) -> list[str]:
+    """`gpuvar compare` of one configured comparison: both ingests, each common target's binning and causal
+    folders, and the figure settings."""
+    from gpuvar.compare.workflow import side_arguments
+
+    return [baseline_kernels, candidate_kernels, "--output", output,
+            "--names", f"{comparison.baseline},{comparison.candidate}", *side_arguments(comparison, reg.datasets),
+            *figure_arguments(reg), "--seed", reg.cfg.causal.seed,
+            "--min-probability", reg.cfg.plots.min_probability]  # fmt: skip
+
+
+def scaling_trace_arguments(reg, rows, threads: int, output) -> list[str]:
+    """`gpuvar demo-data --format canonical`: the big synthetic trace a scaling study of a demo dataset times."""
+    return ["--format", "canonical", "--rows", rows, "--seed", reg.cfg.demo.seed, "--workers", threads,
+            "--output", folder(output)]  # fmt: skip
+
+
+def paper_demo_arguments(reg, name: str, output) -> list[str]:
+    """`gpuvar demo-data --format ncu`: the stand-in for a PerfCounter dataset of the paper (Table 2's size)."""
+    spec = reg.paper.demo_perfcounter[name]
+    return ["--format", "ncu", "--rows", spec["rows"], "--variant", spec["variant"], "--seed", reg.cfg.demo.seed,
+            "--output", output]  # fmt: skip

@@ -1,0 +1,95 @@
+"""The workflow's datasets, built once from config/config.yaml and config/paper.yaml.
+
+common.smk builds one Registry before any rule is defined, so every rule file sees the same datasets and the
+`{dataset}` wildcard allows all of them, whatever order the Snakefile includes the rule files in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuvar.artifacts import (
+    BIN_REPORT,
+    CAUSAL_DIR,
+    CHECKS_TABLE,
+    INGEST_REPORT,
+    RANK_INGEST_DIR,
+    bin_file,
+    ingest_file,
+)
+from gpuvar.config import Config, Dataset, check_sources, validate_config
+
+
+@dataclass(frozen=True)
+class Registry:
+    cfg: Config
+    datasets: dict[str, Dataset]  # config.yaml's, then the paper's that differ or are new
+    paper: object | None = None  # gpuvar.plots.paper.PaperConfig when config/paper.yaml exists
+    paper_names: dict[str, str] = field(default_factory=dict)  # paper dataset name -> workflow dataset name
+
+    @property
+    def analyses(self) -> list[tuple[str, str]]:
+        """(dataset, target) of config.yaml's datasets: what `snakemake` (rule all) analyses."""
+        return [(d.name, target) for d in self.cfg.datasets for target in d.targets]
+
+    # input functions of the rules (Snakemake calls them with the job's wildcards)
+    def source(self, wildcards) -> str:
+        """The profiler file or folder of a dataset (an output of make_demo_data for the demo)."""
+        return self.datasets[wildcards.dataset].source
+
+    def rank_source(self, wildcards) -> str:
+        """The file of one rank of a merged dataset (ranks are the positions in its source list)."""
+        return self.datasets[wildcards.dataset].sources[int(wildcards.rank)]
+
+    def rank_reports(self, wildcards) -> list[str]:
+        """The per-rank ingest reports a merged dataset combines, in rank order."""
+        marker = ingest_file(INGEST_REPORT, RANK_INGEST_DIR)
+        ranks = range(len(self.datasets[wildcards.dataset].sources))
+        return [marker.format(dataset=wildcards.dataset, rank=rank) for rank in ranks]
+
+    def analysis_outputs(self) -> list[str]:
+        """Everything `all` analyses: per dataset and target the binning and causal results, and the checks."""
+        outputs = []
+        for dataset, target in self.analyses:
+            outputs.append(bin_file(BIN_REPORT).format(dataset=dataset, target=target))
+            outputs.append(CAUSAL_DIR.format(dataset=dataset, target=target))
+        return outputs + [CHECKS_TABLE]
+
+    def names(self, merged: bool | None = None) -> list[str]:
+        """Dataset names; merged=True/False: only datasets combined from rank files, or only single files."""
+        return [n for n, d in self.datasets.items() if merged is None or d.merge == merged]
+
+
+def names_regex(names) -> str:
+    """Alternation of the names for a wildcard constraint; a pattern matching nothing when there are none."""
+    return "|".join(re.escape(name) for name in sorted(names)) or "(?!)"
+
+
+def build_registry(config: dict, basedir: str | Path, paper_yaml: str | Path | None = None) -> Registry:
+    """Validate the workflow config (ConfigError: one line naming the key), check its sources exist, and add
+    the paper's datasets when `paper_yaml` is a file."""
+    from gpuvar.plots.paper import load_paper_config, merge_datasets
+
+    basedir = Path(basedir)
+    cfg = validate_config(config, basedir)
+    check_sources(cfg, basedir)
+    datasets = {d.name: d for d in cfg.datasets}
+    if paper_yaml is None or not Path(paper_yaml).is_file():
+        return Registry(cfg, datasets)
+    paper = load_paper_config(paper_yaml, basedir)
+    merged, names = merge_datasets(paper, datasets)
+    return Registry(cfg, merged, paper, names)
+
+
+def print_flagged_graphs(path: str | Path = CHECKS_TABLE) -> None:
+    """After a run: say how many causal graphs failed their assumption checks (results/causal/checks.tsv)."""
+    if not Path(path).is_file():
+        return
+    rows = Path(path).read_text().splitlines()[1:]
+    trusted = [r.split("\t")[4] for r in rows]
+    flagged = trusted.count("no")
+    if flagged:
+        print(f"gpuvar: {flagged} of {flagged + trusted.count('yes')} causal graphs failed an assumption check; "
+              f"read them as hypotheses (list: {path}, docs/causal.md)")  # fmt: skip

@@ -1,0 +1,177 @@
+"""The workflow layer as a user meets it: the rule chain of the paper, what a mapping change reruns, include order,
+no copied rule bodies, the Slurm rank count, a scaling study on an Nsight Compute dataset."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_workflow import REPO, SNAKEMAKE, run_workflow, small_config
+
+RULE_FILES = sorted((REPO / "workflow" / "rules").glob("*.smk"))
+
+
+def _dry_run(workdir: Path, config: Path, *extra: str, snakefile: Path = REPO / "Snakefile"):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run([SNAKEMAKE, "-s", str(snakefile), "-d", str(workdir), "--configfile", str(config),
+                           "--cores", "2", "-n", *extra], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+
+
+def _jobs(stdout: str) -> dict[str, int]:
+    """Rule -> job count from a dry run's job table."""
+    table = stdout.split("Job stats:")[1].split("total")[0] if "Job stats:" in stdout else ""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def test_rule_graph_is_the_papers_chain(tmp_path):
+    """ingest_trace -> normalize_columns -> bin_trace -> discover_causal_graph -> plots, as `--rulegraph` shows."""
+    proc = _dry_run(tmp_path, small_config(tmp_path), "--rulegraph")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = dict(re.findall(r'(\d+)\[label = "(\w+)"', proc.stdout))
+    edges = {(names[a], names[b]) for a, b in re.findall(r"(\d+) -> (\d+)", proc.stdout)}
+    chain = ["make_demo_data", "ingest_trace", "normalize_columns", "bin_trace", "discover_causal_graph",
+             "plot_causal_graphs"]  # fmt: skip
+    for step, after in zip(chain, chain[1:]):
+        assert (step, after) in edges, (step, after, sorted(edges))
+    assert ("ingest_trace", "bin_trace") not in edges  # normalization is its own step, not fused into ingest
+
+
+def test_changed_mapping_reruns_normalization_not_the_read(tmp_path):
+    """Editing Table 1 (src/gpuvar/data/table1.csv) reruns normalize_columns and what follows, never the slow
+    read of the profiler file."""
+    from gpuvar.workflow.arguments import mapping_files
+
+    config, workdir = small_config(tmp_path), tmp_path / "run"
+    done = run_workflow(workdir, config, "results/bin/rank0/kernel_variability/bin.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _jobs(_dry_run(workdir, config, "results/bin/rank0/kernel_variability/bin.json").stdout) == {}
+    table1 = Path(mapping_files()[0])
+    assert table1.name == "table1.csv"
+    before = table1.stat()
+    newer = (workdir / "results/bin/rank0/kernel_variability/bin.json").stat().st_mtime + 10
+    try:
+        os.utime(table1, (newer, newer))
+        jobs = _jobs(_dry_run(workdir, config, "results/bin/rank0/kernel_variability/bin.json").stdout)
+    finally:
+        os.utime(table1, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert jobs.get("normalize_columns") == 1 and jobs.get("bin_trace") == 1, jobs
+    assert "ingest_trace" not in jobs and "make_demo_data" not in jobs, jobs
+
+
+def _copy_workflow(dest: Path) -> Path:
+    for folder in ("workflow", "envs", "config"):
+        shutil.copytree(REPO / folder, dest / folder)
+    shutil.copy(REPO / "Snakefile", dest / "Snakefile")
+    return dest / "Snakefile"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rule_files_include_in_any_order(tmp_path, seed):
+    """Shuffle the Snakefile's includes after common.smk (the definitions): the same jobs, for `all`, `paper`
+    and `scaling`."""
+    config = small_config(tmp_path)
+    expected = {t: _jobs(_dry_run(tmp_path / "a", config, t).stdout) for t in ("all", "paper", "scaling")}
+    assert all(expected.values()), expected
+    snakefile = _copy_workflow(tmp_path / "wf")
+    text = snakefile.read_text()
+    includes = re.findall(r'^include: "workflow/rules/(?!common)\w+\.smk"\n', text, re.M)
+    assert len(includes) >= 6
+    shuffled = includes[::-1] if seed == 0 else random.Random(seed).sample(includes, len(includes))
+    body = text
+    for line in includes:
+        body = body.replace(line, "", 1)
+    anchor = 'include: "workflow/rules/common.smk"\n'
+    snakefile.write_text(body.replace(anchor, anchor + "".join(shuffled)))
+    for target, jobs in expected.items():
+        proc = _dry_run(tmp_path / "b", config, target, snakefile=snakefile)
+        assert proc.returncode == 0, (shuffled, proc.stderr[-2000:])
+        assert _jobs(proc.stdout) == jobs, (target, shuffled)
+
+
+TRIVIAL = re.compile(r"^(\w+:|ENV|conda:|threads: \d+|\w+=\d+,|mem_mb=\d+,|runtime=\d+,|[)\]},(]+|\"\w+\",)$")
+
+
+def _rule_bodies() -> dict[str, list[str]]:
+    """Rule name -> its body's lines (stripped), for every `rule` and `use rule` in the workflow."""
+    bodies, current = {}, None
+    for path in [REPO / "Snakefile", *RULE_FILES]:
+        for line in path.read_text().splitlines():
+            head = re.match(r"^\s*(?:rule (\w+):|use rule \w+ as (\w+) with:)", line)
+            if head:
+                current = head.group(1) or head.group(2)
+                bodies[current] = []
+            elif current and (not line.strip() or line.startswith((" ", "\t"))):
+                if line.strip():
+                    bodies[current].append(line.strip())
+            else:
+                current = None
+    return bodies
+
+
+def test_no_rule_body_is_a_copy_of_another():
+    """Two rules sharing more than a few identical non-trivial lines are a copy that will drift (use
+    `use rule ... with:` or a helper in gpuvar.workflow)."""
+    bodies = _rule_bodies()
+    assert {"ingest_trace", "normalize_columns", "bin_trace", "bin_scaling_trace"} <= set(bodies)
+    meaningful = {name: {l for l in lines if len(l) > 24 and not TRIVIAL.match(l)} for name, lines in bodies.items()}
+    names = sorted(meaningful)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            shared = meaningful[a] & meaningful[b]
+            assert len(shared) <= 3, (a, b, sorted(shared))
+
+
+def test_no_rule_has_a_shell_except_the_mpi_job():
+    """Only the MPI rules run a shell (mpiexec/srun); every other rule hands a list to a script."""
+    bodies = _rule_bodies()
+    with_shell = {name for name, lines in bodies.items() if "shell:" in lines}
+    assert with_shell == {"bin_trace"}, with_shell
+    for script in (REPO / "workflow" / "scripts").glob("*.py"):
+        assert len(script.read_text().splitlines()) <= 12, f"{script.name}: scripts stay thin (logic in gpuvar)"
+
+
+def test_slurm_rank_count_comes_from_the_config(tmp_path):
+    """profiles/slurm does not restate the rank count: binning.ranks sizes the Slurm job and the srun."""
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert "tasks" not in profile["set-resources"]["bin_trace"]
+    cfg = yaml.safe_load(small_config(tmp_path).read_text())
+    cfg["binning"]["ranks"] = 3
+    config = tmp_path / "three.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    proc = _dry_run(tmp_path / "run", config, "results/bin/rank0/kernel_variability/bin.json", "-p",
+                    "--set-resources", "bin_trace:mpi=srun")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert re.search(r"srun -n 3 gpuvar bin", proc.stdout), proc.stdout[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_scaling_study_on_an_nsight_compute_dataset(tmp_path):
+    """`snakemake scaling` on a dataset without copies or timestamps (Nsight Compute): each rank count bins the
+    launch order (binning.launch_bin_width) and the figure is drawn."""
+    ncu = tmp_path / "traces" / "app_ncu.csv"
+    ncu.parent.mkdir()
+    made = subprocess.run([sys.executable, "-m", "gpuvar.cli", "demo-data", "--format", "ncu", "--rows", "3000",
+                           "--output", str(ncu)], capture_output=True, text=True)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    cfg = yaml.safe_load(small_config(tmp_path).read_text())
+    cfg["datasets"] = [{"name": "app", "source": str(ncu), "targets": ["kernel_variability"]}]
+    cfg["comparisons"] = []
+    cfg["scaling"] = {"dataset": "app", "target": "kernel_variability", "ranks": [1, 2]}
+    config = tmp_path / "ncu.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    proc = run_workflow(tmp_path / "run", config, "scaling")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    base = tmp_path / "run" / "results" / "scaling" / "app" / "kernel_variability"
+    for ranks in (1, 2):
+        report = yaml.safe_load((base / f"ranks{ranks}" / "bin.json").read_text())
+        assert report["ranks"] == ranks
+    assert (base / "ranks_1_2" / "scaling.csv").is_file() and (base / "ranks_1_2" / "scaling.svg").is_file()

@@ -1,0 +1,5 @@
+"""Rule compare_runs: `gpuvar compare` -- slower kernels, moved windows and changed causes between two runs."""
+
+from gpuvar.workflow.script import run_gpuvar
+
+run_gpuvar(snakemake, "compare", *snakemake.params.args)  # noqa: F821 (snakemake is set by the script directive)

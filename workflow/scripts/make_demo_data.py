@@ -1,0 +1,5 @@
+"""Rules make_demo_data, make_scaling_trace, make_paper_perfcounter_demo: `gpuvar demo-data`."""
+
+from gpuvar.workflow.script import run_gpuvar
+
+run_gpuvar(snakemake, "demo-data", *snakemake.params.args)  # noqa: F821 (snakemake is set by the script directive)

@@ -1,0 +1,7 @@
+"""Rules normalize_columns / normalize_rank: `gpuvar normalize` -- Table 1 and the canonical schema over a raw
+read: kernels.parquet, memcpy.parquet (empty when the trace has no copies), ingest.json."""
+
+from gpuvar.workflow.arguments import folder
+from gpuvar.workflow.script import run_gpuvar
+
+run_gpuvar(snakemake, "normalize", snakemake.input.raw, "--output", folder(snakemake.output.report))  # noqa: F821
