@@ -1,4 +1,4 @@
-"""Shared AMD parsing: the CSV loader and the rocprof v1 / Omniperf column mapping.
+"""Shared AMD parsing: the CSV loader (the raw stage) and the rocprof v1 / Omniperf column mapping (normalize).
 
 rocprof v1 (`results.csv`, counter passes, `results.db`), Omniperf's `pmc_perf.csv` and its `timestamps.csv`
 describe a dispatch with the same fields under three generations of names; mapping them in one place keeps
@@ -13,6 +13,8 @@ the readers consistent. Decisions every AMD reader shares:
   * The ROCm 4 layout (`vgpr,sgpr,fbar`) has no wave size; those GPUs (GCN / CDNA) run wave64, so
     wave_size = 64 unless the caller knows better (Omniperf's sysinfo.csv) -- reported in the notes.
   * Counters are renamed to their Table 1 simplified names; every other source column is kept.
+The raw stage (read_amd_csv, add_raw_table) keeps the CSV as pyarrow parsed it: the file's column names and
+every row of the right shape; all the mapping above happens in normalize (raw_frame and what follows).
 """
 
 from __future__ import annotations

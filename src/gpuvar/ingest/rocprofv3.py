@@ -15,6 +15,8 @@ several processes are concatenated) or a single one of those files, which is the
     a newer version writes one); device_id is the GPU end of the copy: Source_Agent_Id for DtoH,
     Destination_Agent_Id otherwise.
   * process_id: Process_Id where the file has it, else the numeric `<pid>_` file-name prefix.
+Raw stage: each CSV is its own raw table, as parsed (the counter table long, as in the file); the grouping by
+process, in reading order, is in raw.info. Pivot, join and mapping are normalize's.
 """
 
 from __future__ import annotations
