@@ -149,6 +149,13 @@ def test_read_raw_rejects_what_read_rejects(tmp_path):
         rocprof.read_raw(path)
 
 
+def test_counter_file_without_counter_columns_is_an_input_error(tmp_path):
+    _write(tmp_path / "1_kernel_trace.csv", ["Dispatch_Id", "Kernel_Name", "Start_Timestamp"], [[1, "k", 5]])
+    _write(tmp_path / "1_counter_collection.csv", ["Kernel_Name", "Counter_Name"], [["k", "SQ_WAVES"]])
+    with pytest.raises(InputError, match="lacks required column.*Dispatch_Id, Counter_Value"):
+        rocprofv3.read_raw(tmp_path)
+
+
 # ------------------------------------------------------------------------------- types Parquet would alter
 def test_second_resolution_columns_survive_parquet(tmp_path):
     path = tmp_path / "results.csv"

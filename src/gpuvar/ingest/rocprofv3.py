@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common
-from gpuvar.ingest.base import ReaderOutput, to_int, to_number
+from gpuvar.ingest.base import ReaderOutput, require_columns, to_int, to_number
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "rocprofv3-csv"
@@ -239,6 +239,7 @@ def _read_part(kind: str, path: Path, raw: RawTrace) -> pa.Table:
         for reason, n in scratch.dropped.get("kernels", {}).items():
             raw.notes.append(f"{path.name}: {n} counter row(s) skipped: {reason}")
         amd_common.require_kernel_name(path, table.column_names)
+        require_columns(path, table.column_names, ("Dispatch_Id", "Counter_Name", "Counter_Value"))
         return table
     name = "memcpy" if kind == "memory_copy_trace" else "kernels"
     before = sum(raw.dropped.get(name, {}).values())
