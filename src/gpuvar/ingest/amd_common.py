@@ -1,4 +1,4 @@
-"""Shared AMD parsing: the CSV loader and the rocprof v1 / Omniperf column mapping.
+"""Shared AMD parsing: the CSV loader (the raw stage) and the rocprof v1 / Omniperf column mapping (normalize).
 
 rocprof v1 (`results.csv`, counter passes, `results.db`), Omniperf's `pmc_perf.csv` and its `timestamps.csv`
 describe a dispatch with the same fields under three generations of names; mapping them in one place keeps
@@ -13,10 +13,13 @@ the readers consistent. Decisions every AMD reader shares:
   * The ROCm 4 layout (`vgpr,sgpr,fbar`) has no wave size; those GPUs (GCN / CDNA) run wave64, so
     wave_size = 64 unless the caller knows better (Omniperf's sysinfo.csv) -- reported in the notes.
   * Counters are renamed to their Table 1 simplified names; every other source column is kept.
+The raw stage (read_amd_csv, add_raw_table) keeps the CSV as pyarrow parsed it: the file's column names and
+every row of the right shape; all the mapping above happens in normalize (raw_frame and what follows).
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import re
@@ -30,6 +33,7 @@ import pyarrow.csv as pacsv
 from gpuvar.errors import InputError
 from gpuvar.ingest import compression
 from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, to_int, to_number
+from gpuvar.ingest.raw import RawTrace
 from gpuvar.schema import int_column, table1_rename
 
 # canonical name -> source names, first present wins (rocprof v1, Omniperf 2024, Omniperf MI300X / timestamps)
@@ -134,38 +138,71 @@ def _parse(raw: bytes, header: bytes, encoding: str, bad: list) -> tuple[pa.Tabl
     return pa.Table.from_arrays([c for part in parts for c in part.columns], names=names), encoding
 
 
-def read_amd_csv(path: Path, out: ReaderOutput, table: str = "kernels") -> pd.DataFrame:
-    """Parse an AMD profiler CSV with pyarrow (fast, multi-threaded), strictly.
+def read_amd_csv(path: Path, raw: RawTrace, table: str = "kernels") -> pa.Table:
+    """Parse an AMD profiler CSV with pyarrow (fast, multi-threaded), strictly; the columns as the file names them.
 
-    A row with the wrong number of fields is dropped and counted in `out` -- unless it is the file's last
-    line, which means the file was cut mid-row: that is an InputError, as are a header without data rows and
-    an unterminated quote. Invalid UTF-8 falls back to latin-1.
+    A row with the wrong number of fields is dropped and counted in `raw` under `table` -- unless it is the
+    file's last line, which means the file was cut mid-row: that is an InputError, as are a header without data
+    rows and an unterminated quote. Invalid UTF-8 falls back to latin-1.
     """
-    raw = _load_bytes(path)
-    end = raw.find(b"\n")
-    header = raw[: end if end >= 0 else len(raw)].rstrip(b"\r")
+    data = _load_bytes(path)
+    end = data.find(b"\n")
+    header = data[: end if end >= 0 else len(data)].rstrip(b"\r")
     bad: list[pacsv.InvalidRow] = []
-    encoding = "utf8" if is_utf8(raw) else "latin-1"  # profilers on old systems write latin-1
+    encoding = "utf8" if is_utf8(data) else "latin-1"  # profilers on old systems write latin-1
     if encoding == "latin-1":
-        out.notes.append(f"{Path(path).name}: not valid UTF-8, decoded as latin-1")
+        raw.notes.append(f"{Path(path).name}: not valid UTF-8, decoded as latin-1")
     try:
-        result, encoding = _parse(raw, header, encoding, bad)
+        result, encoding = _parse(data, header, encoding, bad)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise InputError(path, f"malformed CSV: {str(exc).splitlines()[0]}") from None
-    last_line = raw[-(1 << 20):].rstrip(b"\r\n").rsplit(b"\n", 1)[-1].rstrip(b"\r")
-    if not raw.endswith(b"\n"):
-        out.notes.append(f"{Path(path).name}: no newline at end of file; the last row may be incomplete")
-    del raw  # the Arrow table holds the data now; keep peak memory down for large traces
+    last_line = data[-(1 << 20):].rstrip(b"\r\n").rsplit(b"\n", 1)[-1].rstrip(b"\r")
+    if not data.endswith(b"\n"):
+        raw.notes.append(f"{Path(path).name}: no newline at end of file; the last row may be incomplete")
+    del data  # the Arrow table holds the data now; keep peak memory down for large traces
     for row in bad:
         cut = row.actual_columns < row.expected_columns
         if cut and row.text is not None and row.text.encode(encoding) == last_line:
             raise InputError(
                 path, f"truncated: the last row has {row.actual_columns} of {row.expected_columns} fields"
             )
-    out.drop(table, "row with a different number of fields than the header", len(bad))
+    raw.drop(table, "row with a different number of fields than the header", len(bad))
     if result.num_rows == 0 and not bad:
         raise InputError(path, "no data rows (header only)")
-    return result.to_pandas()
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ raw tables
+# Arrow types a Parquet file cannot hold as they are (it stores them in milliseconds): a CSV column of dates
+# with times, or of times of day, is inferred at second resolution.
+_PARQUET_ALTERED = (pa.timestamp("s"), pa.time32("s"))
+ARROW_TYPES_INFO = "arrow_types"
+
+
+def add_raw_table(raw: RawTrace, name: str, table: pa.Table) -> None:
+    """Store `table` as raw table `name`, recording in raw.info the column types Parquet would change."""
+    raw.tables[name] = table
+    altered = [f for f in table.schema if any(f.type.equals(t) or _same_kind(f.type, t) for t in _PARQUET_ALTERED)]
+    if altered:
+        schema = pa.schema(altered).serialize().to_pybytes()
+        raw.info.setdefault(ARROW_TYPES_INFO, {})[name] = base64.b64encode(schema).decode("ascii")
+
+
+def _same_kind(typ: pa.DataType, ref: pa.DataType) -> bool:
+    """A timestamp in seconds with any time zone counts as `timestamp[s]`."""
+    return pa.types.is_timestamp(typ) and pa.types.is_timestamp(ref) and typ.unit == ref.unit
+
+
+def raw_frame(raw: RawTrace, name: str) -> pd.DataFrame:
+    """Raw table `name` as the pandas frame the reader parsed (types Parquet changed are cast back)."""
+    table = raw.tables[name]
+    encoded = raw.info.get(ARROW_TYPES_INFO, {}).get(name)
+    if encoded:
+        for f in pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded))):
+            i = table.schema.get_field_index(f.name)
+            if i >= 0 and not table.schema.field(i).type.equals(f.type):
+                table = table.set_column(i, f, table.column(i).cast(f.type))
+    return table.to_pandas()
 
 
 # ------------------------------------------------------------------------------------------- column mapping

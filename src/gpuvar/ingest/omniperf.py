@@ -20,16 +20,20 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common
 from gpuvar.ingest.base import ReaderOutput
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 from gpuvar.ingest.rocprof import MAX_PASS_COLUMNS
 from gpuvar.schema import table1_rename
 
 FORMAT = "omniperf-pmc-perf"
 PMC_FILE = "pmc_perf.csv"
 SYSINFO_FILE = "sysinfo.csv"
+RAW_TABLE = "pmc_perf"
+SYSINFO_TABLE = "sysinfo"
 _SUFFIXED = re.compile(r"^(.+)_(\d+)$")
 _PASS_MARKERS = ("wave_size", "Wave_Size", "obj")
 
@@ -115,26 +119,45 @@ def _sysinfo_note(info: dict[str, str]) -> str | None:
     return text + (f", ROCm {rocm}" if rocm else "")
 
 
-def read(path: Path) -> ReaderOutput:
-    """Kernel rows of pmc_perf.csv with Table 1 simplified names; GPU name from sysinfo.csv in the notes."""
+def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
+    """pmc_perf.csv as parsed (raw table `pmc_perf`, per-pass duplicate columns included) and the row of
+    sysinfo.csv beside it (raw table `sysinfo`, text, when present)."""
     path = Path(path)
     csv_path = _pmc_path(path)
     if path.is_dir() and not csv_path.is_file():
         raise InputError(path, f"folder has no {PMC_FILE} (not an Omniperf workload folder)")
-    out = ReaderOutput(format=FORMAT, kernels=None)
-    info = amd_common.read_sysinfo(csv_path.parent / SYSINFO_FILE)
+    raw = RawTrace(FORMAT, str(path), {}, info={"file": csv_path.name})
+    sysinfo = amd_common.read_sysinfo(csv_path.parent / SYSINFO_FILE)
+    table = amd_common.read_amd_csv(csv_path, raw)
+    amd_common.require_kernel_name(csv_path, table.column_names)
+    raw.rows_read["kernels"] = table.num_rows + sum(raw.dropped.get("kernels", {}).values())
+    amd_common.add_raw_table(raw, RAW_TABLE, table)
+    if sysinfo:
+        raw.tables[SYSINFO_TABLE] = pa.table({k: pa.array([v], pa.string()) for k, v in sysinfo.items()})
+    return raw
+
+
+def normalize(raw: RawTrace) -> ReaderOutput:
+    """Kernel rows with Table 1 simplified names, per-pass duplicates resolved; GPU name from sysinfo in the notes."""
+    source = raw.info["file"]
+    out = raw.start_output(None)
+    info = {}
+    if SYSINFO_TABLE in raw.tables:
+        info = {k: v[0] for k, v in raw.tables[SYSINFO_TABLE].to_pydict().items()}
     note = _sysinfo_note(info)
     if note:
-        out.notes.append(f"{SYSINFO_FILE}: {note}")
-    df = amd_common.read_amd_csv(csv_path, out)
-    amd_common.require_kernel_name(csv_path, df.columns)
-    out.rows_read["kernels"] = len(df) + sum(out.dropped.get("kernels", {}).values())
-    df = resolve_duplicates(df, out, csv_path.name)
+        out.notes.insert(0, f"{SYSINFO_FILE}: {note}")  # before the read's notes, as sysinfo.csv is read first
+    df = resolve_duplicates(amd_common.raw_frame(raw, RAW_TABLE), out, source)
     wave = _wave_size_from_sysinfo(info)
     if wave is None:
-        df = amd_common.map_amd_dispatch_columns(df, out, csv_path.name)
+        df = amd_common.map_amd_dispatch_columns(df, out, source)
     else:
-        df = amd_common.map_amd_dispatch_columns(df, out, csv_path.name, wave, f"from {SYSINFO_FILE}")
-    df = amd_common.check_timestamps(df, out, csv_path.name)
+        df = amd_common.map_amd_dispatch_columns(df, out, source, wave, f"from {SYSINFO_FILE}")
+    df = amd_common.check_timestamps(df, out, source)
     out.kernels = amd_common.drop_nameless(df, out)
     return out
+
+
+def read(path: Path) -> ReaderOutput:
+    """Kernel rows of pmc_perf.csv with Table 1 simplified names; GPU name from sysinfo.csv in the notes."""
+    return normalize(read_raw(path))

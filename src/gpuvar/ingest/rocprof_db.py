@@ -10,14 +10,17 @@ import sqlite3
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common
 from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "rocprof-db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 TABLE = "KERN"
+RAW_TABLE = "kern"
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -62,14 +65,46 @@ def _query(path: Path) -> pd.DataFrame:
         raise InputError(path, "not a readable SQLite database (invalid UTF-8 in the schema)") from None
 
 
-def read(path: Path) -> ReaderOutput:
-    """Kernel rows of KERN, canonical names where known, every other column kept."""
+def _to_arrow(df: pd.DataFrame, raw: RawTrace) -> pa.Table:
+    """KERN as an Arrow table. SQLite lets one column mix types (a damaged or hand-edited file); such a column
+    is kept as text (listed in raw.info), which the mapping reads as it did the mixed values: numbers are parsed
+    from their text either way, and the canonical writer stores a mixed extra column as text."""
+    try:
+        return pa.Table.from_pandas(df, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    mixed = []
+    for col in df.columns:
+        try:
+            pa.array(df[col], from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            df[col] = df[col].astype(str).where(df[col].notna(), None)
+            mixed.append(col)
+    raw.info["mixed_type_columns"] = [str(c) for c in mixed]
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
+    """The KERN table as stored (raw table `kern`, rocprof's column names, KernelName still quoted)."""
     path = Path(path)
-    out = ReaderOutput(format=FORMAT, kernels=None)
+    raw = RawTrace(FORMAT, str(path), {})
     df = _query(path)
     amd_common.require_kernel_name(path, df.columns)
-    out.rows_read["kernels"] = len(df)
-    df = amd_common.map_amd_dispatch_columns(df, out, path.name)
-    df = amd_common.check_timestamps(df, out, path.name)
+    raw.rows_read["kernels"] = len(df)
+    raw.tables[RAW_TABLE] = _to_arrow(df, raw)
+    return raw
+
+
+def normalize(raw: RawTrace) -> ReaderOutput:
+    """Kernel rows with canonical names where known (amd_common's mapping), every other column kept."""
+    source = Path(raw.source).name
+    out = raw.start_output(None)
+    df = amd_common.map_amd_dispatch_columns(raw.tables[RAW_TABLE].to_pandas(), out, source)
+    df = amd_common.check_timestamps(df, out, source)
     out.kernels = amd_common.drop_nameless(df, out)
     return out
+
+
+def read(path: Path) -> ReaderOutput:
+    """Kernel rows of KERN, canonical names where known, every other column kept."""
+    return normalize(read_raw(path))

@@ -15,6 +15,8 @@ several processes are concatenated) or a single one of those files, which is the
     a newer version writes one); device_id is the GPU end of the copy: Source_Agent_Id for DtoH,
     Destination_Agent_Id otherwise.
   * process_id: Process_Id where the file has it, else the numeric `<pid>_` file-name prefix.
+Raw stage: each CSV is its own raw table, as parsed (the counter table long, as in the file); the grouping by
+process, in reading order, is in raw.info. Pivot, join and mapping are normalize's.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common
-from gpuvar.ingest.base import ReaderOutput, to_int, to_number
+from gpuvar.ingest.base import ReaderOutput, require_columns, to_int, to_number
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "rocprofv3-csv"
 KINDS = ("kernel_trace", "counter_collection", "memory_copy_trace")
@@ -226,72 +230,107 @@ def memcpy_frame(df: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------------- reading
-def _read_part(kind: str, path: Path, out: ReaderOutput) -> pd.DataFrame:
-    """One CSV; malformed rows of a kernel/copy file count as drops of its table, of a counter file as notes."""
+def _read_part(kind: str, path: Path, raw: RawTrace) -> pa.Table:
+    """One CSV as parsed; malformed rows of a kernel/copy file count as drops of its table, of a counter file
+    as notes (its rows are not the kernel table's)."""
     if kind == "counter_collection":
-        scratch = ReaderOutput(format=FORMAT, kernels=None)
-        df = amd_common.read_amd_csv(path, scratch)
+        scratch = RawTrace(FORMAT, str(path), {})
+        table = amd_common.read_amd_csv(path, scratch)
         for reason, n in scratch.dropped.get("kernels", {}).items():
-            out.notes.append(f"{path.name}: {n} counter row(s) skipped: {reason}")
-        amd_common.require_kernel_name(path, df.columns)
-        return df
-    table = "memcpy" if kind == "memory_copy_trace" else "kernels"
-    before = sum(out.dropped.get(table, {}).values())
-    df = amd_common.read_amd_csv(path, out, table)
-    dropped = sum(out.dropped.get(table, {}).values()) - before
-    out.rows_read[table] = out.rows_read.get(table, 0) + len(df) + dropped
+            raw.notes.append(f"{path.name}: {n} counter row(s) skipped: {reason}")
+        amd_common.require_kernel_name(path, table.column_names)
+        require_columns(path, table.column_names, ("Dispatch_Id", "Counter_Name", "Counter_Value"))
+        return table
+    name = "memcpy" if kind == "memory_copy_trace" else "kernels"
+    before = sum(raw.dropped.get(name, {}).values())
+    table = amd_common.read_amd_csv(path, raw, name)
+    dropped = sum(raw.dropped.get(name, {}).values()) - before
+    raw.rows_read[name] = raw.rows_read.get(name, 0) + table.num_rows + dropped
     if kind == "kernel_trace":
-        amd_common.require_kernel_name(path, df.columns)
-    elif "Direction" not in df.columns:
+        amd_common.require_kernel_name(path, table.column_names)
+    elif "Direction" not in table.column_names:
         raise InputError(path, "CSV lacks required column Direction")
-    return df
+    return table
 
 
-def _process_kernels(files: dict[str, list[Path]], group: str, out: ReaderOutput) -> pd.DataFrame | None:
+def _dispatch_count(table: pa.Table) -> int:
+    """Dispatches of a long counter table: distinct Dispatch_Id values, a missing one counting once."""
+    return int(table.column("Dispatch_Id").to_pandas().nunique(dropna=False))
+
+
+def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
+    """Every rocprofv3 CSV of the folder (or the one file) as parsed, one raw table each under its kind's name
+    (`kernel_trace`, `counter_collection` in its long layout, `memory_copy_trace`; `_<n>` added when a folder
+    holds several of a kind). raw.info['groups'] lists them per process, in reading order."""
+    path = Path(path)
+    parts = source_files(path)
+    if not parts:
+        raise InputError(path, "folder has no rocprofv3 *kernel_trace.csv, *counter_collection.csv or "
+                               "*memory_copy_trace.csv")
+    raw = RawTrace(FORMAT, str(path), {})
+    grouped: dict[str, dict[str, list[Path]]] = {}
+    for kind, f in parts:
+        grouped.setdefault(_group(f), {}).setdefault(kind, []).append(f)
+    several = {kind for kind in KINDS if sum(k == kind for k, _ in parts) > 1}
+    seen = dict.fromkeys(KINDS, 0)
+    groups, files = [], {}
+    for group, by_kind in sorted(grouped.items()):
+        entry = {"name": Path(group).name or "kernel_trace", **{kind: [] for kind in KINDS}}
+        for kind in KINDS:
+            for f in by_kind.get(kind, []):
+                name = f"{kind}_{seen[kind]}" if kind in several else kind
+                seen[kind] += 1
+                table = _read_part(kind, f, raw)
+                if kind == "counter_collection" and "kernel_trace" not in by_kind:
+                    raw.rows_read["kernels"] = raw.rows_read.get("kernels", 0) + _dispatch_count(table)
+                amd_common.add_raw_table(raw, name, table)
+                entry[kind].append(name)
+                files[name] = f.name
+        groups.append(entry)
+    raw.rows_read.setdefault("kernels", 0)
+    raw.info.update(groups=groups, files=files)
+    return raw
+
+
+def _process_kernels(raw: RawTrace, group: dict, out: ReaderOutput) -> pd.DataFrame | None:
     """Kernel table of one process: its kernel_trace rows with counters joined, or its counter dispatches."""
-    traces = [map_dispatches(_read_part("kernel_trace", f, out), f, out) for f in files.get("kernel_trace", [])]
-    counters = [pivot_counters(_read_part("counter_collection", f, out), f, out)
-                for f in files.get("counter_collection", [])]
+    files = raw.info["files"]
+    traces = [map_dispatches(amd_common.raw_frame(raw, t), Path(files[t]), out) for t in group["kernel_trace"]]
+    counters = [pivot_counters(amd_common.raw_frame(raw, t), Path(files[t]), out) for t in group["counter_collection"]]
     counters_df = pd.concat([c[0] for c in counters], ignore_index=True) if counters else None
     counter_cols = list(dict.fromkeys(name for c in counters for name in c[1]))
     if traces:
         kernels = pd.concat(traces, ignore_index=True)
         if counters_df is None:
             return kernels
-        return join_counters(kernels, counters_df, counter_cols, Path(group).name or "kernel_trace", out)
-    if counters_df is not None:
-        out.rows_read["kernels"] = out.rows_read.get("kernels", 0) + len(counters_df)
-        return counters_df
-    return None
+        return join_counters(kernels, counters_df, counter_cols, group["name"], out)
+    return counters_df
 
 
-def read(path: Path) -> ReaderOutput:
-    """Kernels (with joined counters) and memory copies of a rocprofv3 folder or file."""
-    path = Path(path)
-    parts = source_files(path)
-    if not parts:
-        raise InputError(path, "folder has no rocprofv3 *kernel_trace.csv, *counter_collection.csv or "
-                               "*memory_copy_trace.csv")
-    out = ReaderOutput(format=FORMAT, kernels=None)
-    groups: dict[str, dict[str, list[Path]]] = {}
-    for kind, f in parts:
-        groups.setdefault(_group(f), {}).setdefault(kind, []).append(f)
+def normalize(raw: RawTrace) -> ReaderOutput:
+    """Kernels (counters pivoted and joined per process) and memory copies with canonical names."""
+    out = raw.start_output(None)
     kernel_frames, copy_frames = [], []
-    for group, files in sorted(groups.items()):
-        k = _process_kernels(files, group, out)
+    for group in raw.info["groups"]:
+        k = _process_kernels(raw, group, out)
         if k is not None:
             kernel_frames.append(k)
-        for f in files.get("memory_copy_trace", []):
-            copy_frames.append(memcpy_frame(_read_part("memory_copy_trace", f, out), f))
+        for t in group["memory_copy_trace"]:
+            copy_frames.append(memcpy_frame(amd_common.raw_frame(raw, t), Path(raw.info["files"][t])))
     if kernel_frames:
         kernels = pd.concat(kernel_frames, ignore_index=True)
     else:  # a memory_copy_trace alone: an empty kernel table
         kernels = pd.DataFrame({"kernel_name": pd.Series([], dtype=object)})
-    out.rows_read.setdefault("kernels", 0)
-    kernels = amd_common.check_timestamps(kernels, out, path.name) if len(kernels) else kernels
+    source = Path(raw.source).name
+    kernels = amd_common.check_timestamps(kernels, out, source) if len(kernels) else kernels
     out.kernels = amd_common.drop_nameless(kernels, out)
     if copy_frames:
         memcpy = pd.concat(copy_frames, ignore_index=True)
         memcpy["launch_id"] = np.arange(len(memcpy), dtype=np.int64)
         out.memcpy = memcpy
     return out
+
+
+def read(path: Path) -> ReaderOutput:
+    """Kernels (with joined counters) and memory copies of a rocprofv3 folder or file."""
+    return normalize(read_raw(path))
