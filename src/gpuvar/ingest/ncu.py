@@ -19,6 +19,11 @@ else the details page's human-named `Duration`; a metric without a unit is taken
 Nsight Compute has no timeline: start/end are null and launch order is `launch_id`. A launch without a
 duration metric keeps its row (its launch configuration and counters are still valid data) with a null
 duration, counted in the notes; rows whose ID is not a launch number are dropped and counted.
+
+Two stages (gpuvar.ingest.raw): read_raw finds and parses the CSV (every field as text, the file's header
+names; raw table `metrics` for the long layout, `launches` plus `units` for the wide one) and drops only rows
+with too few fields; normalize pivots, parses numbers, scales units, maps names and drops rows without a
+launch ID. `.ncu-rep` (ncu_rep.py) shares normalize's building blocks: identity, column_unit, launch_table.
 """
 
 from __future__ import annotations
@@ -564,18 +569,25 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     return raw
 
 
+def raw_table(raw: RawTrace, name: str) -> pa.Table:
+    """A table of the raw read; a raw folder without it (edited, or from another reader) is a one-line error."""
+    if name not in raw.tables:
+        raise InputError(raw.source, f"raw {raw.format} read lacks its {name!r} table (not written by read_raw?)")
+    return raw.tables[name]
+
+
 def normalize(raw: RawTrace) -> ReaderOutput:
     """One row per kernel launch from a read ncu CSV: the long layout pivoted, units converted to base units,
     canonical names where known; rows whose ID is not a launch number are dropped and counted."""
     out = raw.start_output(None)
-    if raw.info["layout"] == "long":
-        ident, metrics, units, bad = _pivot_long(raw.tables["metrics"], out)
+    if raw.info.get("layout") == "long":
+        ident, metrics, units, bad = _pivot_long(raw_table(raw, "metrics"), out)
     else:
         units_row = {}
-        if "units" in raw.tables:
-            pairs = raw.tables["units"]
+        if raw.info.get("units_row"):
+            pairs = raw_table(raw, "units")
             units_row = dict(zip(pairs.column("column").to_pylist(), pairs.column("unit").to_pylist()))
-        ident, metrics, units, bad = _wide_columns(raw.tables["launches"], units_row, out)
+        ident, metrics, units, bad = _wide_columns(raw_table(raw, "launches"), units_row, out)
     out.drop("kernels", "row ID is not a launch number", bad)
     out.kernels = launch_table(ident, metrics, units, out)
     return out

@@ -18,6 +18,8 @@ and returns launches without a name or metrics, or no ranges at all, and on some
 interpreter. The child's stderr is captured (its first parser message goes into the notes or the error), a
 crash is a one-line InputError, unreadable launches are dropped and counted, and a report with no readable
 launch is a one-line InputError.
+Two stages (gpuvar.ingest.raw): read_raw runs the package and keeps what it returned (raw tables `launches`,
+`metrics` under ncu's metric names with the package's values, `units`); normalize does the rest.
 """
 
 from __future__ import annotations
@@ -227,7 +229,7 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
 def normalize(raw: RawTrace) -> ReaderOutput:
     """One row per launch, every metric a column in base units, canonical names as the ncu CSV reader."""
     out = raw.start_output(None)
-    launches, values, units = raw.tables["launches"], raw.tables["metrics"], raw.tables["units"]
+    launches, values, units = (ncu.raw_table(raw, name) for name in ("launches", "metrics", "units"))
     kinds = pd.Series([_WORKLOAD.get(w, str(w)) for w in launches.column("Workload Type").to_pylist()])
     if (kinds != "kernel").any():
         out.notes.append(f"profiled workloads by type: {kinds.value_counts().to_dict()} (all kept as rows)")
