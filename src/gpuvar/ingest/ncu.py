@@ -19,6 +19,11 @@ else the details page's human-named `Duration`; a metric without a unit is taken
 Nsight Compute has no timeline: start/end are null and launch order is `launch_id`. A launch without a
 duration metric keeps its row (its launch configuration and counters are still valid data) with a null
 duration, counted in the notes; rows whose ID is not a launch number are dropped and counted.
+
+Two stages (gpuvar.ingest.raw): read_raw finds and parses the CSV (every field as text, the file's header
+names; raw table `metrics` for the long layout, `launches` plus `units` for the wide one) and drops only rows
+with too few fields; normalize pivots, parses numbers, scales units, maps names and drops rows without a
+launch ID. `.ncu-rep` (ncu_rep.py) shares normalize's building blocks: identity, column_unit, launch_table.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import pyarrow.csv as pcsv
 from gpuvar.errors import InputError
 from gpuvar.ingest import compression
 from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, require_columns, to_int
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 from gpuvar.schema import int_column
 
 FORMAT = "ncu-csv"
@@ -76,6 +82,8 @@ DIM_METRICS = {
               "workgroup_size"),
 }
 WARP_SIZE = 32
+# what normalize builds from either layout: identity frame, metric columns, their units, rows without a launch ID
+Columns = tuple[pd.DataFrame, dict, dict[str, str], int]
 
 # --- units -------------------------------------------------------------------------------------------------
 _TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
@@ -196,7 +204,7 @@ def _unique_names(fields: list[str]) -> list[str]:
 WIDE_BATCH = 8192  # columns converted per pass (see amd_common.WIDE_BATCH)
 
 
-def _parse(path: Path, body, fields: list[str], out: ReaderOutput) -> tuple[pa.Table, int]:
+def _parse(path: Path, body, fields: list[str], out: RawTrace) -> tuple[pa.Table, int]:
     """All fields as Arrow strings ('' for empty); returns (table, rows skipped for having too few fields).
 
     A row with too few fields (program output printed after the header) is skipped and counted; one with too
@@ -364,9 +372,8 @@ def _metric_keys(table: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, list[st
     return pair_codes, keys
 
 
-def _read_long(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataFrame, dict, dict[str, str], int]:
-    require_columns(path, table.column_names, ("ID", "Kernel Name", "Metric Name", "Metric Value"),
-                    "Nsight Compute CSV")
+def _pivot_long(table: pa.Table, out: ReaderOutput) -> Columns:
+    """(identity frame, metric columns, metric units, metric rows without a launch ID) of the long layout."""
     rows, ids = _valid_rows(table)
     id_codes, launch_ids = pd.factorize(ids)  # launches in order of first appearance
     n = len(launch_ids)
@@ -421,14 +428,20 @@ def _note_name_conflicts(table: pa.Table, rows: np.ndarray, id_codes: np.ndarray
 
 
 # --- wide layout ------------------------------------------------------------------------------------------
-def _read_wide(path: Path, table: pa.Table, out: ReaderOutput) -> tuple[pd.DataFrame, dict, dict[str, str], int]:
-    require_columns(path, table.column_names, ("ID", "Kernel Name"), "Nsight Compute CSV")
-    units_row = {}
+def _split_units_row(table: pa.Table, raw: RawTrace) -> tuple[pa.Table, pa.Table | None]:
+    """(launch rows, units table) of the wide layout: the row after the header with an empty ID holds each
+    column's unit; it becomes its own table (`column`, `unit`: one row per column, a 100,000-metric file stays
+    one narrow table) or None when the file has no units row (noted)."""
     if table.num_rows and table.column("ID")[0].as_py().strip() == "":
-        units_row = {name: table.column(name)[0].as_py() for name in table.column_names}
-        table = table.slice(1)
-    else:
-        out.notes.append("wide layout without a units row: metric units unknown (durations taken as ns)")
+        names = pa.array(table.column_names, pa.string())
+        units = pa.array([table.column(name)[0].as_py() for name in table.column_names], pa.string())
+        return table.slice(1), pa.Table.from_arrays([names, units], names=["column", "unit"])
+    raw.notes.append("wide layout without a units row: metric units unknown (durations taken as ns)")
+    return table, None
+
+
+def _wide_columns(table: pa.Table, units_row: dict[str, str], out: ReaderOutput) -> Columns:
+    """(identity frame, metric columns, metric units, rows without a launch ID) of the wide layout."""
     rows, ids = _valid_rows(table)
     bad = table.num_rows - len(rows)
     table = table.take(rows)
@@ -510,29 +523,76 @@ def launch_table(ident: pd.DataFrame, metrics: dict, units: dict[str, str], out:
     return kernels
 
 
-def read(path: Path) -> ReaderOutput:
-    """One row per kernel launch of an ncu CSV (long or wide layout), canonical names where known."""
+def _launch_count(table: pa.Table, long: bool) -> tuple[int, int]:
+    """(launches, rows whose ID is not a launch number): the long layout has one row per (launch, metric)."""
+    ids = _launch_id_values(table.column("ID"))
+    valid = ids[~np.isnan(ids)]
+    return (len(pd.unique(valid)) if long else len(valid)), table.num_rows - len(valid)
+
+
+def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
+    """The ncu CSV as read: every field as text under the file's header names, no row filter.
+
+    Tables: long layout `metrics` (one row per launch and metric, as in the file); wide layout `launches` (one
+    row per launch) and `units` (the units row, when the file has one). Rows with too few fields are the only
+    rows left out (counted). rows_read['kernels'] counts launches plus rows whose ID is not a launch number."""
     path = Path(path)
     data = _file_bytes(path)
     found = _find_header(data)
     if found is None:
         raise InputError(path, 'not an Nsight Compute CSV: no header line starting "ID" that names "Kernel Name"')
     offset, fields = found
-    out = ReaderOutput(format=FORMAT, kernels=None)
+    raw = RawTrace(format=FORMAT, source=str(path), tables={})
     if offset:
         skipped = data.count(b"\n", 0, offset)
-        out.notes.append(f"skipped {skipped} preamble line(s) before the CSV header")
+        raw.notes.append(f"skipped {skipped} preamble line(s) before the CSV header")
     body, removed = _strip_report_lines(data, offset)
     if removed:
-        out.notes.append(f"ignored {removed} ==PROF==/==WARNING== report line(s) after the CSV header")
+        raw.notes.append(f"ignored {removed} ==PROF==/==WARNING== report line(s) after the CSV header")
     _check_truncated(path, body, len(fields))
-    table, short = _parse(path, body, fields, out)
+    table, short = _parse(path, body, fields, raw)
     long = any(c in table.column_names for c in LONG_COLUMNS)
-    ident, metrics, units, bad = (_read_long if long else _read_wide)(path, table, out)
-    if ident.empty:
+    required = ("ID", "Kernel Name", "Metric Name", "Metric Value") if long else ("ID", "Kernel Name")
+    require_columns(path, table.column_names, required, "Nsight Compute CSV")
+    units = None
+    if not long:
+        table, units = _split_units_row(table, raw)
+    launches, bad = _launch_count(table, long)
+    if not launches:
         raise InputError(path, "no kernel launches: the CSV has a header but no data rows")
-    out.rows_read["kernels"] = len(ident) + bad + short
+    raw.rows_read["kernels"] = launches + bad + short
+    raw.drop("kernels", "row has fewer fields than the header", short)
+    raw.tables = {"metrics": table} if long else {"launches": table}
+    if units is not None:
+        raw.tables["units"] = units
+    raw.info = {"layout": "long" if long else "wide", "units_row": units is not None}
+    return raw
+
+
+def raw_table(raw: RawTrace, name: str) -> pa.Table:
+    """A table of the raw read; a raw folder without it (edited, or from another reader) is a one-line error."""
+    if name not in raw.tables:
+        raise InputError(raw.source, f"raw {raw.format} read lacks its {name!r} table (not written by read_raw?)")
+    return raw.tables[name]
+
+
+def normalize(raw: RawTrace) -> ReaderOutput:
+    """One row per kernel launch from a read ncu CSV: the long layout pivoted, units converted to base units,
+    canonical names where known; rows whose ID is not a launch number are dropped and counted."""
+    out = raw.start_output(None)
+    if raw.info.get("layout") == "long":
+        ident, metrics, units, bad = _pivot_long(raw_table(raw, "metrics"), out)
+    else:
+        units_row = {}
+        if raw.info.get("units_row"):
+            pairs = raw_table(raw, "units")
+            units_row = dict(zip(pairs.column("column").to_pylist(), pairs.column("unit").to_pylist()))
+        ident, metrics, units, bad = _wide_columns(raw_table(raw, "launches"), units_row, out)
     out.drop("kernels", "row ID is not a launch number", bad)
-    out.drop("kernels", "row has fewer fields than the header", short)
     out.kernels = launch_table(ident, metrics, units, out)
     return out
+
+
+def read(path: Path) -> ReaderOutput:
+    """One row per kernel launch of an ncu CSV (long or wide layout), canonical names where known."""
+    return normalize(read_raw(path))

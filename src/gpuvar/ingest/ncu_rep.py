@@ -18,6 +18,8 @@ and returns launches without a name or metrics, or no ranges at all, and on some
 interpreter. The child's stderr is captured (its first parser message goes into the notes or the error), a
 crash is a one-line InputError, unreadable launches are dropped and counted, and a report with no readable
 launch is a one-line InputError.
+Two stages (gpuvar.ingest.raw): read_raw runs the package and keeps what it returned (raw tables `launches`,
+`metrics` under ncu's metric names with the package's values, `units`); normalize does the rest.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import ncu
 from gpuvar.ingest.base import ReaderOutput
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "ncu-rep"
 MAGIC = b"NVR\x00"
@@ -121,15 +126,15 @@ def _int_text(value) -> str:
     return str(int(number)) if np.isfinite(number) and number == int(number) else str(value)
 
 
-def _identity_text(launches: dict) -> pd.DataFrame:
+def _identity_text(names: list, metrics: pa.Table) -> pd.DataFrame:
     """The ncu CSV identity columns (text) of each launch, rebuilt from its launch metrics."""
-    n = len(launches["ids"])
-    values = launches["values"]
+    n = len(names)
 
     def column(metric):
-        return [_int_text(v) for v in values.get(metric, [None] * n)]
+        cells = metrics.column(metric).to_pylist() if metric in metrics.column_names else [None] * n
+        return [_int_text(v) for v in cells]
 
-    frame = pd.DataFrame({"Kernel Name": [name or "" for name in launches["names"]]})
+    frame = pd.DataFrame({"Kernel Name": [name or "" for name in names]})
     for name, metric in _IDENTITY_METRICS.items():
         frame[name] = column(metric)
     frame["CC"] = [f"{major}.{minor}" if major and minor else "" for major, minor in zip(*map(column, _CC))]
@@ -139,26 +144,54 @@ def _identity_text(launches: dict) -> pd.DataFrame:
     return frame
 
 
-def _metric_columns(launches: dict, out: ReaderOutput) -> tuple[dict, dict[str, str]]:
+def _value_array(cells: list) -> pa.Array:
+    """One metric's values as the package returned them: text if any value is text, else integers when all are
+    (int64, or uint64 for counters past 2^63), else float64; None (no value, or the launch lacks it) is null."""
+    if any(isinstance(v, str) for v in cells):
+        return pa.array([None if v is None else str(v) for v in cells], pa.string())
+    if all(v is None or type(v) is int for v in cells):
+        for kind in (pa.int64(), pa.uint64()):
+            try:
+                return pa.array(cells, kind)
+            except (OverflowError, pa.ArrowException):
+                pass
+    return pa.array([None if v is None else float(v) for v in cells], pa.float64())
+
+
+def _metric_tables(launches: dict) -> tuple[pa.Table, pa.Table]:
+    """(values, units): one column per metric name in report order, one row per readable launch; a unit is
+    null where the launch does not hold the metric."""
+    names = list(launches["values"])
+    values = pa.Table.from_arrays([_value_array(launches["values"][m]) for m in names], names=names)
+    units = pa.Table.from_arrays([pa.array(launches["units"][m], pa.string()) for m in names], names=names)
+    return values, units
+
+
+def _metric_columns(values: pa.Table, units: pa.Table, out: ReaderOutput) -> tuple[dict, dict[str, str]]:
     """One column per metric name (report order) in base units, and each column's base unit."""
     scales: dict[str, tuple[str, float]] = {}
-    columns, units = {}, {}
-    for name, cells in launches["values"].items():
-        unit_of = launches["units"][name]
+    columns, unit_names = {}, {}
+    for name in values.column_names:
+        unit_of = units.column(name).to_pylist()
         for unit in set(unit_of):
             if unit is not None and unit not in scales:
                 scales[unit] = ncu.unit_scale(unit)
-        if any(isinstance(v, str) for v in cells):
-            columns[name] = np.array([None if v is None else str(v) for v in cells], dtype=object)
+        cells = values.column(name)
+        if pa.types.is_string(cells.type) or pa.types.is_large_string(cells.type):
+            columns[name] = np.array(cells.to_pylist(), dtype=object)
         else:
-            values = np.array([np.nan if v is None else float(v) for v in cells], dtype=np.float64)
-            columns[name] = values * np.array([1.0 if u is None else scales[u][1] for u in unit_of])
-        units[name] = ncu.column_unit(name, [scales[u][0] for u in unit_of if u is not None], out)
-    return columns, units
+            numbers = pc.fill_null(pc.cast(cells, pa.float64(), safe=False), np.nan).to_numpy(zero_copy_only=False)
+            columns[name] = numbers * np.array([1.0 if u is None else scales[u][1] for u in unit_of])
+        unit_names[name] = ncu.column_unit(name, [scales[u][0] for u in unit_of if u is not None], out)
+    return columns, unit_names
 
 
-def read(path: Path) -> ReaderOutput:
-    """One row per launch of an .ncu-rep, every metric a column, canonical names as the ncu CSV reader."""
+def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
+    """The report's launches as the ncu-report package returns them, under ncu's metric names.
+
+    Tables, one row per readable launch in report order: `launches` (ID = position in the report, Kernel Name,
+    workload type), `metrics` (one column per metric, values as returned: no unit conversion) and `units` (the
+    same columns: each value's unit). Unreadable launch records are dropped and counted."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
@@ -168,24 +201,48 @@ def read(path: Path) -> ReaderOutput:
     if head != MAGIC:
         raise InputError(path, "not an Nsight Compute report (no NVR magic bytes at the start)")
     launches, parser = _worker(path)
-    out = ReaderOutput(format=FORMAT, kernels=None)
+    raw = RawTrace(format=FORMAT, source=str(path), tables={})
     total, readable = launches["total"], len(launches["ids"])
-    out.rows_read["kernels"] = total
+    raw.rows_read["kernels"] = total
     if not readable:
         what = f"{total} launch record(s), none readable" if total else "no kernel launches"
         damage = f"; the report is damaged ({parser})" if parser else " (empty, truncated or damaged report?)"
         raise InputError(path, f"{what}{damage}")
-    out.drop("kernels", "launch record unreadable (damaged report)", total - readable)
+    raw.drop("kernels", "launch record unreadable (damaged report)", total - readable)
     if parser:
-        out.notes.append(f"the report parser logged damage: {parser}")
+        raw.notes.append(f"the report parser logged damage: {parser}")
     if launches["damaged_metrics"]:
-        out.notes.append(f"{launches['damaged_metrics']} metric value(s) unreadable in the damaged report were skipped")
-    kinds = pd.Series([_WORKLOAD.get(w, str(w)) for w in launches["workloads"]])
+        raw.notes.append(f"{launches['damaged_metrics']} metric value(s) unreadable in the damaged report were skipped")
+    values, units = _metric_tables(launches)
+    raw.tables = {
+        "launches": pa.table({
+            "ID": pa.array(launches["ids"], pa.int64()),
+            "Kernel Name": pa.array(launches["names"], pa.string()),
+            "Workload Type": pa.array(launches["workloads"], pa.int64()),
+        }),
+        "metrics": values,
+        "units": units,
+    }  # fmt: skip
+    return raw
+
+
+def normalize(raw: RawTrace) -> ReaderOutput:
+    """One row per launch, every metric a column in base units, canonical names as the ncu CSV reader."""
+    out = raw.start_output(None)
+    launches, values, units = (ncu.raw_table(raw, name) for name in ("launches", "metrics", "units"))
+    kinds = pd.Series([_WORKLOAD.get(w, str(w)) for w in launches.column("Workload Type").to_pylist()])
     if (kinds != "kernel").any():
         out.notes.append(f"profiled workloads by type: {kinds.value_counts().to_dict()} (all kept as rows)")
-    ident = ncu.identity(_identity_text(launches), np.asarray(launches["ids"], dtype=np.int64), [], out)
-    columns, units = _metric_columns(launches, out)
-    out.notes.append(f"{readable} launches, {len(columns)} metrics; process id/name and host name are not "
+    names = launches.column("Kernel Name").to_pylist()
+    ids = launches.column("ID").to_numpy().astype(np.int64)
+    ident = ncu.identity(_identity_text(names, values), ids, [], out)
+    columns, unit_names = _metric_columns(values, units, out)
+    out.notes.append(f"{len(names)} launches, {len(columns)} metrics; process id/name and host name are not "
                      "in the ncu-report package's view of the report (left null)")
-    out.kernels = ncu.launch_table(ident, columns, units, out)
+    out.kernels = ncu.launch_table(ident, columns, unit_names, out)
     return out
+
+
+def read(path: Path) -> ReaderOutput:
+    """One row per launch of an .ncu-rep, every metric a column, canonical names as the ncu CSV reader."""
+    return normalize(read_raw(path))
