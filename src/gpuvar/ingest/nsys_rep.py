@@ -22,8 +22,8 @@ from pathlib import Path
 from gpuvar.errors import InputError
 from gpuvar.ingest import nsys
 from gpuvar.ingest.base import ReaderOutput
-from gpuvar.ingest.raw import RawTrace, ReadOptions
 from gpuvar.ingest.compression import SQLITE_MAGIC
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "nsys-rep"
 SUFFIXES = (".nsys-rep", ".qdrep")
