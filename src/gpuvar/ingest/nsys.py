@@ -1,22 +1,29 @@
 """Nsight Systems SQLite export (`nsys export --type sqlite`): kernels and memory copies.
 
-Tables used (real-data README §C; nsys creates tables lazily, so any of them may be absent):
-  * CUPTI_ACTIVITY_KIND_KERNEL: one row per kernel; demangledName / shortName / mangledName are ids into
-    StringIds(id, value), resolved once per distinct id in numpy (no per-row SQL JOIN). Columns are mapped
-    by name, so any schema version works (2026.x adds qmd*, cluster*, graphId, ...: kept as extra columns;
-    keep_vendor_columns=False reads only the columns the canonical schema is derived from).
-  * CUPTI_ACTIVITY_KIND_MEMCPY: copies; copy_kind_name from ENUM_CUDA_MEMCPY_OPER. The real enum holds
-    symbols like CUDA_MEMCPY_KIND_HTOD ('Host-to-Device'); copy_kind_name is the symbol's short form
-    ('HtoD', 'DtoH', 'DtoD', 'PtoP', 'UVM HtoD', 'Unknown'), the same spelling the other readers use.
-    Without the enum table a built-in copy of the real enum is used.
-  * META_DATA_EXPORT (nsys version, schema, DERIVED_WINDOW_NS of time-sliced files), TARGET_INFO_GPU and
-    TARGET_INFO_CUDA_DEVICE (GPU names): recorded in the notes.
-process_id = (globalPid >> 24) & 0xFFFFFF: nsys serialises GlobalId as hardware/VM id in the bits above 48,
-pid in bits 24..47 and tid below; the mask removes the hardware id (it matches TARGET_INFO_CUDA_DEVICE.pid).
-launch_id = row rank by (start, correlationId), from 0. Rows with a NULL start/end or end < start are dropped
-and counted. Tables are fetched with connectorx (Arrow, 2 partitions on rowid for big tables, put back in rowid
-order; the kernel and memcpy tables concurrently); where connectorx cannot read a file the pure-sqlite3 path
-is used. Where the time goes (1 M kernels): the connectorx scan ~0.4-0.6 s, canonical columns ~0.1 s, Parquet
+Two steps (gpuvar.ingest.raw): read_raw fetches the tables as the export holds them, normalize maps them.
+
+read_raw (the expensive part: the table scans). Raw tables, named as in the export, lower-cased:
+  * cupti_activity_kind_kernel: CUPTI_ACTIVITY_KIND_KERNEL, every column (or only those the canonical schema
+    is derived from: ReadOptions.keep_vendor_columns=False), vendor names, rowid order, every row.
+  * cupti_activity_kind_memcpy: CUPTI_ACTIVITY_KIND_MEMCPY likewise (absent when the capture made no copies).
+  * stringids (StringIds: id -> kernel name) and enum_cuda_memcpy_oper (copyKind -> symbol), as found.
+  raw.info: keep_vendor_columns, the columns not read, META_DATA_EXPORT as (name, value) pairs, GPU names
+  (TARGET_INFO_GPU, TARGET_INFO_CUDA_DEVICE) or SM counts. nsys creates tables lazily, so any may be absent.
+  Tables are fetched with connectorx (Arrow, 2 partitions on rowid for big tables, put back in rowid order; the
+  kernel and memcpy tables concurrently); where connectorx cannot read a file the pure-sqlite3 path is used.
+  Timestamps that are not integers are an InputError here (the file cannot be a trace), not a drop.
+
+normalize (cheap, vectorised):
+  * kernel names: demangledName / shortName / mangledName resolved through StringIds once per distinct id;
+    an id missing from StringIds is kept as '<unknown string id N>' and counted in a note.
+  * copy_kind_name: the ENUM_CUDA_MEMCPY_OPER symbol's short form ('HtoD', 'DtoH', 'DtoD', 'PtoP',
+    'UVM HtoD', 'Unknown'), the spelling the other readers use; without the table a built-in copy of the
+    real enum (2024.6 .. 2026.2) is used.
+  * process_id = (globalPid >> 24) & 0xFFFFFF: nsys serialises GlobalId as hardware/VM id in the bits above
+    48, pid in bits 24..47 and tid below; the mask removes the hardware id (it matches
+    TARGET_INFO_CUDA_DEVICE.pid). launch_id = row rank by (start, correlationId), from 0.
+  * rows with a NULL start/end or end < start are dropped and counted; metadata becomes notes.
+Where the time goes (1 M kernels): the connectorx scan ~0.4-0.6 s, canonical columns ~0.1 s, Parquet
 encoding ~0.3 s (the two files concurrently); `gpuvar bench ingest` compares it with SQLite's own scan.
 """
 
@@ -37,6 +44,7 @@ import pyarrow.compute as pc
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly, require_columns
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "nsys-sqlite"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -44,6 +52,11 @@ KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 NO_KERNEL_TABLE = f"no {KERNEL_TABLE} table: the capture recorded no CUDA kernels (was CUDA tracing on?)"
 PARTITION_MIN_ROWS = 200_000  # smaller tables: one query (a partitioned read first scans min/max rowid)
+STRING_TABLE = "StringIds"
+MEMCPY_ENUM = "ENUM_CUDA_MEMCPY_OPER"
+RAW_KERNELS, RAW_MEMCPY, RAW_STRINGS, RAW_MEMCPY_ENUM = (t.lower() for t in (KERNEL_TABLE, MEMCPY_TABLE, STRING_TABLE,
+                                                                             MEMCPY_ENUM))  # fmt: skip
+GPU_TABLES = (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_CUDA_DEVICE", "cudaId"))  # (table, id column), notes order
 NAME_COLUMNS = {"demangledName": "kernel_name", "shortName": "kernel_short_name", "mangledName": "mangledName"}
 VENDOR_COLUMN_OPTION = True  # read() takes keep_vendor_columns (the driver passes it to this reader only)
 KERNEL_RENAME = {
@@ -209,11 +222,34 @@ def _fetch(path: Path, table: str, columns: list[str]) -> pa.Table:
 # --- metadata ----------------------------------------------------------------------------------------------
 
 
-def _metadata_notes(con: sqlite3.Connection, tables: dict[str, list[str]]) -> list[str]:
+def _plain(value):
+    """A SQLite value as JSON can hold it (raw.info): a BLOB becomes its text form, as a note would print it."""
+    return value if value is None or isinstance(value, int | float | str) else str(value)
+
+
+def _metadata(con: sqlite3.Connection, tables: dict[str, list[str]]) -> dict:
+    """Nsight Systems version, time slicing and GPU names as found (raw.info; normalize words them as notes)."""
+    info = {}
+    if {"name", "value"} <= set(tables.get("META_DATA_EXPORT", ())):
+        rows = con.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall()
+        info["META_DATA_EXPORT"] = [[_plain(n), _plain(v)] for n, v in rows]
+    for table, id_col in GPU_TABLES:
+        cols = tables.get(table, ())
+        if "name" in cols:
+            key = _quote(id_col) if id_col in cols else "rowid"
+            rows = con.execute(f'SELECT {key}, name FROM "{table}" ORDER BY 1').fetchall()
+            info[f"{table}.name"] = [[_plain(i), _plain(n)] for i, n in rows]
+        elif table == "TARGET_INFO_CUDA_DEVICE" and {"cudaId", "numMultiprocessors"} <= set(cols):
+            rows = con.execute("SELECT cudaId, numMultiprocessors FROM TARGET_INFO_CUDA_DEVICE ORDER BY 1").fetchall()
+            info[f"{table}.numMultiprocessors"] = [[_plain(i), _plain(n)] for i, n in rows]
+    return info
+
+
+def _metadata_notes(info: dict) -> list[str]:
     """Nsight Systems version, time slicing and GPU names, as notes for ingest.json."""
     notes = []
-    if {"name", "value"} <= set(tables.get("META_DATA_EXPORT", ())):
-        meta = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall())
+    if "META_DATA_EXPORT" in info:
+        meta = dict((n, v) for n, v in info["META_DATA_EXPORT"])
         if "EXPORT_PRODUCT_VERSION" in meta or "EXPORT_SCHEMA_VERSION" in meta:
             notes.append(
                 f"Nsight Systems {meta.get('EXPORT_PRODUCT_VERSION', '?')} export "
@@ -221,34 +257,45 @@ def _metadata_notes(con: sqlite3.Connection, tables: dict[str, list[str]]) -> li
             )
         if "DERIVED_WINDOW_NS" in meta:
             notes.append(f"time-sliced export: DERIVED_WINDOW_NS {meta['DERIVED_WINDOW_NS']}")
-    for table, id_col in (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_CUDA_DEVICE", "cudaId")):
-        cols = tables.get(table, ())
-        if "name" in cols:
-            key = _quote(id_col) if id_col in cols else "rowid"
-            rows = con.execute(f'SELECT {key}, name FROM "{table}" ORDER BY 1').fetchall()
-            if rows:
-                notes.append(f"GPUs ({table}): " + "; ".join(f"{i}: {n}" for i, n in rows))
-        elif table == "TARGET_INFO_CUDA_DEVICE" and {"cudaId", "numMultiprocessors"} <= set(cols):
-            rows = con.execute("SELECT cudaId, numMultiprocessors FROM TARGET_INFO_CUDA_DEVICE ORDER BY 1").fetchall()
-            if rows:
-                notes.append("CUDA devices (TARGET_INFO_CUDA_DEVICE, no names): " + "; ".join(
-                    f"cudaId {i}: {sm} SMs" for i, sm in rows))
+    for table, _ in GPU_TABLES:
+        if info.get(f"{table}.name"):
+            notes.append(f"GPUs ({table}): " + "; ".join(f"{i}: {n}" for i, n in info[f"{table}.name"]))
+        elif info.get(f"{table}.numMultiprocessors"):
+            notes.append(f"CUDA devices ({table}, no names): " + "; ".join(
+                f"cudaId {i}: {sm} SMs" for i, sm in info[f"{table}.numMultiprocessors"]))
     return notes
 
 
-def _string_ids(con: sqlite3.Connection, tables) -> dict[int, str]:
-    if {"id", "value"} <= set(tables.get("StringIds", ())):
-        return dict(con.execute("SELECT id, value FROM StringIds").fetchall())
-    return {}
+def _lookup(table: pa.Table | None, key: str, value: str, wanted: list) -> list:
+    """table[value] for each wanted key, None where absent; a repeated key takes its last row, as dict() would.
+
+    Integer keys are matched in Arrow (a StringIds of millions of NVTX strings is never turned into Python)."""
+    if table is None or key not in table.column_names or value not in table.column_names:
+        return [None] * len(wanted)
+    keys, values = table.column(key), table.column(value)
+    if pa.types.is_integer(keys.type) and all(type(k) is int for k in wanted):
+        last_first = keys.combine_chunks()[::-1]
+        found = pc.index_in(pa.array(wanted, type=_INT64), value_set=last_first).cast(_INT64)
+        return values.take(pc.subtract(pa.scalar(table.num_rows - 1, _INT64), found)).to_pylist()  # null: absent
+    mapping = dict(zip(keys.to_pylist(), values.to_pylist()))
+    return [mapping.get(k) for k in wanted]
 
 
-def _memcpy_names(con: sqlite3.Connection, tables) -> tuple[dict[int, str], str]:
+def _memcpy_names(enum: pa.Table | None) -> tuple[dict[int, str], str]:
     """copyKind -> 'HtoD'-style name, from ENUM_CUDA_MEMCPY_OPER when present, else the built-in copy."""
-    if {"id", "name"} <= set(tables.get("ENUM_CUDA_MEMCPY_OPER", ())):
-        enum, source = dict(con.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER").fetchall()), "file"
+    if enum is not None and {"id", "name"} <= set(enum.column_names):
+        found, source = dict(zip(enum.column("id").to_pylist(), enum.column("name").to_pylist())), "file"
     else:
-        enum, source = MEMCPY_OPER_FALLBACK, "built-in"
-    return {int(k): copy_kind_short(v) for k, v in enum.items() if v is not None}, source
+        found, source = MEMCPY_OPER_FALLBACK, "built-in"
+    return {int(k): copy_kind_short(v) for k, v in found.items() if v is not None and _is_int(k)}, source
+
+
+def _is_int(value) -> bool:
+    try:
+        int(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def copy_kind_short(symbol: str) -> str:
@@ -281,14 +328,15 @@ def _int_values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
     return pc.fill_null(column, fill).to_numpy() if column.null_count else column.to_numpy()
 
 
-def _resolve_names(ids: pa.ChunkedArray, strings: dict[int, str]) -> tuple[pd.Categorical, int]:
-    """StringIds ids -> categorical names, one dictionary lookup per distinct id; returns (names, unresolved)."""
+def _resolve_names(ids: pa.ChunkedArray, strings: pa.Table | None) -> tuple[pd.Categorical, int]:
+    """StringIds ids -> categorical names, one lookup per distinct id; returns (names, unresolved)."""
     null = np.iinfo(np.int64).min
     codes, uniques = pd.factorize(_int_values(ids, null))
     counts = np.bincount(codes, minlength=len(uniques))
     names, unresolved = [], 0
+    found = _lookup(strings, "id", "value", uniques.tolist())
     for i, sid in enumerate(uniques.tolist()):
-        name = "<no string id>" if sid == null and ids.null_count else strings.get(sid)
+        name = "<no string id>" if sid == null and ids.null_count else found[i]
         if name is None or sid == null:
             name = name or f"<unknown string id {sid}>"
             unresolved += int(counts[i])
@@ -345,7 +393,7 @@ def _check_times(path: Path, table: pa.Table, name: str) -> None:
             raise InputError(path, f"{name} column {col} holds {typ} values, not integer nanoseconds")
 
 
-def _kernels(table: pa.Table, strings: dict[int, str], out: ReaderOutput, keep: bool) -> pd.DataFrame:
+def _kernels(table: pa.Table, strings: pa.Table | None, out: ReaderOutput, keep: bool) -> pd.DataFrame:
     table = _drop_bad_times(table, out, "kernels")
     cols = _frame(table, KERNEL_RENAME, skip=set(NAME_COLUMNS) | (set() if keep else {"globalPid"}))
     unresolved = {}
@@ -380,7 +428,7 @@ def _memcpy(table: pa.Table, kind_names: dict[int, str], out: ReaderOutput, keep
     return pd.DataFrame(cols, copy=False)
 
 
-# --- entry point -------------------------------------------------------------------------------------------
+# --- entry points ------------------------------------------------------------------------------------------
 
 
 def read(path: Path, keep_vendor_columns: bool = True) -> ReaderOutput:
@@ -389,31 +437,31 @@ def read(path: Path, keep_vendor_columns: bool = True) -> ReaderOutput:
     keep_vendor_columns: also read every other column of the two tables (contextId, launchType, cacheConfig,
     sharedMemoryExecuted, cluster*, ...), kept under their own names; False reads only what the canonical
     schema is derived from, which makes the scan about a third cheaper on the 28-column 2024.6 layout."""
+    return normalize(read_raw(path, ReadOptions(keep_vendor_columns=keep_vendor_columns)))
+
+
+def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
+    """The export's kernel and memcpy tables as stored (vendor names, rowid order, every row), its StringIds and
+    memcpy-kind enum, and its metadata in raw.info. The one step that scans the database."""
     path = Path(path)
-    out = ReaderOutput(format=FORMAT, kernels=None)
     try:
         con = _connect(path)
         try:
-            return _read(path, con, out, keep_vendor_columns)
+            return _read_raw(path, con, options.keep_vendor_columns)
         finally:
             con.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise _damaged(path, exc) from None
 
 
-def _selected(columns: list[str], needed, keep: bool, table: str, out: ReaderOutput) -> list[str]:
-    """The columns to read: all, or the needed ones (the skipped vendor columns are named in a note)."""
+def _selected(columns: list[str], needed, keep: bool) -> tuple[list[str], list[str]]:
+    """(the columns to read, the vendor columns skipped): all, or only the needed ones, in table order."""
     if keep:
-        return columns
-    chosen = [c for c in columns if c in needed]
-    skipped = [c for c in columns if c not in needed]
-    if skipped:
-        out.notes.append(f"{table}: {len(skipped)} vendor column(s) not read ({', '.join(skipped)}); "
-                         "--keep-vendor-columns reads them")
-    return chosen
+        return columns, []
+    return [c for c in columns if c in needed], [c for c in columns if c not in needed]
 
 
-def _read(path: Path, con: sqlite3.Connection, out: ReaderOutput, keep: bool = True) -> ReaderOutput:
+def _read_raw(path: Path, con: sqlite3.Connection, keep: bool) -> RawTrace:
     tables = _catalog(con)
     if not _is_nsys(tables):
         raise InputError(path, "SQLite database is not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* or "
@@ -427,26 +475,49 @@ def _read(path: Path, con: sqlite3.Connection, out: ReaderOutput, keep: bool = T
     m_cols = tables.get(MEMCPY_TABLE)
     if m_cols is not None:
         require_columns(path, m_cols, ["start", "end"], what=f"{MEMCPY_TABLE} table")
-    out.notes.extend(_metadata_notes(con, tables))
-    strings = _string_ids(con, tables)
-    k_cols = _selected(k_cols, KERNEL_NEEDED, keep, KERNEL_TABLE, out)
+    raw = RawTrace(FORMAT, str(path), {}, info={"keep_vendor_columns": keep, **_metadata(con, tables)})
+    if {"id", "value"} <= set(tables.get(STRING_TABLE, ())):
+        raw.tables[RAW_STRINGS] = _fetch_sqlite3(con, STRING_TABLE, tables[STRING_TABLE])
+    not_read = {}
+    k_cols, not_read[KERNEL_TABLE] = _selected(k_cols, KERNEL_NEEDED, keep)
     if m_cols is not None:
-        m_cols = _selected(m_cols, MEMCPY_NEEDED, keep, MEMCPY_TABLE, out)
+        m_cols, not_read[MEMCPY_TABLE] = _selected(m_cols, MEMCPY_NEEDED, keep)
+    raw.info["columns_not_read"] = {t: cols for t, cols in not_read.items() if cols}
     with ThreadPoolExecutor(max_workers=1) as pool:
         k_future = pool.submit(_fetch, path, KERNEL_TABLE, k_cols)
         m_table = _fetch(path, MEMCPY_TABLE, m_cols) if m_cols is not None else None
         k_table = k_future.result()
     _check_times(path, k_table, KERNEL_TABLE)
-    out.rows_read["kernels"] = k_table.num_rows
-    out.kernels = _kernels(k_table, strings, out, keep)
-    del k_table  # the Arrow copy is no longer needed: halves peak memory on big exports
+    raw.tables[RAW_KERNELS] = k_table
+    raw.rows_read["kernels"] = k_table.num_rows
+    if m_table is not None:
+        if {"id", "name"} <= set(tables.get(MEMCPY_ENUM, ())):  # read only with copies to name
+            raw.tables[RAW_MEMCPY_ENUM] = _fetch_sqlite3(con, MEMCPY_ENUM, tables[MEMCPY_ENUM])
+        _check_times(path, m_table, MEMCPY_TABLE)
+        raw.tables[RAW_MEMCPY] = m_table
+        raw.rows_read["memcpy"] = m_table.num_rows
+    return raw
+
+
+def normalize(raw: RawTrace) -> ReaderOutput:
+    """Canonical kernels (and memcpy) from read_raw's tables: names resolved, columns renamed, derived columns
+    added, rows with unusable timestamps dropped and counted; the export's metadata as notes."""
+    if RAW_KERNELS not in raw.tables:
+        raise InputError(Path(raw.source), f"raw read lacks the {RAW_KERNELS} table (not an nsys read_raw result)")
+    keep = bool(raw.info.get("keep_vendor_columns", True))
+    out = raw.start_output(None)
+    out.notes.extend(_metadata_notes(raw.info))
+    not_read = raw.info.get("columns_not_read", {})
+    for table, skipped in ((t, not_read[t]) for t in (KERNEL_TABLE, MEMCPY_TABLE) if not_read.get(t)):
+        out.notes.append(f"{table}: {len(skipped)} vendor column(s) not read ({', '.join(skipped)}); "
+                         "--keep-vendor-columns reads them")
+    out.kernels = _kernels(raw.tables[RAW_KERNELS], raw.tables.get(RAW_STRINGS), out, keep)
+    m_table = raw.tables.get(RAW_MEMCPY)
     if m_table is None:
         out.notes.append(f"no {MEMCPY_TABLE} table: the capture recorded no memory copies")
         return out
-    kind_names, source = _memcpy_names(con, tables)
+    kind_names, source = _memcpy_names(raw.tables.get(RAW_MEMCPY_ENUM))
     if source == "built-in":
         out.notes.append("no ENUM_CUDA_MEMCPY_OPER table: copy kinds named from the built-in CUDA enum")
-    _check_times(path, m_table, MEMCPY_TABLE)
-    out.rows_read["memcpy"] = m_table.num_rows
     out.memcpy = _memcpy(m_table, kind_names, out, keep)
     return out

@@ -7,6 +7,8 @@ the one reader that uses the file name, and only as the last resort.
 Where `nsys` is on PATH the report is exported once (`nsys export --type sqlite --output X.sqlite X.nsys-rep`,
 run as an argument list, no shell) into a cache file beside the ingest output (`<output>/<report name>.sqlite`)
 and reused on rerun while it is newer than the report. Without `nsys` the error gives the exact command to run.
+read_raw is the export plus the nsys reader's read_raw (the cache folder is ReadOptions.cache_dir; raw.info
+names the export), normalize is the nsys reader's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gpuvar.errors import InputError
 from gpuvar.ingest import nsys
 from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.compression import SQLITE_MAGIC
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "nsys-rep"
 SUFFIXES = (".nsys-rep", ".qdrep")
@@ -86,21 +89,34 @@ def export(report: Path, cache: Path) -> tuple[Path, bool]:
     return cache, False
 
 
-def read_cached(path: Path, cache_dir: Path | None) -> ReaderOutput:
-    """Export (or reuse the cached export) and read it with the nsys SQLite reader."""
+def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
+    """Export (or reuse the cached export in options.cache_dir; a temporary one without it) and read the tables
+    with the nsys SQLite reader."""
     path = Path(path)
-    if cache_dir is None:
+    if options.cache_dir is None:
         with tempfile.TemporaryDirectory(prefix="gpuvar-nsys-rep-") as tmp:
-            return _read_export(path, *export(path, cache_path(path, Path(tmp))))
-    return _read_export(path, *export(path, cache_path(path, Path(cache_dir))))
+            return _read_export(path, *export(path, cache_path(path, Path(tmp))), options)
+    return _read_export(path, *export(path, cache_path(path, Path(options.cache_dir))), options)
 
 
-def _read_export(report: Path, sqlite: Path, reused: bool) -> ReaderOutput:
-    out = nsys.read(sqlite)
-    out.format = FORMAT
-    out.notes.insert(0, f"Nsight Systems report exported with `nsys export --type sqlite` to {sqlite}"
+def _read_export(report: Path, sqlite: Path, reused: bool, options: ReadOptions) -> RawTrace:
+    raw = nsys.read_raw(sqlite, options)
+    raw.format = FORMAT
+    raw.source = str(report)
+    raw.info.update(export=str(sqlite), export_reused=reused)
+    raw.notes.insert(0, f"Nsight Systems report exported with `nsys export --type sqlite` to {sqlite}"
                         + (" (cached export reused)" if reused else ""))
-    return out
+    return raw
+
+
+def normalize(raw: RawTrace) -> ReaderOutput:
+    """The nsys SQLite reader's normalize (the output keeps this reader's format)."""
+    return nsys.normalize(raw)
+
+
+def read_cached(path: Path, cache_dir: Path | None) -> ReaderOutput:
+    """read_raw then normalize, the export cached in cache_dir (the current driver's entry point)."""
+    return normalize(read_raw(path, ReadOptions(cache_dir=cache_dir)))
 
 
 def read(path: Path) -> ReaderOutput:
