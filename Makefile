@@ -34,6 +34,8 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	snakemake --lint
 	snakefmt --check Snakefile workflow/rules
+	ruff check src tests workflow/scripts
+	ruff format --check src tests workflow/scripts
 
 dag: $(STAMP)
 	snakemake --rulegraph | tee results/rulegraph.dot

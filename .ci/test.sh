@@ -10,4 +10,6 @@ if [ "$(id -u)" = 0 ]; then export GPUVAR_REQUIRE_SLURM="${GPUVAR_REQUIRE_SLURM:
 export GPUVAR_REQUIRE_REAL_DATA="${GPUVAR_REQUIRE_REAL_DATA:-1}"
 snakemake --lint
 snakefmt --check Snakefile workflow/rules
+ruff check src tests workflow/scripts
+ruff format --check src tests workflow/scripts
 pytest -q -m "not slow" --timeout=900 "$@"

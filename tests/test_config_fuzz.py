@@ -72,36 +72,29 @@ def _set(cfg: dict, path: str, value) -> None:
 
 
 def _accepted_by_the_clis(cfg: Config) -> None:
-    """Run every CLI's own start-up checks on the arguments the workflow rules build from this config."""
-    from gpuvar.binning.cli import _check as check_bin
-    from gpuvar.causal.cli import _check as check_causal
+    """The arguments the workflow's rules build from this config (gpuvar.workflow.arguments) parse with every
+    command's own parser: a config that validates never fails at the command line."""
     from gpuvar.cli import build_parser
     from gpuvar.config import parse_bin_width
-    from gpuvar.plots.cli import _formats
     from gpuvar.plots.snakemake_helpers import report_format
+    from gpuvar.workflow import arguments as rule_args
+    from gpuvar.workflow.registry import Registry
 
     parser = build_parser()
-    b, c, p = cfg.binning, cfg.causal, cfg.plots
-    feature_opt = "auto" if b.features == "auto" else ",".join(b.features)
-    args = parser.parse_args(["bin", "k.parquet", "--bin-width", b.bin_width, "--launch-bin-width",
-                              str(b.launch_bin_width), "--top-k", str(b.top_k), "--features", feature_opt,
-                              "--workers-per-rank", str(b.workers_per_rank), "-o", "out"])  # fmt: skip
-    args.kernels = None  # paths are not what is fuzzed
-    check_bin(args)
-    parse_bin_width(b.bin_width)
-    assert shlex.split(b.bin_width) == [b.bin_width]  # one shell token
+    reg = Registry(cfg, {d.name: d for d in cfg.datasets})
+    for target in ("kernel_variability", "memory_stall"):
+        parser.parse_args(["bin", "k.parquet", *rule_args.binning_arguments(reg, target), "-o", "out"])
+    parse_bin_width(cfg.binning.bin_width)
+    assert shlex.split(cfg.binning.bin_width) == [cfg.binning.bin_width]  # one shell token
     for d in cfg.datasets:
-        features = "auto" if d.features == "auto" else ",".join(d.features)
-        args = parser.parse_args(["causal", "r.parquet", "--target", d.targets[0], "--features", features,
-                                  "--min-rows", str(c.min_rows), "--bootstrap", str(c.bootstrap), "--workers",
-                                  str(c.workers), "--seed", str(c.seed), "--engine", c.engine, "-o", "o"])  # fmt: skip
-        check_causal(args)
+        argv = rule_args.causal_arguments(reg, d.name, d.targets[0], "r.parquet", "s.parquet", "o", 2)
+        parser.parse_args(["causal", *map(str, argv)])
         assert d.name == shlex.quote(d.name)  # used unquoted in paths and wildcards
-    _formats(",".join(p.formats))
-    report_format(list(p.formats))
-    parser.parse_args(["plot", "parallel", "r", "--target", "t", "--features", ",".join(p.parallel_features),
-                       "--dpi", str(p.dpi), "-o", "s"])  # fmt: skip
-    for names in (b.features, p.parallel_features, *(d.features for d in cfg.datasets)):
+    report_format(list(cfg.plots.formats))
+    parser.parse_args(["plot", *map(str, rule_args.parallel_arguments(reg, "r", "s.csv", "t"))])
+    parser.parse_args(["plot", *map(str, rule_args.causal_figure_arguments(reg, "c", "o"))])
+    names_lists = (cfg.binning.features, cfg.plots.parallel_features, *(d.features for d in cfg.datasets))
+    for names in names_lists:
         if names != "auto":
             assert all("," not in n and n == n.strip() and n for n in names), names
 
