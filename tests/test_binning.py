@@ -211,23 +211,58 @@ def test_sorted_path_edge_cases_are_byte_identical_for_1_and_3_ranks(demo, tmp_p
         assert report["non_empty_bins"] == 1 and report["top_k_rows"] == report["rows_binned"]
 
 
+# `gpuvar bin` under mpiexec with one phase function of the job replaced, on one rank, by one that runs the phase
+# and then fails: `raise` raises a StageError, `kill` dies by SIGKILL without a word (as the OOM killer would).
+# The fault comes from the test: the job itself has no failure hook.
+_FAULT_AFTER_PHASE = """
+import os, signal, sys
+import gpuvar.binning.job as job
+from gpuvar.cli import main
+from gpuvar.errors import StageError
+phase, victim, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+original = getattr(job, phase)
+def failing(*args, **kwargs):
+    out = original(*args, **kwargs)
+    from mpi4py import MPI
+    rank = MPI.COMM_WORLD.Get_rank()
+    if rank == victim:
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise StageError(f"fault injected after {phase} on rank {rank}")
+    return out
+setattr(job, phase, failing)
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+def run_bin_with_fault(phase: str, victim: int, how: str, *args, ranks: int, timeout=60):
+    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-c", _FAULT_AFTER_PHASE, phase, str(victim), how, "bin",
+           *map(str, args)]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.mpi
-def test_a_failing_rank_stops_the_job_promptly(demo, tmp_path):
+@pytest.mark.parametrize("phase,victim", [("read_share", 1), ("exchange_rows", 2), ("gather_rows", 1)])
+def test_a_failing_rank_stops_the_job_promptly(demo, tmp_path, phase, victim):
+    """A rank raising mid-way (the others wait in the next collective): the job exits non-zero within seconds,
+    with one error line naming the rank, and leaves no output."""
+    out = tmp_path / "out"
     t0 = time.monotonic()
-    proc = run_bin(demo / "kernels.parquet", "--output", tmp_path, ranks=3, env={"GPUVAR_BIN_FAIL_ON_RANK": "1"},
-                   timeout=60)  # fmt: skip
+    proc = run_bin_with_fault(phase, victim, "raise", demo / "kernels.parquet", "--bin-width", "2ms", "--output", out,
+                              ranks=3)  # fmt: skip
     assert proc.returncode != 0
-    assert "rank 1: error" in proc.stderr and "GPUVAR_BIN_FAIL_ON_RANK" in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("gpuvar bin: ")]
+    assert errors == [f"gpuvar bin: rank {victim}: error: fault injected after {phase} on rank {victim}"], proc.stderr
+    assert "Traceback" not in proc.stderr
     assert time.monotonic() - t0 < 30
-    assert not (tmp_path / "bins.parquet").exists()
+    assert not out.exists() or not any(out.iterdir()), "no output may be left looking complete"
 
 
 @pytest.mark.mpi
 def test_a_killed_rank_stops_the_job_promptly(demo, tmp_path):
     """A rank killed outright (OOM killer, node failure) says nothing; mpiexec must still end the job."""
     t0 = time.monotonic()
-    proc = run_bin(demo / "kernels.parquet", "--output", tmp_path, ranks=3,
-                   env={"GPUVAR_BIN_FAIL_ON_RANK": "2:kill"}, timeout=60)  # fmt: skip
+    proc = run_bin_with_fault("read_share", 2, "kill", demo / "kernels.parquet", "--output", tmp_path, ranks=3)
     assert proc.returncode != 0
     assert time.monotonic() - t0 < 30
     assert not any(tmp_path.iterdir()), "no output may be left looking complete"
