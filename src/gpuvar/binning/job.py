@@ -35,8 +35,8 @@ from pathlib import Path
 
 from gpuvar.binning.exchange import TARGET, exchange_rows
 from gpuvar.binning.per_bin import bin_statistics
-from gpuvar.binning.plan import ID_COLUMNS, BinOptions, Collective, make_plan
-from gpuvar.binning.ranking import rank_bins, random_bins
+from gpuvar.binning.plan import BinOptions, Collective, make_plan
+from gpuvar.binning.ranking import rank_bins
 from gpuvar.binning.read import read_share
 from gpuvar.binning.report import Gathered, Timer, build_report, peak_rss_mb, write_tables
 from gpuvar.binning.rows import RowSource, gather_rows
@@ -45,7 +45,7 @@ from gpuvar.binning.timeline import assign_bins
 from gpuvar.canonical_io import write_json
 from gpuvar.errors import GpuvarError
 
-__all__ = ["BinOptions", "ID_COLUMNS", "random_bins", "run_job", "run_rank"]
+__all__ = ["BinOptions", "run_job", "run_rank"]  # binning/cli.py uses BinOptions and run_rank
 log = logging.getLogger("gpuvar.binning")
 
 
