@@ -8,7 +8,7 @@ reach its owner in file order whatever the rank count, which makes the statistic
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,7 +33,7 @@ class Rows(NamedTuple):
     columns: dict[str, np.ndarray]
 
 
-Segment = Union[Runs, Rows]
+Segment = Runs | Rows
 
 
 def exchange_rows(comm, bins: Bins, ok: np.ndarray, columns: dict[str, np.ndarray]) -> list[Segment]:

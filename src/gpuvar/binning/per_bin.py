@@ -7,7 +7,8 @@ each own many bins; on a 2-core machine with 2 ranks there is no spare core, so 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -22,14 +23,13 @@ def bin_statistics(segments: list[Segment], features: tuple[str, ...], workers: 
     for seg in segments:
         if isinstance(seg, Runs):
             if len(seg.ids):
-                ids, starts = seg.ids, seg.starts
-                parts.append(_with_features(lambda v: bin_stats_at(v, ids, starts, workers), seg.columns))
+                stats_of = partial(bin_stats_at, ids=seg.ids, starts=seg.starts, workers=workers)
+                parts.append(_with_features(stats_of, seg.columns))
         elif len(seg.bins):
-            bins = seg.bins
-            parts.append(_with_features(lambda v: bin_stats_parallel(v, bins, workers), seg.columns))
+            parts.append(_with_features(partial(bin_stats_parallel, bins=seg.bins, workers=workers), seg.columns))
     if not parts:
         empty = {TARGET: np.zeros(0), **{f: np.zeros(0) for f in features}}
-        return _with_features(lambda v: bin_stats_parallel(v, np.zeros(0, np.int64), workers), empty)
+        return _with_features(partial(bin_stats_parallel, bins=np.zeros(0, np.int64), workers=workers), empty)
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 

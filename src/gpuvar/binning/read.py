@@ -42,7 +42,7 @@ class Share:
     totals: dict[str, tuple[int, int]]  # group key -> exact (duration sum, count) over the ok rows
     kstart: np.ndarray | None  # link keys (only with a memcpy file): kernel start (NULL where none)
     kkey: np.ndarray | None  # device(+stream) key (targets.NO_KEY where no start)
-    features: dict[str, np.ndarray]  # float64 feature columns read from the file (NaN for nulls)
+    features: dict[str, np.ndarray]  # float64 feature columns read from the file (NaN for nulls; see `shared`)
 
 
 def read_share(plan: Plan, rank: int, size: int) -> Share:
@@ -59,7 +59,11 @@ def read_share(plan: Plan, rank: int, size: int) -> Share:
     codes = np.empty(n, np.int32)
     kstart = (axis if plan.axis == "start" else np.empty(n, np.int64)) if plan.link else None
     kkey = np.empty(n, np.int64) if plan.link else None
-    features = {f: np.empty(n, np.float64) for f in plan.features if f not in LINKED}
+    # the duration feature (the default) is the duration array itself where the file stores whole ns: the same
+    # values (a row with a null duration has no target, so its feature value never enters a statistic)
+    shared = "duration" in plan.features and pa.types.is_integer(plan.schema.field("duration").type)
+    features = {f: duration if f == "duration" and shared else np.empty(n, np.float64)
+                for f in plan.features if f not in LINKED}  # fmt: skip
     index: dict[str, int] = {}
     reasons: Counter = Counter()
     sums, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -105,7 +109,8 @@ def read_share(plan: Plan, rank: int, size: int) -> Share:
             key = T.link_key(dev, stream, plan.opts.link)
             kkey[a:b] = key if svalid is None else np.where(svalid, key, T.NO_KEY)
         for f, arr in features.items():
-            arr[a:b] = floats(t.column(f))
+            if arr is not duration:
+                arr[a:b] = floats(t.column(f))
     totals = {key: (int(sums[code]), int(counts[code])) for key, code in index.items()}
     return Share(tuple(groups), offsets, ok, dict(reasons), axis, lo, hi, ordered, duration, codes, index, totals,
                  kstart, kkey, features)  # fmt: skip

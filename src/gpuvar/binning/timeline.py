@@ -10,6 +10,7 @@ sorted by start, null start times) every row gets its bin id (-1: no target).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def assign_bins(plan: Plan, comm, share: Share, ok: np.ndarray) -> Bins:
     gmin = min(lo for lo, _, _, _ in spans)
     gmax = max(hi for _, hi, _, _ in spans)
     held = [(lo, hi) for lo, hi, _, n in spans if n]
-    fast = all(o for _, _, o, _ in spans) and all(a[1] <= b[0] for a, b in zip(held, held[1:]))
+    fast = all(o for _, _, o, _ in spans) and all(a[1] <= b[0] for a, b in pairwise(held))
     if gmin > gmax:
         n_bins = 0
     else:
