@@ -291,12 +291,18 @@ def test_a_failing_rank_stops_the_job_promptly(demo, tmp_path, phase, victim):
 
 @pytest.mark.mpi
 def test_a_killed_rank_stops_the_job_promptly(demo, tmp_path):
-    """A rank killed outright (OOM killer, node failure) says nothing; mpiexec must still end the job."""
+    """A rank killed outright (OOM killer, node failure) says nothing; mpiexec must still end the job, and the
+    same command run again completes, clearing what the aborted run left behind."""
+    out = tmp_path / "out"
     t0 = time.monotonic()
-    proc = run_bin_with_fault("read_share", 2, "kill", demo / "kernels.parquet", "--output", tmp_path, ranks=3)
+    proc = run_bin_with_fault("read_share", 2, "kill", demo / "kernels.parquet", "--output", out, ranks=3)
     assert proc.returncode != 0
     assert time.monotonic() - t0 < 30
-    assert not any(tmp_path.iterdir()), "no output may be left looking complete"
+    assert not out.exists() or not any(out.iterdir()), "no output may be left looking complete"
+    rerun = run_bin(demo / "kernels.parquet", "--output", out, ranks=3)
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "the aborted run's staging folder is removed"
+    assert (out / "bin.json").exists()
 
 
 def _tiny_files(tmp_path: Path):
