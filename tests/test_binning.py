@@ -282,8 +282,9 @@ def test_a_failing_rank_stops_the_job_promptly(demo, tmp_path, phase, victim):
     proc = run_bin_with_fault(phase, victim, "raise", demo / "kernels.parquet", "--bin-width", "2ms", "--output", out,
                               ranks=3)  # fmt: skip
     assert proc.returncode != 0
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("gpuvar bin: ")]
-    assert errors == [f"gpuvar bin: rank {victim}: error: fault injected after {phase} on rank {victim}"], proc.stderr
+    # one error, from the failing rank (lines of several ranks may interleave in mpiexec's stderr)
+    assert proc.stderr.count(f"gpuvar bin: rank {victim}: error: fault injected after {phase}") == 1, proc.stderr
+    assert proc.stderr.count("gpuvar bin: ") == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert time.monotonic() - t0 < 30
     assert not out.exists() or not any(out.iterdir()), "no output may be left looking complete"

@@ -77,15 +77,7 @@ def read_share(plan: Plan, rank: int, size: int) -> Share:
         part_ok = ok[a:b]
         v, valid = ints(t.column(plan.axis))
         axis[a:b] = v
-        if valid is None and len(v):
-            if ordered and bool((v[1:] >= v[:-1]).all()) and (a == 0 or v[0] >= axis[a - 1]):
-                glo, ghi = int(v[0]), int(v[-1])
-            else:
-                ordered = False
-                glo, ghi = int(v.min()), int(v.max())
-        else:
-            ordered = ordered and not len(v)
-            glo, ghi = _masked_min_max(v, valid if valid is not None else np.ones(len(v), bool))
+        glo, ghi, ordered = _span(v, valid, int(axis[a - 1]) if a else None, ordered)
         lo, hi = min(lo, glo), max(hi, ghi)  # the timeline spans every kernel, with a target or not
         if valid is not None:
             drop(reasons, part_ok, ~valid, "no start timestamp" if plan.axis == "start" else "no launch_id")
@@ -114,6 +106,17 @@ def read_share(plan: Plan, rank: int, size: int) -> Share:
     totals = {key: (int(sums[code]), int(counts[code])) for key, code in index.items()}
     return Share(tuple(groups), offsets, ok, dict(reasons), axis, lo, hi, ordered, duration, codes, index, totals,
                  kstart, kkey, features)  # fmt: skip
+
+
+def _span(v: np.ndarray, valid: np.ndarray | None, prev: int | None, ordered: bool) -> tuple[int, int, bool]:
+    """(min, max) of one row group's axis values (extreme sentinels when none) and whether the share is still
+    ordered (non-decreasing, no null) with it; prev: the share's previous axis value (None before the first)."""
+    if valid is None and len(v):
+        if ordered and bool((v[1:] >= v[:-1]).all()) and (prev is None or v[0] >= prev):
+            return int(v[0]), int(v[-1]), True
+        return int(v.min()), int(v.max()), False
+    lo, hi = _masked_min_max(v, valid if valid is not None else np.ones(len(v), bool))
+    return lo, hi, ordered and not len(v)
 
 
 def drop(reasons: Counter, ok: np.ndarray, bad: np.ndarray, reason: str) -> None:
