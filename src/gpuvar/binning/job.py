@@ -22,7 +22,8 @@ Start-up: the ranks import numpy, pyarrow and mpi4py only (no pandas, no pydanti
 pa.array(ndarray) would import pandas, so numbers cross between numpy and Arrow through the buffers).
 Failure: any exception on a rank is logged as `rank N: error: ...` and the job is aborted (MPI Abort), so
 mpiexec/srun exits non-zero at once instead of hanging in the next collective; rank 0 writes into a staging
-folder (binning/cli.py), so an aborted job leaves no output.
+folder (binning/cli.py), so an aborted job leaves no output. The job has no failure hook: tests inject faults
+by replacing a phase function of this module on one rank (tests/test_binning.py).
 """
 
 from __future__ import annotations
