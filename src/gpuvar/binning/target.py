@@ -58,8 +58,9 @@ def compute_target(plan: Plan, comm, share: Share, means: Means) -> Target:
     values = np.empty(len(dur), np.float64)
     for a in range(0, len(dur), CHUNK):  # chunk by chunk: no full-size temporary
         sl = slice(a, a + CHUNK)
-        if plan.opts.target == "kernel_variability":
-            values[sl] = dur[sl] - means.lut[share.codes[sl]]
+        if plan.opts.target == "kernel_variability":  # the group means gathered into the output: no temporary
+            np.take(means.lut, share.codes[sl], out=values[sl], mode="clip")  # (codes index lut: clip never acts)
+            np.subtract(dur[sl], values[sl], out=values[sl])
         else:
             values[sl] = np.abs(dur[sl] - linked["linked_copy_duration"][sl])
     ok, reasons = share.ok, share.reasons
