@@ -123,7 +123,7 @@ def run_polars(path: Path, threads: int, width_ns: int, top_k: int, tmp: Path) -
     """polars' timings and top-k (seconds, stats_s, top_k_bins, top_k_rows), and its per-bin statistics."""
     import pyarrow.parquet as pq
 
-    from gpuvar.binning.job import ID_COLUMNS
+    from gpuvar.binning.plan import ID_COLUMNS
 
     out = tmp / "polars-stats.parquet"
     cmd = [sys.executable, "-c", _POLARS, str(path), str(width_ns), str(top_k), str(out), json.dumps(ID_COLUMNS)]

@@ -1,0 +1,92 @@
+"""Arrow columns to numpy for the binning job, without pandas (Array.to_numpy and pa.array(ndarray) would import
+it): numbers cross between numpy and Arrow through the buffers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpuvar import targets as T
+from gpuvar.canonical_io import numpy_view
+from gpuvar.errors import InputError
+
+
+def open_parquet(path: Path, **kw) -> pq.ParquetFile:
+    """The file as a ParquetFile, or a one-line InputError naming it."""
+    if not Path(path).is_file():
+        raise InputError(path, "no such file")
+    try:
+        return pq.ParquetFile(path, **kw)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(path, f"not a readable Parquet file ({exc})") from None
+
+
+def _valid(arr: pa.Array) -> np.ndarray:
+    """Validity bitmap as a bool array."""
+    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
+    return np.unpackbits(bits, bitorder="little", count=arr.offset + len(arr))[arr.offset :].astype(bool)
+
+
+def ints(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """(int64 values with nulls as 0, validity mask or None when nothing is null)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    if not pa.types.is_integer(col.type):
+        col = pc.cast(col, pa.int64(), safe=False)
+    if col.null_count == 0:
+        return numpy_view(col).astype(np.int64, copy=False), None
+    valid = _valid(col)
+    return np.where(valid, numpy_view(col), 0).astype(np.int64), valid  # values under nulls are undefined: zero them
+
+
+def floats(col) -> np.ndarray:
+    """float64 values, NaN for nulls."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    col = pc.cast(col, pa.float64(), safe=False)
+    if col.null_count:
+        col = pc.fill_null(col, np.nan)
+    return numpy_view(col)
+
+
+def _dictionary(col: pa.ChunkedArray) -> pa.DictionaryArray:
+    col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col if isinstance(col, pa.DictionaryArray) else pc.dictionary_encode(col)
+
+
+def group_codes(table: pa.Table, group: str, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Rank-local group code per row (grows `index`, group key -> code), and which rows have a kernel name
+    (None: all)."""
+    name = _dictionary(table.column("kernel_name"))
+    names = name.dictionary.to_pylist()
+    if group == "kernel":
+        lut = np.array([index.setdefault(n, len(index)) for n in names] or [0], dtype=np.int32)
+        indices = name.indices
+        if indices.null_count == 0:  # the indices straight from Arrow's buffer: no int64 copy
+            return lut[numpy_view(indices)], None
+        idx, valid = ints(indices)
+        return lut[idx], valid
+    idx, valid = ints(name.indices)
+    lc = _dictionary(table.column("launch_config"))
+    lidx, lvalid = ints(lc.indices)
+    configs = lc.dictionary.to_pylist()
+    pair = idx * (len(configs) + 1) + (lidx if lvalid is None else np.where(lvalid, lidx, len(configs)))
+    uniq, inverse = np.unique(pair, return_inverse=True)
+    lut = []
+    for p in uniq.tolist():
+        n, c = divmod(p, len(configs) + 1)
+        config = configs[c] if c < len(configs) else None
+        lut.append(index.setdefault(T.group_key(names[n] if names else "", config, "launch_config"), len(index)))
+    return np.asarray(lut, dtype=np.int32)[inverse], valid
+
+
+def plain_strings(t: pa.Table) -> pa.Table:
+    """Dictionary columns back to their value type, so every output has the file's own schema."""
+    for i, f in enumerate(t.schema):
+        if pa.types.is_dictionary(f.type):
+            t = t.set_column(i, f.name, pc.cast(t.column(i), f.type.value_type))
+    return t

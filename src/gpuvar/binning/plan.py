@@ -1,0 +1,123 @@
+"""Phase 0 of the binning job: the options checked against the kernels file, resolved once into a frozen Plan
+(bin width and unit, axis, columns to read, features) that every later phase reads. Every rank does this
+before any collective, so a bad argument or file fails identically everywhere."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpuvar import targets as T
+from gpuvar.binning.columns import open_parquet
+from gpuvar.binning.partition import bin_width
+from gpuvar.errors import GpuvarError, InputError
+
+log = logging.getLogger("gpuvar.binning")
+LINKED = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
+ID_COLUMNS = ("kernel_name", "kernel_short_name", "launch_config", "launch_id", "start", "end", "duration",
+              "device_id", "stream_id")  # fmt: skip
+DICTIONARY_COLUMNS = ("kernel_name", "launch_config")  # read as Arrow dictionaries: one string decode per value
+
+
+@dataclass
+class BinOptions:
+    """The job's arguments as the CLI gives them (mutable: the CLI points `output` at its staging folder)."""
+
+    kernels: Path
+    memcpy: Path | None = None
+    target: str = "kernel_variability"
+    group: str = "kernel"
+    link: str = "stream"
+    bin_width: str = "10ms"
+    top_k: int = 20
+    features: str = "auto"  # 'auto' | 'none' | 'f1,f2'
+    workers_per_rank: int = 1
+    output: Path = Path("bin-out")
+    launch_bin_width: int | None = None  # used instead of a time width when the trace has no timestamps
+    sample_bins: int | None = None  # random bins whose rows go to sample_rows.parquet (None: top_k; 0: none)
+    sample_seed: int = 0
+
+
+class Collective(GpuvarError):
+    """A user error every rank detects identically at the same point: exit 2 with one line, no abort."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the job does, fixed before any data is read."""
+
+    opts: BinOptions  # a private copy: later changes to the caller's options do not reach the job
+    width: int  # bin width in `unit`
+    unit: str  # 'ns' (time bins on `start`) or 'launches' (bins on `launch_id`)
+    axis: str  # 'start' or 'launch_id'
+    link: bool  # link each kernel to a copy (a memcpy file was given)
+    features: tuple[str, ...]  # columns with per-bin statistics besides the target (may name linked columns)
+    columns: tuple[str, ...]  # kernel columns the read phase decodes
+    schema: pa.Schema  # the kernels file's schema, DICTIONARY_COLUMNS as dictionaries (as the read phase sees it)
+
+
+def has_timeline(pf: pq.ParquetFile) -> bool:
+    """False when every `start` is null (per the Parquet statistics, no data read): Nsight Compute data."""
+    md, names = pf.metadata, pf.schema_arrow.names
+    if "start" not in names or md.num_rows == 0:
+        return "start" in names
+    index = pf.schema.names.index("start")
+    nulls = 0
+    for rg in range(md.num_row_groups):
+        stats = md.row_group(rg).column(index).statistics
+        if stats is None or not stats.has_null_count:
+            return True
+        nulls += stats.null_count
+    return nulls < md.num_rows
+
+
+def feature_list(opts: BinOptions, names: list[str], link: bool) -> tuple[str, ...]:
+    """Numeric columns to compute per-bin statistics of (besides the target)."""
+    text = opts.features.strip()
+    if text == "none" or text == "":
+        return ()
+    if text == "auto":
+        return ("duration",) if "duration" in names else ()
+    wanted = [f.strip() for f in text.split(",") if f.strip()]
+    allowed = set(names) | (set(LINKED) if link else set())
+    unknown = [f for f in wanted if f not in allowed]
+    if unknown:
+        raise Collective(f"--features: unknown column(s) {', '.join(unknown)}")
+    return tuple(dict.fromkeys(wanted))
+
+
+def make_plan(opts: BinOptions) -> Plan:
+    """Check the options and the input files' columns; a one-line GpuvarError for anything wrong."""
+    width, unit = bin_width(opts.bin_width)
+    T.check_choice(opts.target, T.TARGETS, "target")
+    T.check_choice(opts.group, T.GROUPS, "group")
+    T.check_choice(opts.link, T.LINKS, "link")
+    if opts.top_k < 1:
+        raise GpuvarError(f"--top-k must be at least 1, got {opts.top_k}")
+    if opts.workers_per_rank < 1:
+        raise GpuvarError(f"--workers-per-rank must be at least 1, got {opts.workers_per_rank}")
+    names = open_parquet(opts.kernels).schema_arrow.names
+    if unit == "ns" and opts.launch_bin_width and not has_timeline(open_parquet(opts.kernels)):
+        log.info("%s has no kernel start times (Nsight Compute data): binning over launch order, %d launches "
+                 "per bin, instead of %s", opts.kernels, opts.launch_bin_width, opts.bin_width)  # fmt: skip
+        width, unit = bin_width(str(int(opts.launch_bin_width)))
+    axis = "start" if unit == "ns" else "launch_id"
+    schema = open_parquet(opts.kernels, read_dictionary=[c for c in DICTIONARY_COLUMNS if c in names]).schema_arrow
+    if opts.target == "memory_stall" and opts.memcpy is None:
+        raise GpuvarError("--target memory_stall needs --memcpy MEMCPY.parquet")
+    link = opts.memcpy is not None
+    if link:
+        open_parquet(opts.memcpy)
+    need = ["kernel_name", "duration", axis] + (["launch_config"] if opts.group == "launch_config" else [])
+    if link:
+        need += ["start", "device_id"] + (["stream_id"] if opts.link == "stream" else [])
+    missing = [c for c in dict.fromkeys(need) if c not in names]
+    if missing:
+        raise InputError(opts.kernels, f"missing column(s) {', '.join(missing)} (not a canonical kernels file?)")
+    features = feature_list(opts, names, link)
+    columns = tuple(dict.fromkeys(need + [f for f in features if f in names]))
+    return Plan(replace(opts), width, unit, axis, link, features, columns, schema)
