@@ -20,12 +20,11 @@ launch_id = row rank by (start, correlation), from 0. Events with a missing or n
 dur, are dropped and counted.
 
 Two steps (gpuvar.ingest.raw). read_raw streams the trace once (see kineto_pieces) into raw tables that keep the
-JSON keys as column names: `events` (the kernel, gpu_memcpy and gpu_memset events in file order: ph, cat, name,
-pid, tid, ts (exact decimal µs, to 1e-12), dur (µs), args.<key> for the args above, args.grid[0..2],
-args.block[0..2], args.kind) and `cuda_profiler_range` (ph, cat, name, pid, tid, ts, dur, args.<counter>);
-raw.info holds the other top-level keys (`top`: deviceProperties, distributedInfo, schemaVersion, ...), the
-event count and the events per category. normalize selects kernels and copies by cat, converts µs to ns and
-renames.
+JSON keys as column names: `events` (the kernel, gpu_memcpy and gpu_memset events in file order: cat, name,
+ts (exact decimal µs: 12 decimals, more are rounded to odd), dur (µs), args.<key> for the args above, args.grid[0..2], args.block[0..2],
+args.kind) and `cuda_profiler_range` (cat, name, ts, dur, args.<counter>); raw.info holds the other top-level
+keys (`top`: deviceProperties, distributedInfo, schemaVersion, ...), the number of trace events and the count
+of each GPU category. normalize selects kernels and copies by cat, converts µs to ns and renames.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ import os
 import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation, localcontext
+from decimal import ROUND_05UP, ROUND_HALF_EVEN, Decimal, InvalidOperation, localcontext
 from pathlib import Path
 
 import numpy as np
@@ -127,7 +126,8 @@ def ts_decimal(joined: bytes, n: int) -> pa.Array:
 
 
 def _ts_one(text: bytes) -> Decimal | None:
-    """One ts text the fast parse refused: more than 12 decimals (rounded half-to-even), or not a number."""
+    """One ts text the fast parse refused: more than 12 decimals, or not a number. The 12th decimal is rounded
+    'to odd' (ROUND_05UP: it stays sticky), so that rounding to ns later gives the exactly rounded value."""
     try:
         value = Decimal(text.decode("ascii"))
     except (InvalidOperation, UnicodeDecodeError, ValueError):
@@ -136,13 +136,13 @@ def _ts_one(text: bytes) -> Decimal | None:
         return None
     with localcontext() as ctx:
         ctx.prec = 60
-        return value.quantize(Decimal("1e-12"), rounding=ROUND_HALF_EVEN)
+        return value.quantize(Decimal("1e-12"), rounding=ROUND_05UP)
 
 
 class _Gpu:
     """The GPU event columns, gathered piece by piece: piece dictionaries mapped to global ones, ts parsed."""
 
-    DICTIONARIES = ("ph", "name", "args.kind")
+    DICTIONARIES = ("name", "args.kind")
 
     def __init__(self):
         self.dicts: dict[str, dict] = {key: {} for key in self.DICTIONARIES}
@@ -183,9 +183,8 @@ class _Gpu:
 
 def _range_table(rows: list[tuple]) -> pa.Table:
     """cuda_profiler_range events: their fields and args.<counter> (a counter mixing types is kept as text)."""
-    ph, name, pid, tid, ts, dur, args = zip(*rows)
-    columns = {"ph": pa.array(ph, pa.string()), "cat": pa.array([RANGE_CAT] * len(rows), pa.string()),
-               "name": pa.array(name, pa.string()), "pid": _loose(pid), "tid": _loose(tid),
+    name, ts, dur, args = zip(*rows)
+    columns = {"cat": pa.array([RANGE_CAT] * len(rows), pa.string()), "name": pa.array(name, pa.string()),
                "ts": ts_decimal(b"\n".join(ts), len(rows)), "dur": pa.array(np.array(dur), from_pandas=True)}
     counters = pd.DataFrame([a if isinstance(a, dict) else {} for a in args])
     for key in counters.columns:
@@ -275,16 +274,17 @@ def read_raw(path: Path, options: ReadOptions = DEFAULT_OPTIONS) -> RawTrace:
 
 
 def _codes(column) -> tuple[np.ndarray, list]:
-    """A dictionary (or text) column as (int32 codes, -1 for null; its values): what Parquet gives back may be
-    chunked, with one dictionary per chunk, or plain text."""
-    if not pa.types.is_dictionary(column.type):
-        column = pc.dictionary_encode(column)
-    if isinstance(column, pa.ChunkedArray):
-        if column.num_chunks > 1:
-            column = pa.table({"c": column}).unify_dictionaries().column("c")
-        column = column.combine_chunks() if column.num_chunks else pa.array([], column.type)
-    codes = pc.fill_null(column.indices.cast(pa.int32()), -1).to_numpy(zero_copy_only=False)
-    return codes, column.dictionary.to_pylist()
+    """A dictionary (or text) column as (int32 codes, -1 for null; its distinct values): what Parquet gives back
+    may be chunked, with a dictionary of its own per chunk, or plain text."""
+    lookup: dict = {}
+    parts = []
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)
+        glob = [-1 if v is None else lookup.setdefault(v, len(lookup)) for v in chunk.dictionary.to_pylist()]
+        indices = pc.fill_null(chunk.indices.cast(pa.int32()), -1).to_numpy(zero_copy_only=False)
+        parts.append(np.array(glob + [-1], dtype=np.int32)[indices])  # (-1 picks the -1 appended)
+    return (np.concatenate(parts) if parts else np.zeros(0, np.int32)), list(lookup)
 
 
 def _subset_codes(codes: np.ndarray, values: list) -> tuple[np.ndarray, list]:

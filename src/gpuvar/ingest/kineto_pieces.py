@@ -1,14 +1,16 @@
 """One piece of a Kineto `traceEvents` array decoded into compact, picklable columns (run in worker processes).
 
 Only the GPU activity events are decoded in full: `kernel`, `gpu_memcpy` and `gpu_memset` (GPU_CATS, one table
-in file order) and `cuda_profiler_range` (a list: their args are arbitrary counters). Every event's category is
-counted. Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit conversion, no renaming.
+in file order) and `cuda_profiler_range` (a list: their args are arbitrary counters); the others are counted.
+Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit conversion, no renaming.
+  * cat, name, ts, dur, args: ph, pid and tid are not read (every trace event would pay for them; on GPU events
+    they are 'X', args.device and args.stream);
   * ts stays its JSON text (the exact decimal conversion needs pyarrow, which runs in the main process);
-  * dur -> float64 µs (NaN where not a number); pid, tid and integer args -> int64, or float64 where a value of
-    the piece is not an integer (NaN where not a number); float args -> float64;
-  * name, ph, args.kind -> a piece dictionary (text; a name that is not a string keeps its JSON text, a ph or
-    kind that is not a string is null);
-  * args.grid / args.block ([x, y, z]) -> three columns each (null where the value is not a 3-list of numbers).
+  * dur -> float64 µs (NaN where not a number); integer args -> int64, or float64 where a value of the piece is
+    not an integer or is missing (NaN where not a number); float args -> float64;
+  * name, args.kind -> a piece dictionary (text; a name that is not a string keeps its JSON text, a kind that is
+    not a string is null);
+  * args.grid / args.block ([x, y, z]) -> three columns each (NaN where the value is not a 3-list of numbers).
 """
 
 from __future__ import annotations
@@ -42,11 +44,8 @@ class _Event(msgspec.Struct, gc=False):
 
     gc=False: millions of these are alive at once, and cyclic-GC passes over them cost more than the decode."""
 
-    ph: msgspec.Raw = _NULL
     cat: str | None = None
     name: msgspec.Raw = _NULL
-    pid: Any = None
-    tid: Any = None
     ts: msgspec.Raw = _NULL
     dur: msgspec.Raw = _NULL
     args: msgspec.Raw = _NULL
@@ -60,10 +59,11 @@ _Args = msgspec.defstruct(
     gc=False,
 )
 _ARG_GETTERS = [attrgetter(f"a{i}") for i in range(len(ARGS))]
-_CAT, _NAME, _TS, _DUR, _PH = attrgetter("cat"), attrgetter("name"), attrgetter("ts"), attrgetter("dur"), attrgetter("ph")
-_PID, _TID, _KIND = attrgetter("pid"), attrgetter("tid"), attrgetter("kind")
+_CAT, _NAME, _TS, _DUR, _KIND = attrgetter("cat"), attrgetter("name"), attrgetter("ts"), attrgetter("dur"), \
+    attrgetter("kind")
 _CAT_CODE = {cat: i for i, cat in enumerate(GPU_CATS)}
 _DIMS_RE = re.compile(rb"(?:\[-?\d+,-?\d+,-?\d+\],)*\[-?\d+,-?\d+,-?\d+\]")
+_INT, _NUMBER_OR_NULL = {int}, {int, float, type(None)}
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _ANY = msgspec.json.Decoder()
 _DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)  # ValidationError is a DecodeError
@@ -155,13 +155,15 @@ def numbers(values: list, floats: bool = False) -> np.ndarray:
             return np.array(values, dtype=np.float64)
         except (TypeError, ValueError):
             pass
-    else:
+    else:  # the usual cases, told apart by type in C: all integers; numbers and nulls (a key one category lacks)
+        types = set(map(type, values))
         try:
-            arr = np.array(values)
-        except (TypeError, ValueError, OverflowError):
-            arr = None
-        if arr is not None and arr.dtype.kind == "i" and arr.shape == (len(values),):
-            return arr.astype(np.int64, copy=False)
+            if types == _INT:
+                return np.array(values, dtype=np.int64)
+            if types <= _NUMBER_OR_NULL:
+                return np.array(values, dtype=np.float64)
+        except OverflowError:  # beyond int64 / float64
+            pass
     series = pd.Series(values, dtype=object)
     series = series.where(series.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)))
     return pd.to_numeric(series, errors="coerce").astype("float64").to_numpy()
@@ -173,9 +175,14 @@ def _dims(raws: list, key: str) -> dict:
     The usual case is parsed as text in one numpy call (a regular expression first proves every value is a
     3-list of integers): building a Python list per launch would cost more than decoding the event."""
     if raws:
-        text = b",".join(raws).translate(None, b" \t\r\n")
-        if _DIMS_RE.fullmatch(text):
-            arr = np.fromstring(text.translate(None, b"[]"), dtype=np.int64, sep=",").reshape(len(raws), 3)
+        given = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) >= 7  # shorter: not '[x,y,z]' (null)
+        text = b",".join(compress(raws, given) if not given.all() else raws).translate(None, b" \t\r\n")
+        if not given.any() or _DIMS_RE.fullmatch(text):
+            arr = np.fromstring(text.translate(None, b"[]"), dtype=np.int64, sep=",").reshape(-1, 3)
+            if not given.all():
+                full = np.full((len(raws), 3), np.nan)
+                full[given] = arr
+                arr = full
             return {f"{key}{axis}": arr[:, i] for i, axis in enumerate(DIM_AXES)}
     values = [json_value(r) for r in raws]
     return {f"{key}{axis}": numbers([v[i] if isinstance(v, list) and len(v) == 3 else None for v in values])
@@ -196,11 +203,8 @@ def _gpu_columns(events: list) -> dict:
         args = [a if a is not None else empty for a in args]
     names, name_code = _dictionary(decode_names(list(map(_NAME, events))))
     cols = {
-        "ph": _dictionary(_decode_texts(list(map(_PH, events)))),
         "cat": np.fromiter(map(_CAT_CODE.__getitem__, map(_CAT, events)), dtype=np.int8, count=len(events)),
         "name": ([u if isinstance(u, str) else str(u) for u in names], name_code),
-        "pid": numbers(list(map(_PID, events))),
-        "tid": numbers(list(map(_TID, events))),
         "ts": b"\n".join(map(_TS, events)),
         "dur": dur_to_us(list(map(_DUR, events))),
     }
@@ -213,8 +217,8 @@ def _gpu_columns(events: list) -> dict:
 
 
 def _range_rows(events: list) -> list[tuple]:
-    """(ph, name, pid, tid, ts text, dur µs, args dict or None) of each cuda_profiler_range event."""
-    return [(_decode_texts([e.ph])[0], decode_names([e.name])[0], e.pid, e.tid, bytes(e.ts), dur_to_us([e.dur])[0],
+    """(name, ts text, dur µs, args dict or None) of each cuda_profiler_range event."""
+    return [(decode_names([e.name])[0], bytes(e.ts), dur_to_us([e.dur])[0],
              json_value(e.args)) for e in events]
 
 
@@ -225,10 +229,10 @@ def process_piece(data: bytes) -> dict:
     cats = list(map(_CAT, events))  # selections below run in C (map + compress), not a Python loop per event
     gpu = list(compress(events, map(_CAT_CODE.__contains__, cats)))
     ranges = list(compress(events, map(eq, cats, repeat(RANGE_CAT))))  # (str.__eq__(None) is NotImplemented)
-    categories = Counter(cats)
-    categories.pop(None, None)
-    return {"events": len(events), "categories": dict(categories), "gpu": _gpu_columns(gpu) if gpu else None,
-            "ranges": _range_rows(ranges)}
+    cols = _gpu_columns(gpu) if gpu else None
+    counts = Counter(dict(zip(GPU_CATS, np.bincount(cols["cat"], minlength=3).tolist()))) if gpu else Counter()
+    counts[RANGE_CAT] = len(ranges)
+    return {"events": len(events), "categories": +counts, "gpu": cols, "ranges": _range_rows(ranges)}
 
 
 def piece_in_worker(piece: bytes) -> dict | None:
