@@ -10,7 +10,9 @@ Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit c
     not an integer or is missing (NaN where not a number); float args -> float64;
   * name, args.kind -> a piece dictionary (text; a name that is not a string keeps its JSON text, a kind that is
     not a string is null);
-  * args.grid / args.block ([x, y, z]) -> three columns each (NaN where the value is not a 3-list of numbers).
+  * args.grid / args.block ([x, y, z]) -> three columns each (NaN where the value is not a 3-list of numbers);
+  * each args key is read on the categories whose mapping uses it (KERNEL_KEYS, COPY_KEYS), as the reader always
+    did: decoding every key on every GPU event cost 12 % more (args.kind: on copies, the copy kind of ROCm).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ FLOAT_ARGS = ("blocks per SM", "warps per SM", "est. achieved occupancy %", "mem
 ARGS = ("device", "stream", "correlation", "registers per thread", "shared memory", "blocks per SM", "warps per SM",
         "est. achieved occupancy %", "External id", "bytes", "memory bandwidth (GB/s)")  # raw column order
 DIMS = ("grid", "block")
+KERNEL_KEYS = frozenset(("device", "stream", "correlation", "registers per thread", "shared memory", "blocks per SM",
+                         "warps per SM", "est. achieved occupancy %", "External id", *DIMS))
+COPY_KEYS = frozenset(("device", "stream", "correlation", "bytes", "memory bandwidth (GB/s)", "External id"))
 DIM_AXES = ("[0]", "[1]", "[2]")
 
 
@@ -175,11 +180,13 @@ def _dims(raws: list, key: str) -> dict:
     The usual case is parsed as text in one numpy call (a regular expression first proves every value is a
     3-list of integers): building a Python list per launch would cost more than decoding the event."""
     if raws:
-        given = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) >= 7  # shorter: not '[x,y,z]' (null)
-        text = b",".join(compress(raws, given) if not given.all() else raws).translate(None, b" \t\r\n")
-        if not given.any() or _DIMS_RE.fullmatch(text):
+        text, given = b",".join(raws).translate(None, b" \t\r\n"), None
+        if not _DIMS_RE.fullmatch(text):  # nulls among them? (shorter than 7 bytes: not '[x,y,z]')
+            given = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) >= 7
+            text = b",".join(compress(raws, given)).translate(None, b" \t\r\n")
+        if given is None or not given.any() or _DIMS_RE.fullmatch(text):
             arr = np.fromstring(text.translate(None, b"[]"), dtype=np.int64, sep=",").reshape(-1, 3)
-            if not given.all():
+            if given is not None and not given.all():
                 full = np.full((len(raws), 3), np.nan)
                 full[given] = arr
                 arr = full
@@ -196,24 +203,55 @@ def _dictionary(values: list) -> tuple[list, np.ndarray]:
 
 
 def _gpu_columns(events: list) -> dict:
-    """Columns of one piece's GPU events, no reference to the piece's bytes."""
+    """Columns of one piece's GPU events, no reference to the piece's bytes. Each args key is read on the events
+    of the categories that carry it (KERNEL_KEYS, COPY_KEYS; null elsewhere), as the mapping uses them."""
     args = _decode_args(list(map(attrgetter("args"), events)))
     if None in args:
         empty = _Args()
         args = [a if a is not None else empty for a in args]
     names, name_code = _dictionary(decode_names(list(map(_NAME, events))))
+    cat = np.fromiter(map(_CAT_CODE.__getitem__, map(_CAT, events)), dtype=np.int8, count=len(events))
     cols = {
-        "cat": np.fromiter(map(_CAT_CODE.__getitem__, map(_CAT, events)), dtype=np.int8, count=len(events)),
+        "cat": cat,
         "name": ([u if isinstance(u, str) else str(u) for u in names], name_code),
         "ts": b"\n".join(map(_TS, events)),
         "dur": dur_to_us(list(map(_DUR, events))),
     }
+    kernel = cat == 0
+    groups = [(KERNEL_KEYS, np.flatnonzero(kernel)), (COPY_KEYS, np.flatnonzero(~kernel))]
+    if kernel.all() or not kernel.any():
+        groups = [(keys, None) for keys, rows in groups if len(rows)]  # one category: no scatter
+    subsets = {id(KERNEL_KEYS): list(compress(args, kernel)), id(COPY_KEYS): list(compress(args, ~kernel))}
     for key, get in zip(ARGS, _ARG_GETTERS):
-        cols[f"args.{key}"] = numbers(list(map(get, args)), floats=key in FLOAT_ARGS)
-    cols["args.kind"] = _dictionary(_decode_texts(list(map(_KIND, args))))
+        parts = [(rows, numbers(list(map(get, subsets[id(keys)])), floats=key in FLOAT_ARGS))
+                 for keys, rows in groups if key in keys]
+        cols[f"args.{key}"] = _scatter(len(events), parts)
+    kinds, kind_code = _dictionary(_decode_texts(list(map(_KIND, subsets[id(COPY_KEYS)]))))
+    codes = np.full(len(events), -1, dtype=np.int32)
+    codes[~kernel] = kind_code
+    cols["args.kind"] = (kinds, codes)
     for dim in DIMS:
-        cols.update({f"args.{k}": v for k, v in _dims(list(map(attrgetter(dim), args)), dim).items()})
+        parts = {}
+        for keys, rows in groups:
+            if dim in keys:
+                for name, values in _dims(list(map(attrgetter(dim), subsets[id(keys)])), dim).items():
+                    parts.setdefault(name, []).append((rows, values))
+        for name in (f"{dim}{axis}" for axis in DIM_AXES):
+            cols[f"args.{name}"] = _scatter(len(events), parts.get(name, []))
     return cols
+
+
+def _scatter(n: int, parts: list[tuple]) -> np.ndarray:
+    """One column from (rows, values) parts (rows None: all rows); NaN for rows of no part, int64 when every row
+    has an integer."""
+    if len(parts) == 1 and parts[0][0] is None:
+        return parts[0][1]
+    covered = sum(n if rows is None else len(rows) for rows, _ in parts) == n
+    ints = covered and all(values.dtype.kind == "i" for _, values in parts)
+    out = np.empty(n, np.int64) if ints else np.full(n, np.nan)
+    for rows, values in parts:
+        out[rows if rows is not None else slice(None)] = values
+    return out
 
 
 def _range_rows(events: list) -> list[tuple]:
