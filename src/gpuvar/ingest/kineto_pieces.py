@@ -66,9 +66,9 @@ _Args = msgspec.defstruct(
 _ARG_GETTERS = [attrgetter(f"a{i}") for i in range(len(ARGS))]
 _CAT, _NAME, _TS, _DUR, _KIND = attrgetter("cat"), attrgetter("name"), attrgetter("ts"), attrgetter("dur"), \
     attrgetter("kind")
-_CAT_CODE = {cat: i for i, cat in enumerate(GPU_CATS)}
+_CAT_CODE = {cat: i + 1 for i, cat in enumerate(GPU_CATS)}  # 1-based: a code also selects (0 is falsy)
 _DIMS_RE = re.compile(rb"(?:\[-?\d+,-?\d+,-?\d+\],)*\[-?\d+,-?\d+,-?\d+\]")
-_INT, _NUMBER_OR_NULL = {int}, {int, float, type(None)}
+_NUMBER_OR_NULL = {int, float, type(None)}
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _ANY = msgspec.json.Decoder()
 _DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)  # ValidationError is a DecodeError
@@ -160,15 +160,18 @@ def numbers(values: list, floats: bool = False) -> np.ndarray:
             return np.array(values, dtype=np.float64)
         except (TypeError, ValueError):
             pass
-    else:  # the usual cases, told apart by type in C: all integers; numbers and nulls (a key one category lacks)
-        types = set(map(type, values))
+    else:
         try:
-            if types == _INT:
-                return np.array(values, dtype=np.int64)
-            if types <= _NUMBER_OR_NULL:
+            arr = np.array(values)
+        except (TypeError, ValueError, OverflowError):
+            arr = None
+        if arr is not None and arr.dtype.kind == "i" and arr.shape == (len(values),):
+            return arr.astype(np.int64, copy=False)  # the usual case: integers, exact
+        if set(map(type, values)) <= _NUMBER_OR_NULL:  # numbers and nulls (an event without the key)
+            try:
                 return np.array(values, dtype=np.float64)
-        except OverflowError:  # beyond int64 / float64
-            pass
+            except OverflowError:  # an integer beyond float64
+                pass
     series = pd.Series(values, dtype=object)
     series = series.where(series.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)))
     return pd.to_numeric(series, errors="coerce").astype("float64").to_numpy()
@@ -202,7 +205,7 @@ def _dictionary(values: list) -> tuple[list, np.ndarray]:
     return list(uniques), codes.astype(np.int32)
 
 
-def _gpu_columns(events: list) -> dict:
+def _gpu_columns(events: list, cat: np.ndarray) -> dict:
     """Columns of one piece's GPU events, no reference to the piece's bytes. Each args key is read on the events
     of the categories that carry it (KERNEL_KEYS, COPY_KEYS; null elsewhere), as the mapping uses them."""
     args = _decode_args(list(map(attrgetter("args"), events)))
@@ -210,7 +213,6 @@ def _gpu_columns(events: list) -> dict:
         empty = _Args()
         args = [a if a is not None else empty for a in args]
     names, name_code = _dictionary(decode_names(list(map(_NAME, events))))
-    cat = np.fromiter(map(_CAT_CODE.__getitem__, map(_CAT, events)), dtype=np.int8, count=len(events))
     cols = {
         "cat": cat,
         "name": ([u if isinstance(u, str) else str(u) for u in names], name_code),
@@ -221,7 +223,8 @@ def _gpu_columns(events: list) -> dict:
     groups = [(KERNEL_KEYS, np.flatnonzero(kernel)), (COPY_KEYS, np.flatnonzero(~kernel))]
     if kernel.all() or not kernel.any():
         groups = [(keys, None) for keys, rows in groups if len(rows)]  # one category: no scatter
-    subsets = {id(KERNEL_KEYS): list(compress(args, kernel)), id(COPY_KEYS): list(compress(args, ~kernel))}
+    subsets = {id(KERNEL_KEYS): list(compress(args, kernel.tolist())),  # (Python bools: numpy ones are slow)
+               id(COPY_KEYS): list(compress(args, (~kernel).tolist()))}
     for key, get in zip(ARGS, _ARG_GETTERS):
         parts = [(rows, numbers(list(map(get, subsets[id(keys)])), floats=key in FLOAT_ARGS))
                  for keys, rows in groups if key in keys]
@@ -265,9 +268,11 @@ def process_piece(data: bytes) -> dict:
     not valid JSON."""
     events = _decode_events(data)
     cats = list(map(_CAT, events))  # selections below run in C (map + compress), not a Python loop per event
-    gpu = list(compress(events, map(_CAT_CODE.__contains__, cats)))
+    codes = list(map(_CAT_CODE.get, cats))  # None for the other categories
+    gpu = list(compress(events, codes))
     ranges = list(compress(events, map(eq, cats, repeat(RANGE_CAT))))  # (str.__eq__(None) is NotImplemented)
-    cols = _gpu_columns(gpu) if gpu else None
+    cat = np.array(list(filter(None, codes)), dtype=np.int8) - 1
+    cols = _gpu_columns(gpu, cat) if gpu else None
     counts = Counter(dict(zip(GPU_CATS, np.bincount(cols["cat"], minlength=3).tolist()))) if gpu else Counter()
     counts[RANGE_CAT] = len(ranges)
     return {"events": len(events), "categories": +counts, "gpu": cols, "ranges": _range_rows(ranges)}
