@@ -112,8 +112,9 @@ def test_rocpd_merged_database_reads_guids_and_round_trips(tmp_path):
 
 
 def test_rocpd_normalize_of_a_stored_raw_read_equals_read(tmp_path):
-    for path in (real_file(ROCPD), rocpd_copy(tmp_path, "DELETE FROM rocpd_info_kernel_symbol{u} WHERE id = 2",
-                                                        "UPDATE rocpd_memory_copy{u} SET name_id = 9999 WHERE id <= 3")):
+    edited = rocpd_copy(tmp_path, "DELETE FROM rocpd_info_kernel_symbol{u} WHERE id = 2",
+                        "UPDATE rocpd_memory_copy{u} SET name_id = 9999 WHERE id <= 3")
+    for path in (real_file(ROCPD), edited):
         stored = roundtrip(rocpd.read_raw(path), tmp_path / f"raw-{path.stem}")
         assert_same_output(rocpd.normalize(stored), rocpd.read(path))
 

@@ -20,11 +20,12 @@ launch_id = row rank by (start, correlation), from 0. Events with a missing or n
 dur, are dropped and counted.
 
 Two steps (gpuvar.ingest.raw). read_raw streams the trace once (see kineto_pieces) into raw tables that keep the
-JSON keys as column names: `events` (the kernel, gpu_memcpy and gpu_memset events in file order: cat, name,
-ts (exact decimal µs: 12 decimals, more are rounded to odd), dur (µs), args.<key> for the args above, args.grid[0..2], args.block[0..2],
-args.kind) and `cuda_profiler_range` (cat, name, ts, dur, args.<counter>); raw.info holds the other top-level
-keys (`top`: deviceProperties, distributedInfo, schemaVersion, ...), the number of trace events and the count
-of each GPU category. normalize selects kernels and copies by cat, converts µs to ns and renames.
+JSON keys as column names: `events` (the kernel, gpu_memcpy and gpu_memset events in file order: cat, name, ts
+as an exact decimal in µs (12 decimals; more are rounded to odd, so the ns rounding stays exact), dur (µs),
+args.<key> for the args above, args.grid[0..2], args.block[0..2], args.kind) and `cuda_profiler_range` (cat,
+name, ts, dur, args.<counter>); raw.info holds the other top-level keys (`top`: deviceProperties,
+distributedInfo, schemaVersion, ...), the number of trace events and the count of each GPU category.
+normalize selects kernels and copies by cat, converts µs to ns and renames (docs/raw-rocpd-kineto.md).
 """
 
 from __future__ import annotations
