@@ -272,10 +272,12 @@ def process_piece(data: bytes) -> dict:
     gpu = list(compress(events, codes))
     ranges = list(compress(events, map(eq, cats, repeat(RANGE_CAT))))  # (str.__eq__(None) is NotImplemented)
     cat = np.array(list(filter(None, codes)), dtype=np.int8) - 1
+    n = len(events)
+    del events, cats, codes  # freed before the columns are built: their memory is reused (faster)
     cols = _gpu_columns(gpu, cat) if gpu else None
     counts = Counter(dict(zip(GPU_CATS, np.bincount(cols["cat"], minlength=3).tolist()))) if gpu else Counter()
     counts[RANGE_CAT] = len(ranges)
-    return {"events": len(events), "categories": +counts, "gpu": cols, "ranges": _range_rows(ranges)}
+    return {"events": n, "categories": +counts, "gpu": cols, "ranges": _range_rows(ranges)}
 
 
 def piece_in_worker(piece: bytes) -> dict | None:
