@@ -228,3 +228,37 @@ def test_kineto_demo_traces_normalize_from_stored_raw_exactly_as_read(tmp_path):
         stored = load_raw(tmp_path / f"raw{rank}")
         assert stored.tables["events"].schema == raw.tables["events"].schema
         assert_same_output(kineto.normalize(stored), kineto.read(path))
+
+
+def test_kineto_values_of_the_wrong_type_survive_the_raw_round_trip(tmp_path):
+    """Odd values keep their meaning through Parquet: fractional or huge ids, a name that is not a string, grid
+    lists of the wrong length, args that are not an object, counters of mixed types."""
+    def kernel(i, **change):
+        event = {"ph": "X", "cat": "kernel", "name": f"k{i % 3}", "ts": 1700000000000000.125 + i, "dur": 2.5,
+                 "args": {"device": 0, "stream": 7, "correlation": i, "grid": [i + 1, 1, 1], "block": [64, 1, 1],
+                          "registers per thread": 32, "blocks per SM": 0.5}}
+        event.update({k: v for k, v in change.items() if k != "args"})
+        event["args"].update(change.get("args", {}))
+        return event
+
+    events = [kernel(i) for i in range(20)]
+    events += [kernel(20, name=17), kernel(21, args={"device": 2**70, "stream": "7", "grid": [1, 2]}),
+               kernel(22, args={"registers per thread": 2.5, "block": None}), {**kernel(23), "args": [1, 2]},
+               kernel(24, ts="abc"), kernel(25, dur=-1), kernel(26, ts=1.7e15)]
+    events += [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 1700000000000100 + i,
+                "dur": 1, "args": {"device": 0, "stream": 7, "correlation": 100 + i, "bytes": b, "kind": k}}
+               for i, (b, k) in enumerate([(1024, "HtoD"), ("12", 5), (None, None)])]
+    events += [{"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 1700000000000200, "dur": 1,
+                "args": {"device": 0, "bytes": 8}}]
+    events += [{"ph": "X", "cat": "cuda_profiler_range", "name": "r", "ts": 1, "dur": 1,
+                "args": {"a": 1, "b": "x" if i else 2.5, "c": [1] if i else None}} for i in range(2)]
+    path = kineto_trace(tmp_path, events, distributedInfo={"rank": 3, "world_size": 4},
+                        deviceProperties=[{"id": 0, "name": "GPU", "warpSize": 32}])
+    raw = kineto.read_raw(path)
+    stored = roundtrip(raw, tmp_path / "raw")
+    assert stored.info == json.loads(json.dumps(raw.info))
+    out = kineto.normalize(stored)
+    assert_same_output(out, kineto.read(path))
+    assert out.rows_read == {"kernels": 27, "memcpy": 4} and len(out.kernels) == 25
+    assert set(out.kernels["rank"]) == {3}
+    assert stored.tables["cuda_profiler_range"].column("args.b").to_pylist() == ["2.5", "x"]  # mixed: kept as text
