@@ -18,24 +18,29 @@ null start/end (the range's ts/dur time the replay, not the kernel; a note says 
   * rank: distributedInfo.rank when the trace has it (a note records rank and world size).
 launch_id = row rank by (start, correlation), from 0. Events with a missing or non-numeric ts/dur, or a negative
 dur, are dropped and counted.
+
+Two steps (gpuvar.ingest.raw). read_raw streams the trace once (see kineto_pieces) into raw tables that keep the
+JSON keys as column names: `events` (the kernel, gpu_memcpy and gpu_memset events in file order: cat, name, ts
+as an exact decimal in µs (12 decimals; more are rounded to odd, so the ns rounding stays exact), dur (µs),
+args.<key> for the args above, args.grid[0..2], args.block[0..2], args.kind) and `cuda_profiler_range` (cat,
+name, ts, dur, args.<counter>); raw.info holds the other top-level keys (`top`: deviceProperties,
+distributedInfo, schemaVersion, ...), the number of trace events and the count of each GPU category.
+normalize selects kernels and copies by cat, converts µs to ns and renames (docs/raw-rocpd-kineto.md).
 """
 
 from __future__ import annotations
 
 import gc
 import io
+import json
 import multiprocessing as mp
 import os
 import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from decimal import Decimal, InvalidOperation
-from itertools import compress, repeat
-from operator import attrgetter, eq
+from decimal import ROUND_05UP, ROUND_HALF_EVEN, Decimal, InvalidOperation, localcontext
 from pathlib import Path
-from typing import Any
 
-import msgspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -45,13 +50,25 @@ import pyarrow.csv as pcsv
 from gpuvar.errors import InputError
 from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.compression import compression_of, open_binary, read_raw_head
-from gpuvar.ingest.json_stream import DecodeFailed, TraceStream
+from gpuvar.ingest.json_stream import TraceStream
+from gpuvar.ingest.kineto_pieces import (
+    DIM_AXES,
+    DIMS,
+    GPU_CATS,
+    RANGE_CAT,
+    process_piece,
+)
+from gpuvar.ingest.kineto_pieces import piece_in_worker as _piece_in_worker
 from gpuvar.ingest.nsys import MEMCPY_OPER_FALLBACK, copy_kind_short
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 from gpuvar.schema import int_column
 
 FORMAT = "pytorch-kineto"
 PARALLEL_MIN_BYTES = 48 << 20  # smaller traces: starting worker processes costs more than it saves
-_NULL = msgspec.Raw(b"null")
+DEFAULT_OPTIONS = ReadOptions()  # (no read option applies to Kineto)
+EVENTS, RANGES = "events", "cuda_profiler_range"  # raw table names
+TS_TYPE = pa.decimal128(38, 12)  # exact µs: 26 integer digits, 12 decimals
+_INT64_MIN = np.iinfo(np.int64).min
 _KINETO_MARKERS = re.compile(
     rb'"(schemaVersion|deviceProperties|distributedInfo)"|"cat"\s*:\s*"(kernel|gpu_memcpy|cpu_op|cuda_runtime)"'
 )
@@ -68,41 +85,7 @@ COPY_ARGS = {
     "memory bandwidth (GB/s)": "bandwidth_gb_s", "External id": "external_id",
 }
 FLOAT_COLUMNS = {"blocks_per_sm", "warps_per_sm", "est_achieved_occupancy_pct", "bandwidth_gb_s"}
-
-
-class _Event(msgspec.Struct, gc=False):
-    """The fields read from every event; ts and args stay raw until the event is known to matter.
-
-    gc=False: millions of these are alive at once, and cyclic-GC passes over them cost more than the decode."""
-
-    cat: str | None = None
-    name: msgspec.Raw = _NULL
-    ts: msgspec.Raw = _NULL
-    dur: msgspec.Raw = _NULL
-    args: msgspec.Raw = _NULL
-
-
-def _args_struct(name: str, mapping: dict[str, str], raw: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> type:
-    fields = [(col, Any, msgspec.field(default=None, name=key)) for key, col in mapping.items()]
-    fields += [(key, msgspec.Raw, msgspec.field(default=_NULL)) for key in raw]
-    fields += [(key, Any, msgspec.field(default=None)) for key in extra]
-    return msgspec.defstruct(name, fields, gc=False)
-
-
-_CAT, _NAME, _TS, _DUR = attrgetter("cat"), attrgetter("name"), attrgetter("ts"), attrgetter("dur")
-_COPY_CATS = frozenset(("gpu_memcpy", "gpu_memset"))
-_KernelArgs = _args_struct("_KernelArgs", KERNEL_ARGS, raw=("grid", "block"))
-_CopyArgs = _args_struct("_CopyArgs", COPY_ARGS, extra=("kind",))
-_DIMS = re.compile(rb"(?:\[-?\d+,-?\d+,-?\d+\],)*\[-?\d+,-?\d+,-?\d+\]")
-_EVENTS = msgspec.json.Decoder(list[_Event])
-_ANY = msgspec.json.Decoder()
-_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)  # ValidationError is a DecodeError
-_STRINGS = msgspec.json.Decoder(list[str])
-_FLOATS = msgspec.json.Decoder(list[float | None])
-_ARGS = {
-    "kernel": msgspec.json.Decoder(list[_KernelArgs | None]),
-    "copy": msgspec.json.Decoder(list[_CopyArgs | None]),
-}
+DIM_COLUMNS = {f"args.{dim}{axis}": f"{dim}_{xyz}" for dim in DIMS for axis, xyz in zip(DIM_AXES, "xyz")}
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -119,362 +102,105 @@ def sniff(path: Path, head: bytes) -> bool:
     return b'"schemaVersion"' in text and b'"deviceProperties"' in text
 
 
-# --- decoding ----------------------------------------------------------------------------------------------
+# --- read: the trace as raw tables ---------------------------------------------------------------------------
 
 
-def _decode_events(data: bytes) -> list:
-    """Typed decode of one piece; elements that are not objects are skipped (they carry no GPU activity)."""
-    try:
-        return _EVENTS.decode(data)
-    except msgspec.ValidationError:
-        pass
-    except _DECODE_ERRORS as exc:
-        raise DecodeFailed(str(exc)) from None
-    try:
-        items = _ANY.decode(data)
-    except _DECODE_ERRORS as exc:
-        raise DecodeFailed(str(exc)) from None
-    events = []
-    for item in items:
-        if isinstance(item, dict):
-            try:
-                events.append(_EVENTS.decode(b"[" + msgspec.json.encode(item) + b"]")[0])
-            except (*_DECODE_ERRORS, TypeError):
-                continue
-    return events
-
-
-def _json(raw):
-    """One raw JSON value decoded, or None when it cannot be (invalid UTF-8 in a string, ...)."""
-    try:
-        return _ANY.decode(raw)
-    except (*_DECODE_ERRORS, TypeError):
-        return None
-
-
-def _decode_args(kind: str, raws: list) -> list:
-    """Args objects of one piece's events in one decode call; an event whose args do not fit gets None."""
-    try:
-        return _ARGS[kind].decode(b"[" + b",".join(raws) + b"]")
-    except _DECODE_ERRORS:
-        out = []
-        for raw in raws:
-            try:
-                out.append(_ARGS[kind].decode(b"[" + bytes(raw) + b"]")[0])
-            except _DECODE_ERRORS:
-                out.append(None)
-        return out
-
-
-def _decode_names(raws: list) -> list:
-    """Raw JSON names -> str (a name that is not a string keeps its JSON text, invalid UTF-8 replaced)."""
-    try:
-        return _STRINGS.decode(b"[" + b",".join(raws) + b"]")
-    except _DECODE_ERRORS:
-        names = []
-        for raw in raws:
-            value = _json(raw)
-            names.append(value if isinstance(value, str) else bytes(raw).decode("utf-8", "replace"))
-        return names
-
-
-def dur_to_us(raws: list) -> np.ndarray:
-    """Raw JSON dur texts -> float64 µs (NaN when not a number)."""
-    if not raws:
-        return np.array([], dtype=np.float64)
-    try:
-        return np.array(_FLOATS.decode(b"[" + b",".join(raws) + b"]"), dtype=np.float64)
-    except (*_DECODE_ERRORS, TypeError, ValueError):
-        return _numbers([_json(r) for r in raws], floats=True)
-
-
-def ts_to_ns(joined: bytes, n: int) -> pa.Array:
-    """n raw JSON ts texts (µs) joined by newlines -> int64 ns, exact decimal arithmetic, half-to-even; null
-    where not a number (a JSON ts text never holds a raw newline: strings escape it)."""
+def ts_decimal(joined: bytes, n: int) -> pa.Array:
+    """n raw JSON ts texts (µs) joined by newlines -> exact decimals (TS_TYPE); null where not a number or out of
+    range (a JSON ts text never holds a raw newline: strings escape it)."""
     if not n:
-        return pa.array([], type=pa.int64())
+        return pa.array([], type=TS_TYPE)
     try:
         table = pcsv.read_csv(
             io.BytesIO(joined),
             read_options=pcsv.ReadOptions(column_names=["v"]),
             parse_options=pcsv.ParseOptions(quote_char=False),
-            convert_options=pcsv.ConvertOptions(column_types={"v": pa.decimal128(28, 9)}, null_values=["null"]),
+            convert_options=pcsv.ConvertOptions(column_types={"v": TS_TYPE}, null_values=["null"]),
         )
         values = table.column("v")
         if len(values) == n:
-            scaled = pc.multiply(values, pa.scalar(1000, pa.decimal128(4, 0)))
-            return pc.cast(pc.round(scaled, 0, round_mode="half_to_even"), pa.int64()).combine_chunks()
+            return values.combine_chunks()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     texts = joined.split(b"\n")
-    return pa.array([_ts_one(t) for t in texts] if len(texts) == n else [None] * n, type=pa.int64())
+    return pa.array([_ts_one(t) for t in texts] if len(texts) == n else [None] * n, type=TS_TYPE)
 
 
-def _ts_one(text: bytes) -> int | None:
+def _ts_one(text: bytes) -> Decimal | None:
+    """One ts text the fast parse refused: more than 12 decimals, or not a number. The 12th decimal is rounded
+    'to odd' (ROUND_05UP: it stays sticky), so that rounding to ns later gives the exactly rounded value."""
     try:
-        value = (Decimal(text.decode("ascii")) * 1000).to_integral_value()
+        value = Decimal(text.decode("ascii"))
     except (InvalidOperation, UnicodeDecodeError, ValueError):
         return None
-    return int(value) if value.is_finite() and abs(value) < 2**63 else None
-
-
-def _numbers(values: list, floats: bool = False) -> np.ndarray | pd.Series:
-    """Column values as int64 / float64 numpy (fast path) or a nullable Series (None, strings, bools)."""
-    if floats:
-        try:
-            return np.array(values, dtype=np.float64)
-        except (TypeError, ValueError):
-            pass
-    else:
-        try:
-            arr = np.array(values)
-        except (TypeError, ValueError, OverflowError):
-            arr = None
-        if arr is not None and arr.dtype.kind == "i" and arr.shape == (len(values),):
-            return arr.astype(np.int64, copy=False)
-    series = pd.Series(values, dtype=object)
-    series = series.where(series.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)))
-    numeric = pd.to_numeric(series, errors="coerce").astype("float64")
-    return numeric if floats else int_column(numeric)  # NaN, inf and values beyond int64 become null
-
-
-def _dims(raws: list, prefix: str) -> dict:
-    """Raw [x, y, z] JSON lists -> prefix_x/_y/_z columns; null where the value is not a 3-list of integers.
-
-    The usual case is parsed as text in one numpy call (a regular expression first proves every value is a
-    3-list of integers): building a Python list per launch would cost more than decoding the event."""
-    if raws:
-        text = b",".join(raws).translate(None, b" \t\r\n")
-        if _DIMS.fullmatch(text):
-            arr = np.fromstring(text.translate(None, b"[]"), dtype=np.int64, sep=",").reshape(len(raws), 3)
-            return {f"{prefix}_{a}": arr[:, i] for i, a in enumerate("xyz")}
-    values = [_json(r) for r in raws]
-    cols = {}
-    for i, axis in enumerate("xyz"):
-        cols[f"{prefix}_{axis}"] = _numbers([v[i] if isinstance(v, list) and len(v) == 3 else None for v in values])
-    return cols
-
-
-# --- one piece of the event array ----------------------------------------------------------------------------
-
-
-def _columns(events: list, args: list, mapping: dict[str, str], empty, dims=(), extra=()) -> dict:
-    """Compact, picklable columns of one piece's events of one table (no reference to the piece's bytes).
-
-    names: the piece's distinct names, name_code: index into them; ts_raw: the ts texts joined by newlines (the
-    exact conversion needs pyarrow, which runs in the main process only)."""
-    codes, uniques = pd.factorize(np.array(_decode_names(list(map(_NAME, events))), dtype=object),
-                                  use_na_sentinel=False)
-    if None in args:
-        args = [a if a is not None else empty for a in args]
-    cols = {
-        "names": [u if isinstance(u, str) else str(u) for u in uniques],
-        "name_code": codes.astype(np.int32),
-        "ts_raw": b"\n".join(map(_TS, events)),
-        "dur_us": dur_to_us(list(map(_DUR, events))),
-    }
-    for column in mapping.values():
-        cols[column] = _numbers(list(map(attrgetter(column), args)), floats=column in FLOAT_COLUMNS)
-    for field in dims:
-        cols.update(_dims(list(map(attrgetter(field), args)), field))
-    for field in extra:
-        cols[field] = list(map(attrgetter(field), args))
-    return cols
-
-
-def process_piece(data: bytes) -> dict:
-    """Decode one piece (`[event, ...]` bytes) into compact columns per table; DecodeFailed when not valid JSON."""
-    events = _decode_events(data)
-    cats = list(map(_CAT, events))  # selections below run in C (map + compress), not a Python loop per event
-    ks = list(compress(events, map(eq, cats, repeat("kernel"))))  # (str.__eq__(None) is NotImplemented: truthy)
-    cs = list(compress(events, map(_COPY_CATS.__contains__, cats)))
-    rs = list(compress(events, map(eq, cats, repeat("cuda_profiler_range"))))
-    part = {"events": len(events), "kernel": None, "copy": None,
-            "ranges": [(_decode_names([e.name])[0], _json(e.args)) for e in rs]}
-    del events
-    if ks:
-        part["kernel"] = _columns(ks, _decode_args("kernel", [e.args for e in ks]), KERNEL_ARGS, _KernelArgs(),
-                                  dims=("grid", "block"))
-    if cs:
-        part["copy"] = _columns(cs, _decode_args("copy", [e.args for e in cs]), COPY_ARGS, _CopyArgs(),
-                                extra=("kind",))
-    return part
-
-
-def _piece_in_worker(piece: bytes) -> dict | None:
-    """process_piece of `[piece]` in a worker process: None tells the main process the cut was wrong (it re-reads
-    there)."""
-    gc.disable()
-    try:
-        return process_piece(b"[" + piece + b"]")
-    except DecodeFailed:
+    if not value.is_finite() or abs(value) >= Decimal(10) ** 26:
         return None
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return value.quantize(Decimal("1e-12"), rounding=ROUND_05UP)
 
 
-# --- accumulation ------------------------------------------------------------------------------------------
+class _Gpu:
+    """The GPU event columns, gathered piece by piece: piece dictionaries mapped to global ones, ts parsed."""
 
-
-class _Table:
-    """Columns of one output table, gathered piece by piece; names mapped to one global dictionary."""
+    DICTIONARIES = ("name", "args.kind")
 
     def __init__(self):
-        self.names: dict[str, int] = {}
-        self.parts: list[dict] = []
+        self.dicts: dict[str, dict] = {key: {} for key in self.DICTIONARIES}
+        self.chunks: dict[str, list] = {}
         self.rows = 0
 
     def extend(self, cols: dict) -> None:
-        glob = np.array([self.names.setdefault(n, len(self.names)) for n in cols.pop("names")], dtype=np.int32)
-        cols["name_code"] = glob[cols["name_code"]]
-        n = len(cols["name_code"])
-        cols["ts_ns"] = ts_to_ns(cols.pop("ts_raw"), n)
-        self.parts.append(cols)
+        n = len(cols["cat"])
+        for key, value in cols.items():
+            if key in self.dicts:
+                uniques, codes = value
+                lookup = self.dicts[key]
+                glob = np.array([lookup.setdefault(u, len(lookup)) for u in uniques] + [-1], dtype=np.int32)
+                value = glob[codes]  # (a null's code -1 picks the -1 appended)
+            elif key == "ts":
+                value = ts_decimal(value, n)
+            self.chunks.setdefault(key, []).append(value)
         self.rows += n
 
-    def frame(self) -> dict:
-        if not self.parts:
-            return {}
-        cols = {}
-        for key in self.parts[0]:
-            values = [p[key] for p in self.parts]
-            if isinstance(values[0], pa.Array):
-                cols[key] = pa.chunked_array(values, type=pa.int64())
-            elif isinstance(values[0], list):
-                cols[key] = [v for part in values for v in part]
-            elif all(isinstance(v, np.ndarray) for v in values):
-                cols[key] = np.concatenate(values)
-            else:
-                cols[key] = pd.concat([pd.Series(v) for v in values], ignore_index=True)
-        return cols
+    def table(self) -> pa.Table:
+        columns = {}
+        for key, chunks in self.chunks.items():
+            if key in self.dicts:
+                codes = np.concatenate(chunks)
+                mask = codes < 0
+                indices = pa.array(np.where(mask, 0, codes), mask=mask if mask.any() else None)
+                columns[key] = pa.DictionaryArray.from_arrays(indices, pa.array(list(self.dicts[key]), pa.string()))
+            elif key == "cat":
+                columns[key] = pa.DictionaryArray.from_arrays(pa.array(np.concatenate(chunks)), pa.array(GPU_CATS))
+            elif key == "ts":
+                columns[key] = pa.chunked_array(chunks, type=TS_TYPE)
+            else:  # numbers: float64 where a piece needed it (exact integers otherwise), NaN -> null
+                floats = any(c.dtype.kind == "f" for c in chunks)
+                columns[key] = pa.chunked_array([pa.array(c.astype(np.float64, copy=False) if floats else c,
+                                                          from_pandas=True) for c in chunks])
+        return pa.table(columns)
 
 
-# --- frames ------------------------------------------------------------------------------------------------
+def _range_table(rows: list[tuple]) -> pa.Table:
+    """cuda_profiler_range events: their fields and args.<counter> (a counter mixing types is kept as text)."""
+    name, ts, dur, args = zip(*rows)
+    columns = {"cat": pa.array([RANGE_CAT] * len(rows), pa.string()), "name": pa.array(name, pa.string()),
+               "ts": ts_decimal(b"\n".join(ts), len(rows)), "dur": pa.array(np.array(dur), from_pandas=True)}
+    counters = pd.DataFrame([a if isinstance(a, dict) else {} for a in args])
+    for key in counters.columns:
+        columns[f"args.{key}"] = _loose(counters[key])
+    return pa.table(columns)
 
 
-def _timing(cols: dict, out: ReaderOutput, table: str) -> tuple[dict, np.ndarray]:
-    """start/end/duration in ns; returns the columns and the keep mask after the documented drops."""
-    start = cols.pop("ts_ns")
-    start_np = pc.fill_null(start, 0).to_numpy()
-    start_null = pc.is_null(start).to_numpy(zero_copy_only=False)
-    dur = np.asarray(cols.pop("dur_us"), dtype=np.float64)
-    bad_dur = ~np.isfinite(dur) | (np.abs(dur) >= 2.0**53 / 1000)
-    missing = start_null | bad_dur
-    negative = ~missing & (dur < 0)
-    out.drop(table, "missing or non-numeric ts/dur", int(missing.sum()))
-    out.drop(table, "negative dur (end before start)", int(negative.sum()))
-    dur_ns = np.round(np.where(missing, 0, dur) * 1000).astype(np.int64)
-    keep = ~(missing | negative)
-    cols["start"] = start_np
-    cols["end"] = start_np + dur_ns
-    cols["duration"] = dur_ns
-    return cols, keep
-
-
-def _launch_ids(start: np.ndarray, corr) -> np.ndarray:
-    """Rank of each row by (start, correlation), from 0."""
-    if len(start) < 2 or (start[1:] > start[:-1]).all():
-        return np.arange(len(start), dtype=np.int64)
-    corr = np.zeros(len(start), np.int64) if corr is None else np.asarray(
-        int_column(pd.Series(corr)).fillna(-1), dtype=np.int64)
-    order = np.lexsort((corr, start))
-    launch = np.empty(len(order), dtype=np.int64)
-    launch[order] = np.arange(len(order), dtype=np.int64)
-    return launch
-
-
-def _names(codes: np.ndarray, names: dict[str, int]) -> pd.Categorical:
-    return pd.Categorical.from_codes(codes, categories=list(names))
-
-
-def _finish(cols: dict, keep: np.ndarray, names: dict) -> pd.DataFrame:
-    cols["kernel_name"] = _names(cols.pop("name_code"), names)
-    frame = pd.DataFrame({k: (v if not isinstance(v, list) else pd.Series(v, dtype=object)) for k, v in cols.items()})
-    if not keep.all():
-        frame = frame.loc[keep].reset_index(drop=True)
-    return frame
-
-
-def _wave_sizes(device, warp: dict[int, int]) -> np.ndarray:
-    dev = np.asarray(int_column(pd.Series(device)).fillna(-1), dtype=np.int64)
-    if not warp:
-        return np.full(len(dev), 32, dtype=np.int64)
-    return np.array([warp.get(int(d), 32) for d in dev], dtype=np.int64) if len(set(warp.values())) > 1 else \
-        np.full(len(dev), next(iter(warp.values())), dtype=np.int64)
-
-
-def _kernels(table: _Table, warp: dict, out: ReaderOutput) -> pd.DataFrame:
-    cols, keep = _timing(table.frame(), out, "kernels")
-    cols["wave_size"] = _wave_sizes(cols["device_id"], warp)
-    frame = _finish(cols, keep, table.names)
-    frame["launch_id"] = _launch_ids(frame["start"].to_numpy(), frame["correlation_id"])
-    return frame
-
-
-def _copy_kinds(names: dict[str, int], codes: np.ndarray, kinds: list) -> dict:
-    """copy_kind_name / copy_kind / memory_kinds from the event name ('Memcpy HtoD (Pageable -> Device)');
-    ROCm's args.kind ('HtoD') when the name has none; memsets are 'Memset'."""
-    by_name = []
-    for name in names:
-        m = _COPY_NAME.match(name)
-        if m:
-            by_name.append((m.group(1), m.group(2)))
-        elif name.strip().lower().startswith("memset"):
-            by_name.append(("Memset", None))
-        else:
-            by_name.append((None, None))
-    kind = [by_name[c][0] for c in codes]
-    kind = [k if k is not None else (a if isinstance(a, str) else None) for k, a in zip(kind, kinds)]
-    return {
-        "copy_kind_name": pd.Categorical(kind),
-        "copy_kind": pd.array([COPY_CODES.get(k) for k in kind], dtype="Int64"),
-        "memory_kinds": pd.Categorical([by_name[c][1] for c in codes]),
-    }
-
-
-def _memcpy(table: _Table, out: ReaderOutput) -> pd.DataFrame:
-    cols, keep = _timing(table.frame(), out, "memcpy")
-    cols.update(_copy_kinds(table.names, cols["name_code"], cols.pop("kind")))
-    cols["name"] = _names(cols.pop("name_code"), table.names)
-    frame = pd.DataFrame(cols)
-    if not keep.all():
-        frame = frame.loc[keep].reset_index(drop=True)
-    frame["launch_id"] = _launch_ids(frame["start"].to_numpy(), frame["correlation_id"])
-    return frame
-
-
-def _range_kernels(ranges: list[tuple[str, dict]]) -> pd.DataFrame:
-    """One row per CUPTI profiler range: counters as numeric columns, no timeline (like Nsight Compute data)."""
-    counters = pd.DataFrame([args if isinstance(args, dict) else {} for _, args in ranges])
-    counters = counters.apply(pd.to_numeric, errors="coerce") if len(counters.columns) else counters
-    frame = pd.DataFrame({"kernel_name": pd.Categorical([n for n, _ in ranges])})
-    frame["launch_id"] = np.arange(len(frame), dtype=np.int64)
-    return pd.concat([frame, counters.reset_index(drop=True)], axis=1)
-
-
-# --- entry point -------------------------------------------------------------------------------------------
-
-
-def _notes(top: dict, counts: dict, out: ReaderOutput) -> tuple[dict[int, int], int | None]:
-    """deviceProperties, distributedInfo and event counts as notes; returns (device -> warp size, rank)."""
-    warp, names = {}, []
-    props = top.get("deviceProperties")
-    for p in props if isinstance(props, list) else []:
-        if isinstance(p, dict) and isinstance(p.get("id"), int):
-            if isinstance(p.get("warpSize"), int) and p["warpSize"] > 0:
-                warp[p["id"]] = p["warpSize"]
-            names.append(f"{p['id']}: {p.get('name', '?')}")
-    if names:
-        out.notes.append("GPUs (deviceProperties): " + "; ".join(names))
-    info = top.get("distributedInfo")
-    rank = info.get("rank") if isinstance(info, dict) else None
-    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
-    if rank is not None:
-        extra = "".join(f", {k} {info[k]}" for k in ("world_size", "backend") if k in info)
-        out.notes.append(f"distributedInfo: rank {rank}{extra} (recorded in the rank column)")
-    if "schemaVersion" in top:
-        out.notes.append(f"Kineto trace schemaVersion {top['schemaVersion']}")
-    out.notes.append(f"{counts['events']} trace events, of which {counts['kernel']} kernel, {counts['copy']} "
-                     f"gpu_memcpy/gpu_memset, {counts['range']} cuda_profiler_range")
-    return warp, rank
+def _loose(values) -> pa.Array:
+    """Values of any JSON type as one Arrow column: typed where Arrow can, else text (strings as they are,
+    other values as JSON)."""
+    values = pd.Series(list(values), dtype=object)
+    try:
+        return pa.array(values, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([v if isinstance(v, str) or v is None else json.dumps(v) for v in values], pa.string())
 
 
 def _workers(path: Path) -> int:
@@ -492,11 +218,11 @@ def _workers(path: Path) -> int:
     return min(wanted, cores)
 
 
-def _read_events(path: Path, kernels: _Table, copies: _Table, counts: Counter, ranges: list) -> TraceStream:
+def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list) -> TraceStream:
     """Stream the trace once, filling the tables; returns the stream (top-level keys, whether the array was seen).
 
     Big traces are decoded by worker processes (fork: they need no imports), pieces in order, the main
-    process reading, cutting and converting timestamps; see TraceStream.pieces for how a wrong cut is redone."""
+    process reading, cutting and parsing timestamps; see TraceStream.pieces for how a wrong cut is redone."""
     workers = _workers(path)
     pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) if workers else None
     try:
@@ -505,57 +231,282 @@ def _read_events(path: Path, kernels: _Table, copies: _Table, counts: Counter, r
             remote = (lambda data: pool.submit(_piece_in_worker, data)) if pool else None
             for part in stream.pieces(process_piece, remote=remote, depth=workers + 1):
                 counts["events"] += part["events"]
+                counts.update({f"cat:{k}": v for k, v in part["categories"].items()})
                 ranges.extend(part["ranges"])
-                counts["range"] += len(part["ranges"])
-                if part["kernel"] is not None:
-                    counts["kernel"] += len(part["kernel"]["name_code"])
-                    kernels.extend(part["kernel"])
-                if part["copy"] is not None:
-                    counts["copy"] += len(part["copy"]["name_code"])
-                    copies.extend(part["copy"])
+                if part["gpu"] is not None:
+                    gpu.extend(part["gpu"])
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     return stream
 
 
-def read(path: Path) -> ReaderOutput:
-    """Kernels and copies of a Kineto trace (.json, .json.gz, .pt.trace.json.gz; any compression by content)."""
+def read_raw(path: Path, options: ReadOptions = DEFAULT_OPTIONS) -> RawTrace:
+    """The GPU events of a Kineto trace (.json, .json.gz, .pt.trace.json.gz; any compression by content) as raw
+    tables with the JSON keys as column names, and the other top-level keys in raw.info."""
     path = Path(path)
-    out = ReaderOutput(format=FORMAT, kernels=None)
-    kernels, copies, ranges = _Table(), _Table(), []
-    counts: Counter = Counter()
+    gpu, ranges, counts = _Gpu(), [], Counter()
     gc_was_on = gc.isenabled()
     gc.disable()  # the decode allocates millions of acyclic objects: collection passes would dominate
     try:
-        stream = _read_events(path, kernels, copies, counts, ranges)
+        stream = _read_events(path, gpu, counts, ranges)
     finally:
         if gc_was_on:
             gc.enable()
     if not stream.found_array:
         raise InputError(path, "JSON object has no traceEvents array")
-    warp, rank = _notes(stream.top, counts, out)
-    if kernels.rows:
-        out.rows_read["kernels"] = kernels.rows
-        out.kernels = _kernels(kernels, warp, out)
-        if ranges:
-            out.notes.append(f"{len(ranges)} cuda_profiler_range events not read: they cannot be matched "
+    categories = {k[4:]: v for k, v in sorted(counts.items()) if k.startswith("cat:")}
+    kernels = categories.get("kernel", 0)
+    if not kernels and not ranges:
+        raise InputError(path, "Kineto trace has no GPU kernel events (cat 'kernel'): was the profiler run with "
+                               "ProfilerActivity.CUDA?")
+    raw = RawTrace(FORMAT, str(path), {EVENTS: gpu.table()} if gpu.rows else {})
+    if ranges:
+        raw.tables[RANGES] = _range_table(ranges)
+    raw.rows_read["kernels"] = kernels or len(ranges)
+    copies = categories.get("gpu_memcpy", 0) + categories.get("gpu_memset", 0)
+    if copies:
+        raw.rows_read["memcpy"] = copies
+    raw.info.update({"top": stream.top, "events": counts["events"], "categories": categories})
+    return raw
+
+
+# --- normalize ---------------------------------------------------------------------------------------------
+
+
+def _codes(column) -> tuple[np.ndarray, list]:
+    """A dictionary (or text) column as (int32 codes, -1 for null; its distinct values): what Parquet gives back
+    may be chunked, with a dictionary of its own per chunk, or plain text."""
+    lookup: dict = {}
+    parts = []
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)
+        glob = [-1 if v is None else lookup.setdefault(v, len(lookup)) for v in chunk.dictionary.to_pylist()]
+        indices = pc.fill_null(chunk.indices.cast(pa.int32()), -1).to_numpy(zero_copy_only=False)
+        parts.append(np.array(glob + [-1], dtype=np.int32)[indices])  # (-1 picks the -1 appended)
+    return (np.concatenate(parts) if parts else np.zeros(0, np.int32)), list(lookup)
+
+
+def _subset_codes(codes: np.ndarray, values: list) -> tuple[np.ndarray, list]:
+    """Codes of a row subset renumbered in first-seen order (the order the rows name them), with their values."""
+    local, seen = pd.factorize(codes)
+    present = seen >= 0
+    if not present.all():  # a null code (-1) stays null
+        remap = np.where(present, np.cumsum(present) - 1, -1)
+        return remap[local].astype(np.int32), [values[c] for c in seen[present]]
+    return local.astype(np.int32), [values[c] for c in seen]
+
+
+def us_to_ns(ts) -> tuple[np.ndarray, np.ndarray]:
+    """Exact decimal µs -> (int64 ns, rounded half-to-even; null mask): null where missing or beyond int64."""
+    ts = ts.combine_chunks() if isinstance(ts, pa.ChunkedArray) else ts
+    if not len(ts):
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    try:
+        ns = pc.round(ts.cast(TS_TYPE), 3, round_mode="half_to_even").cast(pa.decimal128(38, 3))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # beyond 38 digits after rounding: per value
+        return _us_to_ns_slow(ts.to_pylist())
+    words = np.frombuffer(ns.buffers()[1], dtype=np.int64)[2 * ns.offset: 2 * (ns.offset + len(ns))]
+    low, high = words[0::2], words[1::2]  # the 128-bit unscaled value (ns), little-endian
+    null = pc.is_null(ns).to_numpy(zero_copy_only=False) | (high != (low >> 63)) | (low == _INT64_MIN)
+    return np.where(null, 0, low), null
+
+
+def _us_to_ns_slow(values: list) -> tuple[np.ndarray, np.ndarray]:
+    out = []
+    for value in values:
+        ns = None if value is None else (value * 1000).to_integral_value(rounding=ROUND_HALF_EVEN)
+        out.append(int(ns) if ns is not None and abs(ns) < 2**63 else None)
+    null = np.array([v is None for v in out], dtype=bool)
+    return np.array([0 if v is None else v for v in out], dtype=np.int64), null
+
+
+def _number(column, rows: np.ndarray, floats: bool):
+    """A raw number column for `rows`: float64, or int64 numpy where those rows hold integers only (the column is
+    float64 when another category lacks the key), else nullable Int64 (fractions rounded, others null)."""
+    values = column.to_numpy()[rows]
+    if floats or values.dtype.kind in "iu":
+        return values
+    if np.isfinite(values).all() and (np.abs(values) < 2.0**53).all() and (values == np.round(values)).all():
+        return values.astype(np.int64)
+    return int_column(pd.Series(values))
+
+
+def _timing(ts_ns: tuple, dur: np.ndarray, out: ReaderOutput, table: str) -> tuple[dict, np.ndarray]:
+    """start/end/duration in ns; returns the columns and the keep mask after the documented drops."""
+    start, start_null = ts_ns
+    bad_dur = ~np.isfinite(dur) | (np.abs(dur) >= 2.0**53 / 1000)
+    missing = start_null | bad_dur
+    negative = ~missing & (dur < 0)
+    out.drop(table, "missing or non-numeric ts/dur", int(missing.sum()))
+    out.drop(table, "negative dur (end before start)", int(negative.sum()))
+    dur_ns = np.round(np.where(missing, 0, dur) * 1000).astype(np.int64)
+    return {"start": start, "end": start + dur_ns, "duration": dur_ns}, ~(missing | negative)
+
+
+def _launch_ids(start: np.ndarray, corr) -> np.ndarray:
+    """Rank of each row by (start, correlation), from 0."""
+    if len(start) < 2 or (start[1:] > start[:-1]).all():
+        return np.arange(len(start), dtype=np.int64)
+    corr = np.zeros(len(start), np.int64) if corr is None else np.asarray(
+        int_column(pd.Series(corr)).fillna(-1), dtype=np.int64)
+    order = np.lexsort((corr, start))
+    launch = np.empty(len(order), dtype=np.int64)
+    launch[order] = np.arange(len(order), dtype=np.int64)
+    return launch
+
+
+def _wave_sizes(device, warp: dict[int, int]) -> np.ndarray:
+    dev = np.asarray(int_column(pd.Series(device)).fillna(-1), dtype=np.int64)
+    if not warp:
+        return np.full(len(dev), 32, dtype=np.int64)
+    return np.array([warp.get(int(d), 32) for d in dev], dtype=np.int64) if len(set(warp.values())) > 1 else \
+        np.full(len(dev), next(iter(warp.values())), dtype=np.int64)
+
+
+class _Events:
+    """The raw events table, decoded once for both canonical tables."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self.cat_codes, self.cats = _codes(table.column("cat"))
+        self.ts_ns = us_to_ns(table.column("ts"))
+        self.dur = table.column("dur").to_numpy()
+
+    def rows(self, *cats: str) -> np.ndarray:
+        wanted = [i for i, cat in enumerate(self.cats) if cat in cats]
+        return np.flatnonzero(np.isin(self.cat_codes, wanted))
+
+    def columns(self, rows: np.ndarray, args: dict[str, str], out: ReaderOutput, table: str, dims: bool = False):
+        """Canonical columns of `rows` (name codes and values last) and the keep mask after the drops."""
+        cols = {}
+        for key, column in args.items():
+            cols[column] = _number(self.table.column(f"args.{key}"), rows, floats=column in FLOAT_COLUMNS)
+        if dims:
+            for key, column in DIM_COLUMNS.items():
+                cols[column] = _number(self.table.column(key), rows, floats=False)
+        timing, keep = _timing((self.ts_ns[0][rows], self.ts_ns[1][rows]), self.dur[rows], out, table)
+        cols.update(timing)
+        codes, names = _codes(self.table.column("name"))
+        return cols, keep, _subset_codes(codes[rows], names)
+
+
+def _finish(cols: dict, keep: np.ndarray) -> pd.DataFrame:
+    frame = pd.DataFrame(cols)
+    if not keep.all():
+        frame = frame.loc[keep].reset_index(drop=True)
+    return frame
+
+
+def _kernels(events: _Events, rows: np.ndarray, warp: dict, out: ReaderOutput) -> pd.DataFrame:
+    cols, keep, (codes, names) = events.columns(rows, KERNEL_ARGS, out, "kernels", dims=True)
+    cols["wave_size"] = _wave_sizes(cols["device_id"], warp)
+    cols["kernel_name"] = pd.Categorical.from_codes(codes, categories=names)
+    frame = _finish(cols, keep)
+    frame["launch_id"] = _launch_ids(frame["start"].to_numpy(), frame["correlation_id"])
+    return frame
+
+
+def _copy_kinds(names: list, codes: np.ndarray, kinds: list) -> dict:
+    """copy_kind_name / copy_kind / memory_kinds from the event name ('Memcpy HtoD (Pageable -> Device)');
+    ROCm's args.kind ('HtoD') when the name has none; memsets are 'Memset'."""
+    by_name = []
+    for name in names:
+        m = _COPY_NAME.match(name)
+        if m:
+            by_name.append((m.group(1), m.group(2)))
+        elif name.strip().lower().startswith("memset"):
+            by_name.append(("Memset", None))
+        else:
+            by_name.append((None, None))
+    kind = [by_name[c][0] for c in codes]
+    kind = [k if k is not None else a for k, a in zip(kind, kinds)]
+    return {
+        "copy_kind_name": pd.Categorical(kind),
+        "copy_kind": pd.array([COPY_CODES.get(k) for k in kind], dtype="Int64"),
+        "memory_kinds": pd.Categorical([by_name[c][1] for c in codes]),
+    }
+
+
+def _memcpy(events: _Events, rows: np.ndarray, out: ReaderOutput) -> pd.DataFrame:
+    cols, keep, (codes, names) = events.columns(rows, COPY_ARGS, out, "memcpy")
+    kind_codes, kind_values = _codes(events.table.column("args.kind"))
+    kinds = np.array(kind_values + [None], dtype=object)[kind_codes[rows]].tolist()
+    cols.update(_copy_kinds(names, codes, kinds))
+    cols["name"] = pd.Categorical.from_codes(codes, categories=names)
+    frame = _finish(cols, keep)
+    frame["launch_id"] = _launch_ids(frame["start"].to_numpy(), frame["correlation_id"])
+    return frame
+
+
+def _range_kernels(table: pa.Table) -> pd.DataFrame:
+    """One row per CUPTI profiler range: counters as numeric columns, no timeline (like Nsight Compute data)."""
+    counters = pd.DataFrame({name[5:]: table.column(name).to_pandas() for name in table.column_names
+                             if name.startswith("args.")}, index=range(table.num_rows))
+    counters = counters.apply(pd.to_numeric, errors="coerce") if len(counters.columns) else counters
+    frame = pd.DataFrame({"kernel_name": pd.Categorical(table.column("name").to_pylist())})
+    frame["launch_id"] = np.arange(len(frame), dtype=np.int64)
+    return pd.concat([frame, counters.reset_index(drop=True)], axis=1)
+
+
+def _notes(info: dict, out: ReaderOutput) -> tuple[dict[int, int], int | None]:
+    """deviceProperties, distributedInfo and event counts as notes; returns (device -> warp size, rank)."""
+    top, cats = info.get("top", {}), info.get("categories", {})
+    warp, names = {}, []
+    props = top.get("deviceProperties")
+    for p in props if isinstance(props, list) else []:
+        if isinstance(p, dict) and isinstance(p.get("id"), int):
+            if isinstance(p.get("warpSize"), int) and p["warpSize"] > 0:
+                warp[p["id"]] = p["warpSize"]
+            names.append(f"{p['id']}: {p.get('name', '?')}")
+    if names:
+        out.notes.append("GPUs (deviceProperties): " + "; ".join(names))
+    dist = top.get("distributedInfo")
+    rank = dist.get("rank") if isinstance(dist, dict) else None
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+    if rank is not None:
+        extra = "".join(f", {k} {dist[k]}" for k in ("world_size", "backend") if k in dist)
+        out.notes.append(f"distributedInfo: rank {rank}{extra} (recorded in the rank column)")
+    if "schemaVersion" in top:
+        out.notes.append(f"Kineto trace schemaVersion {top['schemaVersion']}")
+    copies = cats.get("gpu_memcpy", 0) + cats.get("gpu_memset", 0)
+    out.notes.append(f"{info.get('events', 0)} trace events, of which {cats.get('kernel', 0)} kernel, {copies} "
+                     f"gpu_memcpy/gpu_memset, {cats.get(RANGE_CAT, 0)} cuda_profiler_range")
+    return warp, rank
+
+
+def normalize(raw: RawTrace) -> ReaderOutput:
+    """Kernels (cat 'kernel', else the profiler ranges) and copies (gpu_memcpy, gpu_memset) with canonical names,
+    ns times and the documented drops."""
+    out = raw.start_output(None)
+    warp, rank = _notes(raw.info, out)
+    events = _Events(raw.tables[EVENTS]) if EVENTS in raw.tables else None
+    kernel_rows = events.rows("kernel") if events is not None else np.zeros(0, np.int64)
+    n_ranges = raw.tables[RANGES].num_rows if RANGES in raw.tables else 0
+    if len(kernel_rows):
+        out.kernels = _kernels(events, kernel_rows, warp, out)
+        if n_ranges:
+            out.notes.append(f"{n_ranges} cuda_profiler_range events not read: they cannot be matched "
                              "to kernel events")
-    elif ranges:
-        out.rows_read["kernels"] = len(ranges)
-        out.kernels = _range_kernels(ranges)
+    elif n_ranges:
+        out.kernels = _range_kernels(raw.tables[RANGES])
         out.kernels["wave_size"] = _wave_sizes(np.full(len(out.kernels), -1), warp)
-        out.notes.append(f"no kernel events: {len(ranges)} cuda_profiler_range events (CUPTI range profiler, "
+        out.notes.append(f"no kernel events: {n_ranges} cuda_profiler_range events (CUPTI range profiler, "
                          "one per kernel) read as kernels with their counters; their ts/dur time the profiler's "
                          "replay, so start, end and duration are null")
     else:
-        raise InputError(path, "Kineto trace has no GPU kernel events (cat 'kernel'): was the profiler run with "
-                               "ProfilerActivity.CUDA?")
-    if copies.rows:
-        out.rows_read["memcpy"] = copies.rows
-        out.memcpy = _memcpy(copies, out)
+        raise InputError(raw.source, "Kineto trace has no GPU kernel events (cat 'kernel')")
+    copy_rows = events.rows("gpu_memcpy", "gpu_memset") if events is not None else np.zeros(0, np.int64)
+    if len(copy_rows):
+        out.memcpy = _memcpy(events, copy_rows, out)
     if rank is not None:
         out.kernels["rank"] = np.full(len(out.kernels), rank, dtype=np.int64)
         if out.memcpy is not None:
             out.memcpy["rank"] = np.full(len(out.memcpy), rank, dtype=np.int64)
     return out
+
+
+def read(path: Path) -> ReaderOutput:
+    """Kernels and copies of a Kineto trace (.json, .json.gz, .pt.trace.json.gz; any compression by content)."""
+    return normalize(read_raw(path))

@@ -18,9 +18,14 @@ reader's own functions, so both give the same canonical columns:
     codes as rocprofv3; Bytes = size; Source/Destination_Agent_Id as Agent_Id.
 A dispatch whose kernel_id has no symbol keeps its row, named '<unknown kernel_id N>' (counted in the notes).
 A database with no dispatch is an error: rocprofv3 writes an empty table when only APIs were traced.
-Speed: the dispatch table (and its event's correlation id) is fetched with connectorx as Arrow, the small info
-tables (symbols, agents, processes, threads) are looked up in pandas; rows keep the table's order. sqlite3 is
-the fallback where connectorx cannot read a file. About 2.5 s for a million dispatches on 2 cores.
+Two steps (gpuvar.ingest.raw): read_raw fetches each relation used, with its own column names and rows as
+stored (raw tables named after the relations: rocpd_kernel_dispatch, rocpd_memory_copy, rocpd_event (id, guid,
+stack_id), rocpd_info_kernel_symbol / _agent / _process / _thread and rocpd_string (id, guid and the columns
+used)); normalize does the joins above (in pandas, on id) and the mapping. raw.info["by_guid"]: the database
+holds several processes: the dispatch, copy and event guid is then read too, and rows are matched on (id, guid).
+Speed: the dispatch, copy and event relations are fetched with connectorx as Arrow, the small info relations
+with sqlite3; rows keep the relation's order. sqlite3 is the fallback where connectorx cannot read a file (a
+column mixing types there is kept as text). About 2.5 s for a million dispatches on 2 cores.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common, rocprofv3
 from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly
+from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "rocpd-sqlite"
 log = logging.getLogger(__name__)
@@ -59,6 +66,20 @@ SYMBOL_COLUMNS = {"arch_vgpr_count": "Arch_VGPR_Count", "accum_vgpr_count": "Acc
                   "sgpr_count": "SGPR_Count"}
 COPY_COLUMNS = {"stream_id": "Stream_Id", "queue_id": "Queue_Id", "start": "Start_Timestamp",
                 "end": "End_Timestamp", "size": "Bytes"}
+COPY, EVENT = "rocpd_memory_copy", "rocpd_event"
+DEFAULT_OPTIONS = ReadOptions()  # (no read option applies to rocpd)
+_KEYS = ("agent_id", "pid", "tid", "event_id")  # dispatch / copy columns that point into another relation
+# raw tables: the columns read of each relation (those it has), with the relation's own names
+DISPATCH_READ = [*DISPATCH_COLUMNS, *_KEYS]  # (these three + guid in a merged database)
+COPY_READ = [*COPY_COLUMNS, "name_id", "src_agent_id", "dst_agent_id", *_KEYS]
+EVENT_READ = ["id", "stack_id"]
+LOOKUPS = {  # small info relations: read whole (these columns), looked up in pandas by id (and guid)
+    "rocpd_info_kernel_symbol": ["id", "guid", "display_name", "kernel_name", *SYMBOL_COLUMNS],
+    "rocpd_info_agent": ["id", "guid", "absolute_index", "type", "extdata"],
+    "rocpd_info_process": ["id", "guid", "pid"],
+    "rocpd_info_thread": ["id", "guid", "tid"],
+    "rocpd_string": ["id", "guid", "string"],
+}
 
 
 # ------------------------------------------------------------------------------------------------- catalog
@@ -94,17 +115,8 @@ def sniff(path: Path, head: bytes) -> bool:
     return _is_rocpd(names)
 
 
-# ------------------------------------------------------------------------------------------------- queries
-def _join(alias: str, relation: str, key: str, catalog: dict, base: str, base_cols: list[str]) -> str:
-    """LEFT JOIN of an info relation on its id (and guid, when both sides have one); '' if it is absent."""
-    cols = catalog.get(relation)
-    if not cols or "id" not in cols or key not in base_cols:
-        return ""
-    guid = f' AND {alias}.guid = {base}.guid' if "guid" in cols and "guid" in base_cols else ""
-    return f' LEFT JOIN "{relation}" {alias} ON {alias}.id = {base}."{key}"{guid}'
-
-
-def _select_connectorx(path: Path, sql: str) -> pd.DataFrame:
+# ------------------------------------------------------------------------------------------------- read
+def _select_connectorx(path: Path, sql: str) -> pa.Table:
     """The query through connectorx (Arrow, ~20x faster than sqlite3 rows at a million dispatches).
 
     connectorx takes a URI: it is given a symlink with a plain name, so any path works (as in the nsys reader)."""
@@ -115,12 +127,24 @@ def _select_connectorx(path: Path, sql: str) -> pd.DataFrame:
         link.symlink_to(Path(path).resolve())
         if not _SAFE_URI_PATH.match(str(link)):
             raise ValueError(f"temporary path {link} is not URI-safe")
-        return cx.read_sql(f"sqlite://{link}", sql, return_type="arrow").to_pandas()
+        return cx.read_sql(f"sqlite://{link}", sql, return_type="arrow")
 
 
-def _select(path: Path, con: sqlite3.Connection, sql: str) -> pd.DataFrame:
-    """Query result as a DataFrame: connectorx where it reads the file, sqlite3 otherwise (damaged files,
-    values of another type than the column declares)."""
+def _arrow(frame: pd.DataFrame) -> pa.Table:
+    """sqlite3 rows as Arrow; a column mixing types (text in an integer column of a damaged file) becomes text,
+    which the mapping parses as the CSV readers do."""
+    columns = {}
+    for name in frame.columns:
+        try:
+            columns[name] = pa.array(frame[name], from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            columns[name] = pa.array([None if v is None else str(v) for v in frame[name]], type=pa.string())
+    return pa.table(columns) if columns else pa.table({})
+
+
+def _select(path: Path, con: sqlite3.Connection, sql: str) -> pa.Table:
+    """Query result as Arrow: connectorx where it reads the file, sqlite3 otherwise (damaged files, values of
+    another type than the column declares)."""
     try:
         return _select_connectorx(path, sql)
     except BaseException as exc:  # noqa: BLE001 - any connectorx failure falls back to the reference reader
@@ -129,36 +153,105 @@ def _select(path: Path, con: sqlite3.Connection, sql: str) -> pd.DataFrame:
         log.debug("%s: connectorx could not run the query (%s); using sqlite3", path, exc)
     cur = con.execute(sql)
     names = [d[0] for d in cur.description]
-    return pd.DataFrame.from_records(cur.fetchall(), columns=names)
+    return _arrow(pd.DataFrame.from_records(cur.fetchall(), columns=names))
 
 
 def _has(catalog: dict, relation: str, column: str) -> bool:
     return column in catalog.get(relation, [])
 
 
-def _common_parts(catalog: dict, base: str, cols: list[str]) -> tuple[list[str], str]:
-    """Process, thread and correlation columns shared by dispatches and copies: (select items, joins)."""
-    items, joins = [], ""
-    for alias, relation, key, column, name in (("P", "rocpd_info_process", "pid", "pid", "Process_Id"),
-                                               ("T", "rocpd_info_thread", "tid", "tid", "Thread_Id"),
-                                               ("E", "rocpd_event", "event_id", "stack_id", "Correlation_Id")):
-        join = _join(alias, relation, key, catalog, base, cols)
-        if join and _has(catalog, relation, column):
-            joins += join
-            items.append(f'{alias}."{column}" AS {name}')
-    return items, joins
+def _columns_sql(relation: str, columns: list[str], catalog: dict) -> str:
+    present = [c for c in columns if _has(catalog, relation, c)]
+    return f'SELECT {", ".join(chr(34) + c + chr(34) for c in present)} FROM "{relation}"'
 
 
-def _small(con: sqlite3.Connection, catalog: dict, relation: str, columns: list[str]) -> pd.DataFrame | None:
-    """An info relation's id (and guid) plus `columns` that it has; None if it is absent or has no id."""
-    cols = catalog.get(relation, [])
-    if "id" not in cols:
+def _small(con: sqlite3.Connection, catalog: dict, relation: str) -> pa.Table | None:
+    """An info relation's id (and guid) plus the columns normalize uses; None if it is absent or has no id."""
+    if not _has(catalog, relation, "id"):
         return None
-    wanted = ["id"] + [c for c in ["guid", *columns] if c in cols]
-    cur = con.execute(f'SELECT {", ".join(f"{chr(34)}{c}{chr(34)}" for c in wanted)} FROM "{relation}"')
-    return pd.DataFrame.from_records(cur.fetchall(), columns=wanted)
+    cur = con.execute(_columns_sql(relation, LOOKUPS[relation], catalog))
+    return _arrow(pd.DataFrame.from_records(cur.fetchall(), columns=[d[0] for d in cur.description]))
 
 
+def _guid_count(con: sqlite3.Connection, catalog: dict) -> int | None:
+    """Processes in the database (a merged database holds several, told apart by guid); None if unknown."""
+    if not _has(catalog, "rocpd_info_process", "guid"):
+        return None
+    return con.execute('SELECT COUNT(DISTINCT guid) FROM "rocpd_info_process"').fetchone()[0]
+
+
+def _metadata_note(con: sqlite3.Connection, catalog: dict) -> str | None:
+    if not {"tag", "value"} <= set(catalog.get("rocpd_metadata", [])):
+        return None
+    versions = [r[0] for r in con.execute('SELECT value FROM "rocpd_metadata" WHERE tag = \'schema_version\'')]
+    return f"rocpd schema_version {', '.join(map(str, dict.fromkeys(versions)))}" if versions else None
+
+
+def _count(con: sqlite3.Connection, relation: str, catalog: dict) -> int:
+    return con.execute(f'SELECT COUNT(*) FROM "{relation}"').fetchone()[0] if relation in catalog else 0
+
+
+def _read_raw(path: Path, con: sqlite3.Connection) -> RawTrace:
+    catalog = _relations(con)
+    if not _is_rocpd(catalog):
+        raise InputError(path, "SQLite database is not a rocpd database (no rocpd_kernel_dispatch, "
+                               "rocpd_info_* or rocpd_memory_copy table or view)")
+    if DISPATCH not in catalog:
+        raise InputError(path, f"rocpd database has no {DISPATCH} table or view (damaged, or not rocprofv3 output)")
+    n = _count(con, DISPATCH, catalog)
+    if n == 0:
+        apis, copies = _count(con, "rocpd_region", catalog), _count(con, COPY, catalog)
+        what = f"{apis} traced API call(s)" + (f" and {copies} memory cop(ies)" if copies else "")
+        raise InputError(path, f"rocpd database has no kernel dispatches ({DISPATCH} is empty; {what} only? "
+                               "profile with rocprofv3 --kernel-trace)")
+    missing = [c for c in REQUIRED if not _has(catalog, DISPATCH, c)]
+    if missing:
+        raise InputError(path, f"{DISPATCH} lacks required column(s) {', '.join(missing)}")
+    raw = RawTrace(FORMAT, str(path), {})
+    note = _metadata_note(con, catalog)
+    if note:
+        raw.notes.append(note)
+    # a merged database holds several processes: rows are then matched on (id, guid)
+    raw.info["by_guid"] = _has(catalog, DISPATCH, "guid") and _guid_count(con, catalog) != 1
+    guid = ["guid"] if raw.info["by_guid"] else []
+    # rows come in the relation's scan order (its rowid order), no ORDER BY needed
+    raw.tables[DISPATCH] = dispatches = _select(path, con, _columns_sql(DISPATCH, DISPATCH_READ + guid, catalog))
+    raw.rows_read["kernels"] = dispatches.num_rows
+    if dispatches.num_rows != n:
+        raise InputError(path, f"{DISPATCH} has {n} rows but reading it gave {dispatches.num_rows} (damaged database)")
+    if COPY in catalog:
+        raw.tables[COPY] = _select(path, con, _columns_sql(COPY, COPY_READ + guid, catalog))
+        raw.rows_read["memcpy"] = raw.tables[COPY].num_rows
+    if {"id", "stack_id"} <= set(catalog.get(EVENT, [])):  # as big as the dispatch table: fetched as Arrow
+        raw.tables[EVENT] = _select(path, con, _columns_sql(EVENT, EVENT_READ + guid, catalog))
+    for relation in LOOKUPS:
+        table = _small(con, catalog, relation)
+        if table is not None:
+            raw.tables[relation] = table
+    return raw
+
+
+def read_raw(path: Path, options: ReadOptions = DEFAULT_OPTIONS) -> RawTrace:
+    """The rocpd relations the mapping uses, with their own column names (see the module docstring)."""
+    path = Path(path)
+    try:
+        con = connect_sqlite_readonly(path)
+        try:
+            return _read_raw(path, con)
+        finally:
+            con.close()
+    except sqlite3.OperationalError as exc:
+        detail = " ".join(str(exc).split())
+        if "no such table" in detail or "no such column" in detail:
+            raise InputError(path, f"damaged rocpd database: a view refers to a missing table ({detail})") from None
+        raise InputError(path, f"cannot read rocpd database ({detail})") from None
+    except sqlite3.DatabaseError as exc:
+        raise InputError(path, f"not a readable SQLite database ({' '.join(str(exc).split())})") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "not a readable SQLite database (invalid UTF-8 in the schema)") from None
+
+
+# ------------------------------------------------------------------------------------------------- joins
 def _positions(left: list[pd.Series], right: list[pd.Series]) -> np.ndarray:
     """Row of `right` matching each row of `left` on all key columns (first match; -1 where none)."""
     def index(keys):
@@ -168,6 +261,10 @@ def _positions(left: list[pd.Series], right: list[pd.Series]) -> np.ndarray:
         return pd.MultiIndex.from_arrays([ids, keys[1].astype(object).where(keys[1].notna(), None)])
 
     table, keys = index(right), index(left)
+    if table.is_unique:  # (ids are: a repeated one is a damaged database)
+        found = table.get_indexer(keys)
+        found[pd.isna(pd.to_numeric(left[0], errors="coerce")).to_numpy()] = -1
+        return found
     first = np.flatnonzero(~table.duplicated())
     found = table[first].get_indexer(keys) if len(first) else np.full(len(keys), -1)
     found[pd.isna(pd.to_numeric(left[0], errors="coerce")).to_numpy()] = -1  # a NULL id matches nothing
@@ -175,7 +272,7 @@ def _positions(left: list[pd.Series], right: list[pd.Series]) -> np.ndarray:
 
 
 def _attach(raw: pd.DataFrame, small: pd.DataFrame | None, key: str, names: dict[str, str], by_guid: bool) -> None:
-    """Columns of a small info table onto the dispatches whose `key` is its id (and guid), renamed by `names`;
+    """Columns of a small info table onto the rows whose `key` is its id (and guid), renamed by `names`;
     null where no row matches. Looked up in pandas: joining in SQLite cost seconds per million dispatches."""
     if small is None or key not in raw.columns:
         return
@@ -190,16 +287,14 @@ def _attach(raw: pd.DataFrame, small: pd.DataFrame | None, key: str, names: dict
             raw[target] = column.where(pd.Series(hit)).to_numpy() if not hit.all() else column.to_numpy()
 
 
-def _guid_count(con: sqlite3.Connection, catalog: dict) -> int | None:
-    """Processes in the database (a merged database holds several, told apart by guid); None if unknown."""
-    if not _has(catalog, "rocpd_info_process", "guid"):
-        return None
-    return con.execute('SELECT COUNT(DISTINCT guid) FROM "rocpd_info_process"').fetchone()[0]
+def _frame(raw: RawTrace, relation: str) -> pd.DataFrame | None:
+    table = raw.tables.get(relation)
+    return None if table is None else table.to_pandas()
 
 
-def _symbols(con: sqlite3.Connection, catalog: dict) -> pd.DataFrame | None:
+def _symbols(raw: RawTrace) -> pd.DataFrame | None:
     """Kernel symbols with their kernel name: display_name where not empty, else the mangled kernel_name."""
-    symbols = _small(con, catalog, "rocpd_info_kernel_symbol", ["display_name", "kernel_name", *SYMBOL_COLUMNS])
+    symbols = _frame(raw, "rocpd_info_kernel_symbol")
     if symbols is None:
         return None
     name = pd.Series(None, index=symbols.index, dtype=object)
@@ -211,9 +306,9 @@ def _symbols(con: sqlite3.Connection, catalog: dict) -> pd.DataFrame | None:
     return symbols
 
 
-def _agents(con: sqlite3.Connection, catalog: dict) -> pd.DataFrame | None:
+def _agents(raw: RawTrace) -> pd.DataFrame | None:
     """Agents with their wave size, from the HSA properties JSON (extdata) where the writer recorded them."""
-    agents = _small(con, catalog, "rocpd_info_agent", ["absolute_index", "type", "extdata"])
+    agents = _frame(raw, "rocpd_info_agent")
     if agents is not None and "extdata" in agents.columns:
         agents["wave_size"] = [_wave_size(e) for e in agents["extdata"]]
     return agents
@@ -227,65 +322,45 @@ def _wave_size(extdata) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _dispatches(path: Path, con: sqlite3.Connection, catalog: dict) -> pd.DataFrame:
+def _stack_ids(raw: RawTrace) -> pd.DataFrame | None:
+    events = _frame(raw, EVENT)
+    return events if events is not None and "stack_id" in events.columns else None
+
+
+def _dispatches(raw: RawTrace) -> pd.DataFrame:
     """Every dispatch, in source order, as a rocprofv3 kernel_trace row (plus _symbol_id)."""
-    cols = catalog[DISPATCH]
-    missing = [c for c in REQUIRED if c not in cols]
-    if missing:
-        raise InputError(path, f"{DISPATCH} lacks required column(s) {', '.join(missing)}")
-    by_guid = "guid" in cols and _guid_count(con, catalog) != 1
-    items = [f'K."{c}" AS {name}' for c, name in DISPATCH_COLUMNS.items() if c in cols]
-    items += [f'K."{c}" AS _{c}' for c in ("agent_id", "pid", "tid") if c in cols]
-    if by_guid:
-        items.append("K.guid AS _guid")
-    event = _join("E", "rocpd_event", "event_id", catalog, "K", cols)  # as big as the dispatch table: in SQL
-    if event and _has(catalog, "rocpd_event", "stack_id"):
-        items.append('E."stack_id" AS Correlation_Id')
-    else:
-        event = ""
-    # a LEFT JOIN keeps K as the outer loop: rows come in K's scan order (its rowid order), no ORDER BY needed
-    raw = _select(path, con, f'SELECT {", ".join(items)} FROM "{DISPATCH}" K{event}')
-    _attach(raw, _symbols(con, catalog), "Kernel_Id", {"name": "Kernel_Name", "id": "_symbol_id", **SYMBOL_COLUMNS},
+    by_guid = bool(raw.info.get("by_guid"))
+    frame = raw.tables[DISPATCH].to_pandas().rename(
+        columns={**DISPATCH_COLUMNS, **{c: f"_{c}" for c in (*_KEYS, "guid")}})
+    _attach(frame, _stack_ids(raw), "_event_id", {"stack_id": "Correlation_Id"}, by_guid)
+    _attach(frame, _symbols(raw), "Kernel_Id", {"name": "Kernel_Name", "id": "_symbol_id", **SYMBOL_COLUMNS},
             by_guid)
-    _attach(raw, _agents(con, catalog), "_agent_id", {"absolute_index": "Agent_Id", "wave_size": "Wave_Size"},
-            by_guid)
-    _attach(raw, _small(con, catalog, "rocpd_info_process", ["pid"]), "_pid", {"pid": "Process_Id"}, by_guid)
-    _attach(raw, _small(con, catalog, "rocpd_info_thread", ["tid"]), "_tid", {"tid": "Thread_Id"}, by_guid)
-    return raw
+    _attach(frame, _agents(raw), "_agent_id", {"absolute_index": "Agent_Id", "wave_size": "Wave_Size"}, by_guid)
+    _attach(frame, _frame(raw, "rocpd_info_process"), "_pid", {"pid": "Process_Id"}, by_guid)
+    _attach(frame, _frame(raw, "rocpd_info_thread"), "_tid", {"tid": "Thread_Id"}, by_guid)
+    return frame
 
 
-def _copies(path: Path, con: sqlite3.Connection, catalog: dict) -> pd.DataFrame:
+def _copies(raw: RawTrace) -> pd.DataFrame:
     """Every memory copy as a rocprofv3 memory_copy_trace row, with Bytes."""
-    cols = catalog["rocpd_memory_copy"]
-    items = [f'M."{c}" AS {name}' for c, name in COPY_COLUMNS.items() if c in cols]
-    joins = ""
-    string = _join("N", "rocpd_string", "name_id", catalog, "M", cols)
-    if string and _has(catalog, "rocpd_string", "string"):
-        joins += string
-        items.append("N.string AS Direction")
-    for alias, key, name in (("SA", "src_agent_id", "Source_Agent_Id"), ("DA", "dst_agent_id", "Destination_Agent_Id")):
-        join = _join(alias, "rocpd_info_agent", key, catalog, "M", cols)
-        if join and _has(catalog, "rocpd_info_agent", "absolute_index"):
-            joins += join
-            items.append(f"{alias}.absolute_index AS {name}")
-            if _has(catalog, "rocpd_info_agent", "type"):
-                items.append(f"{alias}.type AS _{name}_type")
-    common, more = _common_parts(catalog, "M", cols)
-    copies = _select(path, con, f'SELECT {", ".join(items + common)} FROM "rocpd_memory_copy" M{joins}{more}')
-    if "Direction" not in copies.columns:
-        copies["Direction"] = None
-    return copies
-
-
-def _metadata_note(con: sqlite3.Connection, catalog: dict) -> str | None:
-    if not {"tag", "value"} <= set(catalog.get("rocpd_metadata", [])):
-        return None
-    versions = [r[0] for r in con.execute('SELECT value FROM "rocpd_metadata" WHERE tag = \'schema_version\'')]
-    return f"rocpd schema_version {', '.join(map(str, dict.fromkeys(versions)))}" if versions else None
-
-
-def _count(con: sqlite3.Connection, relation: str, catalog: dict) -> int:
-    return con.execute(f'SELECT COUNT(*) FROM "{relation}"').fetchone()[0] if relation in catalog else 0
+    by_guid = bool(raw.info.get("by_guid"))
+    source = raw.tables[COPY].to_pandas()
+    frame = source[[c for c in COPY_COLUMNS if c in source.columns]].rename(columns=COPY_COLUMNS)
+    for key in ("name_id", "src_agent_id", "dst_agent_id", *_KEYS, "guid"):
+        if key in source.columns:
+            frame[f"_{key}"] = source[key]
+    strings = _frame(raw, "rocpd_string")
+    _attach(frame, strings, "_name_id", {"string": "Direction"}, by_guid)
+    agents = _frame(raw, "rocpd_info_agent")
+    for key, name in (("_src_agent_id", "Source_Agent_Id"), ("_dst_agent_id", "Destination_Agent_Id")):
+        if agents is not None and "absolute_index" in agents.columns:
+            _attach(frame, agents, key, {"absolute_index": name, "type": f"_{name}_type"}, by_guid)
+    _attach(frame, _frame(raw, "rocpd_info_process"), "_pid", {"pid": "Process_Id"}, by_guid)
+    _attach(frame, _frame(raw, "rocpd_info_thread"), "_tid", {"tid": "Thread_Id"}, by_guid)
+    _attach(frame, _stack_ids(raw), "_event_id", {"stack_id": "Correlation_Id"}, by_guid)
+    if "Direction" not in frame.columns:
+        frame["Direction"] = None
+    return frame
 
 
 # ------------------------------------------------------------------------------------------------- mapping
@@ -337,56 +412,22 @@ def _copy_frame(raw: pd.DataFrame, path: Path, out: ReaderOutput) -> pd.DataFram
     return memcpy
 
 
-def _read(path: Path, con: sqlite3.Connection) -> ReaderOutput:
-    catalog = _relations(con)
-    if not _is_rocpd(catalog):
-        raise InputError(path, "SQLite database is not a rocpd database (no rocpd_kernel_dispatch, "
-                               "rocpd_info_* or rocpd_memory_copy table or view)")
-    if DISPATCH not in catalog:
-        raise InputError(path, f"rocpd database has no {DISPATCH} table or view (damaged, or not rocprofv3 output)")
-    out = ReaderOutput(format=FORMAT, kernels=None)
-    n = _count(con, DISPATCH, catalog)
-    if n == 0:
-        apis, copies = _count(con, "rocpd_region", catalog), _count(con, "rocpd_memory_copy", catalog)
-        what = f"{apis} traced API call(s)" + (f" and {copies} memory cop(ies)" if copies else "")
-        raise InputError(path, f"rocpd database has no kernel dispatches ({DISPATCH} is empty; {what} only? "
-                               "profile with rocprofv3 --kernel-trace)")
-    note = _metadata_note(con, catalog)
-    if note:
-        out.notes.append(note)
-    raw = _dispatches(path, con, catalog)
-    out.rows_read["kernels"] = len(raw)
-    if len(raw) != n:
-        raise InputError(path, f"{DISPATCH} has {n} rows but joining its info tables gave {len(raw)} "
-                               "(repeated ids in a rocpd_info table: damaged database)")
-    kernels = _kernel_frame(raw, path, out)
+def normalize(raw: RawTrace) -> ReaderOutput:
+    """The rocpd relations joined into rocprofv3 kernel_trace / memory_copy_trace rows, then the rocprofv3
+    reader's mapping (Table 1, grid in workgroups, copy kinds); documented drops counted."""
+    path = Path(raw.source)
+    out = raw.start_output(None)
+    kernels = _kernel_frame(_dispatches(raw), path, out)
     kernels = amd_common.check_timestamps(kernels, out, path.name)
     out.kernels = amd_common.drop_nameless(kernels, out)
-    if "rocpd_memory_copy" in catalog:
-        copies = _copies(path, con, catalog)
-        out.rows_read["memcpy"] = len(copies)
-        if len(copies):
-            out.memcpy = _copy_frame(copies, path, out)
+    if COPY in raw.tables:
+        if raw.tables[COPY].num_rows:
+            out.memcpy = _copy_frame(_copies(raw), path, out)
         else:
-            out.notes.append("rocpd_memory_copy is empty: no memory copies were traced")
+            out.notes.append(f"{COPY} is empty: no memory copies were traced")
     return out
 
 
 def read(path: Path) -> ReaderOutput:
     """Kernel dispatches (symbol names, registers, agents) and memory copies of a rocpd database."""
-    path = Path(path)
-    try:
-        con = connect_sqlite_readonly(path)
-        try:
-            return _read(path, con)
-        finally:
-            con.close()
-    except sqlite3.OperationalError as exc:
-        detail = " ".join(str(exc).split())
-        if "no such table" in detail or "no such column" in detail:
-            raise InputError(path, f"damaged rocpd database: a view refers to a missing table ({detail})") from None
-        raise InputError(path, f"cannot read rocpd database ({detail})") from None
-    except sqlite3.DatabaseError as exc:
-        raise InputError(path, f"not a readable SQLite database ({' '.join(str(exc).split())})") from None
-    except UnicodeDecodeError:
-        raise InputError(path, "not a readable SQLite database (invalid UTF-8 in the schema)") from None
+    return normalize(read_raw(path))

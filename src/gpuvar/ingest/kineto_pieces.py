@@ -1,0 +1,290 @@
+"""One piece of a Kineto `traceEvents` array decoded into compact, picklable columns (run in worker processes).
+
+Only the GPU activity events are decoded in full: `kernel`, `gpu_memcpy` and `gpu_memset` (GPU_CATS, one table
+in file order) and `cuda_profiler_range` (a list: their args are arbitrary counters); the others are counted.
+Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit conversion, no renaming.
+  * cat, name, ts, dur, args: ph, pid and tid are not read (every trace event would pay for them; on GPU events
+    they are 'X', args.device and args.stream);
+  * ts stays its JSON text (the exact decimal conversion needs pyarrow, which runs in the main process);
+  * dur -> float64 µs (NaN where not a number); integer args -> int64, or float64 where a value of the piece is
+    not an integer or is missing (NaN where not a number); float args -> float64;
+  * name, args.kind -> a piece dictionary (text; a name that is not a string keeps its JSON text, a kind that is
+    not a string is null);
+  * args.grid / args.block ([x, y, z]) -> three columns each (NaN where the value is not a 3-list of numbers);
+  * each args key is read on the categories whose mapping uses it (KERNEL_KEYS, COPY_KEYS), as the reader always
+    did: decoding every key on every GPU event cost 12 % more (args.kind: on copies, the copy kind of ROCm).
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections import Counter
+from itertools import compress, repeat
+from operator import attrgetter, eq
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from gpuvar.ingest.json_stream import DecodeFailed
+
+_NULL = msgspec.Raw(b"null")
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+RANGE_CAT = "cuda_profiler_range"
+INT_ARGS = ("device", "stream", "correlation", "registers per thread", "shared memory", "External id", "bytes")
+FLOAT_ARGS = ("blocks per SM", "warps per SM", "est. achieved occupancy %", "memory bandwidth (GB/s)")
+ARGS = ("device", "stream", "correlation", "registers per thread", "shared memory", "blocks per SM", "warps per SM",
+        "est. achieved occupancy %", "External id", "bytes", "memory bandwidth (GB/s)")  # raw column order
+DIMS = ("grid", "block")
+KERNEL_KEYS = frozenset(("device", "stream", "correlation", "registers per thread", "shared memory", "blocks per SM",
+                         "warps per SM", "est. achieved occupancy %", "External id", *DIMS))
+COPY_KEYS = frozenset(("device", "stream", "correlation", "bytes", "memory bandwidth (GB/s)", "External id"))
+DIM_AXES = ("[0]", "[1]", "[2]")
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields read from every event; most stay raw until the event is known to matter.
+
+    gc=False: millions of these are alive at once, and cyclic-GC passes over them cost more than the decode."""
+
+    cat: str | None = None
+    name: msgspec.Raw = _NULL
+    ts: msgspec.Raw = _NULL
+    dur: msgspec.Raw = _NULL
+    args: msgspec.Raw = _NULL
+
+
+_Args = msgspec.defstruct(
+    "_Args",
+    [(f"a{i}", Any, msgspec.field(default=None, name=key)) for i, key in enumerate(ARGS)]
+    + [(dim, msgspec.Raw, msgspec.field(default=_NULL)) for dim in DIMS]
+    + [("kind", msgspec.Raw, msgspec.field(default=_NULL))],
+    gc=False,
+)
+_ARG_GETTERS = [attrgetter(f"a{i}") for i in range(len(ARGS))]
+_CAT, _NAME, _TS, _DUR, _KIND = attrgetter("cat"), attrgetter("name"), attrgetter("ts"), attrgetter("dur"), \
+    attrgetter("kind")
+_CAT_CODE = {cat: i + 1 for i, cat in enumerate(GPU_CATS)}  # 1-based: a code also selects (0 is falsy)
+_DIMS_RE = re.compile(rb"(?:\[-?\d+,-?\d+,-?\d+\],)*\[-?\d+,-?\d+,-?\d+\]")
+_NUMBER_OR_NULL = {int, float, type(None)}
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_ANY = msgspec.json.Decoder()
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)  # ValidationError is a DecodeError
+_STRINGS = msgspec.json.Decoder(list[str])
+_TEXTS = msgspec.json.Decoder(list[str | None])
+_FLOATS = msgspec.json.Decoder(list[float | None])
+_ARGS = msgspec.json.Decoder(list[_Args | None])
+
+
+def _decode_events(data: bytes) -> list:
+    """Typed decode of one piece; elements that are not objects are skipped (they carry no GPU activity)."""
+    try:
+        return _EVENTS.decode(data)
+    except msgspec.ValidationError:
+        pass
+    except _DECODE_ERRORS as exc:
+        raise DecodeFailed(str(exc)) from None
+    try:
+        items = _ANY.decode(data)
+    except _DECODE_ERRORS as exc:
+        raise DecodeFailed(str(exc)) from None
+    events = []
+    for item in items:
+        if isinstance(item, dict):
+            try:
+                events.append(_EVENTS.decode(b"[" + msgspec.json.encode(item) + b"]")[0])
+            except (*_DECODE_ERRORS, TypeError):
+                continue
+    return events
+
+
+def json_value(raw):
+    """One raw JSON value decoded, or None when it cannot be (invalid UTF-8 in a string, ...)."""
+    try:
+        return _ANY.decode(raw)
+    except (*_DECODE_ERRORS, TypeError):
+        return None
+
+
+def _decode_args(raws: list) -> list:
+    """Args objects of one piece's events in one decode call; an event whose args do not fit gets None."""
+    try:
+        return _ARGS.decode(b"[" + b",".join(raws) + b"]")
+    except _DECODE_ERRORS:
+        out = []
+        for raw in raws:
+            try:
+                out.append(_ARGS.decode(b"[" + bytes(raw) + b"]")[0])
+            except _DECODE_ERRORS:
+                out.append(None)
+        return out
+
+
+def decode_names(raws: list) -> list:
+    """Raw JSON names -> str (a name that is not a string keeps its JSON text, invalid UTF-8 replaced)."""
+    try:
+        return _STRINGS.decode(b"[" + b",".join(raws) + b"]")
+    except _DECODE_ERRORS:
+        names = []
+        for raw in raws:
+            value = json_value(raw)
+            names.append(value if isinstance(value, str) else bytes(raw).decode("utf-8", "replace"))
+        return names
+
+
+def _decode_texts(raws: list) -> list:
+    """Raw JSON values -> str, None where a value is not a string."""
+    try:
+        return _TEXTS.decode(b"[" + b",".join(raws) + b"]")
+    except _DECODE_ERRORS:
+        return [v if isinstance(v, str) else None for v in map(json_value, raws)]
+
+
+def dur_to_us(raws: list) -> np.ndarray:
+    """Raw JSON dur texts -> float64 µs (NaN when not a number)."""
+    if not raws:
+        return np.array([], dtype=np.float64)
+    try:
+        return np.array(_FLOATS.decode(b"[" + b",".join(raws) + b"]"), dtype=np.float64)
+    except (*_DECODE_ERRORS, TypeError, ValueError):
+        return numbers([json_value(r) for r in raws], floats=True)
+
+
+def numbers(values: list, floats: bool = False) -> np.ndarray:
+    """JSON values as int64 numpy where all are integers (the usual case, exact), else float64 (NaN where a value
+    is not a number: None, a string, a bool, a list). floats=True: always float64."""
+    if floats:
+        try:
+            return np.array(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            pass
+    else:
+        try:
+            arr = np.array(values)
+        except (TypeError, ValueError, OverflowError):
+            arr = None
+        if arr is not None and arr.dtype.kind == "i" and arr.shape == (len(values),):
+            return arr.astype(np.int64, copy=False)  # the usual case: integers, exact
+        if set(map(type, values)) <= _NUMBER_OR_NULL:  # numbers and nulls (an event without the key)
+            try:
+                return np.array(values, dtype=np.float64)
+            except OverflowError:  # an integer beyond float64
+                pass
+    series = pd.Series(values, dtype=object)
+    series = series.where(series.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)))
+    return pd.to_numeric(series, errors="coerce").astype("float64").to_numpy()
+
+
+def _dims(raws: list, key: str) -> dict:
+    """Raw [x, y, z] JSON lists -> key[0], key[1], key[2]; NaN where the value is not a 3-list of numbers.
+
+    The usual case is parsed as text in one numpy call (a regular expression first proves every value is a
+    3-list of integers): building a Python list per launch would cost more than decoding the event."""
+    if raws:
+        text, given = b",".join(raws).translate(None, b" \t\r\n"), None
+        if not _DIMS_RE.fullmatch(text):  # nulls among them? (shorter than 7 bytes: not '[x,y,z]')
+            given = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) >= 7
+            text = b",".join(compress(raws, given)).translate(None, b" \t\r\n")
+        if given is None or not given.any() or _DIMS_RE.fullmatch(text):
+            arr = np.fromstring(text.translate(None, b"[]"), dtype=np.int64, sep=",").reshape(-1, 3)
+            if given is not None and not given.all():
+                full = np.full((len(raws), 3), np.nan)
+                full[given] = arr
+                arr = full
+            return {f"{key}{axis}": arr[:, i] for i, axis in enumerate(DIM_AXES)}
+    values = [json_value(r) for r in raws]
+    return {f"{key}{axis}": numbers([v[i] if isinstance(v, list) and len(v) == 3 else None for v in values])
+            for i, axis in enumerate(DIM_AXES)}
+
+
+def _dictionary(values: list) -> tuple[list, np.ndarray]:
+    """(distinct values in first-seen order, int32 codes; -1 for None)."""
+    codes, uniques = pd.factorize(np.array(values, dtype=object))
+    return list(uniques), codes.astype(np.int32)
+
+
+def _gpu_columns(events: list, cat: np.ndarray) -> dict:
+    """Columns of one piece's GPU events, no reference to the piece's bytes. Each args key is read on the events
+    of the categories that carry it (KERNEL_KEYS, COPY_KEYS; null elsewhere), as the mapping uses them."""
+    args = _decode_args(list(map(attrgetter("args"), events)))
+    if None in args:
+        empty = _Args()
+        args = [a if a is not None else empty for a in args]
+    names, name_code = _dictionary(decode_names(list(map(_NAME, events))))
+    cols = {
+        "cat": cat,
+        "name": ([u if isinstance(u, str) else str(u) for u in names], name_code),
+        "ts": b"\n".join(map(_TS, events)),
+        "dur": dur_to_us(list(map(_DUR, events))),
+    }
+    kernel = cat == 0
+    groups = [(KERNEL_KEYS, np.flatnonzero(kernel)), (COPY_KEYS, np.flatnonzero(~kernel))]
+    if kernel.all() or not kernel.any():
+        groups = [(keys, None) for keys, rows in groups if len(rows)]  # one category: no scatter
+    subsets = {id(KERNEL_KEYS): list(compress(args, kernel.tolist())),  # (Python bools: numpy ones are slow)
+               id(COPY_KEYS): list(compress(args, (~kernel).tolist()))}
+    for key, get in zip(ARGS, _ARG_GETTERS):
+        parts = [(rows, numbers(list(map(get, subsets[id(keys)])), floats=key in FLOAT_ARGS))
+                 for keys, rows in groups if key in keys]
+        cols[f"args.{key}"] = _scatter(len(events), parts)
+    kinds, kind_code = _dictionary(_decode_texts(list(map(_KIND, subsets[id(COPY_KEYS)]))))
+    codes = np.full(len(events), -1, dtype=np.int32)
+    codes[~kernel] = kind_code
+    cols["args.kind"] = (kinds, codes)
+    for dim in DIMS:
+        parts = {}
+        for keys, rows in groups:
+            if dim in keys:
+                for name, values in _dims(list(map(attrgetter(dim), subsets[id(keys)])), dim).items():
+                    parts.setdefault(name, []).append((rows, values))
+        for name in (f"{dim}{axis}" for axis in DIM_AXES):
+            cols[f"args.{name}"] = _scatter(len(events), parts.get(name, []))
+    return cols
+
+
+def _scatter(n: int, parts: list[tuple]) -> np.ndarray:
+    """One column from (rows, values) parts (rows None: all rows); NaN for rows of no part, int64 when every row
+    has an integer."""
+    if len(parts) == 1 and parts[0][0] is None:
+        return parts[0][1]
+    covered = sum(n if rows is None else len(rows) for rows, _ in parts) == n
+    ints = covered and all(values.dtype.kind == "i" for _, values in parts)
+    out = np.empty(n, np.int64) if ints else np.full(n, np.nan)
+    for rows, values in parts:
+        out[rows if rows is not None else slice(None)] = values
+    return out
+
+
+def _range_rows(events: list) -> list[tuple]:
+    """(name, ts text, dur µs, args dict or None) of each cuda_profiler_range event."""
+    return [(decode_names([e.name])[0], bytes(e.ts), dur_to_us([e.dur])[0],
+             json_value(e.args)) for e in events]
+
+
+def process_piece(data: bytes) -> dict:
+    """Decode one piece (`[event, ...]` bytes): GPU event columns, range rows, category counts; DecodeFailed when
+    not valid JSON."""
+    events = _decode_events(data)
+    cats = list(map(_CAT, events))  # selections below run in C (map + compress), not a Python loop per event
+    codes = list(map(_CAT_CODE.get, cats))  # None for the other categories
+    gpu = list(compress(events, codes))
+    ranges = list(compress(events, map(eq, cats, repeat(RANGE_CAT))))  # (str.__eq__(None) is NotImplemented)
+    cat = np.array(list(filter(None, codes)), dtype=np.int8) - 1
+    n = len(events)
+    del events, cats, codes  # freed before the columns are built: their memory is reused (faster)
+    cols = _gpu_columns(gpu, cat) if gpu else None
+    counts = Counter(dict(zip(GPU_CATS, np.bincount(cols["cat"], minlength=3).tolist()))) if gpu else Counter()
+    counts[RANGE_CAT] = len(ranges)
+    return {"events": n, "categories": +counts, "gpu": cols, "ranges": _range_rows(ranges)}
+
+
+def piece_in_worker(piece: bytes) -> dict | None:
+    """process_piece of `[piece]` in a worker process: None tells the main process the cut was wrong (it re-reads
+    there)."""
+    gc.disable()
+    try:
+        return process_piece(b"[" + piece + b"]")
+    except DecodeFailed:
+        return None
