@@ -105,6 +105,7 @@ def test_dry_run_plans_one_ingest_job_per_rank_file(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout + proc.stderr
     jobs = dict(line.split()[:2] for line in text.splitlines() if line.startswith(("ingest_rank ", "merge_ranks ")))
-    assert jobs == {"ingest_rank": "2", "merge_ranks": "1"}
+    jobs |= dict(line.split()[:2] for line in text.splitlines() if line.startswith("normalize_rank "))
+    assert jobs == {"ingest_rank": "2", "normalize_rank": "2", "merge_ranks": "1"}
     for rank, source in enumerate(ranks[0]["source"]):
-        assert f"input: {source}\n    output: results/ingest/{ranks[0]['name']}/ranks/{rank}/kernels.parquet" in text
+        assert f"input: {source}\n    output: results/ingest/{ranks[0]['name']}/ranks/{rank}/raw" in text
