@@ -133,7 +133,7 @@ def test_paper_figures_rerun_byte_identical(tmp_path):
 
     Fig. 5b is left out: it plots measured binning times, which differ on every run by nature.
     """
-    from test_workflow import data_digests, run_workflow, small_config
+    from test_workflow import assert_recorded_bytes, data_digests, run_workflow, small_config
 
     paper = load_paper_config(PAPER_YAML, REPO)
     _, names = merge_datasets(paper, {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets})
@@ -144,6 +144,7 @@ def test_paper_figures_rerun_byte_identical(tmp_path):
     assert first.returncode == 0, first.stderr[-4000:]
     before = {k: v for k, v in data_digests(workdir).items() if k.startswith("results/paper/")}
     assert sum(k.endswith(".png") for k in before) >= 20 and any(k.endswith(".graphml") for k in before)
+    assert_recorded_bytes(workdir, paper=True)  # the same bytes as recorded before the issue 16 refactor
     again = run_workflow(workdir, config, "--forceall", *targets)
     assert again.returncode == 0, again.stderr[-4000:]
     after = {k: v for k, v in data_digests(workdir).items() if k.startswith("results/paper/")}

@@ -52,6 +52,30 @@ def data_digests(workdir: Path) -> dict[str, str]:
     return out
 
 
+GOLDEN = REPO / "tests" / "data" / "golden" / "small_config_digests.json"
+
+
+def assert_recorded_bytes(workdir: Path, paper: bool) -> None:
+    """The data outputs of the small-config run equal the bytes recorded in tests/data/golden (made before the
+    workflow-layer refactor of issue 16, so the refactor changed no result). paper: check results/paper/, else
+    every other recorded file. After a deliberate change of results, GPUVAR_UPDATE_GOLDEN=1 rewrites the record
+    (review the diff: every changed file is a changed result)."""
+    import json
+
+    actual = data_digests(workdir)
+    recorded = json.loads(GOLDEN.read_text())
+    selected = {k: v for k, v in recorded.items() if k.startswith("results/paper/") == paper}
+    if os.environ.get("GPUVAR_UPDATE_GOLDEN") == "1":
+        keep = {k: v for k, v in recorded.items() if k.startswith("results/paper/") != paper}
+        fresh = {k: v for k, v in actual.items() if k.startswith("results/paper/") == paper and "/raw/" not in k}
+        GOLDEN.write_text(json.dumps(keep | fresh, indent=1, sort_keys=True) + "\n")
+        return
+    assert selected, "nothing recorded"
+    missing = sorted(k for k in selected if k not in actual)
+    changed = sorted(k for k in selected if k in actual and actual[k] != selected[k])
+    assert not missing and not changed, {"missing": missing[:20], "changed": changed[:20], "of": len(selected)}
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wf")
@@ -60,6 +84,11 @@ def demo_run(tmp_path_factory):
     proc = run_workflow(workdir, config)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return workdir, config
+
+
+def test_results_are_the_recorded_bytes(demo_run):
+    workdir, _ = demo_run
+    assert_recorded_bytes(workdir, paper=False)
 
 
 def test_every_analysis_has_outputs(demo_run):
