@@ -7,13 +7,26 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-MUTATIONS = ("flip", "truncate", "truncate_newline", "truncate_header", "truncate_quoted", "crlf_mix",
-             "drop_header_col", "rename_header_col", "extra_col", "header_only", "bad_values", "unicode_name",
-             "shuffle_cols", "shuffle_rows", "duplicate_rows")
+MUTATIONS = (
+    "flip",
+    "truncate",
+    "truncate_newline",
+    "truncate_header",
+    "truncate_quoted",
+    "crlf_mix",
+    "drop_header_col",
+    "rename_header_col",
+    "extra_col",
+    "header_only",
+    "bad_values",
+    "unicode_name",
+    "shuffle_cols",
+    "shuffle_rows",
+    "duplicate_rows",
+)
 # byte-level damage, then semantic edits made with sqlite3 (empty tables, missing StringIds rows, shuffled or
 # duplicated timestamps)
-SQLITE_MUTATIONS = ("truncate", "flip", "after_header", "empty_table", "drop_rows", "shuffle_column",
-                    "duplicate_rows")
+SQLITE_MUTATIONS = ("truncate", "flip", "after_header", "empty_table", "drop_rows", "shuffle_column", "duplicate_rows")
 BAD_VALUES = ("nan", "inf", "-1", "99999999999999999999999", "-inf", "", "1e400", "abc")
 
 
@@ -63,7 +76,7 @@ def mutate_text(data: bytes, mutation: str, rnd: random.Random) -> bytes:
     """Apply one named mutation to CSV bytes; deterministic for a given Random."""
     text = data.decode("utf-8", "replace")
     lines = text.splitlines()
-    head_idx = next((i for i, l in enumerate(lines) if l.count(",") >= 3), 0)
+    head_idx = next((i for i, line in enumerate(lines) if line.count(",") >= 3), 0)
     if mutation == "flip":
         buf = bytearray(data)
         for _ in range(rnd.randint(1, 20)):
@@ -81,15 +94,15 @@ def mutate_text(data: bytes, mutation: str, rnd: random.Random) -> bytes:
         cuts = [i + 1 for i, b in enumerate(data) if b == 10]
         return data[: rnd.choice(cuts)] if cuts else data[:1]
     if mutation == "crlf_mix":
-        return "".join(l + rnd.choice(["\n", "\r\n", "\r"]) for l in lines).encode()
+        return "".join(line + rnd.choice(["\n", "\r\n", "\r"]) for line in lines).encode()
     if mutation == "header_only":
         return ("\n".join(lines[: head_idx + 1]) + "\n").encode()
     header = _split_csv_line(lines[head_idx])
     col = rnd.randrange(len(header))
-    rows = [_split_csv_line(l) for l in lines[head_idx + 1:] if l]
+    rows = [_split_csv_line(line) for line in lines[head_idx + 1 :] if line]
     if mutation == "drop_header_col":
         header.pop(col)
-        rows = [r[:col] + r[col + 1:] for r in rows]
+        rows = [r[:col] + r[col + 1 :] for r in rows]
     elif mutation == "rename_header_col":
         header[col] = header[col] + "_renamed"
     elif mutation == "extra_col":
@@ -136,8 +149,12 @@ def _edit_sqlite(data: bytes, mutation: str, rnd: random.Random) -> bytes:
         path.write_bytes(data)
         con = sqlite3.connect(path)
         try:
-            tables = [r[0] for r in con.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+            tables = [
+                r[0]
+                for r in con.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+                )
+            ]
             table = rnd.choice(tables)
             quoted = '"' + table.replace('"', '""') + '"'
             rowids = [r[0] for r in con.execute(f"SELECT rowid FROM {quoted} ORDER BY rowid")]
@@ -147,16 +164,22 @@ def _edit_sqlite(data: bytes, mutation: str, rnd: random.Random) -> bytes:
             elif mutation == "drop_rows":
                 con.executemany(f"DELETE FROM {quoted} WHERE rowid = ?", some)
             elif mutation == "duplicate_rows":
-                columns = ", ".join('"' + r[1].replace('"', '""') + '"' for r in con.execute(f"PRAGMA table_info({quoted})"))
-                con.executemany(f"INSERT INTO {quoted} ({columns}) SELECT {columns} FROM {quoted} WHERE rowid = ?", some)
+                columns = ", ".join(
+                    '"' + r[1].replace('"', '""') + '"' for r in con.execute(f"PRAGMA table_info({quoted})")
+                )
+                con.executemany(
+                    f"INSERT INTO {quoted} ({columns}) SELECT {columns} FROM {quoted} WHERE rowid = ?", some
+                )
             else:  # shuffle one column's values among the rows: non-monotonic times, mismatched IDs
                 columns = [r[1] for r in con.execute(f"PRAGMA table_info({quoted})")]
                 column = '"' + rnd.choice(columns).replace('"', '""') + '"'
                 rows = con.execute(f"SELECT rowid, {column} FROM {quoted}").fetchall()
                 values = [v for _, v in rows]
                 rnd.shuffle(values)
-                con.executemany(f"UPDATE {quoted} SET {column} = ? WHERE rowid = ?",
-                                [(v, rowid) for (rowid, _), v in zip(rows, values)])
+                con.executemany(
+                    f"UPDATE {quoted} SET {column} = ? WHERE rowid = ?",
+                    [(v, rowid) for (rowid, _), v in zip(rows, values)],
+                )
             con.commit()
         except sqlite3.Error:
             con.rollback()

@@ -23,24 +23,53 @@ def test_every_path_the_page_names_exists():
     paths = [s for s in _code_spans() if re.fullmatch(r"[\w./-]+\.(py|smk|csv|yaml|md)|[\w-]+/[\w./-]*", s)]
     assert len(paths) > 20
     source_names = {f.name for top in ("src", "workflow", "tests", "docs", "config") for f in (REPO / top).rglob("*")}
-    workflow_outputs = ("results/", "resources/", "raw/", "kernels.parquet", "memcpy.parquet", "ingest.json",
-                        "bins.parquet", "topk_rows.parquet", "sample_rows.parquet", "bin.json", "causal.json",
-                        "summary.json", "raw.json")  # written by a run, named by artifacts (test below)
-    missing = [p for p in paths if "{" not in p and "<" not in p and not p.startswith(workflow_outputs)
-               and not ((REPO / p).exists() if "/" in p else p in source_names)]  # fmt: skip
+    workflow_outputs = (
+        "results/",
+        "resources/",
+        "raw/",
+        "kernels.parquet",
+        "memcpy.parquet",
+        "ingest.json",
+        "bins.parquet",
+        "topk_rows.parquet",
+        "sample_rows.parquet",
+        "bin.json",
+        "causal.json",
+        "summary.json",
+        "raw.json",
+    )  # written by a run, named by artifacts (test below)
+    missing = [
+        p
+        for p in paths
+        if "{" not in p
+        and "<" not in p
+        and not p.startswith(workflow_outputs)
+        and not ((REPO / p).exists() if "/" in p else p in source_names)
+    ]
     assert not missing, missing
 
 
 def test_every_rule_is_documented_and_every_documented_rule_exists():
     named = {s for s in _code_spans() if re.fullmatch(r"[a-z]+(_[a-z]+)+", s) and ("_" in s)}
-    documented_rules = {s for s in named if s in RULES or re.fullmatch(r"(ingest|normalize|bin|plot|make|merge)_\w+", s)}
+    documented_rules = {
+        s for s in named if s in RULES or re.fullmatch(r"(ingest|normalize|bin|plot|make|merge)_\w+", s)
+    }
     assert documented_rules - RULES <= {"plot_outputs"}, documented_rules - RULES
     assert RULES - {"all", "paper", "scaling"} <= named, RULES - named
 
 
 def test_artifact_names_match_the_module():
-    for name in ("KERNELS_TABLE", "MEMCPY_TABLE", "INGEST_REPORT", "BINS_TABLE", "TOPK_ROWS", "SAMPLE_ROWS",
-                 "BIN_REPORT", "CAUSAL_RECORD", "CAUSAL_SUMMARY"):  # fmt: skip
+    for name in (
+        "KERNELS_TABLE",
+        "MEMCPY_TABLE",
+        "INGEST_REPORT",
+        "BINS_TABLE",
+        "TOPK_ROWS",
+        "SAMPLE_ROWS",
+        "BIN_REPORT",
+        "CAUSAL_RECORD",
+        "CAUSAL_SUMMARY",
+    ):
         assert f"`{getattr(artifacts, name)}`" in DOC, name
     assert f"`{artifacts.RAW_FOLDER}/`" in DOC and "`raw.json`" in DOC
     assert f"`{artifacts.CHECKS_TABLE}`" in DOC

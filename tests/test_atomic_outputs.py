@@ -38,8 +38,12 @@ sys.exit(main(sys.argv[4:]))
 
 def _disk_full(target: str, nth: int, *argv) -> subprocess.CompletedProcess:
     module, attr = target.rsplit(".", 1)
-    return subprocess.run([sys.executable, "-c", _DISK_FULL, module, attr, str(nth), *map(str, argv)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", _DISK_FULL, module, attr, str(nth), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _one_line_naming(proc, path: Path) -> None:
@@ -70,16 +74,41 @@ def binned(ingested, tmp_path_factory) -> Path:
     from gpuvar.cli import main
 
     out = tmp_path_factory.mktemp("bin") / "bin"
-    assert main(["bin", str(ingested / "kernels.parquet"), "--memcpy", str(ingested / "memcpy.parquet"),
-                 "--bin-width", "2ms", "--top-k", "4", "-o", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "bin",
+                str(ingested / "kernels.parquet"),
+                "--memcpy",
+                str(ingested / "memcpy.parquet"),
+                "--bin-width",
+                "2ms",
+                "--top-k",
+                "4",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
 @pytest.mark.timeout(120)
 def test_bin_disk_full_on_the_report_leaves_no_tables(ingested, tmp_path):
     out = tmp_path / "bin"
-    proc = _disk_full("gpuvar.binning.job.write_json", 1, "bin", ingested / "kernels.parquet", "--memcpy",
-                      ingested / "memcpy.parquet", "--bin-width", "2ms", "-o", out)  # fmt: skip
+    proc = _disk_full(
+        "gpuvar.binning.job.write_json",
+        1,
+        "bin",
+        ingested / "kernels.parquet",
+        "--memcpy",
+        ingested / "memcpy.parquet",
+        "--bin-width",
+        "2ms",
+        "-o",
+        out,
+    )
     _one_line_naming(proc, out)
     assert not out.exists() or not list(out.iterdir()), list(out.iterdir())  # no bins.parquet without bin.json
     assert _leftovers(tmp_path) == []
@@ -89,8 +118,9 @@ def test_bin_disk_full_on_the_report_leaves_no_tables(ingested, tmp_path):
 def test_bin_disk_full_on_a_table_names_the_output(ingested, tmp_path):
     out = tmp_path / "bin"
     # the disk fills on the 2nd table (topk_rows.parquet), after bins.parquet was written
-    proc = _disk_full("pyarrow.parquet.write_table", 2, "bin", ingested / "kernels.parquet", "--bin-width", "2ms",
-                      "-o", out)  # fmt: skip
+    proc = _disk_full(
+        "pyarrow.parquet.write_table", 2, "bin", ingested / "kernels.parquet", "--bin-width", "2ms", "-o", out
+    )
     _one_line_naming(proc, out / "topk_rows.parquet")
     assert not out.exists() or not list(out.iterdir()), list(out.iterdir())
     assert _leftovers(tmp_path) == []
@@ -99,8 +129,18 @@ def test_bin_disk_full_on_a_table_names_the_output(ingested, tmp_path):
 @pytest.mark.timeout(120)
 def test_causal_disk_full_mid_group_leaves_the_previous_result(binned, tmp_path, run_cli):
     out = tmp_path / "causal"
-    args = ["causal", binned / "topk_rows.parquet", "--target", "kernel_variability", "--bootstrap", "0",
-            "--min-rows", "5", "-o", out]  # fmt: skip
+    args = [
+        "causal",
+        binned / "topk_rows.parquet",
+        "--target",
+        "kernel_variability",
+        "--bootstrap",
+        "0",
+        "--min-rows",
+        "5",
+        "-o",
+        out,
+    ]
     assert run_cli(*args).returncode == 0
     before = sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file())
     proc = _disk_full("pandas.DataFrame.to_csv", 3, *args)
@@ -113,8 +153,19 @@ def test_causal_disk_full_mid_group_leaves_the_previous_result(binned, tmp_path,
 @pytest.mark.timeout(120)
 def test_plot_disk_full_leaves_no_figure_and_no_tmp_file(binned, tmp_path):
     stem = tmp_path / "figs" / "parallel"
-    proc = _disk_full("matplotlib.figure.Figure.savefig", 2, "plot", "parallel", binned / "topk_rows.parquet",
-                      "--target", "kernel_variability", "--features", "grid_x,block_x", "-o", stem)  # fmt: skip
+    proc = _disk_full(
+        "matplotlib.figure.Figure.savefig",
+        2,
+        "plot",
+        "parallel",
+        binned / "topk_rows.parquet",
+        "--target",
+        "kernel_variability",
+        "--features",
+        "grid_x,block_x",
+        "-o",
+        stem,
+    )
     _one_line_naming(proc, stem.parent)
     assert sorted(p.name for p in stem.parent.iterdir()) == []  # not the SVG of the two formats, no .tmp-<pid>
 
@@ -167,8 +218,11 @@ def test_staged_merge_moves_the_marker_last_and_stem_keeps_neighbours(tmp_path):
     with staged_folder(target, replace=False, last=("bin.json",)) as tmp:
         (tmp / "bins.parquet").write_text("new")
         (tmp / "bin.json").write_text("new")
-    assert {p.name: p.read_text() for p in target.iterdir()} == {"bin.json": "new", "bins.parquet": "new",
-                                                                 "unrelated.txt": "keep"}  # fmt: skip
+    assert {p.name: p.read_text() for p in target.iterdir()} == {
+        "bin.json": "new",
+        "bins.parquet": "new",
+        "unrelated.txt": "keep",
+    }
     with staged_stem(tmp_path / "figs" / "timeline") as stem:
         Path(f"{stem}.svg").write_text("svg")
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["timeline.svg"]

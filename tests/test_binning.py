@@ -89,7 +89,9 @@ def test_partition_balances_rows():
     np.testing.assert_array_equal(owners, [0, 0, 0, 1, 1])
 
 
-@pytest.mark.parametrize("text, expected", [("10ms", (10_000_000, "ns")), ("1.5us", (1500, "ns")), ("250", (250, "launches"))])
+@pytest.mark.parametrize(
+    "text, expected", [("10ms", (10_000_000, "ns")), ("1.5us", (1500, "ns")), ("250", (250, "launches"))]
+)
 def test_bin_width_units(text, expected):
     assert bin_width(text) == expected
 
@@ -191,10 +193,13 @@ def test_phases_run_alone_and_leave_their_inputs_as_they_were(demo):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("extra", [
-    ["--target", "memory_stall", "--link", "stream", "--features", "grid_x,duration,linked_copy_kind"],
-    pytest.param(["--group", "launch_config", "--features", "grid_x,duration"], marks=pytest.mark.slow),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--target", "memory_stall", "--link", "stream", "--features", "grid_x,duration,linked_copy_kind"],
+        pytest.param(["--group", "launch_config", "--features", "grid_x,duration"], marks=pytest.mark.slow),
+    ],
+)
 def test_outputs_are_byte_identical_for_1_2_3_ranks(demo, tmp_path, extra):
     args = [demo / "kernels.parquet", "--memcpy", demo / "memcpy.parquet", "--bin-width", "1ms", "--top-k", "4", *extra]
     reports = []
@@ -231,8 +236,18 @@ def test_sorted_path_edge_cases_are_byte_identical_for_1_and_3_ranks(demo, tmp_p
             t = t.set_column(t.column_names.index(col), col, holed)
         kernels = tmp_path / "holes.parquet"
         write_canonical(t, kernels, row_group_rows=4096)
-        args = ["--memcpy", demo / "memcpy.parquet", "--target", "memory_stall", "--bin-width", "2ms", "--top-k", "3",
-                "--features", "grid_x,duration,linked_copy_bytes"]  # fmt: skip
+        args = [
+            "--memcpy",
+            demo / "memcpy.parquet",
+            "--target",
+            "memory_stall",
+            "--bin-width",
+            "2ms",
+            "--top-k",
+            "3",
+            "--features",
+            "grid_x,duration,linked_copy_bytes",
+        ]
     for r in (None, 3):
         proc = run_bin(kernels, *args, "--output", tmp_path / f"r{r or 1}", ranks=r)
         assert proc.returncode == 0, proc.stderr
@@ -270,8 +285,19 @@ sys.exit(main(sys.argv[4:]))
 
 
 def run_bin_with_fault(phase: str, victim: int, how: str, *args, ranks: int, timeout=60):
-    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-c", _FAULT_AFTER_PHASE, phase, str(victim), how, "bin",
-           *map(str, args)]  # fmt: skip
+    cmd = [
+        str(MPIEXEC),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-c",
+        _FAULT_AFTER_PHASE,
+        phase,
+        str(victim),
+        how,
+        "bin",
+        *map(str, args),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -282,8 +308,9 @@ def test_a_failing_rank_stops_the_job_promptly(demo, tmp_path, phase, victim):
     with one error line naming the rank, and leaves no output."""
     out = tmp_path / "out"
     t0 = time.monotonic()
-    proc = run_bin_with_fault(phase, victim, "raise", demo / "kernels.parquet", "--bin-width", "2ms", "--output", out,
-                              ranks=3)  # fmt: skip
+    proc = run_bin_with_fault(
+        phase, victim, "raise", demo / "kernels.parquet", "--bin-width", "2ms", "--output", out, ranks=3
+    )
     assert proc.returncode != 0
     # one error, from the failing rank (lines of several ranks may interleave in mpiexec's stderr)
     assert proc.stderr.count(f"gpuvar bin: rank {victim}: error: fault injected after {phase}") == 1, proc.stderr
@@ -311,15 +338,25 @@ def test_a_killed_rank_stops_the_job_promptly(demo, tmp_path):
 
 def _tiny_files(tmp_path: Path):
     """Stream 1: copies at t=0 (dur 10) and t=100 (dur 40); stream 2: no copy before its first kernel."""
-    kernels = pd.DataFrame({
-        "kernel_name": ["k", "k", "k", "k", "k"],
-        "device_id": [0, 0, 0, 0, 0], "stream_id": [1, 1, 2, 2, 1],
-        "start": [50, 150, 20, 300, 5_000_050], "end": [80, 250, 45, 330, 5_000_150],
-    })  # fmt: skip
-    memcpy = pd.DataFrame({
-        "device_id": [0, 0, 0], "stream_id": [1, 1, 2], "start": [0, 100, 200], "end": [10, 140, 205],
-        "bytes": [64, 128, 256], "copy_kind": [1, 8, 2],
-    })  # fmt: skip
+    kernels = pd.DataFrame(
+        {
+            "kernel_name": ["k", "k", "k", "k", "k"],
+            "device_id": [0, 0, 0, 0, 0],
+            "stream_id": [1, 1, 2, 2, 1],
+            "start": [50, 150, 20, 300, 5_000_050],
+            "end": [80, 250, 45, 330, 5_000_150],
+        }
+    )
+    memcpy = pd.DataFrame(
+        {
+            "device_id": [0, 0, 0],
+            "stream_id": [1, 1, 2],
+            "start": [0, 100, 200],
+            "end": [10, 140, 205],
+            "bytes": [64, 128, 256],
+            "copy_kind": [1, 8, 2],
+        }
+    )
     write_canonical(finalize_kernels(kernels), tmp_path / "k.parquet", row_group_rows=2)
     write_canonical(finalize_memcpy(memcpy), tmp_path / "m.parquet", row_group_rows=2)
 
@@ -328,8 +365,20 @@ def _tiny_files(tmp_path: Path):
 @pytest.mark.parametrize("ranks", [None, 2])
 def test_memory_stall_link_rule_end_to_end(tmp_path, ranks):
     _tiny_files(tmp_path)
-    proc = run_bin(tmp_path / "k.parquet", "--memcpy", tmp_path / "m.parquet", "--target", "memory_stall",
-                   "--bin-width", "1ms", "--top-k", "5", "--output", tmp_path / "o", ranks=ranks)  # fmt: skip
+    proc = run_bin(
+        tmp_path / "k.parquet",
+        "--memcpy",
+        tmp_path / "m.parquet",
+        "--target",
+        "memory_stall",
+        "--bin-width",
+        "1ms",
+        "--top-k",
+        "5",
+        "--output",
+        tmp_path / "o",
+        ranks=ranks,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "o" / "bin.json").read_text())
     assert report["rows_without_target"] == {"no earlier memcpy on the same device and stream": 1}
@@ -360,12 +409,15 @@ def test_timeline_less_data_is_binned_by_launch_order(tmp_path):
     assert report["bin_unit"] == "launches" and report["bins"] == 2
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--bin-width", "ten"], "--bin-width"),
-    (["--target", "speed"], "invalid choice: 'speed'"),
-    (["--target", "memory_stall"], "needs --memcpy"),
-    (["--features", "nope"], "unknown column(s) nope"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--bin-width", "ten"], "--bin-width"),
+        (["--target", "speed"], "invalid choice: 'speed'"),
+        (["--target", "memory_stall"], "needs --memcpy"),
+        (["--features", "nope"], "unknown column(s) nope"),
+    ],
+)
 def test_bad_arguments_are_one_line_exit_2(demo, tmp_path, args, message):
     proc = run_bin(demo / "kernels.parquet", "--output", tmp_path, *args)
     assert proc.returncode == 2, proc.stderr

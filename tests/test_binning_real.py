@@ -9,11 +9,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-
-from gpuvar.ingest import ingest
-
 from conftest import real_file
 from test_binning import STATS, assert_close, pandas_reference, run_bin
+
+from gpuvar.ingest import ingest
 
 MFU = "nsys-sqlite/nsys-ai-mfu-2gpu-before-after/mfu_2gpu_before.sqlite"
 WIDTH_NS = 10_000_000
@@ -35,9 +34,15 @@ def _reference_target(canonical, target: str) -> pd.DataFrame:
     m = pq.read_table(canonical / "memcpy.parquet", columns=["device_id", "stream_id", "start", "end"]).to_pandas()
     m["copy_duration"] = m["end"] - m["start"]
     k = k.sort_values("start", kind="stable")
-    linked = pd.merge_asof(k, m.drop(columns="end").sort_values("start", kind="stable").rename(columns={"start": "copy_start"}),
-                           left_on="start", right_on="copy_start", by=["device_id", "stream_id"],
-                           direction="backward", allow_exact_matches=True)  # fmt: skip
+    linked = pd.merge_asof(
+        k,
+        m.drop(columns="end").sort_values("start", kind="stable").rename(columns={"start": "copy_start"}),
+        left_on="start",
+        right_on="copy_start",
+        by=["device_id", "stream_id"],
+        direction="backward",
+        allow_exact_matches=True,
+    )
     linked = linked[linked["copy_start"].notna()].copy()
     linked[target] = (linked["duration"] - linked["copy_duration"]).abs()
     return linked
@@ -45,8 +50,19 @@ def _reference_target(canonical, target: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("target", ["kernel_variability", "memory_stall"])
 def test_real_trace_bins_equal_pandas(canonical, tmp_path, target):
-    proc = run_bin(canonical / "kernels.parquet", "--memcpy", canonical / "memcpy.parquet", "--target", target,
-                   "--bin-width", "10ms", "--top-k", "5", "--output", tmp_path)  # fmt: skip
+    proc = run_bin(
+        canonical / "kernels.parquet",
+        "--memcpy",
+        canonical / "memcpy.parquet",
+        "--target",
+        target,
+        "--bin-width",
+        "10ms",
+        "--top-k",
+        "5",
+        "--output",
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "bin.json").read_text())
     ref_rows = _reference_target(canonical, target)

@@ -19,20 +19,22 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import REPO, real_file
+
 from gpuvar.ingest import ingest
 from gpuvar.schema import canonical_columns, short_kernel_name
 
-NSYS = ["nsys-sqlite/nsys-ai-mfu-2gpu-before-after/mfu_2gpu_before.sqlite",
-        "nsys-sqlite/nvfuser-matmul-h100/report1.sqlite"]  # fmt: skip
+NSYS = [
+    "nsys-sqlite/nsys-ai-mfu-2gpu-before-after/mfu_2gpu_before.sqlite",
+    "nsys-sqlite/nvfuser-matmul-h100/report1.sqlite",
+]
 
 
 def _ingest(source: Path, tmp_path: Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     ingest(source, tmp_path / "out")
     kernels = pq.read_table(tmp_path / "out" / "kernels.parquet").to_pandas()
-    memcpy_path = tmp_path / "out" / "memcpy.parquet"
-    return kernels, pq.read_table(memcpy_path).to_pandas() if memcpy_path.exists() else None
+    memcpy = pq.read_table(tmp_path / "out" / "memcpy.parquet").to_pandas()  # written always; no rows: no copies
+    return kernels, memcpy if len(memcpy) else None
 
 
 def _values(series) -> list:
@@ -87,35 +89,68 @@ def test_nsys_every_canonical_column(relative, tmp_path):
     src = pd.read_sql_query(
         "SELECT k.*, d.value AS demangled, s.value AS short FROM CUPTI_ACTIVITY_KIND_KERNEL k "
         "JOIN StringIds d ON d.id = k.demangledName JOIN StringIds s ON s.id = k.shortName "
-        "ORDER BY k.start, k.correlationId", con)  # fmt: skip
+        "ORDER BY k.start, k.correlationId",
+        con,
+    )
     assert len(src) == len(k) and len(src) > 0
     assert k["launch_id"].tolist() == list(range(len(k)))  # row order by (start, correlationId)
     k = k.sort_values("launch_id").reset_index(drop=True)
     pid = (src["globalPid"] // 2**24) % 2**24
-    _check("kernels", k, {
-        "kernel_name": src["demangled"], "kernel_short_name": src["short"], "device_id": src["deviceId"],
-        "stream_id": src["streamId"], "process_id": pid, "correlation_id": src["correlationId"],
-        "launch_id": range(len(src)), "start": src["start"], "end": src["end"], "duration": src["end"] - src["start"],
-        "grid_x": src["gridX"], "grid_y": src["gridY"], "grid_z": src["gridZ"], "block_x": src["blockX"],
-        "block_y": src["blockY"], "block_z": src["blockZ"], "grid_size": src["gridX"] * src["gridY"] * src["gridZ"],
-        "workgroup_size": src["blockX"] * src["blockY"] * src["blockZ"],
-        "registers_per_thread": src["registersPerThread"], "static_shared_memory": src["staticSharedMemory"],
-        "dynamic_shared_memory": src["dynamicSharedMemory"],
-        "lds_per_workgroup": src["staticSharedMemory"] + src["dynamicSharedMemory"],
-        "scratch_per_workitem": src["localMemoryPerThread"], "wave_size": [32] * len(src),
-    }, absent={"arch_vgpr", "accum_vgpr", "sgpr"})  # fmt: skip
+    _check(
+        "kernels",
+        k,
+        {
+            "kernel_name": src["demangled"],
+            "kernel_short_name": src["short"],
+            "device_id": src["deviceId"],
+            "stream_id": src["streamId"],
+            "process_id": pid,
+            "correlation_id": src["correlationId"],
+            "launch_id": range(len(src)),
+            "start": src["start"],
+            "end": src["end"],
+            "duration": src["end"] - src["start"],
+            "grid_x": src["gridX"],
+            "grid_y": src["gridY"],
+            "grid_z": src["gridZ"],
+            "block_x": src["blockX"],
+            "block_y": src["blockY"],
+            "block_z": src["blockZ"],
+            "grid_size": src["gridX"] * src["gridY"] * src["gridZ"],
+            "workgroup_size": src["blockX"] * src["blockY"] * src["blockZ"],
+            "registers_per_thread": src["registersPerThread"],
+            "static_shared_memory": src["staticSharedMemory"],
+            "dynamic_shared_memory": src["dynamicSharedMemory"],
+            "lds_per_workgroup": src["staticSharedMemory"] + src["dynamicSharedMemory"],
+            "scratch_per_workitem": src["localMemoryPerThread"],
+            "wave_size": [32] * len(src),
+        },
+        absent={"arch_vgpr", "accum_vgpr", "sgpr"},
+    )
 
     mem = pd.read_sql_query("SELECT * FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY start, correlationId", con)
     kinds = dict(con.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER").fetchall())
     con.close()
     m = m.sort_values("launch_id").reset_index(drop=True)
     assert len(mem) == len(m) > 0
-    _check("memcpy", m, {
-        "start": mem["start"], "end": mem["end"], "duration": mem["end"] - mem["start"], "device_id": mem["deviceId"],
-        "stream_id": mem["streamId"], "process_id": (mem["globalPid"] // 2**24) % 2**24,
-        "correlation_id": mem["correlationId"], "bytes": mem["bytes"], "copy_kind": mem["copyKind"],
-        "copy_kind_name": [_short_kind(kinds[c]) for c in mem["copyKind"]], "launch_id": range(len(mem)),
-    }, absent=set())  # fmt: skip
+    _check(
+        "memcpy",
+        m,
+        {
+            "start": mem["start"],
+            "end": mem["end"],
+            "duration": mem["end"] - mem["start"],
+            "device_id": mem["deviceId"],
+            "stream_id": mem["streamId"],
+            "process_id": (mem["globalPid"] // 2**24) % 2**24,
+            "correlation_id": mem["correlationId"],
+            "bytes": mem["bytes"],
+            "copy_kind": mem["copyKind"],
+            "copy_kind_name": [_short_kind(kinds[c]) for c in mem["copyKind"]],
+            "launch_id": range(len(mem)),
+        },
+        absent=set(),
+    )
     if relative.startswith("nsys-sqlite/nsys-ai-mfu"):
         assert sorted(set(k["device_id"])) == [0, 1]  # the 2-GPU trace: both devices survive the mapping
 
@@ -128,20 +163,34 @@ def _ncu_long(path: Path) -> pd.DataFrame:
     rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
     launches = {}
     for r in rows:
-        launch = launches.setdefault(int(r["ID"]), {k: r[k] for k in ("ID", "Process ID", "Kernel Name", "Stream",
-                                                                        "Device", "Block Size", "Grid Size")})
-        launch[r["Metric Name"]] = (r["Metric Value"].replace(",", ""), r["Metric Unit"])  # fmt: skip
+        launch = launches.setdefault(
+            int(r["ID"]),
+            {k: r[k] for k in ("ID", "Process ID", "Kernel Name", "Stream", "Device", "Block Size", "Grid Size")},
+        )
+        launch[r["Metric Name"]] = (r["Metric Value"].replace(",", ""), r["Metric Unit"])
     return pd.DataFrame([launches[i] for i in sorted(launches)])
 
 
-_NS = {"nsecond": 1, "usecond": 1_000, "msecond": 1_000_000, "second": 1_000_000_000, "ns": 1, "us": 1_000,
-       "ms": 1_000_000, "s": 1_000_000_000}
+_NS = {
+    "nsecond": 1,
+    "usecond": 1_000,
+    "msecond": 1_000_000,
+    "second": 1_000_000_000,
+    "ns": 1,
+    "us": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+}
 
 
-@pytest.mark.parametrize("source", [
-    "ncu-csv/roofline-profiler-rtx5070/saxpy.csv", "ncu-csv/roofline-profiler-rtx5070/gemm_tiled.csv",
-    "RECORDED:h100-torch-ncu/details.csv",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "source",
+    [
+        "ncu-csv/roofline-profiler-rtx5070/saxpy.csv",
+        "ncu-csv/roofline-profiler-rtx5070/gemm_tiled.csv",
+        "RECORDED:h100-torch-ncu/details.csv",
+    ],
+)
 def test_ncu_every_canonical_column(source, tmp_path):
     path = REPO / "tests/data/recorded" / source.split(":")[1] if source.startswith("RECORDED:") else real_file(source)
     k, m = _ingest(path, tmp_path)
@@ -163,20 +212,35 @@ def test_ncu_every_canonical_column(source, tmp_path):
 
     static = metric("launch__shared_mem_per_block_static", in_bytes)
     dynamic = metric("launch__shared_mem_per_block_dynamic", in_bytes)
-    _check("kernels", k, {
-        "kernel_name": src["Kernel Name"], "kernel_short_name": _short(src["Kernel Name"]),
-        "device_id": src["Device"].astype(int), "stream_id": src["Stream"].astype(int),
-        "process_id": src["Process ID"].astype(int), "launch_id": src["ID"].astype(int),
-        "duration": metric("gpu__time_duration.sum", lambda v, unit: round(v * _NS[unit])),
-        "grid_x": [g[0] for g in dims["Grid"]], "grid_y": [g[1] for g in dims["Grid"]],
-        "grid_z": [g[2] for g in dims["Grid"]], "block_x": [b[0] for b in dims["Block"]],
-        "block_y": [b[1] for b in dims["Block"]], "block_z": [b[2] for b in dims["Block"]],
-        "grid_size": [math.prod(g) for g in dims["Grid"]], "workgroup_size": [math.prod(b) for b in dims["Block"]],
-        "registers_per_thread": metric("launch__registers_per_thread"), "static_shared_memory": static,
-        "dynamic_shared_memory": dynamic,
-        "lds_per_workgroup": [None if s is None and d is None else (s or 0) + (d or 0) for s, d in zip(static, dynamic)],
-        "wave_size": [32] * len(src),
-    }, absent={"correlation_id", "start", "end", "scratch_per_workitem", "arch_vgpr", "accum_vgpr", "sgpr"})  # fmt: skip
+    _check(
+        "kernels",
+        k,
+        {
+            "kernel_name": src["Kernel Name"],
+            "kernel_short_name": _short(src["Kernel Name"]),
+            "device_id": src["Device"].astype(int),
+            "stream_id": src["Stream"].astype(int),
+            "process_id": src["Process ID"].astype(int),
+            "launch_id": src["ID"].astype(int),
+            "duration": metric("gpu__time_duration.sum", lambda v, unit: round(v * _NS[unit])),
+            "grid_x": [g[0] for g in dims["Grid"]],
+            "grid_y": [g[1] for g in dims["Grid"]],
+            "grid_z": [g[2] for g in dims["Grid"]],
+            "block_x": [b[0] for b in dims["Block"]],
+            "block_y": [b[1] for b in dims["Block"]],
+            "block_z": [b[2] for b in dims["Block"]],
+            "grid_size": [math.prod(g) for g in dims["Grid"]],
+            "workgroup_size": [math.prod(b) for b in dims["Block"]],
+            "registers_per_thread": metric("launch__registers_per_thread"),
+            "static_shared_memory": static,
+            "dynamic_shared_memory": dynamic,
+            "lds_per_workgroup": [
+                None if s is None and d is None else (s or 0) + (d or 0) for s, d in zip(static, dynamic)
+            ],
+            "wave_size": [32] * len(src),
+        },
+        absent={"correlation_id", "start", "end", "scratch_per_workitem", "arch_vgpr", "accum_vgpr", "sgpr"},
+    )
     for name in src.columns:  # every raw metric is kept under its own name, in base units for bytes and time
         if "__" in name and name not in ("gpu__time_duration.sum",) and not name.startswith("launch__"):
             unit = src[name].dropna().iloc[0][1]
@@ -213,8 +277,10 @@ def _short_kind(symbol: str) -> str:
     return tail.title()
 
 
-@pytest.mark.parametrize("relative", ["rocprof-v1-csv/hpct-laplacian-kernel3-mi250x/results.csv",
-                                      "rocprof-v1-csv/llamacpp-rdna4-r9700/results.csv"])  # fmt: skip
+@pytest.mark.parametrize(
+    "relative",
+    ["rocprof-v1-csv/hpct-laplacian-kernel3-mi250x/results.csv", "rocprof-v1-csv/llamacpp-rdna4-r9700/results.csv"],
+)
 def test_rocprof_v1_every_canonical_column(relative, tmp_path):
     source = real_file(relative)
     k, _ = _ingest(source, tmp_path)
@@ -224,18 +290,37 @@ def test_rocprof_v1_every_canonical_column(relative, tmp_path):
     assert len(src) == len(k) > 0
     grd, wgr = _ints(src["grd"]), _ints(src["wgr"])
     vgpr = src["arch_vgpr"] if "arch_vgpr" in src else src["vgpr"]
-    _check("kernels", k, {
-        "kernel_name": _kd(src["KernelName"]), "kernel_short_name": _short(_kd(src["KernelName"])),
-        "device_id": _ints(src["gpu-id"]), "stream_id": _ints(src["queue-id"]), "process_id": _ints(src["pid"]),
-        "launch_id": _ints(src["Index"]), "start": _ints(src["BeginNs"]), "end": _ints(src["EndNs"]),
-        "duration": [e - b for b, e in zip(_ints(src["BeginNs"]), _ints(src["EndNs"]))],
-        "grid_x": _ceil_div(grd, wgr), "grid_y": [1] * len(src), "grid_z": [1] * len(src), "block_x": wgr,
-        "block_y": [1] * len(src), "block_z": [1] * len(src), "grid_size": _ceil_div(grd, wgr), "workgroup_size": wgr,
-        "registers_per_thread": _ints(vgpr), "lds_per_workgroup": _ints(src["lds"]),
-        "scratch_per_workitem": _ints(src["scr"]), "arch_vgpr": _ints(vgpr),
-        "accum_vgpr": _ints(src["accum_vgpr"]) if "accum_vgpr" in src else [None] * len(src),
-        "sgpr": _ints(src["sgpr"]), "wave_size": _ints(src["wave_size"]) if "wave_size" in src else [64] * len(src),
-    }, absent={"correlation_id", "static_shared_memory", "dynamic_shared_memory"})  # fmt: skip
+    _check(
+        "kernels",
+        k,
+        {
+            "kernel_name": _kd(src["KernelName"]),
+            "kernel_short_name": _short(_kd(src["KernelName"])),
+            "device_id": _ints(src["gpu-id"]),
+            "stream_id": _ints(src["queue-id"]),
+            "process_id": _ints(src["pid"]),
+            "launch_id": _ints(src["Index"]),
+            "start": _ints(src["BeginNs"]),
+            "end": _ints(src["EndNs"]),
+            "duration": [e - b for b, e in zip(_ints(src["BeginNs"]), _ints(src["EndNs"]))],
+            "grid_x": _ceil_div(grd, wgr),
+            "grid_y": [1] * len(src),
+            "grid_z": [1] * len(src),
+            "block_x": wgr,
+            "block_y": [1] * len(src),
+            "block_z": [1] * len(src),
+            "grid_size": _ceil_div(grd, wgr),
+            "workgroup_size": wgr,
+            "registers_per_thread": _ints(vgpr),
+            "lds_per_workgroup": _ints(src["lds"]),
+            "scratch_per_workitem": _ints(src["scr"]),
+            "arch_vgpr": _ints(vgpr),
+            "accum_vgpr": _ints(src["accum_vgpr"]) if "accum_vgpr" in src else [None] * len(src),
+            "sgpr": _ints(src["sgpr"]),
+            "wave_size": _ints(src["wave_size"]) if "wave_size" in src else [64] * len(src),
+        },
+        absent={"correlation_id", "static_shared_memory", "dynamic_shared_memory"},
+    )
 
 
 def test_rocprof_db_matches_its_csv(tmp_path):
@@ -248,8 +333,11 @@ def test_rocprof_db_matches_its_csv(tmp_path):
         assert _values(from_db[column]) == _values(from_csv[column]), column
 
 
-OMNIPERF = ["omniperf-pmc-perf/omniperf-multikernel-mi200", "omniperf-pmc-perf/omniperf-vcopy-mi300x",
-            "omniperf-pmc-perf/omniperf2022-mixbench-mi100"]  # fmt: skip
+OMNIPERF = [
+    "omniperf-pmc-perf/omniperf-multikernel-mi200",
+    "omniperf-pmc-perf/omniperf-vcopy-mi300x",
+    "omniperf-pmc-perf/omniperf2022-mixbench-mi100",
+]
 
 
 @pytest.mark.parametrize("relative", OMNIPERF)
@@ -268,13 +356,17 @@ def test_omniperf_every_canonical_column(relative, tmp_path):
     elif times.exists():  # times of the timestamps pass, by dispatch
         ts = _csv(times)
         key = "Dispatch_ID" if "Dispatch_ID" in ts.columns else "Index"
-        begin, finish = ("Start_Timestamp", "End_Timestamp") if "Start_Timestamp" in ts.columns else ("BeginNs", "EndNs")
+        begin, finish = (
+            ("Start_Timestamp", "End_Timestamp") if "Start_Timestamp" in ts.columns else ("BeginNs", "EndNs")
+        )
         ts = ts.set_index(key)
         start = [int(ts.at[d, begin]) for d in src[key]]
         end = [int(ts.at[d, finish]) for d in src[key]]
     else:
         start, end = col("BeginNs"), col("EndNs")
-    order = sorted(range(len(src)), key=lambda i: (start[i] if start[i] is not None else -1, col("Dispatch_ID", "Index")[i]))
+    order = sorted(
+        range(len(src)), key=lambda i: (start[i] if start[i] is not None else -1, col("Dispatch_ID", "Index")[i])
+    )
     src = src.iloc[order].reset_index(drop=True)
     start, end = [start[i] for i in order], [end[i] for i in order]
     k = k.reset_index(drop=True)
@@ -287,21 +379,47 @@ def test_omniperf_every_canonical_column(relative, tmp_path):
         duration = [None] * n
     else:
         duration = [None if a is None or b is None else b - a for a, b in zip(start, end)]
-    _check("kernels", k, {
-        "kernel_name": names, "kernel_short_name": _short(names), "device_id": col("GPU_ID", "gpu-id"),
-        "stream_id": col("queue-id"), "process_id": col("pid"), "correlation_id": col("Correlation_ID"),
-        "launch_id": col("Dispatch_ID", "Index"), "start": start, "end": end,
-        "duration": duration, "grid_x": _ceil_div(grid, wg), "grid_y": [1] * n, "grid_z": [1] * n, "block_x": wg, "block_y": [1] * n,
-        "block_z": [1] * n, "grid_size": _ceil_div(grid, wg), "workgroup_size": wg, "registers_per_thread": vgpr,
-        "lds_per_workgroup": col("LDS_Per_Workgroup", "lds"), "scratch_per_workitem": col("Scratch_Per_Workitem", "scr"),
-        "arch_vgpr": vgpr, "accum_vgpr": col("Accum_VGPR", "accum_vgpr"), "sgpr": col("SGPR", "sgpr"),
-        "wave_size": col("Wave_Size", "wave_size") if {"Wave_Size", "wave_size"} & set(src.columns) else [64] * n,
-    }, absent={"static_shared_memory", "dynamic_shared_memory"})  # fmt: skip
+    _check(
+        "kernels",
+        k,
+        {
+            "kernel_name": names,
+            "kernel_short_name": _short(names),
+            "device_id": col("GPU_ID", "gpu-id"),
+            "stream_id": col("queue-id"),
+            "process_id": col("pid"),
+            "correlation_id": col("Correlation_ID"),
+            "launch_id": col("Dispatch_ID", "Index"),
+            "start": start,
+            "end": end,
+            "duration": duration,
+            "grid_x": _ceil_div(grid, wg),
+            "grid_y": [1] * n,
+            "grid_z": [1] * n,
+            "block_x": wg,
+            "block_y": [1] * n,
+            "block_z": [1] * n,
+            "grid_size": _ceil_div(grid, wg),
+            "workgroup_size": wg,
+            "registers_per_thread": vgpr,
+            "lds_per_workgroup": col("LDS_Per_Workgroup", "lds"),
+            "scratch_per_workitem": col("Scratch_Per_Workitem", "scr"),
+            "arch_vgpr": vgpr,
+            "accum_vgpr": col("Accum_VGPR", "accum_vgpr"),
+            "sgpr": col("SGPR", "sgpr"),
+            "wave_size": col("Wave_Size", "wave_size") if {"Wave_Size", "wave_size"} & set(src.columns) else [64] * n,
+        },
+        absent={"static_shared_memory", "dynamic_shared_memory"},
+    )
 
 
 ROCPROFV3 = "rocprofv3-csv/rocprofiler-sdk-docs-vectorops-newer"
-_DIRECTION = {"MEMORY_COPY_HOST_TO_DEVICE": 1, "MEMORY_COPY_DEVICE_TO_HOST": 2, "MEMORY_COPY_DEVICE_TO_DEVICE": 8,
-              "MEMORY_COPY_HOST_TO_HOST": 9}  # fmt: skip
+_DIRECTION = {
+    "MEMORY_COPY_HOST_TO_DEVICE": 1,
+    "MEMORY_COPY_DEVICE_TO_HOST": 2,
+    "MEMORY_COPY_DEVICE_TO_DEVICE": 8,
+    "MEMORY_COPY_HOST_TO_HOST": 9,
+}
 
 
 def test_rocprofv3_every_canonical_column(tmp_path):
@@ -317,32 +435,65 @@ def test_rocprofv3_every_canonical_column(tmp_path):
     grid = [_ceil_div(g, w) for g, w in ((gx, wx), (gy, wy), (gz, wz))]
     counters = _csv(folder / "counter_collection.csv")
     # register counts are static per kernel: taken from the counter run by kernel name (documented)
-    regs = {n: (int(v), int(a), int(s)) for n, v, a, s in
-            zip(counters["Kernel_Name"], counters["VGPR_Count"], counters["Accum_VGPR_Count"], counters["SGPR_Count"])}
-    reg = [regs.get(n, (None, None, None)) for n in src["Kernel_Name"]]  # fmt: skip
-    _check("kernels", k, {
-        "kernel_name": src["Kernel_Name"], "kernel_short_name": _short(src["Kernel_Name"]),
-        "device_id": _ints(src["Agent_Id"]), "stream_id": _ints(src["Stream_Id"]),
-        "correlation_id": _ints(src["Correlation_Id"]), "launch_id": _ints(src["Dispatch_Id"]),
-        "start": _ints(src["Start_Timestamp"]), "end": _ints(src["End_Timestamp"]),
-        "duration": [e - s for s, e in zip(_ints(src["Start_Timestamp"]), _ints(src["End_Timestamp"]))],
-        "grid_x": grid[0], "grid_y": grid[1], "grid_z": grid[2], "block_x": wx, "block_y": wy, "block_z": wz,
-        "grid_size": [a * b * c for a, b, c in zip(*grid)], "workgroup_size": [a * b * c for a, b, c in zip(wx, wy, wz)],
-        "registers_per_thread": [r[0] for r in reg], "lds_per_workgroup": _ints(src["Group_Segment_Size"]),
-        "scratch_per_workitem": _ints(src["Private_Segment_Size"]), "arch_vgpr": [r[0] for r in reg],
-        "accum_vgpr": [r[1] for r in reg], "sgpr": [r[2] for r in reg],
-    }, absent={"process_id", "static_shared_memory", "dynamic_shared_memory", "wave_size"})  # fmt: skip
+    regs = {
+        n: (int(v), int(a), int(s))
+        for n, v, a, s in zip(
+            counters["Kernel_Name"], counters["VGPR_Count"], counters["Accum_VGPR_Count"], counters["SGPR_Count"]
+        )
+    }
+    reg = [regs.get(n, (None, None, None)) for n in src["Kernel_Name"]]
+    _check(
+        "kernels",
+        k,
+        {
+            "kernel_name": src["Kernel_Name"],
+            "kernel_short_name": _short(src["Kernel_Name"]),
+            "device_id": _ints(src["Agent_Id"]),
+            "stream_id": _ints(src["Stream_Id"]),
+            "correlation_id": _ints(src["Correlation_Id"]),
+            "launch_id": _ints(src["Dispatch_Id"]),
+            "start": _ints(src["Start_Timestamp"]),
+            "end": _ints(src["End_Timestamp"]),
+            "duration": [e - s for s, e in zip(_ints(src["Start_Timestamp"]), _ints(src["End_Timestamp"]))],
+            "grid_x": grid[0],
+            "grid_y": grid[1],
+            "grid_z": grid[2],
+            "block_x": wx,
+            "block_y": wy,
+            "block_z": wz,
+            "grid_size": [a * b * c for a, b, c in zip(*grid)],
+            "workgroup_size": [a * b * c for a, b, c in zip(wx, wy, wz)],
+            "registers_per_thread": [r[0] for r in reg],
+            "lds_per_workgroup": _ints(src["Group_Segment_Size"]),
+            "scratch_per_workitem": _ints(src["Private_Segment_Size"]),
+            "arch_vgpr": [r[0] for r in reg],
+            "accum_vgpr": [r[1] for r in reg],
+            "sgpr": [r[2] for r in reg],
+        },
+        absent={"process_id", "static_shared_memory", "dynamic_shared_memory", "wave_size"},
+    )
 
     mem = _csv(folder / "memory_copy_trace.csv")
     mem = mem.iloc[sorted(range(len(mem)), key=lambda i: int(mem["Start_Timestamp"][i]))].reset_index(drop=True)
     m = m.sort_values("launch_id").reset_index(drop=True)
     assert len(mem) == len(m) > 0
-    device = [int(s) if d == "MEMORY_COPY_DEVICE_TO_HOST" else int(t)
-              for d, s, t in zip(mem["Direction"], mem["Source_Agent_Id"], mem["Destination_Agent_Id"])]  # fmt: skip
-    _check("memcpy", m, {
-        "start": _ints(mem["Start_Timestamp"]), "end": _ints(mem["End_Timestamp"]),
-        "duration": [e - s for s, e in zip(_ints(mem["Start_Timestamp"]), _ints(mem["End_Timestamp"]))],
-        "device_id": device, "stream_id": _ints(mem["Stream_Id"]), "correlation_id": _ints(mem["Correlation_Id"]),
-        "copy_kind": [_DIRECTION[d] for d in mem["Direction"]], "copy_kind_name": [_short_kind(d) for d in mem["Direction"]],
-        "launch_id": range(len(mem)),
-    }, absent={"process_id", "bytes"})  # fmt: skip
+    device = [
+        int(s) if d == "MEMORY_COPY_DEVICE_TO_HOST" else int(t)
+        for d, s, t in zip(mem["Direction"], mem["Source_Agent_Id"], mem["Destination_Agent_Id"])
+    ]
+    _check(
+        "memcpy",
+        m,
+        {
+            "start": _ints(mem["Start_Timestamp"]),
+            "end": _ints(mem["End_Timestamp"]),
+            "duration": [e - s for s, e in zip(_ints(mem["Start_Timestamp"]), _ints(mem["End_Timestamp"]))],
+            "device_id": device,
+            "stream_id": _ints(mem["Stream_Id"]),
+            "correlation_id": _ints(mem["Correlation_Id"]),
+            "copy_kind": [_DIRECTION[d] for d in mem["Direction"]],
+            "copy_kind_name": [_short_kind(d) for d in mem["Direction"]],
+            "launch_id": range(len(mem)),
+        },
+        absent={"process_id", "bytes"},
+    )

@@ -71,17 +71,21 @@ def test_gaussian_disturbances_and_big_effects_are_reported():
     X = zscore(np.column_stack([a, b, t]))
     _, verdict = fit_and_check(X, ["grid_x", "tcc_hit", "kernel_variability"])
     assert not verdict["checks"]["non_gaussianity"]["passed"]
-    big = checks.assumption_checks(X, np.zeros((3, 3)), ["a", "b", "t"], 2, np.array([-15.0, 14.9, 0.0]), 120.0,
-                                   None)  # fmt: skip
+    big = checks.assumption_checks(X, np.zeros((3, 3)), ["a", "b", "t"], 2, np.array([-15.0, 14.9, 0.0]), 120.0, None)
     assert not big["checks"]["total_effects"]["passed"] and set(big["checks"]["total_effects"]["beyond_limit"]) == {
-        "a", "b"}  # fmt: skip
+        "a",
+        "b",
+    }
     assert not big["checks"]["conditioning"]["passed"]
     assert any("SD per SD" in w for w in big["warnings"]) and any("condition number" in w for w in big["warnings"])
 
 
 def test_tiers_forbid_counters_causing_launch_configuration():
-    pk = prior_knowledge(["grid_x", "tcc_hit", "linked_copy_kind=DtoD", "linked_copy_kind=DtoH", "t"], 4,
-                         siblings=[["linked_copy_kind=DtoD", "linked_copy_kind=DtoH"]])  # fmt: skip
+    pk = prior_knowledge(
+        ["grid_x", "tcc_hit", "linked_copy_kind=DtoD", "linked_copy_kind=DtoH", "t"],
+        4,
+        siblings=[["linked_copy_kind=DtoD", "linked_copy_kind=DtoH"]],
+    )
     assert pk[0, 1] == 0 and pk[1, 0] == -1  # tcc_hit cannot cause grid_x; grid_x may cause tcc_hit
     assert (pk[:4, 4] == 0).all()  # the target causes nothing
     assert pk[2, 3] == 0 and pk[3, 2] == 0  # two codes of one category never cause each other

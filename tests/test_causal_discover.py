@@ -17,12 +17,17 @@ from gpuvar.errors import GpuvarError
 def planted(n=300, seed=0):
     """grid_x drives the target up, grid_y down; block_x and registers are unrelated noise."""
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({
-        "kernel_name": np.where(rng.random(n) < 0.5, "gemm", "axpy"),
-        "start": np.arange(n), "duration": rng.integers(1, 9, n),
-        "grid_x": rng.integers(1, 200, n).astype(float), "grid_y": rng.uniform(0, 50, n),
-        "block_x": rng.uniform(0, 1, n), "registers_per_thread": rng.integers(16, 64, n).astype(float),
-    })  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "kernel_name": np.where(rng.random(n) < 0.5, "gemm", "axpy"),
+            "start": np.arange(n),
+            "duration": rng.integers(1, 9, n),
+            "grid_x": rng.integers(1, 200, n).astype(float),
+            "grid_y": rng.uniform(0, 50, n),
+            "block_x": rng.uniform(0, 1, n),
+            "registers_per_thread": rng.integers(16, 64, n).astype(float),
+        }
+    )
     gx = (df.grid_x - df.grid_x.mean()) / df.grid_x.std()
     gy = (df.grid_y - df.grid_y.mean()) / df.grid_y.std()
     df["kernel_variability"] = 2.0 * gx - 1.2 * gy + 0.5 * rng.laplace(size=n)
@@ -43,8 +48,15 @@ def test_planted_drivers_are_top_two(tmp_path):
         # variance shares add up to the explained share, not to 100 %
         assert abs(c["variance_share"].sum() - rec["explained_share"]) < 1e-6 and 0.5 < rec["explained_share"] < 1
         edges = pd.read_csv(out / "edges.csv")
-        assert list(edges.columns) == ["from", "to", "coefficient", "sign", "probability", "sign_agreement",
-                                       "in_random_bins"]  # fmt: skip
+        assert list(edges.columns) == [
+            "from",
+            "to",
+            "coefficient",
+            "sign",
+            "probability",
+            "sign_agreement",
+            "in_random_bins",
+        ]
         assert not (edges["from"] == "kernel_variability").any()  # the target is a sink
         order = json.loads((out / "order.json").read_text())
         assert order["causal_order"][-1] == "kernel_variability"

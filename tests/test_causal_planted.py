@@ -19,14 +19,39 @@ from gpuvar.ingest import ingest
 def run_chain(source, out, top_k=20, bin_width="10ms", bootstrap=0, sample=True):
     """ingest -> gpuvar bin (one rank) -> discover_all; returns the causal output folder."""
     ingest(source, out / "ingest")
-    cmd = [sys.executable, "-m", "gpuvar.cli", "bin", str(out / "ingest" / "kernels.parquet"), "--target",
-           "kernel_variability", "--bin-width", bin_width, "--launch-bin-width", "40", "--top-k", str(top_k),
-           "-o", str(out / "bin")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpuvar.cli",
+        "bin",
+        str(out / "ingest" / "kernels.parquet"),
+        "--target",
+        "kernel_variability",
+        "--bin-width",
+        bin_width,
+        "--launch-bin-width",
+        "40",
+        "--top-k",
+        str(top_k),
+        "-o",
+        str(out / "bin"),
+    ]
     subprocess.run(cmd, check=True, capture_output=True)
     rows = pd.read_parquet(out / "bin" / "topk_rows.parquet")
     random_rows = pd.read_parquet(out / "bin" / "sample_rows.parquet") if sample else None
-    discover_all(rows, "kernel_variability", "kernel_name", "auto", 30, bootstrap, 1, 0, "fast", out / "causal",
-                 random_rows=random_rows)  # fmt: skip
+    discover_all(
+        rows,
+        "kernel_variability",
+        "kernel_name",
+        "auto",
+        30,
+        bootstrap,
+        1,
+        0,
+        "fast",
+        out / "causal",
+        random_rows=random_rows,
+    )
     return out / "causal"
 
 

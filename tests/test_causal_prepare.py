@@ -12,12 +12,19 @@ from gpuvar.errors import GpuvarError
 
 def frame(n=60, seed=0):
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({
-        "kernel_name": np.where(np.arange(n) % 2 == 0, "k<a>(int)", "k_b"),
-        "start": np.arange(n) * 10, "end": np.arange(n) * 10 + 5, "duration": np.full(n, 5),
-        "correlation_id": np.arange(n), "grid_x": rng.integers(1, 64, n).astype(float),
-        "grid_y": rng.uniform(0, 1, n), "block_x": rng.uniform(0, 1, n), "memory_stall": rng.uniform(0, 1, n),
-    })  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "kernel_name": np.where(np.arange(n) % 2 == 0, "k<a>(int)", "k_b"),
+            "start": np.arange(n) * 10,
+            "end": np.arange(n) * 10 + 5,
+            "duration": np.full(n, 5),
+            "correlation_id": np.arange(n),
+            "grid_x": rng.integers(1, 64, n).astype(float),
+            "grid_y": rng.uniform(0, 1, n),
+            "block_x": rng.uniform(0, 1, n),
+            "memory_stall": rng.uniform(0, 1, n),
+        }
+    )
     df["kernel_variability"] = df["grid_x"] - df["grid_y"] + rng.uniform(0, 1, n)
     return df
 
@@ -30,8 +37,20 @@ def test_auto_features_exclude_ids_times_targets():
 def test_auto_features_leave_out_vendor_ids_times_and_duration_proxies():
     """Raw vendor columns kept by ingest must not become causes: they would explain the target by themselves."""
     df = frame()
-    extra = ["gridId", "contextId", "globalPid", "DispatchNs", "CompleteNs", "queue-index", "tid", "Dispatch_ID",
-             "gpu__time_duration.sum", "sm__cycles_elapsed.avg", "sq_cycles", "sq_busy_cycles"]
+    extra = [
+        "gridId",
+        "contextId",
+        "globalPid",
+        "DispatchNs",
+        "CompleteNs",
+        "queue-index",
+        "tid",
+        "Dispatch_ID",
+        "gpu__time_duration.sum",
+        "sm__cycles_elapsed.avg",
+        "sq_cycles",
+        "sq_busy_cycles",
+    ]
     for name in extra:
         df[name] = df["kernel_variability"] * 3.0 + 1.0
     df["sig"] = "0x1"  # text: neither a feature nor worth reporting
@@ -152,8 +171,9 @@ def test_whole_trace_group_is_centred_within_kernels():
     n = 400
     kernel = np.where(np.arange(n) % 2 == 0, "a", "b")
     x = rng.uniform(0, 1, n) + np.where(kernel == "a", 0.0, 50.0)
-    df = pd.DataFrame({"kernel_name": kernel, "dynamic_shared_memory": x, "registers_per_thread":
-                       np.where(kernel == "a", 32.0, 64.0)})  # fmt: skip
+    df = pd.DataFrame(
+        {"kernel_name": kernel, "dynamic_shared_memory": x, "registers_per_thread": np.where(kernel == "a", 32.0, 64.0)}
+    )
     df["kernel_variability"] = (x - np.where(kernel == "a", 0.5, 50.5)) + rng.exponential(0.2, n)
     preps, _ = prepare_all(df, "kernel_variability", "kernel_name", "auto", min_rows=30)
     whole = preps[-1]
@@ -169,8 +189,13 @@ def test_copy_columns_left_out_of_kernel_variability():
     df["linked_copy_kind"] = np.where(np.arange(80) % 4 == 0, np.nan, 1.0)
     preps, rejected = prepare_all(df, "kernel_variability", None, "auto", min_rows=30)
     assert "memory_stall only" in rejected["linked_copy_bytes"] and preps[-1].rows_used == 80
-    preps, rejected = prepare_all(df.rename(columns={"kernel_variability": "x"}).assign(memory_stall=df[
-        "kernel_variability"]), "memory_stall", None, "linked_copy_bytes,grid_x", min_rows=30)  # fmt: skip
+    preps, rejected = prepare_all(
+        df.rename(columns={"kernel_variability": "x"}).assign(memory_stall=df["kernel_variability"]),
+        "memory_stall",
+        None,
+        "linked_copy_bytes,grid_x",
+        min_rows=30,
+    )
     assert preps[-1].rows_dropped == {"non_finite": 20}
 
 

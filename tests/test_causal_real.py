@@ -10,10 +10,10 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import real_file
 
 from gpuvar.causal.discover import discover_all
 from gpuvar.ingest import ingest
-from conftest import real_file
 
 CASES = [
     ("nsys-sqlite/nsys-ai-mfu-2gpu-before-after/mfu_2gpu_before.sqlite", "kernel_variability"),
@@ -27,22 +27,35 @@ CASES = [
 def test_real_graphs_carry_checks_and_no_unflagged_blow_up(tmp_path, relative, target):
     source = real_file(relative)
     ingest(source, tmp_path / "ingest")
-    cmd = [sys.executable, "-m", "gpuvar.cli", "bin", str(tmp_path / "ingest" / "kernels.parquet"), "--target", target,
-           "--top-k", "20", "-o", str(tmp_path / "bin")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpuvar.cli",
+        "bin",
+        str(tmp_path / "ingest" / "kernels.parquet"),
+        "--target",
+        target,
+        "--top-k",
+        "20",
+        "-o",
+        str(tmp_path / "bin"),
+    ]
     if (tmp_path / "ingest" / "memcpy.parquet").exists():
         cmd[5:5] = ["--memcpy", str(tmp_path / "ingest" / "memcpy.parquet")]
     subprocess.run(cmd, check=True, capture_output=True)
     rows = pd.read_parquet(tmp_path / "bin" / "topk_rows.parquet")
     sample = pd.read_parquet(tmp_path / "bin" / "sample_rows.parquet")
-    summary = discover_all(rows, target, "kernel_name", "auto", 30, 0, 1, 0, "fast", tmp_path / "causal",
-                           random_rows=sample)  # fmt: skip
+    summary = discover_all(
+        rows, target, "kernel_name", "auto", 30, 0, 1, 0, "fast", tmp_path / "causal", random_rows=sample
+    )
     ok = [g for g in summary["groups"] if g["status"] == "ok"]
     assert ok, "the real trace should give at least one graph"
     assert set(summary["flagged"]) == {g["group"] for g in ok if not g["trusted"]}
     for g in ok:
         rec = json.loads((tmp_path / "causal" / g["slug"] / "causal.json").read_text())
         assert {"r2_parents", "sink", "independence", "non_gaussianity", "total_effects", "conditioning"} <= set(
-            rec["checks"])  # fmt: skip
+            rec["checks"]
+        )
         if rec["checks"]["total_effects"]["max_abs"] > 3:
             assert rec["trusted"] is False and rec["warnings"]
         feats = set(rec["features"])

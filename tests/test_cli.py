@@ -14,7 +14,10 @@ def test_help_lists_every_stage(run_cli):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["ingest", "/nonexistent/trace.sqlite", "-o", "{tmp}/out"], "/nonexistent/trace.sqlite: no such file or directory"),
+        (
+            ["ingest", "/nonexistent/trace.sqlite", "-o", "{tmp}/out"],
+            "/nonexistent/trace.sqlite: no such file or directory",
+        ),
         (["ingest", "{tmp}/empty.csv", "-o", "{tmp}/out"], "empty.csv: empty file"),
         (["ingest", "{tmp}/notes.txt", "-o", "{tmp}/out"], "notes.txt: unrecognised format"),
         (["ingest", "{tmp}/notes.txt", "-o", "{tmp}/out", "--format", "nvprof"], "unknown format 'nvprof'"),

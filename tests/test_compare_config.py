@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import REPO
+
 from gpuvar.compare.workflow import comparison_inputs, comparison_outputs, side_arguments
 from gpuvar.config import load_config, validate_config
 from gpuvar.errors import ConfigError

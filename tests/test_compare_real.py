@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-
 from conftest import real_file
+
 from gpuvar.compare.run import Options, Run, compare_runs
 from gpuvar.ingest import ingest
 

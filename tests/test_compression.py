@@ -8,11 +8,11 @@ import gzip
 import lzma
 
 import pytest
+from conftest import real_file
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import ingest
 from gpuvar.ingest.compression import read_bytes, read_head
-from conftest import real_file
 
 NCU = "ncu-csv/roofline-profiler-rtx5070/saxpy.csv"
 ROCPROF = "rocprof-v1-csv/hpct-laplacian-kernel1-mi250x/results.csv"

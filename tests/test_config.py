@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO
 
 from gpuvar.config import load_config, parse_bin_width, validate_config
 from gpuvar.errors import ConfigError
-
-from conftest import REPO
 
 BASE = {"datasets": [{"name": "a", "source": "trace.sqlite"}]}
 

@@ -37,8 +37,12 @@ def _edited(demo_sqlite: Path, tmp_path: Path, *statements: str) -> Path:
 
 def test_end_minus_start_beyond_int64_is_dropped_not_negative(demo_sqlite, tmp_path):
     """end - start overflows int64 (extreme times): the row would get a huge negative duration; it is dropped."""
-    path = _edited(demo_sqlite, tmp_path, f"UPDATE {KERNELS} SET start = {-(2**63) + 5}, end = {2**63 - 5} "
-                                          f"WHERE rowid IN (SELECT rowid FROM {KERNELS} LIMIT 2)")  # fmt: skip
+    path = _edited(
+        demo_sqlite,
+        tmp_path,
+        f"UPDATE {KERNELS} SET start = {-(2**63) + 5}, end = {2**63 - 5} "
+        f"WHERE rowid IN (SELECT rowid FROM {KERNELS} LIMIT 2)",
+    )
     report = ingest(path, tmp_path / "out")
     kernels = report["tables"]["kernels"]
     assert kernels["dropped"] == {NEGATIVE_DURATION: 2}
@@ -48,12 +52,18 @@ def test_end_minus_start_beyond_int64_is_dropped_not_negative(demo_sqlite, tmp_p
     assert pq.read_table(tmp_path / "out" / "kernels.parquet", columns=["duration"]).column(0).to_numpy().min() >= 0
 
 
-@pytest.mark.parametrize("statement, message", [
-    (f"DELETE FROM {KERNELS}", "no kernel rows in the file (a trace with only memory copies"),
-    (f"CREATE TABLE k AS SELECT * FROM {KERNELS}; DROP TABLE {KERNELS}; ALTER TABLE k RENAME TO {KERNELS}; "
-     f"UPDATE {KERNELS} SET start = NULL", "no usable kernel rows: all 200 were dropped (200 null start/end"),
-    (f"UPDATE {KERNELS} SET end = start - 1", "no usable kernel rows: all 200 were dropped (200 end before start)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "statement, message",
+    [
+        (f"DELETE FROM {KERNELS}", "no kernel rows in the file (a trace with only memory copies"),
+        (
+            f"CREATE TABLE k AS SELECT * FROM {KERNELS}; DROP TABLE {KERNELS}; ALTER TABLE k RENAME TO {KERNELS}; "
+            f"UPDATE {KERNELS} SET start = NULL",
+            "no usable kernel rows: all 200 were dropped (200 null start/end",
+        ),
+        (f"UPDATE {KERNELS} SET end = start - 1", "no usable kernel rows: all 200 were dropped (200 end before start)"),
+    ],
+)
 def test_zero_usable_kernels_is_an_error_saying_why(demo_sqlite, tmp_path, run_cli, statement, message):
     path = _edited(demo_sqlite, tmp_path, statement)
     with pytest.raises(InputError, match=re.escape(message)):
@@ -75,9 +85,11 @@ def test_exact_duplicate_rows_are_counted_and_kept(demo_sqlite, tmp_path):
 def test_symlink_loop_is_named(tmp_path, run_cli):
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
-    for args in (["ingest", tmp_path / "a", "-o", tmp_path / "o"],
-                 ["ingest", tmp_path / "a", "--format", "nsys-sqlite", "-o", tmp_path / "o"],
-                 ["bin", tmp_path / "a", "-o", tmp_path / "o"],
-                 ["causal", tmp_path / "a", "--target", "memory_stall", "-o", tmp_path / "o"]):  # fmt: skip
+    for args in (
+        ["ingest", tmp_path / "a", "-o", tmp_path / "o"],
+        ["ingest", tmp_path / "a", "--format", "nsys-sqlite", "-o", tmp_path / "o"],
+        ["bin", tmp_path / "a", "-o", tmp_path / "o"],
+        ["causal", tmp_path / "a", "--target", "memory_stall", "-o", tmp_path / "o"],
+    ):
         proc = run_cli(*args)
         assert proc.returncode == 2 and f"{tmp_path / 'a'}: symlink loop" in proc.stderr, proc.stderr

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -36,8 +35,18 @@ def traces(tmp_path_factory) -> tuple[Path, Path]:
 def test_bin_json_explains_and_warns(traces, tmp_path, run_cli):
     _, unlinked = traces
     assert run_cli("ingest", unlinked, "-o", tmp_path / "ingest").returncode == 0
-    proc = run_cli("bin", tmp_path / "ingest" / "kernels.parquet", "--memcpy", tmp_path / "ingest" / "memcpy.parquet",
-                   "--target", "memory_stall", "--bin-width", "1ms", "-o", tmp_path / "bin")  # fmt: skip
+    proc = run_cli(
+        "bin",
+        tmp_path / "ingest" / "kernels.parquet",
+        "--memcpy",
+        tmp_path / "ingest" / "memcpy.parquet",
+        "--target",
+        "memory_stall",
+        "--bin-width",
+        "1ms",
+        "-o",
+        tmp_path / "bin",
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "bin" / "bin.json").read_text())
     assert report["rows_binned"] == 0 and report["rows_in"] == 600
@@ -49,16 +58,36 @@ def test_bin_json_explains_and_warns(traces, tmp_path, run_cli):
 @pytest.mark.timeout(900)
 def test_workflow_completes_with_an_empty_selection(traces, tmp_path):
     good, unlinked = traces
-    cfg = {"demo": {"enabled": False},
-           "datasets": [{"name": "good", "source": str(good), "targets": ["kernel_variability", "memory_stall"]},
-                        {"name": "unlinked", "source": str(unlinked), "targets": ["memory_stall"]}],
-           "binning": {"bin_width": "1ms", "top_k": 5}, "causal": {"bootstrap": 0, "min_rows": 10, "workers": 1},
-           "plots": {"formats": ["svg"]}}  # fmt: skip
+    cfg = {
+        "demo": {"enabled": False},
+        "datasets": [
+            {"name": "good", "source": str(good), "targets": ["kernel_variability", "memory_stall"]},
+            {"name": "unlinked", "source": str(unlinked), "targets": ["memory_stall"]},
+        ],
+        "binning": {"bin_width": "1ms", "top_k": 5},
+        "causal": {"bootstrap": 0, "min_rows": 10, "workers": 1},
+        "plots": {"formats": ["svg"]},
+    }
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path / "run"), "--configfile",
-                           str(config), "--cores", "2"], capture_output=True, text=True, env=env, timeout=850)  # fmt: skip
+    proc = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path / "run"),
+            "--configfile",
+            str(config),
+            "--cores",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=850,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     run = tmp_path / "run"
     summary = json.loads((run / "results/causal/unlinked/memory_stall/summary.json").read_text())

@@ -91,8 +91,9 @@ def test_interrupted_ingest_leaves_nothing_complete_looking_and_a_rerun_complete
     source, out = tmp_path / "trace.sqlite", tmp_path / "out"
     write_nsys_demo(source, 5_000, 1, 0)
     args = ["ingest", str(source), "-o", str(out)]
-    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AFTER_FIRST_TABLE, *args], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_AFTER_FIRST_TABLE, *args], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "gpuvar ingest: interrupted", proc.stderr
     left = sorted(p.name for p in out.iterdir()) if out.exists() else []

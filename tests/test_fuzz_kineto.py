@@ -13,29 +13,55 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import real_file
 from fuzz_cases import BAD_VALUES, mutate_text
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gpuvar.errors import GpuvarError
 from gpuvar.ingest import ingest
 
 EXAMPLES = int(os.environ.get("GPUVAR_FUZZ_EXAMPLES", "40"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-BYTE_MUTATIONS = ("flip", "truncate", "truncate_newline", "drop_char", "insert_garbage", "gzip_truncate",
-                  "gzip_flip", "gzip_concat")
-VALUE_MUTATIONS = ("ts", "dur", "args", "grid", "name", "cat", "event", "device", "bytes", "top", "shuffle",
-                   "duplicate", "empty")
+BYTE_MUTATIONS = (
+    "flip",
+    "truncate",
+    "truncate_newline",
+    "drop_char",
+    "insert_garbage",
+    "gzip_truncate",
+    "gzip_flip",
+    "gzip_concat",
+)
+VALUE_MUTATIONS = (
+    "ts",
+    "dur",
+    "args",
+    "grid",
+    "name",
+    "cat",
+    "event",
+    "device",
+    "bytes",
+    "top",
+    "shuffle",
+    "duplicate",
+    "empty",
+)
 WRONG = [None, "abc", "", [], [1, 2], {}, {"a": 1}, True, -1, 1.5, 1e308, 2**70, -(2**70), "1e400", "NaN"] + list(
-    BAD_VALUES)
+    BAD_VALUES
+)
 _SEEDS: dict[str, bytes] = {}
 
 
 def _seed(kind: str) -> bytes:
     """Decompressed JSON of a seed trace: a small generated one, or the real ROCm (MI250) trace."""
     if kind == "real_rocm":
-        return gzip.decompress(real_file(
-            "pytorch-kineto-trace/hta-mi250-minitoy-rocm62/mi250_minitoy_train_ROCm6_2_kineto.json.gz").read_bytes())
+        return gzip.decompress(
+            real_file(
+                "pytorch-kineto-trace/hta-mi250-minitoy-rocm62/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+            ).read_bytes()
+        )
     if kind not in _SEEDS:
         from gpuvar.demo.kineto_writer import write_kineto_demo
 
@@ -51,7 +77,7 @@ def mutate_bytes(data: bytes, mutation: str, rnd: random.Random) -> bytes:
     if mutation == "drop_char":  # a lost brace, bracket, comma or quote: malformed JSON
         spots = [i for i, b in enumerate(data) if b in b'{}[],":']
         cut = rnd.choice(spots)
-        return data[:cut] + data[cut + 1:]
+        return data[:cut] + data[cut + 1 :]
     if mutation == "insert_garbage":
         at = rnd.randrange(len(data))
         return data[:at] + rnd.choice([b"}", b"]", b",", b"{", b'"', b"\x00", b"\xff\xfe", b"NaN", b"//"]) + data[at:]
@@ -81,9 +107,12 @@ def mutate_values(data: bytes, mutation: str, rnd: random.Random) -> bytes:
         elif mutation == "grid":
             args[rnd.choice(["grid", "block"])] = rnd.choice(WRONG + [[1, 2, 3, 4], [1.5, 2, 3], ["1", 2, 3]])
         elif mutation in ("device", "bytes"):
-            args[{"device": rnd.choice(["device", "stream", "correlation", "registers per thread"]),
-                  "bytes": rnd.choice(["bytes", "memory bandwidth (GB/s)", "shared memory", "blocks per SM"])}[
-                mutation]] = rnd.choice(WRONG)
+            args[
+                {
+                    "device": rnd.choice(["device", "stream", "correlation", "registers per thread"]),
+                    "bytes": rnd.choice(["bytes", "memory bandwidth (GB/s)", "shared memory", "blocks per SM"]),
+                }[mutation]
+            ] = rnd.choice(WRONG)
     if mutation == "event":
         events[rnd.randrange(len(events))] = rnd.choice(WRONG)
     elif mutation == "top":
@@ -130,8 +159,10 @@ def test_kineto_wrong_types(kind, mutation, salt):
 
 
 def test_bad_ts_and_negative_dur_are_dropped_and_counted(tmp_path):
-    events = [{"cat": "kernel", "name": "k", "ts": ts, "dur": dur, "args": {"device": 0, "stream": 7}}
-              for ts, dur in [(10, 1), ("abc", 1), (None, 1), (12, -3), (13, "x"), (14.5, 2)]]
+    events = [
+        {"cat": "kernel", "name": "k", "ts": ts, "dur": dur, "args": {"device": 0, "stream": 7}}
+        for ts, dur in [(10, 1), ("abc", 1), (None, 1), (12, -3), (13, "x"), (14.5, 2)]
+    ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
     report = ingest(path, tmp_path / "out")

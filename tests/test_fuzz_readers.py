@@ -9,16 +9,16 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import real_file
 from fuzz_cases import MUTATIONS, REAL_SEEDS, SQLITE_MUTATIONS, mutate_sqlite, mutate_text, seed_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gpuvar.errors import AccountingError, GpuvarError
 from gpuvar.ingest import ingest
 
 EXAMPLES = int(os.environ.get("GPUVAR_FUZZ_EXAMPLES", "40"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 _SEEDS: dict[str, tuple[bytes, str]] = {}
 
 

@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
-
 from conftest import real_file
 from fuzz_cases import SQLITE_MUTATIONS, mutate_sqlite
+from hypothesis import given
+from hypothesis import strategies as st
 from test_fuzz_readers import EXAMPLES, SETTINGS, check_case
 
 ROCPD_SEED = "rocpd-sqlite/rocprofsys-transpose-w7800/rocpd-3638851.db"
@@ -41,8 +41,12 @@ def _quoted(name: str) -> str:
 
 
 def _rocpd_edit(con: sqlite3.Connection, mutation: str, rnd: random.Random) -> None:
-    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rocpd_%' "
-                                        "ORDER BY name")]
+    tables = [
+        r[0]
+        for r in con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rocpd_%' ORDER BY name"
+        )
+    ]
     views = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'view' ORDER BY name")]
     if mutation == "drop_view":
         con.execute(f"DROP VIEW {_quoted(rnd.choice(views))}")
@@ -103,7 +107,7 @@ def mutate_report(data: bytes, mutation: str, rnd: random.Random) -> bytes:
             buf[rnd.randrange(4, 64)] = rnd.randrange(256)
     elif mutation == "zero_block":
         start = rnd.randrange(len(buf))
-        buf[start:start + 4096] = bytes(len(buf[start:start + 4096]))
+        buf[start : start + 4096] = bytes(len(buf[start : start + 4096]))
     else:  # append_garbage
         buf += bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 4096)))
     return bytes(buf)

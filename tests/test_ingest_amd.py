@@ -14,8 +14,8 @@ import sqlite3
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import real_file
+
 from gpuvar.demo import synth
 from gpuvar.demo.rocprof_writer import write_rocprof_demo
 from gpuvar.errors import InputError
@@ -29,12 +29,29 @@ LAPLACE1 = f"{ROCPROF}/hpct-laplacian-kernel1-mi250x"
 LLAMA = f"{ROCPROF}/llamacpp-rdna4-r9700"
 PERPASS = f"{ROCPROF}/omniperf2022-mixbench-mi100-perpass"
 OMNI = "omniperf-pmc-perf"
-OMNI_FOLDERS = ["omniperf2022-mixbench-mi100", "omniperf2022-mixbench-mi200", "omniperf-vcopy-mi300x",
-                "omniperf-multikernel-mi200"]
+OMNI_FOLDERS = [
+    "omniperf2022-mixbench-mi100",
+    "omniperf2022-mixbench-mi200",
+    "omniperf-vcopy-mi300x",
+    "omniperf-multikernel-mi200",
+]
 V3 = "rocprofv3-csv/rocprofiler-sdk-docs-vectorops-newer"
-TABLE1_OMNI = ["grid_size", "workgroup_size", "lds_per_workgroup", "scratch_per_workitem", "arch_vgpr",
-               "accum_vgpr", "sgpr", "wave_size", "sq_waves", "tcc_hit", "tcc_miss", "tcp_pending_stall",
-               "ta_buf_read", "td_load"]
+TABLE1_OMNI = [
+    "grid_size",
+    "workgroup_size",
+    "lds_per_workgroup",
+    "scratch_per_workitem",
+    "arch_vgpr",
+    "accum_vgpr",
+    "sgpr",
+    "wave_size",
+    "sq_waves",
+    "tcc_hit",
+    "tcc_miss",
+    "tcp_pending_stall",
+    "ta_buf_read",
+    "td_load",
+]
 
 
 def data_rows(path) -> int:
@@ -53,22 +70,25 @@ def kernels_of(path, fmt="auto"):
 
 
 # ------------------------------------------------------------------------------------------- detection
-@pytest.mark.parametrize("relative, expected", [
-    (f"{LAPLACE1}/results.csv", "rocprof-csv"),
-    (f"{LAPLACE1}/data_movement.csv", "rocprof-csv"),
-    (f"{LLAMA}/results.csv", "rocprof-csv"),
-    (f"{LLAMA}/results.db", "rocprof-db"),
-    (f"{PERPASS}/SQ_LEVEL_WAVES.csv", "rocprof-csv"),
-    (f"{OMNI}/omniperf2022-mixbench-mi100", "omniperf-pmc-perf"),
-    (f"{OMNI}/omniperf2022-mixbench-mi100/pmc_perf.csv", "omniperf-pmc-perf"),
-    (f"{OMNI}/omniperf2022-mixbench-mi100/timestamps.csv", "rocprof-csv"),
-    (f"{OMNI}/omniperf-vcopy-mi300x/pmc_perf.csv", "omniperf-pmc-perf"),
-    (f"{OMNI}/omniperf-multikernel-mi200/timestamps.csv", "omniperf-pmc-perf"),
-    (V3, "rocprofv3-csv"),
-    (f"{V3}/kernel_trace.csv", "rocprofv3-csv"),
-    (f"{V3}/counter_collection.csv", "rocprofv3-csv"),
-    (f"{V3}/memory_copy_trace.csv", "rocprofv3-csv"),
-])
+@pytest.mark.parametrize(
+    "relative, expected",
+    [
+        (f"{LAPLACE1}/results.csv", "rocprof-csv"),
+        (f"{LAPLACE1}/data_movement.csv", "rocprof-csv"),
+        (f"{LLAMA}/results.csv", "rocprof-csv"),
+        (f"{LLAMA}/results.db", "rocprof-db"),
+        (f"{PERPASS}/SQ_LEVEL_WAVES.csv", "rocprof-csv"),
+        (f"{OMNI}/omniperf2022-mixbench-mi100", "omniperf-pmc-perf"),
+        (f"{OMNI}/omniperf2022-mixbench-mi100/pmc_perf.csv", "omniperf-pmc-perf"),
+        (f"{OMNI}/omniperf2022-mixbench-mi100/timestamps.csv", "rocprof-csv"),
+        (f"{OMNI}/omniperf-vcopy-mi300x/pmc_perf.csv", "omniperf-pmc-perf"),
+        (f"{OMNI}/omniperf-multikernel-mi200/timestamps.csv", "omniperf-pmc-perf"),
+        (V3, "rocprofv3-csv"),
+        (f"{V3}/kernel_trace.csv", "rocprofv3-csv"),
+        (f"{V3}/counter_collection.csv", "rocprofv3-csv"),
+        (f"{V3}/memory_copy_trace.csv", "rocprofv3-csv"),
+    ],
+)
 def test_every_real_amd_file_lands_on_its_reader(relative, expected):
     assert detect(real_file(relative)).FORMAT == expected
 
@@ -191,11 +211,27 @@ def test_omniperf_per_pass_duplicates():
 
 
 def test_duplicate_rule_needs_the_base_and_the_pass_block():
-    header = ["Dispatch_ID", "wave_size", "obj", "GRBM_COUNT", "SQC_DCACHE_REQ_READ", "SQC_DCACHE_REQ_READ_8",
-              "wave_size_1", "obj_1", "GRBM_COUNT_1", "SQ_WAVES_LT_16", "wave_size_2", "SQC_DCACHE_REQ_READ_1"]
+    header = [
+        "Dispatch_ID",
+        "wave_size",
+        "obj",
+        "GRBM_COUNT",
+        "SQC_DCACHE_REQ_READ",
+        "SQC_DCACHE_REQ_READ_8",
+        "wave_size_1",
+        "obj_1",
+        "GRBM_COUNT_1",
+        "SQ_WAVES_LT_16",
+        "wave_size_2",
+        "SQC_DCACHE_REQ_READ_1",
+    ]
     dups = duplicate_columns(header)
-    assert dups == {"wave_size_1": ("wave_size", 1), "obj_1": ("obj", 1), "GRBM_COUNT_1": ("GRBM_COUNT", 1),
-                    "wave_size_2": ("wave_size", 2)}
+    assert dups == {
+        "wave_size_1": ("wave_size", 1),
+        "obj_1": ("obj", 1),
+        "GRBM_COUNT_1": ("GRBM_COUNT", 1),
+        "wave_size_2": ("wave_size", 2),
+    }
 
 
 def test_mi300x_rounded_timestamps_give_null_durations():
@@ -233,17 +269,40 @@ def _write(path, header, rows):
 
 
 def test_rocprofv3_processes_are_joined_separately(tmp_path):
-    kt = ["Kind", "Agent_Id", "Queue_Id", "Dispatch_Id", "Kernel_Name", "Start_Timestamp", "End_Timestamp",
-          "Workgroup_Size_X", "Workgroup_Size_Y", "Workgroup_Size_Z", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z"]
+    kt = [
+        "Kind",
+        "Agent_Id",
+        "Queue_Id",
+        "Dispatch_Id",
+        "Kernel_Name",
+        "Start_Timestamp",
+        "End_Timestamp",
+        "Workgroup_Size_X",
+        "Workgroup_Size_Y",
+        "Workgroup_Size_Z",
+        "Grid_Size_X",
+        "Grid_Size_Y",
+        "Grid_Size_Z",
+    ]
     cc = ["Dispatch_Id", "Agent_Id", "Kernel_Name", "Counter_Name", "Counter_Value"]
     host = tmp_path / "host"
     host.mkdir()
     _write(host / "123_kernel_trace.csv", kt, [["KERNEL_DISPATCH", 2, 0, 1, "k", 100, 200, 64, 1, 1, 640, 1, 1]])
     _write(host / "456_kernel_trace.csv", kt, [["KERNEL_DISPATCH", 2, 0, 1, "k", 300, 450, 64, 1, 1, 100, 1, 1]])
-    _write(host / "123_counter_collection.csv", cc,
-           [[1, "Agent 2", "k", "SQ_WAVES", 5], [1, "Agent 2", "k", "SQ_WAVES", 7]])
-    mc = ["Kind", "Direction", "Stream_Id", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp",
-          "End_Timestamp"]
+    _write(
+        host / "123_counter_collection.csv",
+        cc,
+        [[1, "Agent 2", "k", "SQ_WAVES", 5], [1, "Agent 2", "k", "SQ_WAVES", 7]],
+    )
+    mc = [
+        "Kind",
+        "Direction",
+        "Stream_Id",
+        "Source_Agent_Id",
+        "Destination_Agent_Id",
+        "Start_Timestamp",
+        "End_Timestamp",
+    ]
     _write(host / "123_memory_copy_trace.csv", mc, [["MEMORY_COPY", "MEMORY_COPY_DEVICE_TO_HOST", 0, 2, 0, 10, 20]])
     out, k, m = kernels_of(tmp_path)
     k = k.set_index("process_id")
@@ -276,13 +335,16 @@ def malformed(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("name, fmt, message", [
-    ("truncated.csv", "auto", "truncated: the last row has"),
-    ("header_only.csv", "auto", "no data rows (header only)"),
-    ("no_kernelname.csv", "rocprof-csv", "lacks required column KernelName"),
-    ("binary.csv", "rocprof-csv", "binary file"),
-    ("empty.csv", "auto", "empty file"),
-])
+@pytest.mark.parametrize(
+    "name, fmt, message",
+    [
+        ("truncated.csv", "auto", "truncated: the last row has"),
+        ("header_only.csv", "auto", "no data rows (header only)"),
+        ("no_kernelname.csv", "rocprof-csv", "lacks required column KernelName"),
+        ("binary.csv", "rocprof-csv", "binary file"),
+        ("empty.csv", "auto", "empty file"),
+    ],
+)
 def test_malformed_input_is_one_line_error(run_cli, malformed, tmp_path, name, fmt, message):
     result = run_cli("ingest", malformed / name, "-o", tmp_path / "out", "--format", fmt)
     assert result.returncode == 2
@@ -336,8 +398,10 @@ def test_counter_turning_decimal_after_the_first_block_still_parses(tmp_path):
     n = 40_000
     body = "".join(f'{i},"k",0,0,{i},1,1,256,256,0,0,8,0,16,64,0x0,0x1,{i if i < n - 1 else 2.5}\n' for i in range(n))
     path = tmp_path / "pass.csv"
-    path.write_text("Index,KernelName,gpu-id,queue-id,queue-index,pid,tid,grd,wgr,lds,scr,arch_vgpr,accum_vgpr,"
-                    "sgpr,wave_size,sig,obj,SQ_WAVES\n" + body)
+    path.write_text(
+        "Index,KernelName,gpu-id,queue-id,queue-index,pid,tid,grd,wgr,lds,scr,arch_vgpr,accum_vgpr,"
+        "sgpr,wave_size,sig,obj,SQ_WAVES\n" + body
+    )
     assert path.stat().st_size > 2**21
     _, k, _ = kernels_of(path)
     assert len(k) == n and k["sq_waves"].iloc[-1] == 2.5 and k["sq_waves"].iloc[10] == 10

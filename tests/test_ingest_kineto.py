@@ -10,15 +10,18 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import REAL_DATA, real_file
 
 from gpuvar.ingest import ingest, load
 from gpuvar.ingest.detect import detect
 from gpuvar.ingest.json_stream import DecodeFailed, TraceStream
-from conftest import REAL_DATA, real_file
 
 KINETO = "pytorch-kineto-trace"
-REAL = sorted(p.relative_to(REAL_DATA).as_posix() for p in (REAL_DATA / KINETO).glob("*/*.json*")) if (
-    REAL_DATA / KINETO).is_dir() else []
+REAL = (
+    sorted(p.relative_to(REAL_DATA).as_posix() for p in (REAL_DATA / KINETO).glob("*/*.json*"))
+    if (REAL_DATA / KINETO).is_dir()
+    else []
+)
 COPY_CODES = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "HtoH": 9, "PtoP": 10}
 
 
@@ -154,8 +157,10 @@ def test_uncompressed_json_and_rank_note(tmp_path):
 
 def test_stream_cuts_pieces_at_element_boundaries_even_with_braces_in_strings(tmp_path):
     """Names holding '},{' make the fast cut guess wrong; the decoder proves each cut, so no event is lost."""
-    evil = [{"cat": "kernel", "name": "k}, {" * (i % 3) + f"_{i}", "ts": i, "dur": 1, "args": {"x": [{"a": 1}, {}]}}
-            for i in range(3000)]
+    evil = [
+        {"cat": "kernel", "name": "k}, {" * (i % 3) + f"_{i}", "ts": i, "dur": 1, "args": {"x": [{"a": 1}, {}]}}
+        for i in range(3000)
+    ]
     doc = {"traceEvents": evil, "distributedInfo": {"rank": 3}, "deviceProperties": []}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc, indent=1))
@@ -180,7 +185,8 @@ def test_generated_trace_round_trips(tmp_path):
     summary = write_kineto_demo(tmp_path / "r1.json.gz", 3000, seed=5, rank=1, world=2)
     again = write_kineto_demo(tmp_path / "again.json.gz", 3000, seed=5, rank=1, world=2)
     assert gzip.decompress((tmp_path / "r1.json.gz").read_bytes()) == gzip.decompress(
-        (tmp_path / "again.json.gz").read_bytes())
+        (tmp_path / "again.json.gz").read_bytes()
+    )
     doc = source(tmp_path / "r1.json.gz")
     assert len(events(doc, "kernel")) == summary["kernel"] == 3000
     report = ingest(tmp_path / "r1.json.gz", tmp_path / "out")
@@ -194,8 +200,10 @@ def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path)
     read again in-process; every event arrives once, in order."""
     from concurrent.futures import Future
 
-    evil = [{"cat": "kernel", "name": "k}, {" * (i % 5 == 0) + f"_{i}", "ts": i, "args": {"g": [{}, {}]}}
-            for i in range(4000)]
+    evil = [
+        {"cat": "kernel", "name": "k}, {" * (i % 5 == 0) + f"_{i}", "ts": i, "args": {"g": [{}, {}]}}
+        for i in range(4000)
+    ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": evil, "distributedInfo": {"rank": 2}}))
 

@@ -14,20 +14,29 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from conftest import real_file
 
 from gpuvar.demo import synth
 from gpuvar.demo.ncu_writer import DRAM_BYTES_PER_NS, STALL_METRIC, write_ncu_demo
-from gpuvar.ingest import ingest, load
-from gpuvar.ingest import ncu
+from gpuvar.ingest import ingest, load, ncu
 from gpuvar.ingest.base import read_head
 from gpuvar.ingest.detect import detect
 
-from conftest import real_file
-
 REAL = "ncu-csv/roofline-profiler-rtx5070"
 REAL_FILES = ["saxpy.csv", "gemm_naive.csv", "gemm_tiled.csv", "gemm_vectorized.csv", "transpose_naive.csv"]
-IDENT = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
-         "Grid Size", "Device", "CC"]
+IDENT = [
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Host Name",
+    "Kernel Name",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
+]
 LONG = IDENT + ["Section Name", "Metric Name", "Metric Unit", "Metric Value"]
 
 
@@ -40,8 +49,23 @@ def csv_text(rows, preamble=("==PROF== Connected to process 1 (/bin/app)",)) -> 
 
 
 def long_row(launch, metric, unit, value, section="Command line profiler metrics", kernel="k(float*)"):
-    return [str(launch), "7", "app", "host", kernel, "1", "13", "(128, 1, 1)", "(64, 2, 1)", "0", "9.0",
-            section, metric, unit, value]
+    return [
+        str(launch),
+        "7",
+        "app",
+        "host",
+        kernel,
+        "1",
+        "13",
+        "(128, 1, 1)",
+        "(64, 2, 1)",
+        "0",
+        "9.0",
+        section,
+        metric,
+        unit,
+        value,
+    ]
 
 
 def source_ids(path) -> set[str]:
@@ -120,8 +144,15 @@ def test_demo_round_trips_synth_values_and_planted_duration(tmp_path):
     write_ncu_demo(tmp_path / "d.csv", 800, seed=5, layout="long")
     _, k = kernels_of(tmp_path / "d.csv")
     truth = next(synth.generate(800, 5)).kernels
-    for col in ("grid_x", "grid_y", "block_x", "stream_id", "registers_per_thread", "static_shared_memory",
-                "dynamic_shared_memory"):
+    for col in (
+        "grid_x",
+        "grid_y",
+        "block_x",
+        "stream_id",
+        "registers_per_thread",
+        "static_shared_memory",
+        "dynamic_shared_memory",
+    ):
         np.testing.assert_array_equal(k[col].to_numpy(dtype=np.int64), truth[col], err_msg=col)
     np.testing.assert_array_equal(k[STALL_METRIC], truth["tcp_pending_stall"])
     names, _ = synth.kernel_names()
@@ -153,18 +184,20 @@ def test_demo_file_has_real_ncu_quirks_and_is_deterministic(tmp_path):
 
 # --- quirks the real files do not show ----------------------------------------------------------------
 def test_long_layout_units_na_missing_duration_and_bad_ids(tmp_path):
-    rows = [LONG,
-            long_row(0, "gpu__time_duration.sum", "usecond", "12.5"),
-            long_row(0, "dram__bytes.sum", "Kbyte", "1,024.50"),
-            long_row(0, "device__attribute_display_name", "", "NVIDIA H100 80GB HBM3"),
-            long_row(1, "gpu__time_duration.sum", "msecond", "1.20"),
-            long_row(1, "dram__bytes.sum", "Mbyte", "2.5"),
-            long_row(1, "device__attribute_display_name", "", "NVIDIA H100 80GB HBM3"),
-            long_row(2, "gpu__time_duration.sum", "nsecond", "n/a"),
-            long_row(2, "dram__bytes.sum", "byte", "n/a"),
-            ["NVML samples: 6"],
-            LONG,  # a second report appended: its header row is not a launch
-            long_row(3, "dram__bytes.sum", "byte", "77")]
+    rows = [
+        LONG,
+        long_row(0, "gpu__time_duration.sum", "usecond", "12.5"),
+        long_row(0, "dram__bytes.sum", "Kbyte", "1,024.50"),
+        long_row(0, "device__attribute_display_name", "", "NVIDIA H100 80GB HBM3"),
+        long_row(1, "gpu__time_duration.sum", "msecond", "1.20"),
+        long_row(1, "dram__bytes.sum", "Mbyte", "2.5"),
+        long_row(1, "device__attribute_display_name", "", "NVIDIA H100 80GB HBM3"),
+        long_row(2, "gpu__time_duration.sum", "nsecond", "n/a"),
+        long_row(2, "dram__bytes.sum", "byte", "n/a"),
+        ["NVML samples: 6"],
+        LONG,  # a second report appended: its header row is not a launch
+        long_row(3, "dram__bytes.sum", "byte", "77"),
+    ]
     data = csv_text(rows).replace(b'"NVML', b'==WARNING== late report line\r\n"NVML')
     (tmp_path / "u.csv").write_bytes(data)
     out, k = kernels_of(tmp_path / "u.csv")
@@ -187,13 +220,15 @@ def test_long_layout_units_na_missing_duration_and_bad_ids(tmp_path):
 def test_details_page_names_without_raw_metrics(tmp_path):
     """Default `ncu --csv` (no --metrics) prints human metric names; some recur in several sections."""
     sol, launch = "GPU Speed Of Light Throughput", "Launch Statistics"
-    rows = [LONG,
-            long_row(0, "Duration", "usecond", "3.10", section=sol),
-            long_row(0, "Elapsed Cycles", "cycle", "5,432", section=sol),
-            long_row(0, "Elapsed Cycles", "cycle", "5,431", section="Occupancy"),
-            long_row(0, "Registers Per Thread", "register/thread", "40", section=launch),
-            long_row(0, "Static Shared Memory Per Block", "Kbyte/block", "4.10", section=launch),
-            long_row(0, "Dynamic Shared Memory Per Block", "byte/block", "0", section=launch)]
+    rows = [
+        LONG,
+        long_row(0, "Duration", "usecond", "3.10", section=sol),
+        long_row(0, "Elapsed Cycles", "cycle", "5,432", section=sol),
+        long_row(0, "Elapsed Cycles", "cycle", "5,431", section="Occupancy"),
+        long_row(0, "Registers Per Thread", "register/thread", "40", section=launch),
+        long_row(0, "Static Shared Memory Per Block", "Kbyte/block", "4.10", section=launch),
+        long_row(0, "Dynamic Shared Memory Per Block", "byte/block", "0", section=launch),
+    ]
     (tmp_path / "d.csv").write_bytes(csv_text(rows))
     _, k = kernels_of(tmp_path / "d.csv")
     row = k.iloc[0]
@@ -205,20 +240,40 @@ def test_details_page_names_without_raw_metrics(tmp_path):
 def test_unknown_columns_are_kept_and_order_does_not_matter(tmp_path):
     """A newer ncu may add per-launch columns or reorder them: parse by name, keep what is unknown."""
     header = ["Metric Value", "Kernel Name", "Launch Type", "ID", "Grid Size", "Metric Name", "Metric Unit"]
-    rows = [header, ["1,234", "k", "graph", "4", "(8, 1, 1)", "gpu__time_duration.sum", "ns"],
-            ["99", "k", "graph", "4", "(8, 1, 1)", "smsp__inst_executed.sum", "inst"]]
+    rows = [
+        header,
+        ["1,234", "k", "graph", "4", "(8, 1, 1)", "gpu__time_duration.sum", "ns"],
+        ["99", "k", "graph", "4", "(8, 1, 1)", "smsp__inst_executed.sum", "inst"],
+    ]
     (tmp_path / "x.csv").write_bytes(csv_text(rows))
     _, k = kernels_of(tmp_path / "x.csv")
     assert k[["launch_id", "duration", "grid_x", "Launch Type", "smsp__inst_executed.sum"]].iloc[0].tolist() == [
-        4, 1234, 8, "graph", 99.0]
+        4,
+        1234,
+        8,
+        "graph",
+        99.0,
+    ]
 
 
 def test_wide_layout_without_units_row_and_without_size_columns(tmp_path):
     """Older ncu: no Block/Grid Size columns; launch__*_dim_* metrics give the launch shape."""
-    rows = [["ID", "Kernel Name", "Stream", "gpu__time_duration.sum", "launch__grid_dim_x", "launch__grid_dim_y",
-             "launch__grid_dim_z", "launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z"],
-            ["0", "kern", "3", "1,500", "10", "2", "1", "64", "1", "1"],
-            ["1", "kern", "3", "1,700", "10", "2", "1", "64", "1", "1"]]
+    rows = [
+        [
+            "ID",
+            "Kernel Name",
+            "Stream",
+            "gpu__time_duration.sum",
+            "launch__grid_dim_x",
+            "launch__grid_dim_y",
+            "launch__grid_dim_z",
+            "launch__block_dim_x",
+            "launch__block_dim_y",
+            "launch__block_dim_z",
+        ],
+        ["0", "kern", "3", "1,500", "10", "2", "1", "64", "1", "1"],
+        ["1", "kern", "3", "1,700", "10", "2", "1", "64", "1", "1"],
+    ]
     (tmp_path / "w.csv").write_bytes(csv_text(rows, preamble=()))
     out, k = kernels_of(tmp_path / "w.csv")
     assert k["duration"].tolist() == [1_500, 1_700]
@@ -227,20 +282,32 @@ def test_wide_layout_without_units_row_and_without_size_columns(tmp_path):
 
 
 def test_latin1_file_is_read_and_noted(tmp_path):
-    rows = [["ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"],
-            ["0", "k_\xe9t\xe9(float*)", "gpu__time_duration.sum", "usecond", "1.5"]]
+    rows = [
+        ["ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"],
+        ["0", "k_\xe9t\xe9(float*)", "gpu__time_duration.sum", "usecond", "1.5"],
+    ]
     (tmp_path / "l.csv").write_bytes(csv_text(rows, preamble=())[3:].decode().encode("latin-1"))
     out, k = kernels_of(tmp_path / "l.csv")
     assert k["kernel_name"][0] == "k_\xe9t\xe9(float*)" and k["duration"][0] == 1_500
     assert "not valid UTF-8" in out.notes[0]
 
 
-@pytest.mark.parametrize("unit, expected", [
-    ("nsecond", ("ns", 1.0)), ("usecond", ("ns", 1e3)), ("msecond", ("ns", 1e6)), ("second", ("ns", 1e9)),
-    ("Kbyte", ("byte", 1e3)), ("Gbyte/second", ("byte/second", 1e9)), ("byte/usecond", ("byte/second", 1e6)),
-    ("cycle/nsecond", ("cycle/second", 1e9)), ("%", ("%", 1.0)), ("", ("", 1.0)), ("register/thread",
-                                                                                     ("register/thread", 1.0)),
-])
+@pytest.mark.parametrize(
+    "unit, expected",
+    [
+        ("nsecond", ("ns", 1.0)),
+        ("usecond", ("ns", 1e3)),
+        ("msecond", ("ns", 1e6)),
+        ("second", ("ns", 1e9)),
+        ("Kbyte", ("byte", 1e3)),
+        ("Gbyte/second", ("byte/second", 1e9)),
+        ("byte/usecond", ("byte/second", 1e6)),
+        ("cycle/nsecond", ("cycle/second", 1e9)),
+        ("%", ("%", 1.0)),
+        ("", ("", 1.0)),
+        ("register/thread", ("register/thread", 1.0)),
+    ],
+)
 def test_unit_scale(unit, expected):
     assert ncu.unit_scale(unit) == expected
 
@@ -256,7 +323,7 @@ def test_sniff_rejects_other_csvs():
     assert not ncu.sniff(None, b'"Index","KernelName","gpu-id","grd","wgr"\n0,"k",0,64,64\n')
     assert not ncu.sniff(None, b"ID,Name,Value\n1,a,2\n")
     assert not ncu.sniff(None, b"SQLite format 3\x00" + bytes(100))
-    assert ncu.sniff(None, b"\xef\xbb\xbfprogram says hi, ID Kernel Name\r\n\"ID\",\"Kernel Name\",\"x__y\"\r\n")
+    assert ncu.sniff(None, b'\xef\xbb\xbfprogram says hi, ID Kernel Name\r\n"ID","Kernel Name","x__y"\r\n')
 
 
 # --- malformed input: one line on stderr, exit 2 ---------------------------------------------------------
@@ -268,13 +335,19 @@ def _truncated_mid_field(tmp_path):
 
 MALFORMED = {
     "truncated_quoted": (_truncated_mid_field, "truncated"),
-    "truncated_row": (lambda t: csv_text([LONG, long_row(0, "gpu__time_duration.sum", "ns", "5")]) + b'"1","7",',
-                      "truncated: the last row has 3 of 15 fields"),
+    "truncated_row": (
+        lambda t: csv_text([LONG, long_row(0, "gpu__time_duration.sum", "ns", "5")]) + b'"1","7",',
+        "truncated: the last row has 3 of 15 fields",
+    ),
     "truncated_after_lone_cr": (  # found by the long fuzz run: a byte flip made a CR inside the cut last row
-        lambda t: csv_text([LONG, long_row(0, "gpu__time_duration.sum", "ns", "5")]) + b'"1",\r"7",', "truncated"),
+        lambda t: csv_text([LONG, long_row(0, "gpu__time_duration.sum", "ns", "5")]) + b'"1",\r"7",',
+        "truncated",
+    ),
     "header_only": (lambda t: csv_text([LONG]), "no kernel launches"),
-    "no_metric_value": (lambda t: csv_text([LONG[:-1], long_row(0, "m", "ns", "5")[:-1]]),
-                        "lacks required column(s) Metric Value"),
+    "no_metric_value": (
+        lambda t: csv_text([LONG[:-1], long_row(0, "m", "ns", "5")[:-1]]),
+        "lacks required column(s) Metric Value",
+    ),
     "too_many_fields": (lambda t: csv_text([LONG, long_row(0, "m", "ns", "5") + ["extra"]]), "malformed CSV"),
 }
 
@@ -291,12 +364,15 @@ def test_malformed_ncu_csv_is_one_line_error(run_cli, tmp_path, case):
     assert not (tmp_path / "out" / "kernels.parquet").exists()
 
 
-@pytest.mark.parametrize("content, fmt, message", [
-    (bytes(range(256)) * 40, "auto", "unrecognised format"),
-    (bytes(range(256)) * 40, "ncu-csv", "binary file"),
-    (b"", "ncu-csv", "empty file"),
-    (b"just,some\ncsv,text\n", "ncu-csv", "not an Nsight Compute CSV"),
-])
+@pytest.mark.parametrize(
+    "content, fmt, message",
+    [
+        (bytes(range(256)) * 40, "auto", "unrecognised format"),
+        (bytes(range(256)) * 40, "ncu-csv", "binary file"),
+        (b"", "ncu-csv", "empty file"),
+        (b"just,some\ncsv,text\n", "ncu-csv", "not an Nsight Compute CSV"),
+    ],
+)
 def test_wrong_file_type_is_one_line_error(run_cli, tmp_path, content, fmt, message):
     path = tmp_path / "input.csv"
     path.write_bytes(content)

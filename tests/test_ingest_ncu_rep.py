@@ -18,12 +18,11 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO, real_file
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import ingest, load
 from gpuvar.ingest.detect import detect
-
-from conftest import REPO, real_file
 
 ncu_report = pytest.importorskip("ncu_report", reason="the ncu-report package (extra gpuvar[ncurep]) is not installed")
 
@@ -33,8 +32,7 @@ FILES = ["report-s4.ncu-rep", "report-s8.ncu-rep", "report-s8-persist.ncu-rep"]
 SPOT = {
     "report-s4.ncu-rep": [(0, "Kernel", 10400, 12, 128, 204), (1, "ReferenceGemm_kernel", 322592, 576, 256, 47)],
     "report-s8.ncu-rep": [(0, "Kernel", 8512, 36, 128, 108), (1, "ReferenceGemm_kernel", 324096, 576, 256, 40)],
-    "report-s8-persist.ncu-rep": [(0, "Kernel", 8416, 36, 128, 108),
-                                  (1, "ReferenceGemm_kernel", 324320, 576, 256, 40)],
+    "report-s8-persist.ncu-rep": [(0, "Kernel", 8416, 36, 128, 108), (1, "ReferenceGemm_kernel", 324320, 576, 256, 40)],
 }
 RECORDED = REPO / "tests" / "data" / "recorded" / "h100-torch-ncu"
 
@@ -42,8 +40,11 @@ RECORDED = REPO / "tests" / "data" / "recorded" / "h100-torch-ncu"
 def package_launches(path) -> list:
     """Every action of every range, straight from the package."""
     report = ncu_report.load_report(str(path))
-    return [report.range_by_idx(r).action_by_idx(a)
-            for r in range(report.num_ranges()) for a in range(report.range_by_idx(r).num_actions())]
+    return [
+        report.range_by_idx(r).action_by_idx(a)
+        for r in range(report.num_ranges())
+        for a in range(report.range_by_idx(r).num_actions())
+    ]
 
 
 def kernels_of(path) -> tuple[object, pd.DataFrame]:
@@ -87,9 +88,11 @@ def test_spot_values_per_canonical_column(name):
         assert k["workgroup_size"] == block and k["block_x"] * k["block_y"] * k["block_z"] == block
         assert k["registers_per_thread"] == registers
         assert k["lds_per_workgroup"] == k["static_shared_memory"] + k["dynamic_shared_memory"]
-        assert k["launch_config"] == (f"g{k['grid_x']}x{k['grid_y']}x{k['grid_z']} "
-                                      f"b{k['block_x']}x{k['block_y']}x{k['block_z']} "
-                                      f"r{registers} s{k['lds_per_workgroup']}")
+        assert k["launch_config"] == (
+            f"g{k['grid_x']}x{k['grid_y']}x{k['grid_z']} "
+            f"b{k['block_x']}x{k['block_y']}x{k['block_z']} "
+            f"r{registers} s{k['lds_per_workgroup']}"
+        )
     assert kernels["device_id"].tolist() == [0, 0] and kernels["wave_size"].tolist() == [32, 32]
     assert kernels["cc"].tolist() == [8.0, 8.0]
     assert kernels["kernel_name"].iloc[1].startswith("ReferenceGemm_kernel(int, int, int, signed char")
@@ -125,6 +128,7 @@ def raw_page_csv(path) -> bytes:
     ident = ["ID", "Kernel Name", "Context", "Stream", "Block Size", "Grid Size", "Device", "CC"]
     rows = [ident + metrics, [""] * len(ident) + [units[m] for m in metrics]]
     for i, a in enumerate(launches):
+
         def val(name):
             m = a.metric_by_name(name)
             if m is None or not m.has_value():
@@ -134,8 +138,19 @@ def raw_page_csv(path) -> bytes:
 
         dims = {d: "(" + ", ".join(val(f"launch__{d}_dim_{x}") for x in "xyz") + ")" for d in ("block", "grid")}
         cc = f"{val('device__attribute_compute_capability_major')}.{val('device__attribute_compute_capability_minor')}"
-        rows.append([str(i), a.name(a.NameBase_DEMANGLED), val("launch__context_id"), val("launch__stream_id"),
-                     dims["block"], dims["grid"], val("launch__device_id"), cc] + [val(m) for m in metrics])
+        rows.append(
+            [
+                str(i),
+                a.name(a.NameBase_DEMANGLED),
+                val("launch__context_id"),
+                val("launch__stream_id"),
+                dims["block"],
+                dims["grid"],
+                val("launch__device_id"),
+                cc,
+            ]
+            + [val(m) for m in metrics]
+        )
     buf = io.StringIO()
     csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\r\n").writerows(rows)
     return buf.getvalue().encode()
@@ -147,11 +162,11 @@ def assert_same_tables(a: pd.DataFrame, b: pd.DataFrame) -> None:
     for column in a.columns:
         x, y = a[column], b[column]
         if x.dtype.kind in "fiu" and y.dtype.kind in "fiu":
-            np.testing.assert_allclose(x.to_numpy(float), y.to_numpy(float), rtol=1e-12, equal_nan=True,
-                                       err_msg=column)
+            np.testing.assert_allclose(x.to_numpy(float), y.to_numpy(float), rtol=1e-12, equal_nan=True, err_msg=column)
         else:
-            assert x.astype(object).where(x.notna(), None).tolist() == \
-                y.astype(object).where(y.notna(), None).tolist(), column
+            assert (
+                x.astype(object).where(x.notna(), None).tolist() == y.astype(object).where(y.notna(), None).tolist()
+            ), column
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -176,8 +191,18 @@ def test_recorded_h100_report_agrees_with_its_real_csv_exports():
     _, rep = kernels_of(report)
     _, raw = kernels_of(RECORDED / "raw.csv")
     assert len(rep) == len(raw)
-    for column in ("launch_id", "kernel_name", "grid_x", "grid_y", "block_x", "registers_per_thread",
-                   "lds_per_workgroup", "device_id", "stream_id", "duration"):
+    for column in (
+        "launch_id",
+        "kernel_name",
+        "grid_x",
+        "grid_y",
+        "block_x",
+        "registers_per_thread",
+        "lds_per_workgroup",
+        "device_id",
+        "stream_id",
+        "duration",
+    ):
         assert rep[column].tolist() == raw[column].tolist(), column
 
 
@@ -228,8 +253,10 @@ def test_package_crash_is_a_one_line_error(tmp_path, monkeypatch):
     from gpuvar.ingest import ncu_rep
 
     crashing = tmp_path / "worker.py"
-    crashing.write_text("import os, sys\nsys.stderr.write(\"E0000 message_lite.cc:195] Can't parse message\\n\")\n"
-                        "sys.stderr.flush()\nos.abort()\n")
+    crashing.write_text(
+        'import os, sys\nsys.stderr.write("E0000 message_lite.cc:195] Can\'t parse message\\n")\n'
+        "sys.stderr.flush()\nos.abort()\n"
+    )
     monkeypatch.setattr(ncu_rep, "WORKER", crashing)
     with pytest.raises(InputError) as err:
         load(real_file(f"{REAL}/report-s4.ncu-rep"))

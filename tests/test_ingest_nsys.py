@@ -14,16 +14,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import real_file
 
 from gpuvar.demo import synth
 from gpuvar.demo.nsys_writer import write_nsys_demo
-from gpuvar.ingest import ingest, load
-from gpuvar.ingest import nsys
+from gpuvar.ingest import ingest, load, nsys
 from gpuvar.ingest.base import read_head
 from gpuvar.ingest.detect import detect
 from gpuvar.schema import canonical_columns
-
-from conftest import real_file
 
 REAL_FILES = [
     "nsys-sqlite/nvfuser-matmul-h200/report1.sqlite",
@@ -108,8 +106,18 @@ def test_real_2026_columns_kept_and_process_id_decoded(tmp_path):
     path = real_file(MOCK)
     report = ingest(path, tmp_path)
     kernels, _ = read_tables(tmp_path)
-    extras = {"qmdBulkReleaseDone", "qmdPreexitDone", "graphId", "clusterX", "clusterSchedulingPolicy",
-              "maxActiveClusters", "sharedMemoryRequestedPercentage", "contextId", "globalPid", "gridId"}
+    extras = {
+        "qmdBulkReleaseDone",
+        "qmdPreexitDone",
+        "graphId",
+        "clusterX",
+        "clusterSchedulingPolicy",
+        "maxActiveClusters",
+        "sharedMemoryRequestedPercentage",
+        "contextId",
+        "globalPid",
+        "gridId",
+    }
     assert extras <= set(kernels.columns)
     pid = sql(path, "SELECT pid FROM TARGET_INFO_CUDA_DEVICE")[0][0]
     assert set(kernels["process_id"]) == {pid} == {91186}
@@ -166,8 +174,21 @@ def test_demo_writer_round_trips_the_planted_columns(tmp_path):
     kernels, memcpy = read_tables(tmp_path / "out")
     kernels = kernels.sort_values("launch_id").reset_index(drop=True)
     assert report["tables"]["kernels"]["rows_written"] == 3000
-    for col in ("launch_id", "start", "end", "duration", "stream_id", "correlation_id", "grid_x", "grid_y",
-                "grid_z", "block_x", "registers_per_thread", "static_shared_memory", "dynamic_shared_memory"):
+    for col in (
+        "launch_id",
+        "start",
+        "end",
+        "duration",
+        "stream_id",
+        "correlation_id",
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "registers_per_thread",
+        "static_shared_memory",
+        "dynamic_shared_memory",
+    ):
         np.testing.assert_array_equal(kernels[col].to_numpy(), k[col], err_msg=col)
     demangled, short = synth.kernel_names()
     assert list(kernels["kernel_name"]) == [demangled[i] for i in k["kernel_index"]]
@@ -215,13 +236,17 @@ def minimal_export(path, kernel_rows, memcpy_rows=None, strings=((1, "void k<int
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings)
-    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, "
-                "streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, "
-                "shortName INTEGER, gridX INTEGER, blockX INTEGER, futureColumn TEXT)")
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, "
+        "streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, "
+        "shortName INTEGER, gridX INTEGER, blockX INTEGER, futureColumn TEXT)"
+    )
     con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?,?,?,?,?)", kernel_rows)
     if memcpy_rows is not None:
-        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, deviceId INTEGER, "
-                    "streamId INTEGER, correlationId INTEGER, bytes INTEGER, copyKind INTEGER)")
+        con.execute(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, deviceId INTEGER, "
+            "streamId INTEGER, correlationId INTEGER, bytes INTEGER, copyKind INTEGER)"
+        )
         con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?,?,?,?,?,?,?)", memcpy_rows)
     con.commit()
     con.close()
@@ -238,8 +263,12 @@ def test_bad_timestamps_dropped_and_counted_unknown_names_kept(tmp_path):
         (500, 450, 0, 7, 7, gpid, 1, 2, 4, 128, None),  # end before start
         (100, 150, 1, 8, 2, None, 99, 2, 8, 64, None),  # unknown demangledName id, same start as row 0
     ]
-    copies = [(10, 20, 0, 7, 1, 4096, 1), (30, None, 0, 7, 2, 4096, 2), (40, 60, 0, 7, 3, 8, 10),
-              (70, 80, 0, 7, 4, 8, 42)]
+    copies = [
+        (10, 20, 0, 7, 1, 4096, 1),
+        (30, None, 0, 7, 2, 4096, 2),
+        (40, 60, 0, 7, 3, 8, 10),
+        (70, 80, 0, 7, 4, 8, 42),
+    ]
     path = minimal_export(tmp_path / "small.sqlite", rows, copies)
     report = ingest(path, tmp_path / "out")
     kernels, memcpy = read_tables(tmp_path / "out")
@@ -347,7 +376,7 @@ def test_corrupt_pages_give_input_error(tmp_path):
     shutil.copy(real_file(MOCK), path)
     data = bytearray(path.read_bytes())
     page = int.from_bytes(data[16:18], "big")
-    data[page * 2:] = b"\xff" * (len(data) - page * 2)
+    data[page * 2 :] = b"\xff" * (len(data) - page * 2)
     path.write_bytes(bytes(data))
     from gpuvar.errors import InputError
 

@@ -9,11 +9,11 @@ import sys
 import time
 
 import pytest
+from conftest import real_file
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import ingest
 from gpuvar.ingest.detect import detect
-from conftest import real_file
 
 NSYS = "nsys-sqlite/nsys-ai-mock-rtx3080/mock.sqlite"
 FAKE_NSYS = """#!{python}

@@ -12,13 +12,12 @@ import sqlite3
 
 import pandas as pd
 import pytest
+from conftest import real_file
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import ingest, load, rocpd
 from gpuvar.ingest.base import read_head
 from gpuvar.ingest.detect import detect
-
-from conftest import real_file
 
 SYS = "rocpd-sqlite/rocprofsys-transpose-w7800/rocpd-3638851.db"
 HIPTRACE = "rocpd-sqlite/rocprofv3-transpose-w7800-hiptrace/1423019_results.db"
@@ -66,8 +65,8 @@ def by_launch(parquet) -> pd.DataFrame:
 def test_every_dispatch_and_copy_is_ingested(sys_db):
     path, report, kernels, memcpy = sys_db
     assert report["format"] == "rocpd-sqlite"
-    (n_dispatch,), = query(path, "SELECT COUNT(*) FROM rocpd_kernel_dispatch")
-    (n_copy,), = query(path, "SELECT COUNT(*) FROM rocpd_memory_copy")
+    ((n_dispatch,),) = query(path, "SELECT COUNT(*) FROM rocpd_kernel_dispatch")
+    ((n_copy,),) = query(path, "SELECT COUNT(*) FROM rocpd_memory_copy")
     assert (n_dispatch, n_copy) == (1004, 48)
     for table, n in (("kernels", n_dispatch), ("memcpy", n_copy)):
         t = report["tables"][table]
@@ -77,25 +76,51 @@ def test_every_dispatch_and_copy_is_ingested(sys_db):
 
 def test_kernel_columns_match_the_source(sys_db):
     path, _, kernels, _ = sys_db
-    rows = query(path, """
+    rows = query(
+        path,
+        """
         SELECT K.dispatch_id, S.display_name, A.absolute_index, K.stream_id, K.queue_id, P.pid, T.tid,
                E.stack_id, K.start, K."end", (K.grid_size_x + K.workgroup_size_x - 1) / K.workgroup_size_x,
                K.grid_size_y / K.workgroup_size_y, K.workgroup_size_x, K.workgroup_size_y, K.group_segment_size,
                K.private_segment_size, S.arch_vgpr_count, S.accum_vgpr_count, S.sgpr_count, K.grid_size_x
         FROM rocpd_kernel_dispatch K JOIN rocpd_info_kernel_symbol S ON S.id = K.kernel_id
         JOIN rocpd_info_agent A ON A.id = K.agent_id JOIN rocpd_info_process P ON P.id = K.pid
-        JOIN rocpd_info_thread T ON T.id = K.tid JOIN rocpd_event E ON E.id = K.event_id ORDER BY K.dispatch_id""")
-    expected = pd.DataFrame(rows, columns=[
-        "launch_id", "name", "device_id", "stream_id", "Queue_Id", "process_id", "Thread_Id", "correlation_id",
-        "start", "end", "grid_x", "grid_y", "block_x", "block_y", "lds_per_workgroup", "scratch_per_workitem",
-        "arch_vgpr", "accum_vgpr", "sgpr", "Grid_Size_X"])
+        JOIN rocpd_info_thread T ON T.id = K.tid JOIN rocpd_event E ON E.id = K.event_id ORDER BY K.dispatch_id""",
+    )
+    expected = pd.DataFrame(
+        rows,
+        columns=[
+            "launch_id",
+            "name",
+            "device_id",
+            "stream_id",
+            "Queue_Id",
+            "process_id",
+            "Thread_Id",
+            "correlation_id",
+            "start",
+            "end",
+            "grid_x",
+            "grid_y",
+            "block_x",
+            "block_y",
+            "lds_per_workgroup",
+            "scratch_per_workitem",
+            "arch_vgpr",
+            "accum_vgpr",
+            "sgpr",
+            "Grid_Size_X",
+        ],
+    )
     for column in expected.columns.drop("name"):
         assert kernels[column].tolist() == expected[column].tolist(), column
     assert kernels["duration"].tolist() == (expected["end"] - expected["start"]).tolist()
     assert kernels["registers_per_thread"].tolist() == expected["arch_vgpr"].tolist()
     # display names lose the ' [clone .kd]' / '.kd' descriptor suffix, as in the rocprofv3 CSV reader
-    assert kernels["kernel_name"].tolist() == expected["name"].str.replace(r"\s*(\[clone \.kd\]|\.kd)$", "",
-                                                                         regex=True).tolist()
+    assert (
+        kernels["kernel_name"].tolist()
+        == expected["name"].str.replace(r"\s*(\[clone \.kd\]|\.kd)$", "", regex=True).tolist()
+    )
 
 
 def test_spot_values(sys_db):
@@ -116,8 +141,11 @@ def test_spot_values(sys_db):
 
 def test_memory_copies(sys_db):
     path, _, _, memcpy = sys_db
-    rows = query(path, """SELECT S.string, M.size, M.start, M."end", M.stream_id FROM rocpd_memory_copy M
-                          JOIN rocpd_string S ON S.id = M.name_id ORDER BY M.id""")
+    rows = query(
+        path,
+        """SELECT S.string, M.size, M.start, M."end", M.stream_id FROM rocpd_memory_copy M
+                          JOIN rocpd_string S ON S.id = M.name_id ORDER BY M.id""",
+    )
     assert memcpy["Direction"].tolist() == [r[0] for r in rows]
     assert memcpy["bytes"].tolist() == [r[1] for r in rows]
     assert memcpy["duration"].tolist() == [r[3] - r[2] for r in rows]
@@ -142,13 +170,15 @@ def test_same_canonical_columns_as_the_rocprofv3_csv_reader(sys_db):
 
 def test_api_trace_only_database_is_a_clear_one_line_error(run_cli, tmp_path):
     path = real_file(HIPTRACE)
-    (n,), = query(path, "SELECT COUNT(*) FROM rocpd_kernel_dispatch")
-    (apis,), = query(path, "SELECT COUNT(*) FROM rocpd_region")
+    ((n,),) = query(path, "SELECT COUNT(*) FROM rocpd_kernel_dispatch")
+    ((apis,),) = query(path, "SELECT COUNT(*) FROM rocpd_region")
     assert n == 0
     with pytest.raises(InputError) as err:
         load(path)
-    assert str(err.value) == (f"{path}: rocpd database has no kernel dispatches (rocpd_kernel_dispatch is empty; "
-                              f"{apis} traced API call(s) only? profile with rocprofv3 --kernel-trace)")
+    assert str(err.value) == (
+        f"{path}: rocpd database has no kernel dispatches (rocpd_kernel_dispatch is empty; "
+        f"{apis} traced API call(s) only? profile with rocprofv3 --kernel-trace)"
+    )
     result = run_cli("ingest", path, "-o", tmp_path / "out")
     assert result.returncode != 0 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert str(path) in result.stderr and "no kernel dispatches" in result.stderr
@@ -222,7 +252,7 @@ def test_nulls_and_unknown_strings(tmp_path):
     memcpy = by_launch(tmp_path / "out" / "memcpy.parquet")
     assert memcpy["copy_kind"].isna().sum() == 3
     kernels = by_launch(tmp_path / "out" / "kernels.parquet").set_index("launch_id")
-    (bad,), = query(path, "SELECT dispatch_id FROM rocpd_kernel_dispatch WHERE id = 5")
+    ((bad,),) = query(path, "SELECT dispatch_id FROM rocpd_kernel_dispatch WHERE id = 5")
     assert pd.isna(kernels.loc[bad, "grid_x"]) and kernels["grid_x"].isna().sum() == 1
     assert any("name_id is missing from rocpd_string" in n for n in report["notes"])
 
@@ -259,7 +289,7 @@ def merged_copy(tmp_path):
         base = table[: -len(uuid)]
         con.execute(f'CREATE TABLE "{base}{other}" AS SELECT * FROM "{table}"')
         if "guid" in [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]:  # rocpd_metadata has none
-            con.execute(f'UPDATE "{base}{other}" SET guid = \'second-guid\'')
+            con.execute(f"UPDATE \"{base}{other}\" SET guid = 'second-guid'")
         con.execute(f'DROP VIEW IF EXISTS "{base}"')
         con.execute(f'CREATE VIEW "{base}" AS SELECT * FROM "{table}" UNION ALL SELECT * FROM "{base}{other}"')
     con.execute(f"UPDATE rocpd_info_kernel_symbol{other} SET display_name = 'p2::' || display_name")
@@ -272,7 +302,7 @@ def merged_copy(tmp_path):
 
 def test_merged_database_keeps_processes_apart(tmp_path):
     path = merged_copy(tmp_path)
-    (n,), = query(path, "SELECT COUNT(*) FROM rocpd_kernel_dispatch")
+    ((n,),) = query(path, "SELECT COUNT(*) FROM rocpd_kernel_dispatch")
     assert n == 2008
     report = ingest(path, tmp_path / "out")
     assert report["tables"]["kernels"]["rows_written"] == 2008 and report["tables"]["memcpy"]["rows_written"] == 96

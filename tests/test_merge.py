@@ -12,13 +12,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import REPO, real_file
 
 from gpuvar.config import validate_config
 from gpuvar.demo.kineto_writer import write_kineto_demo
 from gpuvar.errors import ConfigError, InputError
 from gpuvar.ingest import ingest
 from gpuvar.ingest.merge import merge
-from conftest import REPO, real_file
 
 NSYS = "nsys-sqlite/nsys-ai-mock-rtx3080/mock.sqlite"
 
@@ -78,8 +78,15 @@ def test_cli_ingest_merge(kineto_pair, tmp_path, run_cli):
 
 def test_config_merge_keeps_a_glob_as_one_dataset(kineto_pair):
     tmp, _ = kineto_pair
-    cfg = validate_config({"datasets": [{"name": "job", "source": "kineto_rank*.json.gz", "merge": True},
-                                        {"name": "solo", "source": "kineto_rank*.json.gz"}]}, tmp)
+    cfg = validate_config(
+        {
+            "datasets": [
+                {"name": "job", "source": "kineto_rank*.json.gz", "merge": True},
+                {"name": "solo", "source": "kineto_rank*.json.gz"},
+            ]
+        },
+        tmp,
+    )
     job = cfg.datasets[0]
     assert job.merge and job.sources == ["kineto_rank0.json.gz", "kineto_rank1.json.gz"]
     assert [d.name for d in cfg.datasets[1:]] == ["solo_kineto_rank0.json", "solo_kineto_rank1.json"]
@@ -98,9 +105,22 @@ def test_dry_run_plans_one_ingest_job_per_rank_file(tmp_path):
     config.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     proc = subprocess.run(
-        [str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path / "w"),
-         "--configfile", str(config), "-n", "--cores", "1"],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            str(Path(sys.executable).with_name("snakemake")),
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path / "w"),
+            "--configfile",
+            str(config),
+            "-n",
+            "--cores",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout + proc.stderr

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuvar.errors import ConfigError
 from gpuvar.config import load_config
+from gpuvar.errors import ConfigError
 from gpuvar.plots import snakemake_helpers as paths
 from gpuvar.plots.paper import FIGURES, load_paper_config, merge_datasets, parse_paper_config, same_dataset
 
@@ -107,15 +107,32 @@ def test_all_excludes_the_timing_dependent_scaling_figure():
     cfg = load_config(REPO / "config" / "config.yaml")
     analyses = [(d.name, t) for d in cfg.datasets for t in d.targets]
     outputs = paths.plot_outputs(analyses, cfg)
-    assert "results/plots/rank0/memory_stall/parallel.csv" in outputs and "results/plots/amd/kernel_variability/causal" in outputs
+    assert (
+        "results/plots/rank0/memory_stall/parallel.csv" in outputs
+        and "results/plots/amd/kernel_variability/causal" in outputs
+    )
     assert not any("scaling" in p for p in outputs)
     assert paths.scaling_outputs(cfg, {d.name: d for d in cfg.datasets})[-1].endswith("ranks_1_2/scaling.csv")
 
 
 def dry_run(tmp_path, *targets):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmd = [sys.executable, "-m", "snakemake", "-s", REPO / "Snakefile", "-d", tmp_path, "--configfile",
-           REPO / "config" / "config.yaml", "-n", "--quiet", "rules", "--", *targets]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        REPO / "Snakefile",
+        "-d",
+        tmp_path,
+        "--configfile",
+        REPO / "config" / "config.yaml",
+        "-n",
+        "--quiet",
+        "rules",
+        "--",
+        *targets,
+    ]
     return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -123,8 +140,13 @@ def test_snakemake_paper_target_builds_every_figure(tmp_path):
     done = dry_run(tmp_path, "paper")
     assert done.returncode == 0, done.stderr[-2000:]
     jobs = done.stdout + done.stderr
-    for rule, count in [("plot_paper_causal_graphs", 9), ("plot_paper_parallel_coordinates", 2),
-                        ("plot_paper_scaling", 1), ("make_paper_perfcounter_demo", 3), ("bin_scaling_trace", 3)]:  # fmt: skip
+    for rule, count in [
+        ("plot_paper_causal_graphs", 9),
+        ("plot_paper_parallel_coordinates", 2),
+        ("plot_paper_scaling", 1),
+        ("make_paper_perfcounter_demo", 3),
+        ("bin_scaling_trace", 3),
+    ]:
         assert f"{rule} " in jobs and any(line.split() == [rule, str(count)] for line in jobs.splitlines()), rule
 
 

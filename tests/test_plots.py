@@ -24,11 +24,17 @@ def write_group(folder, edges, group="void k<float>(int)", graphml=True, boot=Tr
     nodes = list(dict.fromkeys(n for n in nodes if n != TARGET)) + [TARGET]
     (folder / "causal.json").write_text(json.dumps({"group": group, "target": TARGET, "status": "ok"}))
     (folder / "order.json").write_text(json.dumps({"causal_order": nodes, "target": TARGET}))
-    pd.DataFrame([(f, t, c, int(np.sign(c))) for f, t, c, _, _ in edges], columns=["from", "to", "coefficient", "sign"]).to_csv(folder / "edges.csv", index=False)
+    pd.DataFrame(
+        [(f, t, c, int(np.sign(c))) for f, t, c, _, _ in edges], columns=["from", "to", "coefficient", "sign"]
+    ).to_csv(folder / "edges.csv", index=False)
     contrib = [(f, c, p, int(np.sign(c))) for f, t, c, p, _ in edges if t == TARGET]
-    pd.DataFrame(contrib, columns=["feature", "total_effect", "variance_share", "sign"]).to_csv(folder / "contributions.csv", index=False)
+    pd.DataFrame(contrib, columns=["feature", "total_effect", "variance_share", "sign"]).to_csv(
+        folder / "contributions.csv", index=False
+    )
     if boot:
-        pd.DataFrame([(f, t, p) for f, t, _, _, p in edges], columns=["from", "to", "probability"]).to_csv(folder / "bootstrap_edges.csv", index=False)
+        pd.DataFrame([(f, t, p) for f, t, _, _, p in edges], columns=["from", "to", "probability"]).to_csv(
+            folder / "bootstrap_edges.csv", index=False
+        )
     if graphml:
         g = nx.DiGraph()
         for n in nodes:
@@ -107,7 +113,9 @@ def test_plot_causal_dir_selects_groups_and_lists_skipped(tmp_path):
     write_group(root / "k-1", EDGES)
     write_group(root / "all-2", EDGES, group="__all__")
     (root / "small-3").mkdir()
-    (root / "small-3" / "causal.json").write_text(json.dumps({"group": "tiny", "status": "skipped", "skip_reason": "12 rows < 30"}))
+    (root / "small-3" / "causal.json").write_text(
+        json.dumps({"group": "tiny", "status": "skipped", "skip_reason": "12 rows < 30"})
+    )
     index = causal_graph.plot_causal_dir(root, tmp_path / "per", which="per_kernel", formats=["png"])
     assert set(index["slug"]) == {"k-1", "small-3"}
     assert index.set_index("slug").loc["small-3", "reason"] == "12 rows < 30"
@@ -124,11 +132,15 @@ def test_not_a_causal_folder_is_an_input_error(tmp_path):
 
 def top_rows(n=400, seed=0):
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({
-        "grid_x": rng.choice([64, 128, 1024], n), "grid_y": rng.integers(1, 9, n),
-        "block_x": rng.choice([128, 256], n), "linked_copy_kind": rng.choice([1, 2, 8], n).astype(float),
-        "kernel_name": rng.choice(["a", "b"], n),
-    })  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "grid_x": rng.choice([64, 128, 1024], n),
+            "grid_y": rng.integers(1, 9, n),
+            "block_x": rng.choice([128, 256], n),
+            "linked_copy_kind": rng.choice([1, 2, 8], n).astype(float),
+            "kernel_name": rng.choice(["a", "b"], n),
+        }
+    )
     df[TARGET] = df["grid_x"] * 10.0 + (df["linked_copy_kind"] == 8) * 5e3 + rng.normal(0, 100, n)
     return df
 
@@ -164,8 +176,15 @@ def bins_frame(n=200, seed=1):
     var = rng.gamma(2.0, 1e6, n)
     var[[7, 50, 120]] *= 50
     var[3] = np.nan
-    df = pd.DataFrame({"bin": np.arange(n), "bin_start": start, "bin_end": start + 10_000_000,
-                       "count": rng.integers(1, 40, n), "var": var})  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "bin": np.arange(n),
+            "bin_start": start,
+            "bin_end": start + 10_000_000,
+            "count": rng.integers(1, 40, n),
+            "var": var,
+        }
+    )
     df["variance_rank"] = df["var"].rank(ascending=False, method="first")
     return df
 
@@ -196,7 +215,9 @@ def write_runs(tmp_path, times=((1, 8.0), (2, 4.4), (4, 2.6))):
     for ranks, seconds in times:
         p = tmp_path / f"bin{ranks}.json"
         # the shape `gpuvar bin` writes: per-phase seconds (slowest rank), no overall time
-        p.write_text(json.dumps({"ranks": ranks, "rows_in": 1000, "seconds": {"read": seconds / 2, "stats": seconds / 2}}))
+        p.write_text(
+            json.dumps({"ranks": ranks, "rows_in": 1000, "seconds": {"read": seconds / 2, "stats": seconds / 2}})
+        )
         paths.append(p)
     return paths[::-1]  # order given must not matter
 
@@ -248,14 +269,18 @@ def test_rerun_is_byte_identical(tmp_path):
 
 
 def test_cli_plot_causal_and_error(run_cli, group, tmp_path, capsys):
-    done = run_cli("plot", "causal", group.parent, "-o", tmp_path / "figs", "--formats", "png", "--min-probability", "0")
+    done = run_cli(
+        "plot", "causal", group.parent, "-o", tmp_path / "figs", "--formats", "png", "--min-probability", "0"
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["drawn"] == 1 and summary["hidden_edges"] == 1  # only the 0.5 % variance-share edge
     assert (tmp_path / "figs" / "k-1234abcd.png").is_file() and not (tmp_path / "figs" / "k-1234abcd.svg").exists()
     from gpuvar.cli import main
 
-    assert main(["plot", "timeline", str(tmp_path / "nope.parquet"), "-o", str(tmp_path / "t"), "--target", TARGET]) == 2
+    assert (
+        main(["plot", "timeline", str(tmp_path / "nope.parquet"), "-o", str(tmp_path / "t"), "--target", TARGET]) == 2
+    )
     err = capsys.readouterr().err
     assert "nope.parquet" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     with pytest.raises(SystemExit) as refused:  # checked by the option itself (plots.formats): usage + one line

@@ -9,9 +9,9 @@ import sqlite3
 
 import pandas as pd
 import pytest
+from conftest import real_file
 from pandas.testing import assert_frame_equal
 
-from conftest import real_file
 from gpuvar.demo.rocprof_writer import write_rocprof_demo
 from gpuvar.errors import InputError
 from gpuvar.ingest import omniperf, rocprof, rocprof_db, rocprofv3
@@ -23,11 +23,23 @@ LLAMA = f"{ROCPROF}/llamacpp-rdna4-r9700"
 PERPASS = f"{ROCPROF}/omniperf2022-mixbench-mi100-perpass"
 OMNI = "omniperf-pmc-perf"
 V3 = "rocprofv3-csv/rocprofiler-sdk-docs-vectorops-newer"
-KT = ["Kind", "Agent_Id", "Queue_Id", "Dispatch_Id", "Kernel_Name", "Start_Timestamp", "End_Timestamp",
-      "Workgroup_Size_X", "Workgroup_Size_Y", "Workgroup_Size_Z", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z"]
+KT = [
+    "Kind",
+    "Agent_Id",
+    "Queue_Id",
+    "Dispatch_Id",
+    "Kernel_Name",
+    "Start_Timestamp",
+    "End_Timestamp",
+    "Workgroup_Size_X",
+    "Workgroup_Size_Y",
+    "Workgroup_Size_Z",
+    "Grid_Size_X",
+    "Grid_Size_Y",
+    "Grid_Size_Z",
+]
 CC = ["Dispatch_Id", "Agent_Id", "Kernel_Name", "Counter_Name", "Counter_Value"]
-MC = ["Kind", "Direction", "Stream_Id", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp",
-      "End_Timestamp"]
+MC = ["Kind", "Direction", "Stream_Id", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp", "End_Timestamp"]
 
 
 def _write(path, header, rows):
@@ -95,13 +107,21 @@ def test_rocprofv3_processes_get_numbered_raw_tables(tmp_path):
     host.mkdir()
     _write(host / "123_kernel_trace.csv", KT, [["KERNEL_DISPATCH", 2, 0, 1, "k", 100, 200, 64, 1, 1, 640, 1, 1]])
     _write(host / "456_kernel_trace.csv", KT, [["KERNEL_DISPATCH", 2, 0, 1, "k", 300, 450, 64, 1, 1, 100, 1, 1]])
-    _write(host / "123_counter_collection.csv", CC,
-           [[1, "Agent 2", "k", "SQ_WAVES", 5], [1, "Agent 2", "k", "SQ_WAVES", 7]])
+    _write(
+        host / "123_counter_collection.csv",
+        CC,
+        [[1, "Agent 2", "k", "SQ_WAVES", 5], [1, "Agent 2", "k", "SQ_WAVES", 7]],
+    )
     _write(host / "789_counter_collection.csv", CC, [[3, "Agent 2", "c", "SQ_WAVES", 1]])
     _write(host / "123_memory_copy_trace.csv", MC, [["MEMORY_COPY", "MEMORY_COPY_DEVICE_TO_HOST", 0, 2, 0, 10, 20]])
     raw = rocprofv3.read_raw(tmp_path)
-    assert set(raw.tables) == {"kernel_trace_0", "kernel_trace_1", "counter_collection_0", "counter_collection_1",
-                               "memory_copy_trace"}
+    assert set(raw.tables) == {
+        "kernel_trace_0",
+        "kernel_trace_1",
+        "counter_collection_0",
+        "counter_collection_1",
+        "memory_copy_trace",
+    }
     assert [g["name"] for g in raw.info["groups"]] == ["123_", "456_", "789_"]
     assert raw.rows_read == {"kernels": 3, "memcpy": 1}  # 789 has counters only: its dispatch is a kernel row
     out = assert_split_is_read(rocprofv3, tmp_path, tmp_path)
@@ -110,17 +130,42 @@ def test_rocprofv3_processes_get_numbered_raw_tables(tmp_path):
 
 
 # --------------------------------------------------------------------------- rows normalize drops are raw
-@pytest.mark.parametrize("module, name, header, rows", [
-    (rocprof, "results.csv", ["Index", "KernelName", "gpu-id", "grd", "wgr", "BeginNs", "EndNs"],
-     [[0, "a", 1, 64, 64, 10, 20], [1, "", 1, 64, 64, 30, 40], [2, "b.kd", 1, 128, 64, 50, 70]]),
-    (omniperf, "pmc_perf.csv", ["Dispatch_ID", "Kernel_Name", "GPU_ID", "Grid_Size", "Workgroup_Size",
-                                "Start_Timestamp", "End_Timestamp", "SQ_WAVES"],
-     [[0, "a", 1, 64, 64, 10, 20, 4], [1, "", 1, 64, 64, 30, 40, 4], [2, "b", 1, 128, 64, 50, 70, 8]]),
-    (rocprofv3, "kernel_trace.csv", KT,
-     [["KERNEL_DISPATCH", 1, 0, 1, "a", 10, 20, 64, 1, 1, 64, 1, 1],
-      ["KERNEL_DISPATCH", 1, 0, 2, "", 30, 40, 64, 1, 1, 64, 1, 1],
-      ["KERNEL_DISPATCH", 1, 0, 3, "b", 50, 70, 64, 1, 1, 128, 1, 1]]),
-])
+@pytest.mark.parametrize(
+    "module, name, header, rows",
+    [
+        (
+            rocprof,
+            "results.csv",
+            ["Index", "KernelName", "gpu-id", "grd", "wgr", "BeginNs", "EndNs"],
+            [[0, "a", 1, 64, 64, 10, 20], [1, "", 1, 64, 64, 30, 40], [2, "b.kd", 1, 128, 64, 50, 70]],
+        ),
+        (
+            omniperf,
+            "pmc_perf.csv",
+            [
+                "Dispatch_ID",
+                "Kernel_Name",
+                "GPU_ID",
+                "Grid_Size",
+                "Workgroup_Size",
+                "Start_Timestamp",
+                "End_Timestamp",
+                "SQ_WAVES",
+            ],
+            [[0, "a", 1, 64, 64, 10, 20, 4], [1, "", 1, 64, 64, 30, 40, 4], [2, "b", 1, 128, 64, 50, 70, 8]],
+        ),
+        (
+            rocprofv3,
+            "kernel_trace.csv",
+            KT,
+            [
+                ["KERNEL_DISPATCH", 1, 0, 1, "a", 10, 20, 64, 1, 1, 64, 1, 1],
+                ["KERNEL_DISPATCH", 1, 0, 2, "", 30, 40, 64, 1, 1, 64, 1, 1],
+                ["KERNEL_DISPATCH", 1, 0, 3, "b", 50, 70, 64, 1, 1, 128, 1, 1],
+            ],
+        ),
+    ],
+)
 def test_raw_keeps_the_nameless_row_normalize_drops(tmp_path, module, name, header, rows):
     path = tmp_path / name
     _write(path, header, rows)
@@ -159,8 +204,10 @@ def test_counter_file_without_counter_columns_is_an_input_error(tmp_path):
 # ------------------------------------------------------------------------------- types Parquet would alter
 def test_second_resolution_columns_survive_parquet(tmp_path):
     path = tmp_path / "results.csv"
-    path.write_text("KernelName,grd,wgr,BeginNs,EndNs,when,tod\n"
-                    "k,64,64,1,2,2024-01-01 10:00:00,10:00:00\nk,64,64,3,5,2024-01-02 10:00:00,11:00:00\n")
+    path.write_text(
+        "KernelName,grd,wgr,BeginNs,EndNs,when,tod\n"
+        "k,64,64,1,2,2024-01-01 10:00:00,10:00:00\nk,64,64,3,5,2024-01-02 10:00:00,11:00:00\n"
+    )
     out = assert_split_is_read(rocprof, path, tmp_path)
     assert str(out.kernels["when"].dtype) == "datetime64[s]"
 
@@ -185,24 +232,27 @@ def test_demo_rocprof_split_equals_read(tmp_path, variant):
     assert len(assert_split_is_read(rocprof, path, tmp_path).kernels) == 2000
 
 
-@pytest.mark.parametrize("module, relative", [
-    (rocprof, f"{LAPLACE1}/results.csv"),
-    (rocprof, f"{LAPLACE1}/data_movement.csv"),
-    (rocprof, f"{LLAMA}/results.csv"),
-    (rocprof, f"{PERPASS}/SQ_LEVEL_WAVES.csv"),
-    (rocprof, f"{PERPASS}/SQ_INST_LEVEL_VMEM.csv"),
-    (rocprof, f"{OMNI}/omniperf2022-mixbench-mi100/timestamps.csv"),
-    (rocprof_db, f"{LLAMA}/results.db"),
-    (omniperf, f"{OMNI}/omniperf2022-mixbench-mi100"),
-    (omniperf, f"{OMNI}/omniperf2022-mixbench-mi200"),
-    (omniperf, f"{OMNI}/omniperf-vcopy-mi300x"),
-    (omniperf, f"{OMNI}/omniperf-multikernel-mi200"),
-    (omniperf, f"{OMNI}/omniperf-multikernel-mi200/timestamps.csv"),
-    (rocprofv3, V3),
-    (rocprofv3, f"{V3}/kernel_trace.csv"),
-    (rocprofv3, f"{V3}/counter_collection.csv"),
-    (rocprofv3, f"{V3}/memory_copy_trace.csv"),
-])
+@pytest.mark.parametrize(
+    "module, relative",
+    [
+        (rocprof, f"{LAPLACE1}/results.csv"),
+        (rocprof, f"{LAPLACE1}/data_movement.csv"),
+        (rocprof, f"{LLAMA}/results.csv"),
+        (rocprof, f"{PERPASS}/SQ_LEVEL_WAVES.csv"),
+        (rocprof, f"{PERPASS}/SQ_INST_LEVEL_VMEM.csv"),
+        (rocprof, f"{OMNI}/omniperf2022-mixbench-mi100/timestamps.csv"),
+        (rocprof_db, f"{LLAMA}/results.db"),
+        (omniperf, f"{OMNI}/omniperf2022-mixbench-mi100"),
+        (omniperf, f"{OMNI}/omniperf2022-mixbench-mi200"),
+        (omniperf, f"{OMNI}/omniperf-vcopy-mi300x"),
+        (omniperf, f"{OMNI}/omniperf-multikernel-mi200"),
+        (omniperf, f"{OMNI}/omniperf-multikernel-mi200/timestamps.csv"),
+        (rocprofv3, V3),
+        (rocprofv3, f"{V3}/kernel_trace.csv"),
+        (rocprofv3, f"{V3}/counter_collection.csv"),
+        (rocprofv3, f"{V3}/memory_copy_trace.csv"),
+    ],
+)
 def test_real_file_split_equals_read(tmp_path, module, relative):
     out = assert_split_is_read(module, real_file(relative), tmp_path)
     assert len(out.kernels) + (len(out.memcpy) if out.memcpy is not None else 0) > 0

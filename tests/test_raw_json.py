@@ -20,8 +20,11 @@ from gpuvar.ingest.raw import load_raw, roundtrip, write_raw
 
 ROCPD = "rocpd-sqlite/rocprofsys-transpose-w7800/rocpd-3638851.db"
 KINETO = "pytorch-kineto-trace"
-KINETO_REAL = sorted(p.relative_to(REAL_DATA).as_posix() for p in (REAL_DATA / KINETO).glob("*/*.json*")) if (
-    REAL_DATA / KINETO).is_dir() else []
+KINETO_REAL = (
+    sorted(p.relative_to(REAL_DATA).as_posix() for p in (REAL_DATA / KINETO).glob("*/*.json*"))
+    if (REAL_DATA / KINETO).is_dir()
+    else []
+)
 
 
 def assert_same_output(a, b) -> None:
@@ -62,12 +65,22 @@ def test_rocpd_raw_tables_keep_the_relations_and_their_column_names():
     raw = rocpd.read_raw(path)
     assert raw.format == "rocpd-sqlite" and raw.source == str(path)
     dispatch = raw.tables["rocpd_kernel_dispatch"]
-    assert {"kernel_id", "agent_id", "start", "end", "grid_size_x", "workgroup_size_x", "group_segment_size",
-            "event_id"} <= set(dispatch.column_names)
+    assert {
+        "kernel_id",
+        "agent_id",
+        "start",
+        "end",
+        "grid_size_x",
+        "workgroup_size_x",
+        "group_segment_size",
+        "event_id",
+    } <= set(dispatch.column_names)
     assert not {"kernel_name", "grid_x", "block_x", "duration", "Start_Timestamp", "launch_id"} & set(
-        dispatch.column_names)
+        dispatch.column_names
+    )
     assert {"display_name", "kernel_name", "arch_vgpr_count", "sgpr_count"} <= set(
-        raw.tables["rocpd_info_kernel_symbol"].column_names)
+        raw.tables["rocpd_info_kernel_symbol"].column_names
+    )
     assert {"size", "name_id", "src_agent_id", "dst_agent_id"} <= set(raw.tables["rocpd_memory_copy"].column_names)
     assert {"id", "stack_id"} <= set(raw.tables["rocpd_event"].column_names)
     assert "MEMORY_COPY_HOST_TO_DEVICE" in raw.tables["rocpd_string"].column("string").to_pylist()
@@ -80,8 +93,9 @@ def test_rocpd_raw_tables_keep_the_relations_and_their_column_names():
 
 
 def test_rocpd_raw_keeps_the_dispatches_normalize_drops(tmp_path):
-    path = rocpd_copy(tmp_path, "UPDATE rocpd_info_kernel_symbol{u} SET display_name = '', kernel_name = '' "
-                                "WHERE id = 2")
+    path = rocpd_copy(
+        tmp_path, "UPDATE rocpd_info_kernel_symbol{u} SET display_name = '', kernel_name = '' WHERE id = 2"
+    )
     raw = rocpd.read_raw(path)
     out = rocpd.normalize(raw)
     assert raw.tables["rocpd_kernel_dispatch"].num_rows == 1004 and not raw.dropped
@@ -93,8 +107,9 @@ def test_rocpd_merged_database_reads_guids_and_round_trips(tmp_path):
     path = rocpd_copy(tmp_path)
     con = sqlite3.connect(path)
     uuid = con.execute("SELECT value FROM rocpd_metadata WHERE tag = 'uuid'").fetchone()[0]
-    for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rocpd%'"
-                                ).fetchall():
+    for (table,) in con.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rocpd%'"
+    ).fetchall():
         base = table[: -len(uuid)]
         con.execute(f'CREATE TABLE "{base}_b" AS SELECT * FROM "{table}"')
         if "guid" in [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]:
@@ -112,8 +127,11 @@ def test_rocpd_merged_database_reads_guids_and_round_trips(tmp_path):
 
 
 def test_rocpd_normalize_of_a_stored_raw_read_equals_read(tmp_path):
-    edited = rocpd_copy(tmp_path, "DELETE FROM rocpd_info_kernel_symbol{u} WHERE id = 2",
-                        "UPDATE rocpd_memory_copy{u} SET name_id = 9999 WHERE id <= 3")
+    edited = rocpd_copy(
+        tmp_path,
+        "DELETE FROM rocpd_info_kernel_symbol{u} WHERE id = 2",
+        "UPDATE rocpd_memory_copy{u} SET name_id = 9999 WHERE id <= 3",
+    )
     for path in (real_file(ROCPD), edited):
         stored = roundtrip(rocpd.read_raw(path), tmp_path / f"raw-{path.stem}")
         assert_same_output(rocpd.normalize(stored), rocpd.read(path))
@@ -127,9 +145,23 @@ def test_kineto_raw_events_keep_the_json_keys(tmp_path):
     summary = write_kineto_demo(path, 500, seed=2, rank=1, world=2)
     raw = kineto.read_raw(path)
     events = raw.tables["events"]
-    assert {"cat", "name", "ts", "dur", "args.device", "args.stream", "args.correlation",
-            "args.registers per thread", "args.shared memory", "args.grid[0]", "args.block[2]", "args.bytes",
-            "args.memory bandwidth (GB/s)", "args.External id", "args.kind"} <= set(events.column_names)
+    assert {
+        "cat",
+        "name",
+        "ts",
+        "dur",
+        "args.device",
+        "args.stream",
+        "args.correlation",
+        "args.registers per thread",
+        "args.shared memory",
+        "args.grid[0]",
+        "args.block[2]",
+        "args.bytes",
+        "args.memory bandwidth (GB/s)",
+        "args.External id",
+        "args.kind",
+    } <= set(events.column_names)
     assert not {"start", "duration", "device_id", "grid_x", "kernel_name", "launch_id"} & set(events.column_names)
     doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
     source = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
@@ -148,8 +180,10 @@ def test_kineto_raw_events_keep_the_json_keys(tmp_path):
 
 
 def test_kineto_raw_keeps_the_events_normalize_drops(tmp_path):
-    events = [{"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur, "args": {"device": 0, "stream": 7}}
-              for ts, dur in [(10, 1), ("abc", 1), (None, 1), (12, -3), (13, "x"), (14.5, 2)]]
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur, "args": {"device": 0, "stream": 7}}
+        for ts, dur in [(10, 1), ("abc", 1), (None, 1), (12, -3), (13, "x"), (14.5, 2)]
+    ]
     events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 9, "dur": 1})  # counted, not kept
     raw = kineto.read_raw(kineto_trace(tmp_path, events))
     out = kineto.normalize(raw)
@@ -162,8 +196,10 @@ def test_kineto_raw_keeps_the_events_normalize_drops(tmp_path):
 
 def test_kineto_timestamps_are_exact_from_raw_decimal_to_ns(tmp_path):
     texts = ["1700000000000017.4575", "1700000000000017.4585", "1700000000000017.000500000000001", "-2.0005"]
-    body = ",".join(f'{{"cat": "kernel", "name": "k", "ts": {t}, "dur": 1, "args": {{"correlation": {i}}}}}'
-                    for i, t in enumerate(texts))
+    body = ",".join(
+        f'{{"cat": "kernel", "name": "k", "ts": {t}, "dur": 1, "args": {{"correlation": {i}}}}}'
+        for i, t in enumerate(texts)
+    )
     path = tmp_path / "t.json"
     path.write_text('{"traceEvents": [' + body + "]}")
     raw = kineto.read_raw(path)
@@ -233,27 +269,76 @@ def test_kineto_demo_traces_normalize_from_stored_raw_exactly_as_read(tmp_path):
 def test_kineto_values_of_the_wrong_type_survive_the_raw_round_trip(tmp_path):
     """Odd values keep their meaning through Parquet: fractional or huge ids, a name that is not a string, grid
     lists of the wrong length, args that are not an object, counters of mixed types."""
+
     def kernel(i, **change):
-        event = {"ph": "X", "cat": "kernel", "name": f"k{i % 3}", "ts": 1700000000000000.125 + i, "dur": 2.5,
-                 "args": {"device": 0, "stream": 7, "correlation": i, "grid": [i + 1, 1, 1], "block": [64, 1, 1],
-                          "registers per thread": 32, "blocks per SM": 0.5}}
+        event = {
+            "ph": "X",
+            "cat": "kernel",
+            "name": f"k{i % 3}",
+            "ts": 1700000000000000.125 + i,
+            "dur": 2.5,
+            "args": {
+                "device": 0,
+                "stream": 7,
+                "correlation": i,
+                "grid": [i + 1, 1, 1],
+                "block": [64, 1, 1],
+                "registers per thread": 32,
+                "blocks per SM": 0.5,
+            },
+        }
         event.update({k: v for k, v in change.items() if k != "args"})
         event["args"].update(change.get("args", {}))
         return event
 
     events = [kernel(i) for i in range(20)]
-    events += [kernel(20, name=17), kernel(21, args={"device": 2**70, "stream": "7", "grid": [1, 2]}),
-               kernel(22, args={"registers per thread": 2.5, "block": None}), {**kernel(23), "args": [1, 2]},
-               kernel(24, ts="abc"), kernel(25, dur=-1), kernel(26, ts=1.7e15)]
-    events += [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 1700000000000100 + i,
-                "dur": 1, "args": {"device": 0, "stream": 7, "correlation": 100 + i, "bytes": b, "kind": k}}
-               for i, (b, k) in enumerate([(1024, "HtoD"), ("12", 5), (None, None)])]
-    events += [{"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 1700000000000200, "dur": 1,
-                "args": {"device": 0, "bytes": 8}}]
-    events += [{"ph": "X", "cat": "cuda_profiler_range", "name": "r", "ts": 1, "dur": 1,
-                "args": {"a": 1, "b": "x" if i else 2.5, "c": [1] if i else None}} for i in range(2)]
-    path = kineto_trace(tmp_path, events, distributedInfo={"rank": 3, "world_size": 4},
-                        deviceProperties=[{"id": 0, "name": "GPU", "warpSize": 32}])
+    events += [
+        kernel(20, name=17),
+        kernel(21, args={"device": 2**70, "stream": "7", "grid": [1, 2]}),
+        kernel(22, args={"registers per thread": 2.5, "block": None}),
+        {**kernel(23), "args": [1, 2]},
+        kernel(24, ts="abc"),
+        kernel(25, dur=-1),
+        kernel(26, ts=1.7e15),
+    ]
+    events += [
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD (Pinned -> Device)",
+            "ts": 1700000000000100 + i,
+            "dur": 1,
+            "args": {"device": 0, "stream": 7, "correlation": 100 + i, "bytes": b, "kind": k},
+        }
+        for i, (b, k) in enumerate([(1024, "HtoD"), ("12", 5), (None, None)])
+    ]
+    events += [
+        {
+            "ph": "X",
+            "cat": "gpu_memset",
+            "name": "Memset (Device)",
+            "ts": 1700000000000200,
+            "dur": 1,
+            "args": {"device": 0, "bytes": 8},
+        }
+    ]
+    events += [
+        {
+            "ph": "X",
+            "cat": "cuda_profiler_range",
+            "name": "r",
+            "ts": 1,
+            "dur": 1,
+            "args": {"a": 1, "b": "x" if i else 2.5, "c": [1] if i else None},
+        }
+        for i in range(2)
+    ]
+    path = kineto_trace(
+        tmp_path,
+        events,
+        distributedInfo={"rank": 3, "world_size": 4},
+        deviceProperties=[{"id": 0, "name": "GPU", "warpSize": 32}],
+    )
     raw = kineto.read_raw(path)
     stored = roundtrip(raw, tmp_path / "raw")
     assert stored.info == json.loads(json.dumps(raw.info))

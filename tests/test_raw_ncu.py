@@ -10,17 +10,18 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pytest
+from conftest import REPO, real_file
 
 from gpuvar.demo.ncu_writer import write_ncu_demo
 from gpuvar.errors import InputError
 from gpuvar.ingest import ncu, ncu_rep
 from gpuvar.ingest.raw import roundtrip
 
-from conftest import REPO, real_file
-
 RECORDED = REPO / "tests" / "data" / "recorded" / "h100-torch-ncu"
-REAL_CSV = [f"ncu-csv/roofline-profiler-rtx5070/{n}.csv"
-            for n in ("gemm_naive", "gemm_tiled", "gemm_vectorized", "saxpy", "transpose_naive")]
+REAL_CSV = [
+    f"ncu-csv/roofline-profiler-rtx5070/{n}.csv"
+    for n in ("gemm_naive", "gemm_tiled", "gemm_vectorized", "saxpy", "transpose_naive")
+]
 REAL_REP = [f"ncu-rep/cutlass-a100-gemm-splitk/{n}.ncu-rep" for n in ("report-s4", "report-s8", "report-s8-persist")]
 HAVE_NCU_REPORT = importlib.util.find_spec("ncu_report") is not None
 CANONICAL = ("launch_id", "kernel_name", "duration", "grid_x", "block_x", "registers_per_thread")
@@ -77,8 +78,10 @@ def test_wide_layout_raw_keeps_values_unscaled_and_the_units_row_as_its_own_tabl
     launches, units = raw.tables["launches"], raw.tables["units"]
     assert launches.column_names == head and launches.num_rows == 2  # the units row is not a launch
     assert launches.column("gpu__time_duration.sum").to_pylist() == ["1.5", "2"]
-    assert dict(zip(units.column("column").to_pylist(), units.column("unit").to_pylist()))["dram__bytes_read.sum"] \
+    assert (
+        dict(zip(units.column("column").to_pylist(), units.column("unit").to_pylist()))["dram__bytes_read.sum"]
         == "Kbyte"
+    )
     kernels = ncu.normalize(raw).kernels  # normalize converts: usecond -> ns, Kbyte -> byte
     assert kernels["duration"].tolist() == [1500, 2000]
     assert kernels["dram__bytes_read.sum"].tolist() == [2000.0, 3000.0]
@@ -152,12 +155,15 @@ def test_quirky_csv_split_equals_read(tmp_path):
     """Preamble, ==PROF== lines after the header, repeated header names, latin-1 and n/a values: every note the
     read makes survives the raw stage."""
     source = tmp_path / "quirks.csv"
-    lines = ["==PROF== Connected to process 1", "hello from the program",
-             '"ID","Kernel Name","Metric Name","Metric Name","Metric Unit","Metric Value"',
-             '"0","k\xe9","gpu__time_duration.sum","x","usecond","1.5"',
-             "==PROF== Disconnected from process 1",
-             '"0","k\xe9","launch__registers_per_thread","y","register/thread","n/a"',
-             '"1","k\xe9","gpu__time_duration.sum","x","msecond","2"']  # fmt: skip
+    lines = [
+        "==PROF== Connected to process 1",
+        "hello from the program",
+        '"ID","Kernel Name","Metric Name","Metric Name","Metric Unit","Metric Value"',
+        '"0","k\xe9","gpu__time_duration.sum","x","usecond","1.5"',
+        "==PROF== Disconnected from process 1",
+        '"0","k\xe9","launch__registers_per_thread","y","register/thread","n/a"',
+        '"1","k\xe9","gpu__time_duration.sum","x","msecond","2"',
+    ]
     source.write_bytes(("\r\n".join(lines) + "\r\n").encode("latin-1"))
     raw = ncu.read_raw(source)
     assert "Metric Name (2)" in raw.tables["metrics"].column_names
@@ -170,22 +176,30 @@ def fake_launches() -> dict:
     """What ncu_rep_worker returns for a report of three launch records, one unreadable."""
     big = 2**63 + 5  # a 64-bit counter past int64
     return {
-        "total": 3, "ids": [0, 2], "names": ["k0", "k2"], "workloads": [0, 1], "damaged_metrics": 1,
+        "total": 3,
+        "ids": [0, 2],
+        "names": ["k0", "k2"],
+        "workloads": [0, 1],
+        "damaged_metrics": 1,
         "values": {
             "gpu__time_duration.sum": [10.0, 12.5],
-            "launch__grid_dim_x": [4, 8], "launch__grid_dim_y": [1, 1], "launch__grid_dim_z": [1, 1],
+            "launch__grid_dim_x": [4, 8],
+            "launch__grid_dim_y": [1, 1],
+            "launch__grid_dim_z": [1, 1],
             "big__counter": [big, None],
             "mixed__metric": [3, 0.5],
             "text__metric": ["on", 7],
         },
         "units": {
             "gpu__time_duration.sum": ["usecond", "usecond"],
-            "launch__grid_dim_x": ["", ""], "launch__grid_dim_y": ["", ""], "launch__grid_dim_z": ["", ""],
+            "launch__grid_dim_x": ["", ""],
+            "launch__grid_dim_y": ["", ""],
+            "launch__grid_dim_z": ["", ""],
             "big__counter": ["", None],  # the second launch does not hold the metric
             "mixed__metric": ["Kbyte", "Kbyte"],
             "text__metric": ["", ""],
         },
-    }  # fmt: skip
+    }
 
 
 def test_report_raw_keeps_the_package_values_and_units(tmp_path, monkeypatch):

@@ -15,18 +15,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-from pandas.testing import assert_frame_equal
-
 from conftest import real_file
 from fuzz_cases import SQLITE_MUTATIONS, mutate_sqlite
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pandas.testing import assert_frame_equal
+from test_ingest_nsys import REAL_FILES, minimal_export, sql
+
 from gpuvar.compare.planted import write_pair
 from gpuvar.demo import planted
 from gpuvar.demo.nsys_writer import write_nsys_demo
 from gpuvar.errors import GpuvarError
 from gpuvar.ingest import nsys, nsys_rep
 from gpuvar.ingest.raw import ReadOptions, roundtrip
-from test_ingest_nsys import REAL_FILES, minimal_export, sql
 
 MOCK = "nsys-sqlite/nsys-ai-mock-rtx3080/mock.sqlite"
 MFU = "nsys-sqlite/nsys-ai-mfu-2gpu-before-after/mfu_2gpu_before.sqlite"
@@ -58,9 +59,14 @@ def columns_of(path, table):
 def bad_rows_export(path):
     """Kernels with NULL / backwards timestamps and an id missing from StringIds; copies with an unknown kind."""
     gpid = (1 << 48) | (777 << 24) | 12
-    rows = [(100, 200, 0, 7, 3, gpid, 1, 2, 4, 128, "x"), (50, 90, 0, 7, 1, gpid, 1, 2, 4, 128, None),
-            (300, None, 0, 7, 5, gpid, 1, 2, 4, 128, None), (None, 400, 0, 7, 6, gpid, 1, 2, 4, 128, None),
-            (500, 450, 0, 7, 7, gpid, 1, 2, 4, 128, None), (100, 150, 1, 8, 2, None, 99, 2, 8, 64, None)]
+    rows = [
+        (100, 200, 0, 7, 3, gpid, 1, 2, 4, 128, "x"),
+        (50, 90, 0, 7, 1, gpid, 1, 2, 4, 128, None),
+        (300, None, 0, 7, 5, gpid, 1, 2, 4, 128, None),
+        (None, 400, 0, 7, 6, gpid, 1, 2, 4, 128, None),
+        (500, 450, 0, 7, 7, gpid, 1, 2, 4, 128, None),
+        (100, 150, 1, 8, 2, None, 99, 2, 8, 64, None),
+    ]
     copies = [(10, 20, 0, 7, 1, 4096, 1), (30, None, 0, 7, 2, 4096, 2), (40, 60, 0, 7, 3, 8, 10)]
     return minimal_export(path, rows, copies)
 
@@ -73,8 +79,12 @@ def test_raw_tables_keep_the_vendor_names_ids_and_order(tmp_path):
     write_nsys_demo(path, 2000, seed=3)
     raw = nsys.read_raw(path)
     assert raw.format == "nsys-sqlite" and raw.source == str(path)
-    assert set(raw.tables) == {"cupti_activity_kind_kernel", "cupti_activity_kind_memcpy", "stringids",
-                               "enum_cuda_memcpy_oper"}
+    assert set(raw.tables) == {
+        "cupti_activity_kind_kernel",
+        "cupti_activity_kind_memcpy",
+        "stringids",
+        "enum_cuda_memcpy_oper",
+    }
     kernels, memcpy = raw.tables["cupti_activity_kind_kernel"], raw.tables["cupti_activity_kind_memcpy"]
     assert kernels.column_names == columns_of(path, "CUPTI_ACTIVITY_KIND_KERNEL")  # every column, table order
     assert {"start", "end", "demangledName", "shortName", "gridX", "globalPid"} <= set(kernels.column_names)
@@ -85,13 +95,17 @@ def test_raw_tables_keep_the_vendor_names_ids_and_order(tmp_path):
     got = zip(*(kernels.column(c).to_pylist() for c in ("start", "demangledName", "globalPid")))
     assert list(got) == expected
     assert raw.tables["stringids"].column_names == ["id", "value"]
-    assert dict(zip(*raw.tables["enum_cuda_memcpy_oper"].select(["id", "name"]).to_pydict().values()))[1] == \
-        "CUDA_MEMCPY_KIND_HTOD"
+    assert (
+        dict(zip(*raw.tables["enum_cuda_memcpy_oper"].select(["id", "name"]).to_pydict().values()))[1]
+        == "CUDA_MEMCPY_KIND_HTOD"
+    )
     assert raw.rows_read == {"kernels": 2000, "memcpy": memcpy.num_rows} and memcpy.num_rows > 0
     assert raw.info["keep_vendor_columns"] is True and raw.info["columns_not_read"] == {}
     meta = dict(raw.info["META_DATA_EXPORT"])
-    assert meta["EXPORT_SCHEMA_VERSION"] == sql(path, "SELECT value FROM META_DATA_EXPORT WHERE name = "
-                                                      "'EXPORT_SCHEMA_VERSION'")[0][0]
+    assert (
+        meta["EXPORT_SCHEMA_VERSION"]
+        == sql(path, "SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_SCHEMA_VERSION'")[0][0]
+    )
     assert raw.notes == [] and raw.dropped == {}  # the words are normalize's
 
 
@@ -115,8 +129,10 @@ def test_raw_keeps_the_rows_normalize_drops(tmp_path):
     assert kernels.column("end").null_count == 1 and kernels.column("start").null_count == 1
     out = nsys.normalize(roundtrip(raw, tmp_path / "raw"))
     assert len(out.kernels) == 3 < kernels.num_rows
-    assert out.dropped == {"kernels": {"null start/end timestamp": 2, "end before start": 1},
-                           "memcpy": {"null start/end timestamp": 1}}
+    assert out.dropped == {
+        "kernels": {"null start/end timestamp": 2, "end before start": 1},
+        "memcpy": {"null start/end timestamp": 1},
+    }
     assert list(out.kernels["kernel_name"]) == ["void k<int>(int*)", "void k<int>(int*)", "<unknown string id 99>"]
     assert list(out.memcpy["copy_kind_name"]) == ["HtoD", "PtoP"]
     assert any("no ENUM_CUDA_MEMCPY_OPER table" in n for n in out.notes)
@@ -145,8 +161,10 @@ def test_metadata_facts_are_info_and_become_the_same_notes(tmp_path):
     assert mock.info["TARGET_INFO_GPU.name"] == [[0, "NVIDIA GeForce RTX 3080"]]
     assert mock.info["TARGET_INFO_CUDA_DEVICE.numMultiprocessors"] == [[0, 68]]
     out = nsys.normalize(roundtrip(mock, tmp_path / "mock"))
-    assert out.notes[1:3] == ["GPUs (TARGET_INFO_GPU): 0: NVIDIA GeForce RTX 3080",
-                              "CUDA devices (TARGET_INFO_CUDA_DEVICE, no names): cudaId 0: 68 SMs"]
+    assert out.notes[1:3] == [
+        "GPUs (TARGET_INFO_GPU): 0: NVIDIA GeForce RTX 3080",
+        "CUDA devices (TARGET_INFO_CUDA_DEVICE, no names): cudaId 0: 68 SMs",
+    ]
 
 
 def test_blob_and_null_metadata_survive_the_raw_manifest(tmp_path):
@@ -154,16 +172,20 @@ def test_blob_and_null_metadata_survive_the_raw_manifest(tmp_path):
     path = minimal_export(tmp_path / "meta.sqlite", [(1, 2, 0, 7, 1, None, 1, 2, 1, 32, None)])
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value)")
-    con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
-                    [("EXPORT_PRODUCT_VERSION", b"\x01\x02"), (None, "x"), ("DERIVED_WINDOW_NS", 5)])
+    con.executemany(
+        "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+        [("EXPORT_PRODUCT_VERSION", b"\x01\x02"), (None, "x"), ("DERIVED_WINDOW_NS", 5)],
+    )
     con.execute("CREATE TABLE TARGET_INFO_CUDA_DEVICE (cudaId INTEGER, numMultiprocessors INTEGER)")
     con.execute("INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (0, 132)")
     con.commit()
     con.close()
     out = assert_split_is_read(path, tmp_path)
-    assert out.notes[:3] == ["Nsight Systems b'\\x01\\x02' export (schema ?)",
-                             "time-sliced export: DERIVED_WINDOW_NS 5",
-                             "CUDA devices (TARGET_INFO_CUDA_DEVICE, no names): cudaId 0: 132 SMs"]
+    assert out.notes[:3] == [
+        "Nsight Systems b'\\x01\\x02' export (schema ?)",
+        "time-sliced export: DERIVED_WINDOW_NS 5",
+        "CUDA devices (TARGET_INFO_CUDA_DEVICE, no names): cudaId 0: 132 SMs",
+    ]
 
 
 def test_repeated_and_text_string_ids_resolve_as_before(tmp_path):
@@ -190,8 +212,9 @@ def _no_connectorx(*args):
 
 
 @pytest.mark.parametrize("keep", [True, False])
-@pytest.mark.parametrize("make", ["demo", "sqlite3_path", "pair", "planted", "bad", "no_memcpy", "empty_memcpy",
-                                  "empty"])
+@pytest.mark.parametrize(
+    "make", ["demo", "sqlite3_path", "pair", "planted", "bad", "no_memcpy", "empty_memcpy", "empty"]
+)
 def test_split_equals_read_on_demo_and_edge_files(make, keep, tmp_path, monkeypatch):
     path = tmp_path / f"{make}.sqlite"
     if make in ("demo", "sqlite3_path"):

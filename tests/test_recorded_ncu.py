@@ -12,10 +12,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO
 
 from gpuvar.ingest import ingest
-
-from conftest import REPO
 
 RECORDED = REPO / "tests" / "data" / "recorded" / "h100-torch-ncu"
 LAUNCHES = 394
@@ -66,10 +65,20 @@ def test_grid_size_drives_the_variable_elementwise_kernel(run_cli, tmp_path):
     assert run_cli("ingest", RECORDED / "raw.csv", "-o", ingested).returncode == 0
     proc = run_cli("bin", ingested / "kernels.parquet", "--bin-width", "1000", "--top-k", "1", "-o", binned)
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli("causal", binned / "topk_rows.parquet", "--target", "kernel_variability",
-                   "--group-by", "kernel_short_name", "--features",
-                   "grid_size,registers_per_thread,dram__bytes_read.sum,lts__t_sector_hit_rate.pct",
-                   "--bootstrap", "0", "-o", causal)
+    proc = run_cli(
+        "causal",
+        binned / "topk_rows.parquet",
+        "--target",
+        "kernel_variability",
+        "--group-by",
+        "kernel_short_name",
+        "--features",
+        "grid_size,registers_per_thread,dram__bytes_read.sum,lts__t_sector_hit_rate.pct",
+        "--bootstrap",
+        "0",
+        "-o",
+        causal,
+    )
     assert proc.returncode == 0, proc.stderr
     groups = {g["group"]: g for g in json.loads((causal / "summary.json").read_text())["groups"]}
     top = groups["vectorized_elementwise_kernel"]["top_contributors"][0]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pandas as pd
+from conftest import REPO
 
 from gpuvar.schema import canonical_columns, finalize_kernels, short_kernel_name, table1_rename
 from gpuvar.schema_cli import markdown
-
-from conftest import REPO
 
 
 def test_docs_schema_is_generated_from_the_data_file():
@@ -16,8 +15,18 @@ def test_docs_schema_is_generated_from_the_data_file():
 
 
 def test_table1_names():
-    cols = ["Grid_Size", "Workgroup_Size", "LDS_Per_Workgroup", "Arch_VGPR", "SQ_WAVES", "TCC_HIT_sum",
-            "TCP_PENDING_STALL_CYCLES_sum", "TA_BUFFER_READ_WAVEFRONTS_sum", "sq_insts_valu", "MY_COUNTER"]
+    cols = [
+        "Grid_Size",
+        "Workgroup_Size",
+        "LDS_Per_Workgroup",
+        "Arch_VGPR",
+        "SQ_WAVES",
+        "TCC_HIT_sum",
+        "TCP_PENDING_STALL_CYCLES_sum",
+        "TA_BUFFER_READ_WAVEFRONTS_sum",
+        "sq_insts_valu",
+        "MY_COUNTER",
+    ]
     renamed = table1_rename(cols)
     assert renamed["TCP_PENDING_STALL_CYCLES_sum"] == "tcp_pending_stall"
     assert renamed["TA_BUFFER_READ_WAVEFRONTS_sum"] == "ta_buf_read"
@@ -32,10 +41,15 @@ def test_finalize_derives_and_keeps_extras():
             "kernel_name": ["void ns::gemm<float>(float*, int)", "relu(float*)", "void ns::gemm<float>(float*, int)"],
             "start": [10, 20, 40],
             "end": [15, 30, 47],
-            "grid_x": [4, 8, 4], "grid_y": [2, 1, 2], "grid_z": [1, 1, 1],
-            "block_x": [128, 256, 128], "block_y": [1, 1, 1], "block_z": [1, 1, 1],
+            "grid_x": [4, 8, 4],
+            "grid_y": [2, 1, 2],
+            "grid_z": [1, 1, 1],
+            "block_x": [128, 256, 128],
+            "block_y": [1, 1, 1],
+            "block_z": [1, 1, 1],
             "registers_per_thread": [32, 16, 32],
-            "static_shared_memory": [1024, 0, 1024], "dynamic_shared_memory": [0, 0, 512],
+            "static_shared_memory": [1024, 0, 1024],
+            "dynamic_shared_memory": [0, 0, 512],
             "my_counter": [1.5, 2.5, None],
         }
     )
@@ -47,11 +61,18 @@ def test_finalize_derives_and_keeps_extras():
     assert out["workgroup_size"].tolist() == [128, 256, 128]
     assert out["lds_per_workgroup"].tolist() == [1024, 0, 1536]
     assert out["kernel_short_name"].tolist() == ["gemm", "relu", "gemm"]
-    assert out["launch_config"].tolist() == ["g4x2x1 b128x1x1 r32 s1024", "g8x1x1 b256x1x1 r16 s0", "g4x2x1 b128x1x1 r32 s1536"]
+    assert out["launch_config"].tolist() == [
+        "g4x2x1 b128x1x1 r32 s1024",
+        "g8x1x1 b256x1x1 r16 s0",
+        "g4x2x1 b128x1x1 r32 s1536",
+    ]
     assert out["start"].isna().sum() == 0 and out["process_id"].isna().all()
 
 
 def test_short_names():
-    assert short_kernel_name("void at::native::vectorized_elementwise_kernel<4, float>(int, float)") == "vectorized_elementwise_kernel"
+    assert (
+        short_kernel_name("void at::native::vectorized_elementwise_kernel<4, float>(int, float)")
+        == "vectorized_elementwise_kernel"
+    )
     assert short_kernel_name("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "ncclDevKernel_SendRecv"
     assert short_kernel_name("test_function_kernel") == "test_function_kernel"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -20,8 +19,13 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 def _snakemake(snakefile: Path, workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run([SNAKEMAKE, "-s", str(snakefile), "-d", str(workdir), "--configfile", str(config),
-                           "--cores", "1", *extra], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [SNAKEMAKE, "-s", str(snakefile), "-d", str(workdir), "--configfile", str(config), "--cores", "1", *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +38,12 @@ def trace(tmp_path_factory) -> Path:
 
 
 def _config(tmp: Path, trace: Path, **sections) -> Path:
-    cfg = {"demo": {"enabled": False}, "datasets": [{"name": "t", "source": str(trace), "targets": ["kernel_variability"]}],
-           "causal": {"bootstrap": 0, "min_rows": 5}, "binning": {"top_k": 3}}  # fmt: skip
+    cfg = {
+        "demo": {"enabled": False},
+        "datasets": [{"name": "t", "source": str(trace), "targets": ["kernel_variability"]}],
+        "causal": {"bootstrap": 0, "min_rows": 5},
+        "binning": {"top_k": 3},
+    }
     for key, value in sections.items():
         if key == "dataset":
             cfg["datasets"][0].update(value)
@@ -68,10 +76,13 @@ def test_hostile_config_is_refused_before_any_shell_runs(tmp_path, trace, sectio
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("stage, rules", [
-    ("binning", ["bin_trace"]),
-    ("causal+plots", ["discover_causal_graph", "plot_parallel_coordinates"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "stage, rules",
+    [
+        ("binning", ["bin_trace"]),
+        ("causal+plots", ["discover_causal_graph", "plot_parallel_coordinates"]),
+    ],
+)
 def test_values_past_validation_are_still_one_argument_each(tmp_path, trace, stage, rules):
     """A copy of the workflow whose validation is bypassed: the hostile values reach the rules' shell commands at
     run time (the jobs run, and fail on an unknown column), and the marker is still never created."""
@@ -82,14 +93,18 @@ def test_values_past_validation_are_still_one_argument_each(tmp_path, trace, sta
     shutil.copy(REPO / "Snakefile", wf / "Snakefile")
     common = wf / "workflow" / "rules" / "common.smk"
     hostile = repr(f"x$(touch {marker})`touch {marker}`; touch {marker}")
-    update = (f"'binning': REG.cfg.binning.model_copy(update={{'features': ['duration', {hostile}]}})"
-              if stage == "binning" else
-              f"'plots': REG.cfg.plots.model_copy(update={{'parallel_features': ['grid_x', {hostile}]}}), "
-              f"'datasets': [d.model_copy(update={{'features': ['grid_x', {hostile}]}}) for d in REG.cfg.datasets]")
-    bypass = (f"import dataclasses\nREG = dataclasses.replace(REG, cfg=REG.cfg.model_copy(update={{{update}}}))\n"
-              "REG = dataclasses.replace(REG, datasets={d.name: d for d in REG.cfg.datasets})\nCFG = REG.cfg\n")
+    update = (
+        f"'binning': REG.cfg.binning.model_copy(update={{'features': ['duration', {hostile}]}})"
+        if stage == "binning"
+        else f"'plots': REG.cfg.plots.model_copy(update={{'parallel_features': ['grid_x', {hostile}]}}), "
+        f"'datasets': [d.model_copy(update={{'features': ['grid_x', {hostile}]}}) for d in REG.cfg.datasets]"
+    )
+    bypass = (
+        f"import dataclasses\nREG = dataclasses.replace(REG, cfg=REG.cfg.model_copy(update={{{update}}}))\n"
+        "REG = dataclasses.replace(REG, datasets={d.name: d for d in REG.cfg.datasets})\nCFG = REG.cfg\n"
+    )
     assert "CFG = REG.cfg\n" in common.read_text()
-    common.write_text(common.read_text().replace("CFG = REG.cfg\n", bypass))  # fmt: skip
+    common.write_text(common.read_text().replace("CFG = REG.cfg\n", bypass))
     workdir = tmp_path / "run"
     proc = _snakemake(wf / "Snakefile", workdir, _config(tmp_path, trace), "--keep-going")
     for rule in rules:  # the shell command of each rule did run

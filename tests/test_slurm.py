@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO
 
 VENV_BIN = Path(sys.executable).parent
@@ -38,7 +37,9 @@ TEST_CONFIG = REPO / "ci/slurm-test-config.yaml"
 # but nothing Slurm-specific, and CI must stay under 5 minutes
 UNTIL = ["--until", "discover_causal_graph"]
 # JSON keys that legitimately differ between two runs of the same job (timings, memory, where it ran)
-VOLATILE_KEY = re.compile(r"(^|_)(seconds|elapsed|wall|time|timing|timings|rss|host|hostname|pid|date|created)(_|$)|_s$", re.I)
+VOLATILE_KEY = re.compile(
+    r"(^|_)(seconds|elapsed|wall|time|timing|timings|rss|host|hostname|pid|date|created)(_|$)|_s$", re.I
+)
 DATA_SUFFIXES = {".parquet", ".json", ".csv", ".tsv", ".graphml"}
 
 
@@ -175,7 +176,9 @@ def _shell(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 def _cluster_up() -> bool:
     try:
-        return _shell(["scontrol", "ping"], timeout=10).returncode == 0 and _shell(["sacct", "-n", "-X"]).returncode == 0
+        return (
+            _shell(["scontrol", "ping"], timeout=10).returncode == 0 and _shell(["sacct", "-n", "-X"]).returncode == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -250,9 +253,24 @@ def slurm_run(slurm_cluster, tmp_path_factory):
 
     snakefile = snapshot_workflow(tmp / "workflow-snapshot")
     local = subprocess.Popen(
-        [SNAKEMAKE, "-s", str(snakefile), "-d", str(local_dir), "--profile", str(REPO / "profiles/local"),
-         "--cores", "2", "--configfile", str(TEST_CONFIG), *UNTIL],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=snakemake_env(),
+        [
+            SNAKEMAKE,
+            "-s",
+            str(snakefile),
+            "-d",
+            str(local_dir),
+            "--profile",
+            str(REPO / "profiles/local"),
+            "--cores",
+            "2",
+            "--configfile",
+            str(TEST_CONFIG),
+            *UNTIL,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=snakemake_env(),
     )
     profiles = ["--profile", str(SLURM_PROFILE), "--workflow-profile", str(CI_PROFILE), *UNTIL]
     first = snakemake(slurm_dir, *profiles, "--configfile", str(with_broken), snakefile=snakefile)
@@ -267,8 +285,16 @@ def slurm_run(slurm_cluster, tmp_path_factory):
     second = snakemake(slurm_dir, *profiles, "--configfile", str(with_broken), snakefile=snakefile)
     local_out, _ = local.communicate(timeout=300)
     return {
-        "dir": slurm_dir, "local_dir": local_dir, "first": first, "first_log": first_log, "second": second, "local": (local.returncode, local_out),
-        "jobs_first": jobs_first, "jobs_all": sacct_jobs(slurm_dir), "before": before, "after": mtimes(slurm_dir),
+        "dir": slurm_dir,
+        "local_dir": local_dir,
+        "first": first,
+        "first_log": first_log,
+        "second": second,
+        "local": (local.returncode, local_out),
+        "jobs_first": jobs_first,
+        "jobs_all": sacct_jobs(slurm_dir),
+        "before": before,
+        "after": mtimes(slurm_dir),
     }
 
 
@@ -303,9 +329,15 @@ def test_jobs_went_through_slurm(slurm_run):
     # make_demo_data + 3 datasets x (ingest, bin, causal), each a Slurm job (the plugin's --comment names it)
     completed = sorted(j["comment"] for j in jobs if j["state"] == "COMPLETED")
     datasets = ("broken", "rank0", "rank1")
-    expected = ["rule_make_demo_data"] + [f"rule_ingest_trace_wildcards_{d}" for d in datasets] + [
-        f"rule_{rule}_wildcards_{d}_kernel_variability" for rule in ("bin_trace", "discover_causal_graph") for d in datasets
-    ]
+    expected = (
+        ["rule_make_demo_data"]
+        + [f"rule_ingest_trace_wildcards_{d}" for d in datasets]
+        + [
+            f"rule_{rule}_wildcards_{d}_kernel_variability"
+            for rule in ("bin_trace", "discover_causal_graph")
+            for d in datasets
+        ]
+    )
     assert completed == sorted(expected), completed
 
 
@@ -348,7 +380,10 @@ def test_slurm_outputs_equal_local_outputs(slurm_run):
 @pytest.mark.slurm
 def test_slurm_jobs_see_the_submitting_venv(slurm_cluster):
     """gpuvar is only in the venv; a job started like the plugin's (--export=ALL) must find that one."""
-    out = _shell(["srun", "-A", "gpuvar-ci", "-p", "debug", "-n", "1", "--export=ALL", "sh", "-c", "command -v gpuvar"],
-                 env=snakemake_env(), timeout=120)
+    out = _shell(
+        ["srun", "-A", "gpuvar-ci", "-p", "debug", "-n", "1", "--export=ALL", "sh", "-c", "command -v gpuvar"],
+        env=snakemake_env(),
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(VENV_BIN / "gpuvar")

@@ -15,7 +15,6 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from conftest import REPO
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -37,9 +36,22 @@ def small_config(tmp_path: Path) -> Path:
 def run_workflow(workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     return subprocess.run(
-        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(config),
-         "--cores", "2", *extra],
-        capture_output=True, text=True, env=env, timeout=900,
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(workdir),
+            "--configfile",
+            str(config),
+            "--cores",
+            "2",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
 
 
@@ -173,7 +185,7 @@ def test_report_is_one_self_contained_html_with_every_figure(demo_run, tmp_path)
     for figure in figures:
         key = f'"{figure.relative_to(workdir)}": {{"name": "{figure.name}"'
         assert key in html, figure
-        entry = html[html.index(key):html.index(key) + 2000]
+        entry = html[html.index(key) : html.index(key) + 2000]
         assert '"caption": "<p>' in entry, figure  # every figure says what it shows
     assert not re.search(r'(?:src|href)="https?://', html)  # nothing fetched from the network
     embedded = base64.b64encode(figures[0].read_bytes()[:300]).decode()[:200]
@@ -194,8 +206,9 @@ def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_ru
     assert '"Comparisons"' in html and "results/compare/planted_pair/forest.png" in html
 
 
-@pytest.mark.parametrize("rows,expect", [("top_k", "--random-rows"), ("random", "sample_rows.parquet --target"),
-                                         ("all", "--sample-bins -1")])  # fmt: skip
+@pytest.mark.parametrize(
+    "rows,expect", [("top_k", "--random-rows"), ("random", "sample_rows.parquet --target"), ("all", "--sample-bins -1")]
+)
 def test_causal_rows_option_reaches_the_commands(tmp_path, rows, expect):
     """causal.rows: top-k bins checked against random bins (default), a random sample, or every bin."""
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -212,9 +225,22 @@ def test_venv_snakemake_runs_rules_without_the_venv_on_path(tmp_path):
     `gpuvar` next to the Python that runs Snakemake."""
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PATH": "/usr/bin:/bin"}
     proc = subprocess.run(
-        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(REPO / "config/config.yaml"),
-         "--cores", "1", "resources/demo/demo.json"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(REPO / "config/config.yaml"),
+            "--cores",
+            "1",
+            "resources/demo/demo.json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "resources/demo/demo.json").is_file()

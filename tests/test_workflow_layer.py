@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from test_workflow import REPO, SNAKEMAKE, run_workflow, small_config
 
 RULE_FILES = sorted((REPO / "workflow" / "rules").glob("*.smk"))
@@ -21,8 +20,25 @@ RULE_FILES = sorted((REPO / "workflow" / "rules").glob("*.smk"))
 
 def _dry_run(workdir: Path, config: Path, *extra: str, snakefile: Path = REPO / "Snakefile"):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run([SNAKEMAKE, "-s", str(snakefile), "-d", str(workdir), "--configfile", str(config),
-                           "--cores", "2", "-n", *extra], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(snakefile),
+            "-d",
+            str(workdir),
+            "--configfile",
+            str(config),
+            "--cores",
+            "2",
+            "-n",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def _jobs(stdout: str) -> dict[str, int]:
@@ -37,8 +53,14 @@ def test_rule_graph_is_the_papers_chain(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     names = dict(re.findall(r'(\d+)\[label = "(\w+)"', proc.stdout))
     edges = {(names[a], names[b]) for a, b in re.findall(r"(\d+) -> (\d+)", proc.stdout)}
-    chain = ["make_demo_data", "ingest_trace", "normalize_columns", "bin_trace", "discover_causal_graph",
-             "plot_causal_graphs"]  # fmt: skip
+    chain = [
+        "make_demo_data",
+        "ingest_trace",
+        "normalize_columns",
+        "bin_trace",
+        "discover_causal_graph",
+        "plot_causal_graphs",
+    ]
     for step, after in zip(chain, chain[1:]):
         assert (step, after) in edges, (step, after, sorted(edges))
     assert ("ingest_trace", "bin_trace") not in edges  # normalization is its own step, not fused into ingest
@@ -120,7 +142,9 @@ def test_no_rule_body_is_a_copy_of_another():
     `use rule ... with:` or a helper in gpuvar.workflow)."""
     bodies = _rule_bodies()
     assert {"ingest_trace", "normalize_columns", "bin_trace", "bin_scaling_trace"} <= set(bodies)
-    meaningful = {name: {l for l in lines if len(l) > 24 and not TRIVIAL.match(l)} for name, lines in bodies.items()}
+    meaningful = {
+        name: {text for text in lines if len(text) > 24 and not TRIVIAL.match(text)} for name, lines in bodies.items()
+    }
     names = sorted(meaningful)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
@@ -145,8 +169,14 @@ def test_slurm_rank_count_comes_from_the_config(tmp_path):
     cfg["binning"]["ranks"] = 3
     config = tmp_path / "three.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    proc = _dry_run(tmp_path / "run", config, "results/bin/rank0/kernel_variability/bin.json", "-p",
-                    "--set-resources", "bin_trace:mpi=srun")  # fmt: skip
+    proc = _dry_run(
+        tmp_path / "run",
+        config,
+        "results/bin/rank0/kernel_variability/bin.json",
+        "-p",
+        "--set-resources",
+        "bin_trace:mpi=srun",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert re.search(r"srun -n 3 gpuvar bin", proc.stdout), proc.stdout[-3000:]
 
@@ -157,8 +187,11 @@ def test_scaling_study_on_an_nsight_compute_dataset(tmp_path):
     launch order (binning.launch_bin_width) and the figure is drawn."""
     ncu = tmp_path / "traces" / "app_ncu.csv"
     ncu.parent.mkdir()
-    made = subprocess.run([sys.executable, "-m", "gpuvar.cli", "demo-data", "--format", "ncu", "--rows", "3000",
-                           "--output", str(ncu)], capture_output=True, text=True)  # fmt: skip
+    made = subprocess.run(
+        [sys.executable, "-m", "gpuvar.cli", "demo-data", "--format", "ncu", "--rows", "3000", "--output", str(ncu)],
+        capture_output=True,
+        text=True,
+    )
     assert made.returncode == 0, made.stderr
     cfg = yaml.safe_load(small_config(tmp_path).read_text())
     cfg["datasets"] = [{"name": "app", "source": str(ncu), "targets": ["kernel_variability"]}]

@@ -27,7 +27,7 @@ def _remove_stale(parent: Path, name: str) -> None:
         if not entry.name.startswith(prefix):
             continue
         try:
-            pid = int(entry.name[len(prefix):].split("-")[0])
+            pid = int(entry.name[len(prefix) :].split("-")[0])
             os.kill(pid, 0)
         except ProcessLookupError:
             shutil.rmtree(entry, ignore_errors=True)
@@ -93,7 +93,7 @@ def _renamed(exc: OSError, tmp: Path, real: Path) -> OSError:
     name = exc.filename
     if exc.errno is None or name is not None and not str(name).startswith(str(tmp)):
         return exc
-    shown = str(real) if name is None else str(real) + str(name)[len(str(tmp)):]
+    shown = str(real) if name is None else str(real) + str(name)[len(str(tmp)) :]
     return type(exc)(exc.errno, exc.strerror, shown)
 
 
@@ -132,5 +132,5 @@ def rewrite_paths(obj, tmp: Path, real: Path):
     if isinstance(obj, list | tuple):
         return [rewrite_paths(v, tmp, real) for v in obj]
     if isinstance(obj, str | Path) and str(obj).startswith(str(tmp)):
-        return str(real) + str(obj)[len(str(tmp)):]
+        return str(real) + str(obj)[len(str(tmp)) :]
     return obj

@@ -95,7 +95,9 @@ def _wide_options(table: pa.Table, delta: list[str]) -> dict:
     return {"use_dictionary": [c for c in strings if c not in delta], "write_statistics": names[:WIDE_COLUMNS]}
 
 
-def write_canonical(table: pa.Table, path: str | Path, metadata: dict | None = None, row_group_rows: int = ROW_GROUP_ROWS) -> None:
+def write_canonical(
+    table: pa.Table, path: str | Path, metadata: dict | None = None, row_group_rows: int = ROW_GROUP_ROWS
+) -> None:
     """Write a sorted canonical table atomically (tmp file + rename)."""
     path = Path(path)
     _make_parent(path)

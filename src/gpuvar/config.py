@@ -26,8 +26,19 @@ from gpuvar.artifacts import TARGETS
 from gpuvar.errors import ConfigError
 from gpuvar.units import MAX_BIN_NS, MAX_LAUNCHES, format_bin_width, parse_bin_width  # noqa: F401
 
-FORMATS = ("auto", "nsys-sqlite", "ncu-csv", "rocprof-csv", "rocprof-db", "omniperf-pmc-perf", "rocprofv3-csv",
-           "ncu-rep", "rocpd-sqlite", "pytorch-kineto", "nsys-rep")
+FORMATS = (
+    "auto",
+    "nsys-sqlite",
+    "ncu-csv",
+    "rocprof-csv",
+    "rocprof-db",
+    "omniperf-pmc-perf",
+    "rocprofv3-csv",
+    "ncu-rep",
+    "rocpd-sqlite",
+    "pytorch-kineto",
+    "nsys-rep",
+)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # Feature (column) names reach shell commands and comma-separated options: canonical names (docs/schema.md),
 # raw ncu metrics (dram__bytes.sum.per_second), Omniperf counters (TCC_EA0_RDREQ[0]) and ncu details-page
@@ -80,16 +91,19 @@ class Dataset(Strict):
     format: Literal[FORMATS] = Field("auto", description="auto (detect by content) or a reader's name")
     targets: list[Literal[TARGETS]] = Field(["kernel_variability"], description="targets analysed, one branch each")
     group_by: Literal["kernel_name", "kernel_short_name", "launch_config"] = Field(
-        "kernel_name", description="column whose groups get their own causal graph")
-    features: Features = Field("auto", description="'auto' (numeric, non-identifier columns) or a list of columns "
-                               "for causal discovery")  # fmt: skip
+        "kernel_name", description="column whose groups get their own causal graph"
+    )
+    features: Features = Field(
+        "auto", description="'auto' (numeric, non-identifier columns) or a list of columns for causal discovery"
+    )
 
     @field_validator("name")
     @classmethod
     def _name(cls, v):
         if not _NAME.fullmatch(v):  # fullmatch: `$` would accept a trailing newline
-            raise ValueError("must start with a letter or digit and use only letters, digits, '_', '.', '-' "
-                             "(at most 100 characters)")  # fmt: skip
+            raise ValueError(
+                "must start with a letter or digit and use only letters, digits, '_', '.', '-' (at most 100 characters)"
+            )
         return v
 
     @field_validator("source")
@@ -127,31 +141,48 @@ class Demo(Strict):
 
 
 class Ingest(Strict):
-    keep_vendor_columns: bool = Field(True, description="Nsight Systems: also read the export columns the "
-                                      "canonical schema does not use (kept under their own names)")
+    keep_vendor_columns: bool = Field(
+        True,
+        description="Nsight Systems: also read the export columns the "
+        "canonical schema does not use (kept under their own names)",
+    )
 
 
 class Targets(Strict):
     variability_group: Literal["kernel", "launch_config"] = Field(
-        "kernel", description="kernel_variability is the launch's duration over the mean per 'kernel' name or per "
-        "'launch_config' (name + launch configuration)")  # fmt: skip
+        "kernel",
+        description="kernel_variability is the launch's duration over the mean per 'kernel' name or per "
+        "'launch_config' (name + launch configuration)",
+    )
     memcpy_link: Literal["stream", "device"] = Field(
-        "stream", description="each kernel is linked to the latest copy started before it on the same device "
-        "and 'stream', or on the same 'device'")  # fmt: skip
+        "stream",
+        description="each kernel is linked to the latest copy started before it on the same device "
+        "and 'stream', or on the same 'device'",
+    )
 
 
 class Binning(Strict):
-    bin_width: str = Field("10ms", description="bin width with a unit ns/us/ms/s (e.g. 10ms), or a plain number "
-                           "of launches for traces without timestamps")  # fmt: skip
-    launch_bin_width: Int = Field(50, gt=0, le=MAX_LAUNCHES, description="launches per bin for traces without "
-                                  "timestamps (Nsight Compute) when bin_width is a time")  # fmt: skip
+    bin_width: str = Field(
+        "10ms",
+        description="bin width with a unit ns/us/ms/s (e.g. 10ms), or a plain number "
+        "of launches for traces without timestamps",
+    )
+    launch_bin_width: Int = Field(
+        50,
+        gt=0,
+        le=MAX_LAUNCHES,
+        description="launches per bin for traces without timestamps (Nsight Compute) when bin_width is a time",
+    )
     top_k: Int = Field(20, gt=0, le=1_000_000, description="bins kept, by the variance of the target")
     # local runs: Snakemake reserves min(ranks, --cores) threads but mpiexec starts `ranks` processes, so more
     # ranks than cores oversubscribe the machine; 64 bounds a typo. On Slurm, tasks = ranks (profiles/slurm).
     ranks: Int = Field(2, gt=0, le=64, description="MPI ranks of the binning job (locally and on Slurm)")
     workers_per_rank: Int = Field(1, gt=0, le=64, description="threads per rank for the per-bin statistics")
-    features: Features = Field("auto", description="columns to also compute per-bin statistics of: 'auto' "
-                               "(duration; top-k rows keep every column) or a list")  # fmt: skip
+    features: Features = Field(
+        "auto",
+        description="columns to also compute per-bin statistics of: 'auto' "
+        "(duration; top-k rows keep every column) or a list",
+    )
 
     @field_validator("bin_width", mode="before")
     @classmethod
@@ -167,21 +198,26 @@ class Causal(Strict):
     workers: Int = Field(2, gt=0, le=64, description="bootstrap worker processes")
     per_group: bool = Field(True, description="one graph per kernel group besides the whole dataset")
     rows: Literal["top_k", "random", "all"] = Field(
-        "top_k", description="analyse the top-k bins (the paper's; compared with a random sample of as many bins), "
-        "a random sample of bins, or all bins")  # fmt: skip
+        "top_k",
+        description="analyse the top-k bins (the paper's; compared with a random sample of as many bins), "
+        "a random sample of bins, or all bins",
+    )
     prior_knowledge: Literal["tiers", "sink", "none"] = Field(
-        "tiers", description="tiers: launch configuration -> counters -> target; sink: only the target is a sink")
+        "tiers", description="tiers: launch configuration -> counters -> target; sink: only the target is a sink"
+    )
     collinear_threshold: Float = Field(0.95, gt=0.5, le=1, description="merge features with |corr| >= this")
 
 
 class Plots(Strict):
     formats: list[Literal["svg", "png"]] = Field(["svg", "png"], min_length=1, description="figure formats")
-    min_variance_share: Float = Field(0.01, ge=0, le=1, description="hide edges into the target below this share "
-                                      "of its variance")  # fmt: skip
+    min_variance_share: Float = Field(
+        0.01, ge=0, le=1, description="hide edges into the target below this share of its variance"
+    )
     min_probability: Float = Field(0.5, ge=0, le=1, description="hide edges below this bootstrap probability")
     parallel_features: Annotated[list[str], BeforeValidator(_feature_names)] = Field(
         ["grid_x", "grid_y", "block_x", "registers_per_thread", "linked_copy_kind"],
-        description="axes of the parallel-coordinates plot besides the target")  # fmt: skip
+        description="axes of the parallel-coordinates plot besides the target",
+    )
     dpi: Int = Field(110, ge=50, le=600, description="resolution of PNG figures")
 
     @field_validator("formats")
@@ -194,8 +230,13 @@ class Scaling(Strict):
     dataset: str | None = Field(None, description="dataset whose binning job the `scaling` target times")
     target: Literal[TARGETS] = Field("kernel_variability", description="target of the timed binning runs")
     ranks: list[Int] = Field([1, 2], description="MPI rank counts to time")
-    rows: Int = Field(2_000_000, gt=0, le=10_000_000_000, description="launches of the synthetic trace timed in "
-                      "place of a demo dataset (the demo's 20k launches are too few to time)")  # fmt: skip
+    rows: Int = Field(
+        2_000_000,
+        gt=0,
+        le=10_000_000_000,
+        description="launches of the synthetic trace timed in "
+        "place of a demo dataset (the demo's 20k launches are too few to time)",
+    )
 
     @field_validator("ranks")
     @classmethod
@@ -231,15 +272,19 @@ class Config(Strict):
         seen = set()
         for i, c in enumerate(v):
             if not _NAME.fullmatch(c.name):
-                raise ValueError(f"entry {i}: name {c.name!r} must start with a letter or digit and use only letters, "
-                                 "digits, '_', '.', '-'")  # fmt: skip
+                raise ValueError(
+                    f"entry {i}: name {c.name!r} must start with a letter or digit and use only letters, "
+                    "digits, '_', '.', '-'"
+                )
             if c.name in seen:
                 raise ValueError(f"entry {i}: name {c.name!r} is repeated; comparison names must be unique")
             seen.add(c.name)
             for side in ("baseline", "candidate"):
                 if datasets and getattr(c, side) not in datasets:
-                    raise ValueError(f"entry {i} ({c.name}): {side} {getattr(c, side)!r} is not a dataset name; "
-                                     f"datasets: {', '.join(datasets)}")  # fmt: skip
+                    raise ValueError(
+                        f"entry {i} ({c.name}): {side} {getattr(c, side)!r} is not a dataset name; "
+                        f"datasets: {', '.join(datasets)}"
+                    )
             if c.baseline == c.candidate:
                 raise ValueError(f"entry {i} ({c.name}): baseline and candidate are the same dataset {c.baseline!r}")
         return v
@@ -338,8 +383,9 @@ def validate_config(raw: dict, base: str | Path = ".", origin: str = "config") -
     if raw is None:
         raise ConfigError(f"{origin}: empty; expected a mapping with at least `datasets`")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{origin}: expected a mapping of keys (demo, datasets, binning, ...), "
-                          f"got a {type(raw).__name__}")  # fmt: skip
+        raise ConfigError(
+            f"{origin}: expected a mapping of keys (demo, datasets, binning, ...), got a {type(raw).__name__}"
+        )
     raw = _expand_globs(raw, Path(base))
     try:
         return Config.model_validate(raw)

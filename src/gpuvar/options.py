@@ -72,8 +72,12 @@ def add_options(parser, options) -> None:
         field = _field(model, option.name)
         default = list(field.default) if isinstance(field.default, list) else field.default
         if field.annotation is bool:
-            parser.add_argument(option.flag, action=argparse.BooleanOptionalAction, default=default,
-                                help=help_text(option.section, option.name))  # fmt: skip
+            parser.add_argument(
+                option.flag,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=help_text(option.section, option.name),
+            )
             continue
         convert = _converter(model, option.name, option.flag, option.split_commas)
         parser.add_argument(option.flag, type=convert, default=default, help=help_text(option.section, option.name))

@@ -155,8 +155,9 @@ def int_column(values) -> pd.Series:
     """Nullable int64 Series (for arithmetic on possibly-missing columns)."""
     series = values if isinstance(values, pd.Series) else pd.Series(values)
     ints, mask = _int_values(series)
-    return pd.Series(pd.arrays.IntegerArray(ints, mask if mask is not None else np.zeros(len(ints), bool)),
-                     index=series.index)
+    return pd.Series(
+        pd.arrays.IntegerArray(ints, mask if mask is not None else np.zeros(len(ints), bool)), index=series.index
+    )
 
 
 def _int_arrow(values: pd.Series) -> pa.Array:
@@ -192,7 +193,14 @@ def _text_categorical(values: pd.Series) -> bool:
 
 
 LAUNCH_CONFIG_PARTS = (
-    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "lds_per_workgroup"
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers_per_thread",
+    "lds_per_workgroup",
 )
 _MISSING = np.iinfo(np.int64).min
 
@@ -245,13 +253,13 @@ def _derive_kernel_columns(df: pd.DataFrame) -> pd.DataFrame:
             if f"{dim}_{axis}" not in df.columns:
                 df[f"{dim}_{axis}"] = pd.Series(pd.NA, index=df.index, dtype="Int64")
     if "grid_size" not in df.columns:
-        df["grid_size"] = int_column(col("grid_x")) * int_column(col("grid_y")).fillna(1) * int_column(
-            col("grid_z")
-        ).fillna(1)
+        df["grid_size"] = (
+            int_column(col("grid_x")) * int_column(col("grid_y")).fillna(1) * int_column(col("grid_z")).fillna(1)
+        )
     if "workgroup_size" not in df.columns:
-        df["workgroup_size"] = int_column(col("block_x")) * int_column(col("block_y")).fillna(1) * int_column(
-            col("block_z")
-        ).fillna(1)
+        df["workgroup_size"] = (
+            int_column(col("block_x")) * int_column(col("block_y")).fillna(1) * int_column(col("block_z")).fillna(1)
+        )
     if "lds_per_workgroup" not in df.columns and (
         "static_shared_memory" in df.columns or "dynamic_shared_memory" in df.columns
     ):

@@ -36,8 +36,12 @@ def configure_binning(p):
     p.add_argument("--rows", type=int, default=10_000_000, help="kernel launches in the demo trace")
     p.add_argument("--ranks", type=int, default=2, help="MPI ranks for gpuvar, threads for DuckDB")
     p.add_argument("--bin-width", default="10ms", help="bin width (default 10ms)")
-    p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "gpuvar-bench-binning",
-                   help="cache of generated traces (one folder per rows+seed)")  # fmt: skip
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "gpuvar-bench-binning",
+        help="cache of generated traces (one folder per rows+seed)",
+    )
     p.add_argument("--seed", type=int, default=0, help="demo trace seed")
     p.add_argument("--workers-per-rank", type=int, default=1, help="gpuvar threads per rank for the statistics")
     p.add_argument("--engines", default="gpuvar,polars,duckdb,pandas", help="comma-separated subset to run")
@@ -100,15 +104,33 @@ print(json.dumps({"seconds": seconds, "stats_s": t_stats, "top_k_bins": top, "to
 """
 
 
-def run_gpuvar(path: Path, ranks: int, width: str, workers: int, out: Path,
-               top_k: int = 20) -> tuple[float, dict, dict]:
+def run_gpuvar(
+    path: Path, ranks: int, width: str, workers: int, out: Path, top_k: int = 20
+) -> tuple[float, dict, dict]:
     """Wall seconds of `mpiexec -n R gpuvar bin`, its bin.json, and its per-bin statistics."""
     import pyarrow.parquet as pq
 
     mpiexec = Path(sys.executable).with_name("mpiexec")
-    cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(ranks), sys.executable, "-m", "gpuvar.cli",
-           "bin", str(path), "--bin-width", width, "--features", "none", "--workers-per-rank", str(workers),
-           "--top-k", str(top_k), "--output", str(out)]  # fmt: skip
+    cmd = [
+        str(mpiexec if mpiexec.exists() else "mpiexec"),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "gpuvar.cli",
+        "bin",
+        str(path),
+        "--bin-width",
+        width,
+        "--features",
+        "none",
+        "--workers-per-rank",
+        str(workers),
+        "--top-k",
+        str(top_k),
+        "--output",
+        str(out),
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -217,25 +239,39 @@ def run_binning(args) -> int:
         raise GpuvarError("bench binning needs a time bin width (e.g. 10ms)")
     engines = {e.strip() for e in args.engines.split(",") if e.strip()}
     path, gen_s = demo_trace(args.data_dir, args.rows, args.seed)
-    result: dict = {"rows": args.rows, "ranks": args.ranks, "bin_width_ns": width, "data": str(path),
-                    "generate_s": gen_s, "cpus": os.cpu_count(), "machine_2proc_speedup": machine_2proc_speedup()}
+    result: dict = {
+        "rows": args.rows,
+        "ranks": args.ranks,
+        "bin_width_ns": width,
+        "data": str(path),
+        "generate_s": gen_s,
+        "cpus": os.cpu_count(),
+        "machine_2proc_speedup": machine_2proc_speedup(),
+    }
     outputs = {}
     report = None
     if "gpuvar" in engines:
         with tempfile.TemporaryDirectory(prefix="gpuvar-bench-") as tmp:
-            wall, report, outputs["gpuvar"] = run_gpuvar(path, args.ranks, args.bin_width, args.workers_per_rank,
-                                                         Path(tmp), args.top_k)  # fmt: skip
-        result.update(gpuvar_s=round(wall, 3), gpuvar_phase_s=report["seconds"],
-                      peak_rss_mb_per_rank=report["peak_rss_mb_per_rank"], bins=report["non_empty_bins"],
-                      workers_per_rank=args.workers_per_rank)  # fmt: skip
+            wall, report, outputs["gpuvar"] = run_gpuvar(
+                path, args.ranks, args.bin_width, args.workers_per_rank, Path(tmp), args.top_k
+            )
+        result.update(
+            gpuvar_s=round(wall, 3),
+            gpuvar_phase_s=report["seconds"],
+            peak_rss_mb_per_rank=report["peak_rss_mb_per_rank"],
+            bins=report["non_empty_bins"],
+            workers_per_rank=args.workers_per_rank,
+        )
     if "polars" in engines:
         with tempfile.TemporaryDirectory(prefix="gpuvar-bench-") as tmp:
             ref, outputs["polars"] = run_polars(path, args.ranks, width, args.top_k, Path(tmp))
-        result.update(polars_s=round(ref["seconds"], 3), polars_stats_s=round(ref["stats_s"], 3),
-                      polars_threads=args.ranks)  # fmt: skip
+        result.update(
+            polars_s=round(ref["seconds"], 3), polars_stats_s=round(ref["stats_s"], 3), polars_threads=args.ranks
+        )
         if report is not None:
-            result["polars_same_top_k"] = (ref["top_k_bins"] == report["top_k_bins"]
-                                           and ref["top_k_rows"] == report["top_k_rows"])  # fmt: skip
+            result["polars_same_top_k"] = (
+                ref["top_k_bins"] == report["top_k_bins"] and ref["top_k_rows"] == report["top_k_rows"]
+            )
     if "duckdb" in engines:
         secs, outputs["duckdb"] = run_duckdb(path, args.ranks, width)
         result["duckdb_s"] = round(secs, 3)
@@ -252,6 +288,7 @@ def run_binning(args) -> int:
     diffs = {f"{a}_vs_{b}": max_rel_diff(outputs[a], outputs[b]) for i, a in enumerate(names) for b in names[i + 1 :]}
     result["max_rel_diff"] = diffs
     result["agree"] = all(d.get("count", 1) == 0 and max(d.values()) <= TOLERANCE for d in diffs.values()) and (
-        result.get("polars_same_top_k", True))
+        result.get("polars_same_top_k", True)
+    )
     print(json.dumps(result, sort_keys=True))
     return 0 if result["agree"] else 1

@@ -61,8 +61,19 @@ def run_demo(args) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gpuvar-bench-demo-")) if own else Path(args.workdir)
     snakemake = Path(sys.executable).with_name("snakemake")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmd = [str(snakemake), "-s", str(root / "Snakefile"), "-d", str(workdir), "--configfile", str(config),
-           "--cores", str(args.cores), "--quiet", "rules"]  # fmt: skip
+    cmd = [
+        str(snakemake),
+        "-s",
+        str(root / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(config),
+        "--cores",
+        str(args.cores),
+        "--quiet",
+        "rules",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
@@ -73,12 +84,19 @@ def run_demo(args) -> int:
         rules = rule_seconds(workdir)
         causal = rules.get("discover_causal_graph", {}).get("seconds", 0.0)
         result = {
-            "bench": "demo", "cores": args.cores, "config": str(config), "wall_s": round(wall, 3),
-            "target_s": TARGET_S, "met": wall <= TARGET_S, "causal_stage_s": causal,
-            "causal_target_s": CAUSAL_TARGET_S, "causal_met": causal <= CAUSAL_TARGET_S,
-            "jobs": sum(r["jobs"] for r in rules.values()), "rules": rules,
+            "bench": "demo",
+            "cores": args.cores,
+            "config": str(config),
+            "wall_s": round(wall, 3),
+            "target_s": TARGET_S,
+            "met": wall <= TARGET_S,
+            "causal_stage_s": causal,
+            "causal_target_s": CAUSAL_TARGET_S,
+            "causal_met": causal <= CAUSAL_TARGET_S,
+            "jobs": sum(r["jobs"] for r in rules.values()),
+            "rules": rules,
             "note": "rule seconds are summed over jobs (parallel branches overlap in wall time)",
-        }  # fmt: skip
+        }
         print(json.dumps(result, sort_keys=True))
     finally:
         if own and not args.keep and proc.returncode == 0:

@@ -63,8 +63,9 @@ def floor_columns(source: Path, everything: bool = False) -> dict[str, list[str]
 
 
 def time_floor(source: Path, spec: dict[str, list[str]]) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _FLOOR, str(source), json.dumps(spec)], capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", _FLOOR, str(source), json.dumps(spec)], capture_output=True, text=True, check=True
+    )
     return json.loads(proc.stdout)
 
 
@@ -77,8 +78,9 @@ def time_connectorx(source: Path, spec: dict[str, list[str]], partitions: int) -
         t = time.perf_counter()
         if partitions > 1:
             sql = f'SELECT rowid AS "__rowid", {select} FROM "{table}"'
-            cx.read_sql(f"sqlite://{source}", sql, return_type="arrow", partition_on="__rowid",
-                        partition_num=partitions)  # fmt: skip
+            cx.read_sql(
+                f"sqlite://{source}", sql, return_type="arrow", partition_on="__rowid", partition_num=partitions
+            )
         else:
             cx.read_sql(f"sqlite://{source}", f'SELECT {select} FROM "{table}"', return_type="arrow")
         total += time.perf_counter() - t
@@ -116,31 +118,36 @@ def run_ingest(args) -> int:
     wall_n, cpu_n, report_n = time_gpuvar(source, data / f"out-{args.rows}-{args.seed}-needed", keep=False)
     kernels = report["tables"]["kernels"]["rows_written"]
     memcpy = report["tables"].get("memcpy", {}).get("rows_written", 0)
-    print(json.dumps({
-        "bench": "ingest",
-        "format": report["format"],
-        "kernel_rows": kernels,
-        "memcpy_rows": memcpy,
-        "floor_columns": {t: len(c) for t, c in spec.items()},
-        "floor_s": round(floor_s, 3),
-        "floor_fetchall_s": round(floor["fetchall_s"], 3),
-        "floor_cursor_loop_s": round(floor["cursor_loop_s"], 3),
-        "sqlite_engine_s": round(floor["sqlite_engine_s"], 3),
-        "connectorx_s": round(cx1, 3),
-        "connectorx_2_partitions_s": round(cx2, 3),
-        "wall_s": round(wall, 3),
-        "cpu_s": round(cpu, 3),
-        "read_s": report["seconds"]["read"],
-        "ratio_vs_floor": round(wall / floor_s, 2),
-        "floor_all_columns_s": round(floor_all_s, 3),
-        "ratio_vs_floor_all_columns": round(wall / floor_all_s, 2),
-        "wall_s_no_vendor_columns": round(wall_n, 3),
-        "read_s_no_vendor_columns": report_n["seconds"]["read"],
-        "ratio_vs_floor_no_vendor_columns": round(wall_n / floor_s, 2),
-        "kernel_columns_written": report["tables"]["kernels"]["columns"],
-        "kernel_columns_written_no_vendor_columns": report_n["tables"]["kernels"]["columns"],
-        "kernel_rows_per_s": round(kernels / wall),
-        "all_rows_per_s": round((kernels + memcpy) / wall),
-        "peak_rss_mb": round(rss),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "ingest",
+                "format": report["format"],
+                "kernel_rows": kernels,
+                "memcpy_rows": memcpy,
+                "floor_columns": {t: len(c) for t, c in spec.items()},
+                "floor_s": round(floor_s, 3),
+                "floor_fetchall_s": round(floor["fetchall_s"], 3),
+                "floor_cursor_loop_s": round(floor["cursor_loop_s"], 3),
+                "sqlite_engine_s": round(floor["sqlite_engine_s"], 3),
+                "connectorx_s": round(cx1, 3),
+                "connectorx_2_partitions_s": round(cx2, 3),
+                "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3),
+                "read_s": report["seconds"]["read"],
+                "ratio_vs_floor": round(wall / floor_s, 2),
+                "floor_all_columns_s": round(floor_all_s, 3),
+                "ratio_vs_floor_all_columns": round(wall / floor_all_s, 2),
+                "wall_s_no_vendor_columns": round(wall_n, 3),
+                "read_s_no_vendor_columns": report_n["seconds"]["read"],
+                "ratio_vs_floor_no_vendor_columns": round(wall_n / floor_s, 2),
+                "kernel_columns_written": report["tables"]["kernels"]["columns"],
+                "kernel_columns_written_no_vendor_columns": report_n["tables"]["kernels"]["columns"],
+                "kernel_rows_per_s": round(kernels / wall),
+                "all_rows_per_s": round((kernels + memcpy) / wall),
+                "peak_rss_mb": round(rss),
+            },
+            sort_keys=True,
+        )
+    )
     return 0

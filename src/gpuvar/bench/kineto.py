@@ -56,20 +56,25 @@ def run_kineto(args) -> int:
     kernels = report["tables"]["kernels"]["rows_written"]
     copies = report["tables"].get("memcpy", {}).get("rows_written", 0)
     all_events = kernels * 3 + copies  # kernel + launch + flow per kernel, plus copies and memsets
-    print(json.dumps({
-        "bench": "ingest-kineto",
-        "kernel_events": kernels,
-        "copy_events": copies,
-        "trace_events": all_events,
-        "gzip": bool(args.gzip),
-        "decompressed_mb": round(size / 2**20, 1),
-        "ingest_s": round(wall, 3),
-        "process_cpu_s": round(cpu, 3),
-        "kernel_events_per_s": round(kernels / wall),
-        "trace_events_per_s": round(all_events / wall),
-        "decompressed_mb_per_s": round(size / 2**20 / wall, 1),
-        "peak_rss_mb": round(peak),
-        "process_wall_s": round(child_wall, 3),
-        "peak_rss_over_decompressed": round(peak / (size / 2**20), 2),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "ingest-kineto",
+                "kernel_events": kernels,
+                "copy_events": copies,
+                "trace_events": all_events,
+                "gzip": bool(args.gzip),
+                "decompressed_mb": round(size / 2**20, 1),
+                "ingest_s": round(wall, 3),
+                "process_cpu_s": round(cpu, 3),
+                "kernel_events_per_s": round(kernels / wall),
+                "trace_events_per_s": round(all_events / wall),
+                "decompressed_mb_per_s": round(size / 2**20 / wall, 1),
+                "peak_rss_mb": round(peak),
+                "process_wall_s": round(child_wall, 3),
+                "peak_rss_over_decompressed": round(peak / (size / 2**20), 2),
+            },
+            sort_keys=True,
+        )
+    )
     return 0

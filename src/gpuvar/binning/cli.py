@@ -14,7 +14,6 @@ from pathlib import Path
 from gpuvar.artifacts import BIN_REPORT, TARGETS
 from gpuvar.options import ConfigOption, add_options, arguments, comma_list
 
-
 # settings that come from the config (one definition: gpuvar.config); the rest are per-run inputs
 CONFIG_OPTIONS = (
     ConfigOption("--group", "targets", "variability_group"),
@@ -30,27 +29,45 @@ CONFIG_OPTIONS = (
 def configure(p):
 
     p.add_argument("kernels", type=Path, help="canonical kernels.parquet (from gpuvar ingest)")
-    p.add_argument("--memcpy", type=Path, default=None,
-                   help="canonical memcpy.parquet: links each kernel to a copy (needed for memory_stall); one "
-                        "without rows counts as none")  # fmt: skip
+    p.add_argument(
+        "--memcpy",
+        type=Path,
+        default=None,
+        help="canonical memcpy.parquet: links each kernel to a copy (needed for memory_stall); one "
+        "without rows counts as none",
+    )
     p.add_argument("--target", default="kernel_variability", choices=TARGETS, help="kernel_variability or memory_stall")
-    p.add_argument("--features", default="auto",
-                   help="columns to also compute per-bin statistics of: 'auto' (duration; top-k rows keep every "
-                        "column), 'none', or f1,f2 (top-k rows keep identification columns and these)")  # fmt: skip
+    p.add_argument(
+        "--features",
+        default="auto",
+        help="columns to also compute per-bin statistics of: 'auto' (duration; top-k rows keep every "
+        "column), 'none', or f1,f2 (top-k rows keep identification columns and these)",
+    )
     p.add_argument("--output", "-o", type=Path, required=True, help="output folder")
     add_options(p, CONFIG_OPTIONS)
-    p.add_argument("--sample-bins", type=int, default=None,
-                   help="also write the rows of this many randomly chosen bins to sample_rows.parquet (default: "
-                        "--top-k; 0: none; -1: every bin): the causal step compares them with the top-k bins to flag "
-                        "selection-induced edges")  # fmt: skip
+    p.add_argument(
+        "--sample-bins",
+        type=int,
+        default=None,
+        help="also write the rows of this many randomly chosen bins to sample_rows.parquet (default: "
+        "--top-k; 0: none; -1: every bin): the causal step compares them with the top-k bins to flag "
+        "selection-induced edges",
+    )
 
 
 def workflow_arguments(cfg, target: str) -> list[str]:
     """`gpuvar bin` options for `target` from validated config `cfg` (what the MPI rules pass, each quoted):
     the random bin sample has as many bins as the top-k, or every bin when the causal step analyses all."""
     sample_bins = -1 if cfg.causal.rows == "all" else cfg.binning.top_k
-    return ["--target", target, "--features", comma_list(cfg.binning.features), "--sample-bins", str(sample_bins),
-            *arguments(cfg, CONFIG_OPTIONS)]  # fmt: skip
+    return [
+        "--target",
+        target,
+        "--features",
+        comma_list(cfg.binning.features),
+        "--sample-bins",
+        str(sample_bins),
+        *arguments(cfg, CONFIG_OPTIONS),
+    ]
 
 
 def _check(args) -> None:
@@ -79,11 +96,20 @@ def run(args) -> int:
 
     _check(args)
     opts = BinOptions(
-        kernels=args.kernels, memcpy=_copies(args.memcpy), target=args.target, group=args.group, link=args.link,
-        bin_width=args.bin_width, top_k=args.top_k, features=args.features,
-        workers_per_rank=args.workers_per_rank, output=args.output, launch_bin_width=args.launch_bin_width,
-        sample_bins=args.sample_bins, sample_seed=args.sample_seed,
-    )  # fmt: skip
+        kernels=args.kernels,
+        memcpy=_copies(args.memcpy),
+        target=args.target,
+        group=args.group,
+        link=args.link,
+        bin_width=args.bin_width,
+        top_k=args.top_k,
+        features=args.features,
+        workers_per_rank=args.workers_per_rank,
+        output=args.output,
+        launch_bin_width=args.launch_bin_width,
+        sample_bins=args.sample_bins,
+        sample_seed=args.sample_seed,
+    )
     if MPI.COMM_WORLD.Get_rank() != 0:
         return run_rank(opts)  # only rank 0 writes
     # rank 0 writes into a temporary folder; bins, top-k rows and bin.json (last) move into OUTPUT together

@@ -121,8 +121,7 @@ def _alltoallv(comm, arr: np.ndarray, sdis: np.ndarray, send: np.ndarray, recv: 
     typ = MPI._typedict[arr.dtype.char]
     rdis = np.concatenate(([0], np.cumsum(recv)[:-1]))
     out = np.empty(int(recv.sum()), dtype=arr.dtype)
-    comm.Alltoallv([arr, (send.tolist(), [int(x) for x in sdis]), typ],
-                   [out, (recv.tolist(), rdis.tolist()), typ])  # fmt: skip
+    comm.Alltoallv([arr, (send.tolist(), [int(x) for x in sdis]), typ], [out, (recv.tolist(), rdis.tolist()), typ])
     return out
 
 

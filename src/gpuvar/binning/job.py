@@ -59,8 +59,16 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     except GpuvarError as exc:
         raise Collective(str(exc)) from None
     if rank == 0:
-        log.info("binning %s: target %s, %s bins of %d %s, %d ranks x %d workers", opts.kernels, opts.target,
-                 plan.axis, plan.width, plan.unit, size, opts.workers_per_rank)  # fmt: skip
+        log.info(
+            "binning %s: target %s, %s bins of %d %s, %d ranks x %d workers",
+            opts.kernels,
+            opts.target,
+            plan.axis,
+            plan.width,
+            plan.unit,
+            size,
+            opts.workers_per_rank,
+        )
     share = read_share(plan, rank, size)
     timer.lap("read")
     means = group_means(comm, share)
@@ -71,9 +79,16 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     timer.lap("target")
     bins = assign_bins(plan, comm, share, target.ok)
     rows_in = len(share.ok)
-    src = RowSource(share.row_groups, share.offsets, target.ok, {opts.target: target.values, **target.linked},
-                    bins, share.axis if bins.fast else None, share.codes if bins.fast else None,
-                    list(share.index))  # fmt: skip
+    src = RowSource(
+        share.row_groups,
+        share.offsets,
+        target.ok,
+        {opts.target: target.values, **target.linked},
+        bins,
+        share.axis if bins.fast else None,
+        share.codes if bins.fast else None,
+        list(share.index),
+    )
     del share  # the duration, link keys and (general path) the axis and codes are not needed any more
     n_valid = comm.allreduce(int(target.ok.sum()))
     if n_valid == 0 and plan.axis == "start" and comm.allreduce(target.reasons.get("no start timestamp", 0)) > 0:
@@ -103,8 +118,9 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     rss = comm.gather(peak_rss_mb(), root=0)
     if rank != 0:
         return None
-    got = Gathered(ranking, topk_rows, sample_rows, n_in, reasons, n_valid, means.n_groups, bins.gmin, bins.n_bins,
-                   seconds, rss)  # fmt: skip
+    got = Gathered(
+        ranking, topk_rows, sample_rows, n_in, reasons, n_valid, means.n_groups, bins.gmin, bins.n_bins, seconds, rss
+    )
     report = build_report(plan, got)
     write_json(report, Path(opts.output) / "bin.json")
     return report

@@ -56,7 +56,9 @@ def _read_memcpy(plan: Plan, lo: int, hi: int) -> dict[str, np.ndarray]:
     pf = open_parquet(path)
     names = pf.schema_arrow.names
     need = ["start", "device_id"] + (["stream_id"] if how == "stream" else [])
-    missing = [c for c in need if c not in names] + ([] if {"duration"} & set(names) or "end" in names else ["duration"])
+    missing = [c for c in need if c not in names] + (
+        [] if {"duration"} & set(names) or "end" in names else ["duration"]
+    )
     if missing:
         raise InputError(path, f"missing column(s) {', '.join(missing)} (not a canonical memcpy file?)")
     cols = [c for c in ("start", "end", "duration", "device_id", "stream_id", "bytes", "copy_kind") if c in names]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuvar.units import parse_bin_width
 from gpuvar.errors import GpuvarError
+from gpuvar.units import parse_bin_width
 
 MAX_BINS = 1 << 26  # a dense per-bin count array of this size is 512 MiB per rank: beyond it, refuse
 

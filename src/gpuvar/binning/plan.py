@@ -18,8 +18,17 @@ from gpuvar.errors import GpuvarError, InputError
 
 log = logging.getLogger("gpuvar.binning")
 LINKED = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
-ID_COLUMNS = ("kernel_name", "kernel_short_name", "launch_config", "launch_id", "start", "end", "duration",
-              "device_id", "stream_id")  # fmt: skip
+ID_COLUMNS = (
+    "kernel_name",
+    "kernel_short_name",
+    "launch_config",
+    "launch_id",
+    "start",
+    "end",
+    "duration",
+    "device_id",
+    "stream_id",
+)
 DICTIONARY_COLUMNS = ("kernel_name", "launch_config")  # read as Arrow dictionaries: one string decode per value
 
 
@@ -102,8 +111,13 @@ def make_plan(opts: BinOptions) -> Plan:
         raise GpuvarError(f"--workers-per-rank must be at least 1, got {opts.workers_per_rank}")
     names = open_parquet(opts.kernels).schema_arrow.names
     if unit == "ns" and opts.launch_bin_width and not has_timeline(open_parquet(opts.kernels)):
-        log.info("%s has no kernel start times (Nsight Compute data): binning over launch order, %d launches "
-                 "per bin, instead of %s", opts.kernels, opts.launch_bin_width, opts.bin_width)  # fmt: skip
+        log.info(
+            "%s has no kernel start times (Nsight Compute data): binning over launch order, %d launches "
+            "per bin, instead of %s",
+            opts.kernels,
+            opts.launch_bin_width,
+            opts.bin_width,
+        )
         width, unit = bin_width(str(int(opts.launch_bin_width)))
     axis = "start" if unit == "ns" else "launch_id"
     schema = open_parquet(opts.kernels, read_dictionary=[c for c in DICTIONARY_COLUMNS if c in names]).schema_arrow

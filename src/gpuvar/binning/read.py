@@ -62,8 +62,9 @@ def read_share(plan: Plan, rank: int, size: int) -> Share:
     # the duration feature (the default) is the duration array itself where the file stores whole ns: the same
     # values (a row with a null duration has no target, so its feature value never enters a statistic)
     shared = "duration" in plan.features and pa.types.is_integer(plan.schema.field("duration").type)
-    features = {f: duration if f == "duration" and shared else np.empty(n, np.float64)
-                for f in plan.features if f not in LINKED}  # fmt: skip
+    features = {
+        f: duration if f == "duration" and shared else np.empty(n, np.float64) for f in plan.features if f not in LINKED
+    }
     index: dict[str, int] = {}
     reasons: Counter = Counter()
     sums, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -104,8 +105,23 @@ def read_share(plan: Plan, rank: int, size: int) -> Share:
             if arr is not duration:
                 arr[a:b] = floats(t.column(f))
     totals = {key: (int(sums[code]), int(counts[code])) for key, code in index.items()}
-    return Share(tuple(groups), offsets, ok, dict(reasons), axis, lo, hi, ordered, duration, codes, index, totals,
-                 kstart, kkey, features)  # fmt: skip
+    return Share(
+        tuple(groups),
+        offsets,
+        ok,
+        dict(reasons),
+        axis,
+        lo,
+        hi,
+        ordered,
+        duration,
+        codes,
+        index,
+        totals,
+        kstart,
+        kkey,
+        features,
+    )
 
 
 def _span(v: np.ndarray, valid: np.ndarray | None, prev: int | None, ordered: bool) -> tuple[int, int, bool]:
@@ -128,8 +144,9 @@ def drop(reasons: Counter, ok: np.ndarray, bad: np.ndarray, reason: str) -> None
         ok &= ~newly
 
 
-def _add_group_sums(sums: np.ndarray, counts: np.ndarray, codes: np.ndarray, dur: np.ndarray, fdur: np.ndarray,
-                    n_codes: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _add_group_sums(
+    sums: np.ndarray, counts: np.ndarray, codes: np.ndarray, dur: np.ndarray, fdur: np.ndarray, n_codes: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact integer sum and count of one row group's durations per group code added to the int64 accumulators.
 
     float64 bincount is exact while every partial sum stays below 2**53 (durations are whole ns, and a

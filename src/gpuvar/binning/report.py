@@ -60,8 +60,15 @@ class Gathered:
 def write_tables(plan: Plan, bins: pa.Table, topk_rows: list[pa.Table], sample_rows: list[pa.Table]) -> None:
     """bins.parquet, topk_rows.parquet, sample_rows.parquet into the output folder."""
     opts, out = plan.opts, Path(plan.opts.output)
-    meta = {"target": opts.target, "group": opts.group, "axis": plan.axis, "bin_width": plan.width,
-            "bin_unit": plan.unit, "top_k": opts.top_k, "source": Path(opts.kernels).name}  # fmt: skip
+    meta = {
+        "target": opts.target,
+        "group": opts.group,
+        "axis": plan.axis,
+        "bin_width": plan.width,
+        "bin_unit": plan.unit,
+        "top_k": opts.top_k,
+        "source": Path(opts.kernels).name,
+    }
     write_canonical(bins, out / "bins.parquet", meta)
     write_canonical(_rows_table(plan, topk_rows), out / "topk_rows.parquet", meta)
     write_canonical(_rows_table(plan, sample_rows), out / "sample_rows.parquet", meta | {"selection": "random bins"})
@@ -83,21 +90,35 @@ def build_report(plan: Plan, got: Gathered) -> dict:
             dropped[reason] = dropped.get(reason, 0) + n
     topk, sample = got.ranking.topk, got.ranking.sample
     report = {
-        "kernels": str(opts.kernels), "memcpy": str(opts.memcpy) if opts.memcpy else None,
-        "target": opts.target, "group": opts.group, "link": opts.link if plan.link else None,
-        "axis": plan.axis, "bin_width": plan.width, "bin_unit": plan.unit,
+        "kernels": str(opts.kernels),
+        "memcpy": str(opts.memcpy) if opts.memcpy else None,
+        "target": opts.target,
+        "group": opts.group,
+        "link": opts.link if plan.link else None,
+        "axis": plan.axis,
+        "bin_width": plan.width,
+        "bin_unit": plan.unit,
         "timeline_start": got.gmin if got.n_bins else None,
-        "rows_in": int(sum(got.rows_in)), "rows_binned": got.rows_binned,
-        "rows_without_target": dict(sorted(dropped.items())), "groups": got.n_groups,
-        "bins": int(got.n_bins), "non_empty_bins": int(got.ranking.table.num_rows), "top_k": opts.top_k,
-        "top_k_bins": [int(x) for x in topk], "top_k_rows": int(sum(r.num_rows for r in got.topk_rows)),
-        "random_sample_bins": [int(x) for x in sample], "sample_seed": opts.sample_seed,
+        "rows_in": int(sum(got.rows_in)),
+        "rows_binned": got.rows_binned,
+        "rows_without_target": dict(sorted(dropped.items())),
+        "groups": got.n_groups,
+        "bins": int(got.n_bins),
+        "non_empty_bins": int(got.ranking.table.num_rows),
+        "top_k": opts.top_k,
+        "top_k_bins": [int(x) for x in topk],
+        "top_k_rows": int(sum(r.num_rows for r in got.topk_rows)),
+        "random_sample_bins": [int(x) for x in sample],
+        "sample_seed": opts.sample_seed,
         "random_sample_rows": int(sum(r.num_rows for r in got.sample_rows)),
-        "stats_features": list(plan.features), "variance": "sample variance (ddof=1)",
-        "ranks": len(got.rows_in), "workers_per_rank": opts.workers_per_rank,
+        "stats_features": list(plan.features),
+        "variance": "sample variance (ddof=1)",
+        "ranks": len(got.rows_in),
+        "workers_per_rank": opts.workers_per_rank,
         "seconds": {p: max(s.get(p, 0.0) for s in got.seconds) for p in got.seconds[0]},
-        "seconds_per_rank": got.seconds, "peak_rss_mb_per_rank": got.rss,
-    }  # fmt: skip
+        "seconds_per_rank": got.seconds,
+        "peak_rss_mb_per_rank": got.rss,
+    }
     if report["rows_in"] != report["rows_binned"] + sum(dropped.values()):
         raise StageError(f"row accounting broken: {report['rows_in']} in != binned + without target")
     report.update(explain_selection(report))  # why no row has the target; "0 rows linked" warning

@@ -52,8 +52,11 @@ def gather_rows(plan: Plan, comm, src: RowSource, chosen: np.ndarray) -> pa.Tabl
     if not wanted:
         return None
     schema = plan.schema
-    cols = schema.names if plan.opts.features.strip() in ("auto", "") else [
-        c for c in dict.fromkeys([*ID_COLUMNS, *plan.features]) if c in schema.names]  # fmt: skip
+    cols = (
+        schema.names
+        if plan.opts.features.strip() in ("auto", "")
+        else [c for c in dict.fromkeys([*ID_COLUMNS, *plan.features]) if c in schema.names]
+    )
     known = _known_columns(plan, src, hit, cols)  # taken from memory, not decoded again
     todo = [c for c in cols if c not in known]
     mine = _spread({g: int(r[-1]) + 1 for g, r in wanted.items()}, size)[rank]
@@ -81,8 +84,11 @@ def gather_rows(plan: Plan, comm, src: RowSource, chosen: np.ndarray) -> pa.Tabl
             typ = typ.value_type if pa.types.is_dictionary(typ) else typ
             if column.type != typ:
                 column = column.cast(typ)
-            t = t.add_column(cols.index(name), name, column) if t.num_columns else pa.Table.from_arrays(
-                [column], names=[name])
+            t = (
+                t.add_column(cols.index(name), name, column)
+                if t.num_columns
+                else pa.Table.from_arrays([column], names=[name])
+            )
     # only `bin` (which the causal step ignores): a rank column would look like a feature; join bins.parquet
     for name in computed:
         t = t.append_column(name, from_numpy(np.concatenate([c[name] for _, _, c in parts])))

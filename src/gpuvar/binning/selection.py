@@ -19,9 +19,11 @@ def explain_selection(report: dict) -> dict:
     warnings, why = [], None
     if target == "memory_stall" and no_link and binned == 0:
         where = "device and stream" if report.get("link") == "stream" else "device"
-        warnings.append(f"0 rows linked: none of the {rows_in} kernels has an earlier copy on the same {where}, so "
-                        "memory_stall is empty (check device_id/stream_id of the kernel and memcpy tables, or try "
-                        "link: device)")  # fmt: skip
+        warnings.append(
+            f"0 rows linked: none of the {rows_in} kernels has an earlier copy on the same {where}, so "
+            "memory_stall is empty (check device_id/stream_id of the kernel and memcpy tables, or try "
+            "link: device)"
+        )
     if rows_in == 0:
         why = "the kernel table has no rows"
     elif binned == 0 and target == "memory_stall" and no_link == sum(dropped.values()):

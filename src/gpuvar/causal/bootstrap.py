@@ -35,7 +35,7 @@ def resample_bins(bins: np.ndarray, seed: int, index: int) -> np.ndarray:
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(len(ids) + 1))
     drawn = np.random.default_rng([int(seed), int(index)]).integers(0, len(ids), size=len(ids))
-    return np.concatenate([order[bounds[b]:bounds[b + 1]] for b in drawn]) if len(ids) else order
+    return np.concatenate([order[bounds[b] : bounds[b + 1]] for b in drawn]) if len(ids) else order
 
 
 def fit_adjacency(X: np.ndarray, prior_knowledge: np.ndarray | None, engine: str, threads: int | None = None):
@@ -60,8 +60,9 @@ def _init_worker() -> None:
     _LIMITS = threadpool_limits(1)
 
 
-def _fit_resamples(X, prior_knowledge, engine: str, seed: int, indices: list[int], threads: int | None,
-                   bins: np.ndarray):  # fmt: skip
+def _fit_resamples(
+    X, prior_knowledge, engine: str, seed: int, indices: list[int], threads: int | None, bins: np.ndarray
+):
     """Adjacency matrices of the given resamples of bins, stacked in order."""
     out = np.empty((len(indices), X.shape[1], X.shape[1]))
     for k, index in enumerate(indices):
@@ -155,11 +156,30 @@ def summarise_edges(stack: np.ndarray, names: list[str], fitted: np.ndarray | No
             q05, q50, q95 = np.quantile(vals, [0.05, 0.5, 0.95])
             sign = 0.0 if fitted is None else float(np.sign(fitted[i, j]))
             agree = float((np.sign(stack[:, i, j]) == sign).mean()) if sign else float("nan")
-            rows.append({
-                "from": names[j], "to": names[i], "probability": count / n_samples, "n_present": count,
-                "sign_agreement": agree,
-                "coef_mean": float(vals.mean()), "coef_std": float(vals.std()),
-                "coef_q05": float(q05), "coef_q50": float(q50), "coef_q95": float(q95),
-            })  # fmt: skip
-    cols = ["from", "to", "probability", "n_present", "sign_agreement", "coef_mean", "coef_std", "coef_q05", "coef_q50", "coef_q95"]
+            rows.append(
+                {
+                    "from": names[j],
+                    "to": names[i],
+                    "probability": count / n_samples,
+                    "n_present": count,
+                    "sign_agreement": agree,
+                    "coef_mean": float(vals.mean()),
+                    "coef_std": float(vals.std()),
+                    "coef_q05": float(q05),
+                    "coef_q50": float(q50),
+                    "coef_q95": float(q95),
+                }
+            )
+    cols = [
+        "from",
+        "to",
+        "probability",
+        "n_present",
+        "sign_agreement",
+        "coef_mean",
+        "coef_std",
+        "coef_q05",
+        "coef_q50",
+        "coef_q95",
+    ]
     return pd.DataFrame(rows, columns=cols)

@@ -131,8 +131,10 @@ def assumption_checks(
         ok = not out_edges
         checks["sink"] = {"passed": ok, "target_position": position, "of": p, "edges_from_target": out_edges}
         if not ok:
-            warnings.append(f"unconstrained fit has edges out of the target (to {', '.join(out_edges[:3])}): "
-                            "the target may not be a sink")  # fmt: skip
+            warnings.append(
+                f"unconstrained fit has edges out of the target (to {', '.join(out_edges[:3])}): "
+                "the target may not be a sink"
+            )
 
     rows = subsample(n, HSIC_ROWS, seed)
     P = hsic_p_values(E[rows])
@@ -147,37 +149,61 @@ def assumption_checks(
         adjusted = min(1.0, float(P[iu][k]) * pairs)
         rejected = int((P[iu] * pairs < ALPHA).sum())
         ok = adjusted >= ALPHA
-        checks["independence"] = {"passed": ok, "test": "HSIC gamma (lingam), Bonferroni", "rows": int(len(rows)),
-                                  "pairs": pairs, "pairs_dependent": rejected, "min_p_adjusted": round(adjusted, 6),
-                                  "worst_pair": list(worst)}  # fmt: skip
+        checks["independence"] = {
+            "passed": ok,
+            "test": "HSIC gamma (lingam), Bonferroni",
+            "rows": int(len(rows)),
+            "pairs": pairs,
+            "pairs_dependent": rejected,
+            "min_p_adjusted": round(adjusted, 6),
+            "worst_pair": list(worst),
+        }
         if not ok:
-            warnings.append(f"dependent residuals in {rejected} of {pairs} pairs (worst {worst[0]} / {worst[1]}): "
-                            "a hidden common cause or a non-linear effect")  # fmt: skip
+            warnings.append(
+                f"dependent residuals in {rejected} of {pairs} pairs (worst {worst[0]} / {worst[1]}): "
+                "a hidden common cause or a non-linear effect"
+            )
 
     jb = {names[k]: jarque_bera_p(E[:, k]) for k in range(p)}
     gaussian = [name for name, pv in jb.items() if pv >= ALPHA]
     ok = len(gaussian) <= 1
-    checks["non_gaussianity"] = {"passed": ok, "test": "Jarque-Bera", "gaussian_like": gaussian,
-                                 "p_values": {k: round(v, 6) for k, v in jb.items()}}  # fmt: skip
+    checks["non_gaussianity"] = {
+        "passed": ok,
+        "test": "Jarque-Bera",
+        "gaussian_like": gaussian,
+        "p_values": {k: round(v, 6) for k, v in jb.items()},
+    }
     if not ok:
-        warnings.append(f"{len(gaussian)} residuals look Gaussian ({', '.join(gaussian[:3])}): "
-                        "the causal direction is not identifiable")  # fmt: skip
+        warnings.append(
+            f"{len(gaussian)} residuals look Gaussian ({', '.join(gaussian[:3])}): "
+            "the causal direction is not identifiable"
+        )
 
     feats = [k for k in range(p) if k != target]
     big = {names[k]: round(float(total_effects[k]), 3) for k in feats if abs(total_effects[k]) > MAX_TOTAL_EFFECT}
-    checks["total_effects"] = {"passed": not big, "max_abs": round(float(np.abs(total_effects).max()), 6),
-                               "limit": MAX_TOTAL_EFFECT, "beyond_limit": big}  # fmt: skip
+    checks["total_effects"] = {
+        "passed": not big,
+        "max_abs": round(float(np.abs(total_effects).max()), 6),
+        "limit": MAX_TOTAL_EFFECT,
+        "beyond_limit": big,
+    }
     if big:
-        warnings.append(f"total effect beyond ±{MAX_TOTAL_EFFECT:g} SD per SD ({', '.join(big)}): "
-                        "collinear features or a proxy of the target")  # fmt: skip
+        warnings.append(
+            f"total effect beyond ±{MAX_TOTAL_EFFECT:g} SD per SD ({', '.join(big)}): "
+            "collinear features or a proxy of the target"
+        )
 
     if condition is not None:
         ok = bool(np.isfinite(condition) and condition <= MAX_CONDITION)
-        checks["conditioning"] = {"passed": ok, "condition_number": round(condition, 3) if np.isfinite(condition)
-                                  else None, "limit": MAX_CONDITION}  # fmt: skip
+        checks["conditioning"] = {
+            "passed": ok,
+            "condition_number": round(condition, 3) if np.isfinite(condition) else None,
+            "limit": MAX_CONDITION,
+        }
         if not ok:
-            warnings.append(f"ill-conditioned features (condition number {condition:.0f} > {MAX_CONDITION:g}): "
-                            "effects are unstable")  # fmt: skip
+            warnings.append(
+                f"ill-conditioned features (condition number {condition:.0f} > {MAX_CONDITION:g}): effects are unstable"
+            )
 
     ok = n >= MIN_ROWS_PER_VARIABLE * p
     checks["rows_per_variable"] = {"passed": ok, "rows": n, "variables": p, "min_per_variable": MIN_ROWS_PER_VARIABLE}

@@ -31,13 +31,18 @@ def collect(causal_dirs) -> list[dict]:
         except (OSError, json.JSONDecodeError) as exc:
             raise InputError(summary_path, f"cannot read causal summary ({exc})") from None
         for g in summary.get("groups", []):
-            rows.append({
-                "dataset": folder.parent.name, "target": summary.get("target", folder.name), "group": g["group"],
-                "status": g["status"], "trusted": "" if g["status"] != "ok" else ("yes" if g.get("trusted") else "no"),
-                "explained_share": "" if g.get("explained_share") is None else f"{g['explained_share']:.3f}",
-                "rows": g.get("rows_used", ""),
-                "warnings": "; ".join(g.get("warnings") or []) or (g.get("skip_reason") or ""),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "dataset": folder.parent.name,
+                    "target": summary.get("target", folder.name),
+                    "group": g["group"],
+                    "status": g["status"],
+                    "trusted": "" if g["status"] != "ok" else ("yes" if g.get("trusted") else "no"),
+                    "explained_share": "" if g.get("explained_share") is None else f"{g['explained_share']:.3f}",
+                    "rows": g.get("rows_used", ""),
+                    "warnings": "; ".join(g.get("warnings") or []) or (g.get("skip_reason") or ""),
+                }
+            )
     return rows
 
 

@@ -4,9 +4,9 @@ bootstrap_edges.csv,causal.json} and OUTDIR/summary.json."""
 
 from __future__ import annotations
 
-from gpuvar.artifacts import BIN_REPORT, CAUSAL_RECORD, CAUSAL_SUMMARY
 import json
 
+from gpuvar.artifacts import BIN_REPORT, CAUSAL_RECORD, CAUSAL_SUMMARY
 from gpuvar.options import ConfigOption, add_options
 
 CONFIG_OPTIONS = (
@@ -26,9 +26,12 @@ def configure(p):
     p.add_argument("--group-by", default="kernel_name", help="group column ('' or 'none': only all rows)")
     p.add_argument("--features", default="auto", help="'auto' (numeric, non-id columns) or a,b,c")
     add_options(p, CONFIG_OPTIONS)
-    p.add_argument("--random-rows", default=None,
-                   help="rows of randomly chosen bins (gpuvar bin's sample_rows.parquet): edges found only in the "
-                        "selected bins are flagged as possibly selection-induced")
+    p.add_argument(
+        "--random-rows",
+        default=None,
+        help="rows of randomly chosen bins (gpuvar bin's sample_rows.parquet): edges found only in the "
+        "selected bins are flagged as possibly selection-induced",
+    )
     p.add_argument("--output", "-o", required=True, help="output folder")
 
 
@@ -73,15 +76,35 @@ def write_skip(outdir, target: str, group_by, reason: str) -> dict:
     from gpuvar.causal.prepare import ALL_GROUP, group_slug
 
     outdir = Path(outdir)
-    record = {"group": ALL_GROUP, "target": target, "status": "skipped", "skip_reason": reason, "rows_in": 0,
-              "rows_used": 0, "rows_dropped": {}, "non_finite_by_column": {}, "features": [], "dropped_columns": {},
-              "scale": None, "slug": group_slug(ALL_GROUP)}  # fmt: skip
+    record = {
+        "group": ALL_GROUP,
+        "target": target,
+        "status": "skipped",
+        "skip_reason": reason,
+        "rows_in": 0,
+        "rows_used": 0,
+        "rows_dropped": {},
+        "non_finite_by_column": {},
+        "features": [],
+        "dropped_columns": {},
+        "scale": None,
+        "slug": group_slug(ALL_GROUP),
+    }
     (outdir / record["slug"]).mkdir(parents=True)
     (outdir / record["slug"] / CAUSAL_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    summary = {"target": target, "group_by": group_by, "engine": None, "rejected_features": {}, "n_ok": 0,
-               "n_skipped": 1, "flagged": [], "elapsed_s": 0.0, "skip_reason": reason,
-               "groups": [{k: record[k] for k in ("group", "slug", "status", "skip_reason", "rows_used", "features")}]}
-    (outdir / CAUSAL_SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")  # fmt: skip
+    summary = {
+        "target": target,
+        "group_by": group_by,
+        "engine": None,
+        "rejected_features": {},
+        "n_ok": 0,
+        "n_skipped": 1,
+        "flagged": [],
+        "elapsed_s": 0.0,
+        "skip_reason": reason,
+        "groups": [{k: record[k] for k in ("group", "slug", "status", "skip_reason", "rows_used", "features")}],
+    }
+    (outdir / CAUSAL_SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
 
@@ -100,9 +123,21 @@ def run(args) -> int:
             summary = write_skip(tmp, args.target, group_by, skip)
         else:
             try:
-                summary = discover_all(df, args.target, group_by, args.features, args.min_rows, args.bootstrap,
-                                       args.workers, args.seed, args.engine, tmp, args.prior,
-                                       args.collinear_threshold, random_rows)  # fmt: skip
+                summary = discover_all(
+                    df,
+                    args.target,
+                    group_by,
+                    args.features,
+                    args.min_rows,
+                    args.bootstrap,
+                    args.workers,
+                    args.seed,
+                    args.engine,
+                    tmp,
+                    args.prior,
+                    args.collinear_threshold,
+                    random_rows,
+                )
             except GpuvarError as exc:
                 if "not in the rows" in str(exc) and not isinstance(exc, InputError):
                     raise InputError(args.rows, str(exc)) from exc

@@ -37,8 +37,10 @@ def drop_derived(columns: list[str], varies) -> dict[str, str]:
         else:
             for c in parts:
                 if c in present and c not in dropped:
-                    dropped[c] = (f"a factor of {col}, which is analysed instead ({', '.join(missing)} "
-                                  "varies but is not among the features)")  # fmt: skip
+                    dropped[c] = (
+                        f"a factor of {col}, which is analysed instead ({', '.join(missing)} "
+                        "varies but is not among the features)"
+                    )
     return dropped
 
 

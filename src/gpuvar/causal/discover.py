@@ -15,7 +15,6 @@ bootstrap_edges.csv (when bootstrapping), causal.json (everything above plus the
 
 from __future__ import annotations
 
-from gpuvar.artifacts import CAUSAL_RECORD, CAUSAL_SUMMARY
 import json
 import logging
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpuvar.artifacts import CAUSAL_RECORD, CAUSAL_SUMMARY
 from gpuvar.causal.bootstrap import bootstrap_adjacencies, fit_adjacency, make_pool, summarise_edges
 from gpuvar.causal.checks import assumption_checks
 from gpuvar.causal.effects import contributions, total_effects
@@ -61,8 +61,11 @@ def build_graph(names, target, edges: pd.DataFrame, contrib: pd.DataFrame, label
     for k, name in enumerate(names):
         attrs = {"is_target": k == target, "label": labels.get(name, name)}
         if k != target:
-            attrs.update(total_effect=float(c.at[name, "total_effect"]),
-                         variance_share=float(c.at[name, "variance_share"]), sign=int(c.at[name, "sign"]))  # fmt: skip
+            attrs.update(
+                total_effect=float(c.at[name, "total_effect"]),
+                variance_share=float(c.at[name, "variance_share"]),
+                sign=int(c.at[name, "sign"]),
+            )
         g.add_node(name, **attrs)
     for r in edges.to_dict("records"):
         attrs = {"weight": float(r["coefficient"]), "sign": int(r["sign"])}
@@ -109,8 +112,9 @@ def selection_flags(edges: pd.DataFrame, names: list[str], random_fit: tuple[lis
     return out
 
 
-def fit_random_bins(sample: pd.DataFrame | None, prep: Prepared, group_by: str | None, engine: str, pk_mode: str,
-                    min_rows: int) -> tuple[list[str], np.ndarray] | None:  # fmt: skip
+def fit_random_bins(
+    sample: pd.DataFrame | None, prep: Prepared, group_by: str | None, engine: str, pk_mode: str, min_rows: int
+) -> tuple[list[str], np.ndarray] | None:
     """The same group, same features, fitted on the rows of randomly chosen bins (None if not possible)."""
     if sample is None or prep.data is None:
         return None
@@ -155,8 +159,13 @@ def discover_group(
     from threadpoolctl import threadpool_limits
 
     outdir.mkdir(parents=True, exist_ok=True)
-    record = prep.record() | {"slug": outdir.name, "engine": engine, "seed": seed, "bootstrap": bootstrap,
-                              "prior_knowledge": pk_mode}  # fmt: skip
+    record = prep.record() | {
+        "slug": outdir.name,
+        "engine": engine,
+        "seed": seed,
+        "bootstrap": bootstrap,
+        "prior_knowledge": pk_mode,
+    }
     if prep.data is None:
         _write_json(outdir / CAUSAL_RECORD, _clean(record))
         return record
@@ -175,8 +184,9 @@ def discover_group(
     te = total_effects(B, target)
     contrib, explained = contributions(X, B, names, target, labels)
     n_bins = int(len(np.unique(prep.bins))) if prep.bins is not None else 0
-    verdict = assumption_checks(X, B, names, target, te, prep.condition_number, unconstrained, seed, siblings,
-                                n_bins if bootstrap > 0 else None)  # fmt: skip
+    verdict = assumption_checks(
+        X, B, names, target, te, prep.condition_number, unconstrained, seed, siblings, n_bins if bootstrap > 0 else None
+    )
     edges = edge_table(B, names)
     boot = None
     if bootstrap > 0:
@@ -186,10 +196,13 @@ def discover_group(
         boot.to_csv(outdir / "bootstrap_edges.csv", index=False)
         timings["bootstrap_s"] = round(time.perf_counter() - t0, 4)
     prob = {} if boot is None else {(r["from"], r["to"]): r for r in boot.to_dict("records")}
-    edges["probability"] = [prob.get((f, t), {}).get("probability", 0.0 if boot is not None else np.nan)
-                            for f, t in zip(edges["from"], edges["to"])]  # fmt: skip
-    edges["sign_agreement"] = [prob.get((f, t), {}).get("sign_agreement", np.nan)
-                               for f, t in zip(edges["from"], edges["to"])]  # fmt: skip
+    edges["probability"] = [
+        prob.get((f, t), {}).get("probability", 0.0 if boot is not None else np.nan)
+        for f, t in zip(edges["from"], edges["to"])
+    ]
+    edges["sign_agreement"] = [
+        prob.get((f, t), {}).get("sign_agreement", np.nan) for f, t in zip(edges["from"], edges["to"])
+    ]
     edges["in_random_bins"] = selection_flags(edges, names, random_fit)
     selection_only = [f"{r['from']} -> {r['to']}" for r in edges.to_dict("records") if r["in_random_bins"] is False]
     _write_json(outdir / "order.json", {"causal_order": [names[k] for k in order], "target": names[target]})
@@ -261,9 +274,24 @@ def discover_all(
             log.info("causal: group %s (%s): %s", prep.group[:60], slug, prep.skip_reason or f"{prep.rows_used} rows")
             random_fit = fit_random_bins(random_rows, prep, group_by, engine, prior, min_rows)
             rec = discover_group(prep, outdir / slug, bootstrap, workers, seed, engine, pool, prior, random_fit)
-            groups.append({k: rec.get(k) for k in ("group", "slug", "status", "skip_reason", "rows_used",
-                                                     "features", "n_edges", "explained_share", "trusted",
-                                                     "warnings", "top_contributors")})  # fmt: skip
+            groups.append(
+                {
+                    k: rec.get(k)
+                    for k in (
+                        "group",
+                        "slug",
+                        "status",
+                        "skip_reason",
+                        "rows_used",
+                        "features",
+                        "n_edges",
+                        "explained_share",
+                        "trusted",
+                        "warnings",
+                        "top_contributors",
+                    )
+                }
+            )
     finally:
         if pool is not None:
             pool.shutdown()

@@ -49,15 +49,23 @@ def variance_shares(X: np.ndarray, B: np.ndarray, target: int) -> tuple[np.ndarr
     return shares, unexplained
 
 
-def contributions(X: np.ndarray, B: np.ndarray, names: list[str], target: int, labels: dict[str, str]) -> tuple[pd.DataFrame, float]:
+def contributions(
+    X: np.ndarray, B: np.ndarray, names: list[str], target: int, labels: dict[str, str]
+) -> tuple[pd.DataFrame, float]:
     """contributions.csv (features by variance share, descending, then column order) and the explained share."""
     te = total_effects(B, target)
     shares, unexplained = variance_shares(X, B, target)
     rows = [
-        {"feature": names[k], "label": labels.get(names[k], names[k]), "total_effect": float(te[k]),
-         "variance_share": float(shares[k]), "sign": int(np.sign(te[k]))}
-        for k in range(len(names)) if k != target
-    ]  # fmt: skip
+        {
+            "feature": names[k],
+            "label": labels.get(names[k], names[k]),
+            "total_effect": float(te[k]),
+            "variance_share": float(shares[k]),
+            "sign": int(np.sign(te[k])),
+        }
+        for k in range(len(names))
+        if k != target
+    ]
     df = pd.DataFrame(rows, columns=["feature", "label", "total_effect", "variance_share", "sign"])
     df["_pos"] = range(len(df))
     df = df.sort_values(["variance_share", "_pos"], ascending=[False, True], kind="mergesort").drop(columns="_pos")

@@ -22,9 +22,21 @@ from gpuvar.causal.roles import is_categorical
 MAX_LEVELS = 8  # indicator columns per category; rarer levels are pooled into "other"
 MISSING = "missing"
 COPY_KIND_NAMES = {
-    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
-    9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
-}  # fmt: skip
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "UVM HtoD",
+    12: "UVM DtoH",
+    13: "UVM DtoD",
+}
 
 
 def level_label(column: str, value: float) -> str:
@@ -56,8 +68,13 @@ def encode_categoricals(table: pd.DataFrame, columns: list[str]) -> tuple[pd.Dat
         order, first, counts = np.unique(labels, return_index=True, return_counts=True)
         ranked = sorted(range(len(order)), key=lambda i: (-counts[i], first[i]))
         levels = [str(order[i]) for i in ranked]
-        record = {"reference": levels[0] if levels else None, "levels": levels,
-                  "counts": [int(counts[i]) for i in ranked], "indicators": [], "pooled": []}  # fmt: skip
+        record = {
+            "reference": levels[0] if levels else None,
+            "levels": levels,
+            "counts": [int(counts[i]) for i in ranked],
+            "indicators": [],
+            "pooled": [],
+        }
         info[col] = record
         if len(levels) < 2:
             continue

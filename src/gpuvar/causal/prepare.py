@@ -8,7 +8,6 @@ record with a reason — never a crash and never a silently empty graph.
 
 from __future__ import annotations
 
-from gpuvar.artifacts import ALL_GROUP  # noqa: F401 (re-exported: the causal package's group name)
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -16,15 +15,24 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gpuvar.artifacts import ALL_GROUP  # noqa: F401 (re-exported: the causal package's group name)
 from gpuvar.causal.collinear import condition_number, drop_derived, merge_near_duplicates
 from gpuvar.causal.encode import centre_within, encode_categoricals
 from gpuvar.errors import GpuvarError
 
 # Identifiers and timestamps: numeric, but not causes of variability.
 EXCLUDED_COLUMNS = (
-    "start", "end", "duration", "launch_id", "correlation_id", "process_id",
-    "device_id", "stream_id", "bin", "bin_id",
-)  # fmt: skip
+    "start",
+    "end",
+    "duration",
+    "launch_id",
+    "correlation_id",
+    "process_id",
+    "device_id",
+    "stream_id",
+    "bin",
+    "bin_id",
+)
 # Other targets computed from durations: as features they would leak the target.
 TARGET_COLUMNS = ("kernel_variability", "memory_stall", "gpu_time_variation", "perf_variability")
 EXCLUDED_SUFFIXES = ("_start", "_end", "_id", "_duration")
@@ -37,7 +45,9 @@ VENDOR_NOT_FEATURE = re.compile(
 # Counters of elapsed or busy clock cycles are the kernel's duration in another unit: with the target
 # constrained to be a sink they would "explain" it by themselves and hide the real causes. Listing them in
 # `features` explicitly still analyses them.
-DURATION_PROXY = re.compile(r"^(?:sq_cycles|sq_busy_cycles|grbm_gui_active|grbm_count|.*__cycles_(?:elapsed|active)\..*)$")
+DURATION_PROXY = re.compile(
+    r"^(?:sq_cycles|sq_busy_cycles|grbm_gui_active|grbm_count|.*__cycles_(?:elapsed|active)\..*)$"
+)
 COLLINEAR_TOL = 1e-12  # |corr| within this of 1 counts as perfectly collinear
 LINKED_COPY_COLUMNS = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
 
@@ -184,8 +194,10 @@ def _target_columns(target: str) -> dict[str, str]:
     """Columns 'auto' leaves out for this target, with why (listing them explicitly keeps them)."""
     if target == "memory_stall":
         return {"linked_copy_duration": "part of memory_stall's definition (|kernel - copy duration|)"}
-    return {c: "copy-link column: used by memory_stall only (kernels without a linked copy would be lost)"
-            for c in LINKED_COPY_COLUMNS}  # fmt: skip
+    return {
+        c: "copy-link column: used by memory_stall only (kernels without a linked copy would be lost)"
+        for c in LINKED_COPY_COLUMNS
+    }
 
 
 def prepare_group(
@@ -247,6 +259,7 @@ def prepare_group(
         if table[col].nunique() < 2 or (within is not None and table[col].abs().max() < 1e-12):
             prep.dropped_columns[col] = constant_why
     cols = [c for c in cols if c not in prep.dropped_columns]
+
     def varies(name: str) -> bool:
         """Varies in the rows as analysed (within kernels for the whole-trace group); reads only that column."""
         if name in prep.dropped_columns:
@@ -315,8 +328,9 @@ def prepare_all(
         within = keys.reset_index(drop=True)
     else:
         within = None
-    out.append(prepare_group(df.reset_index(drop=True), ALL_GROUP, target, chosen, min_rows, collinear_threshold,
-                             within))  # fmt: skip
+    out.append(
+        prepare_group(df.reset_index(drop=True), ALL_GROUP, target, chosen, min_rows, collinear_threshold, within)
+    )
     for prep in out:
         prep.dropped_columns = {**rejected, **prep.dropped_columns}
     return out, rejected

@@ -226,8 +226,18 @@ def _lasso_lars_bic(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
     X = X - np.mean(X, axis=0)
     y = y - np.mean(y, axis=0)
-    _, _, path = lars_path(X, y, Gram="auto", copy_X=True, copy_Gram=True, alpha_min=0.0, method="lasso",
-                           max_iter=500, eps=np.finfo(float).eps, positive=False)  # fmt: skip
+    _, _, path = lars_path(
+        X,
+        y,
+        Gram="auto",
+        copy_X=True,
+        copy_Gram=True,
+        alpha_min=0.0,
+        method="lasso",
+        max_iter=500,
+        eps=np.finfo(float).eps,
+        positive=False,
+    )
     n, p = X.shape
     if n <= p + 1:
         raise ValueError("fewer samples than features: the BIC's noise variance cannot be estimated")
@@ -238,8 +248,9 @@ def _lasso_lars_bic(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return path[:, np.argmin(criterion)]
 
 
-def adaptive_lasso(X: np.ndarray, predictors: list[int], target: int, gamma: float = 1.0,
-                   X_std: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def adaptive_lasso(
+    X: np.ndarray, predictors: list[int], target: int, gamma: float = 1.0, X_std: np.ndarray | None = None
+) -> np.ndarray:
     """lingam.utils.predict_adaptive_lasso: adaptive-lasso (BIC) pruning, then OLS on the kept predictors.
 
     X_std: StandardScaler().fit_transform(X), if the caller already has it (it is the same for every target)."""

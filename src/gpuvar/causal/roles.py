@@ -71,7 +71,12 @@ def is_categorical(column: str) -> bool:
 def rules_table() -> list[dict]:
     """The rules as documented (for docs and causal.json)."""
     return [
-        {"pattern": p.pattern, "role": r.role, "categorical": r.categorical, "components": list(r.components),
-         "why": r.why}
+        {
+            "pattern": p.pattern,
+            "role": r.role,
+            "categorical": r.categorical,
+            "components": list(r.components),
+            "why": r.why,
+        }
         for p, r in _rules()
-    ]  # fmt: skip
+    ]

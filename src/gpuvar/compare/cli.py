@@ -9,9 +9,10 @@ are dataset names of a workflow's results folder and every target found for both
 
 from __future__ import annotations
 
-from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY
 import json
 from pathlib import Path
+
+from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY
 
 
 def configure(p):
@@ -48,8 +49,14 @@ def configure(p):
     p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
     p.add_argument("--alpha", type=float, default=0.05, help="false-discovery rate for the verdicts")
     p.add_argument("--min-launches", type=int, default=5, help="launches needed in both runs to test a kernel")
-    add_options(p, (ConfigOption("--seed", "causal", "seed"), ConfigOption("--min-probability", "plots", "min_probability"),
-                    *FIGURE_OPTIONS))  # fmt: skip
+    add_options(
+        p,
+        (
+            ConfigOption("--seed", "causal", "seed"),
+            ConfigOption("--min-probability", "plots", "min_probability"),
+            *FIGURE_OPTIONS,
+        ),
+    )
 
 
 def _label(path: Path) -> str:

@@ -14,7 +14,6 @@ import textwrap
 
 import numpy as np
 import pandas as pd
-
 from matplotlib.ticker import NullLocator
 
 from gpuvar.plots import style

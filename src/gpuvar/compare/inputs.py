@@ -7,7 +7,6 @@ frames and dicts they can be tested with.
 
 from __future__ import annotations
 
-from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, CAUSAL_SUMMARY, KERNELS_TABLE
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, CAUSAL_SUMMARY, KERNELS_TABLE
 from gpuvar.errors import InputError
 
 KEYS = ("kernel_name", "kernel_short_name", "launch_config")

@@ -62,8 +62,9 @@ def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
     pair = write_pair(outdir, max(rows // 4, 500), seed)
     written.update(pair["files"])
     for rank in range(2):  # a 2-rank PyTorch profiler job, merged into one dataset by the workflow
-        written[f"kineto_rank{rank}"] = write_kineto_demo(outdir / f"kineto_rank{rank}.json.gz", max(rows // 10, 500),
-                                                          seed, rank=rank, world=2)
+        written[f"kineto_rank{rank}"] = write_kineto_demo(
+            outdir / f"kineto_rank{rank}.json.gz", max(rows // 10, 500), seed, rank=rank, world=2
+        )
     manifest = {
         "seed": seed,
         "rows": rows,

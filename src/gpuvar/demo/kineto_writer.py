@@ -14,14 +14,26 @@ from pathlib import Path
 import numpy as np
 
 KERNELS = (
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
-     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)", 6.0, 28),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+        "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+        6.0,
+        28,
+    ),
     ("ampere_sgemm_128x64_tn", 40.0, 122),
     ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_16x4_tn_align4>(Params)", 55.0, 232),
-    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float> > >"
-     "(at::native::ReduceOp<float, at::native::MeanOps<float, float> >)", 12.0, 32),
-    ("void at::native::(anonymous namespace)::softmax_warp_forward<float, float, float, 10, false>"
-     "(float*, float const*, int, int, int)", 9.0, 40),
+    (
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float> > >"
+        "(at::native::ReduceOp<float, at::native::MeanOps<float, float> >)",
+        12.0,
+        32,
+    ),
+    (
+        "void at::native::(anonymous namespace)::softmax_warp_forward<float, float, float, 10, false>"
+        "(float*, float const*, int, int, int)",
+        9.0,
+        40,
+    ),
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", 80.0, 96),
 )
 COPIES = (("Memcpy HtoD (Pinned -> Device)", 22.0), ("Memcpy DtoD (Device -> Device)", 800.0))
@@ -105,8 +117,11 @@ def write_kineto_demo(path, kernels: int, seed: int = 0, rank: int | None = None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     device = 0 if rank is None else rank
-    opener = (lambda p: gzip.open(p, "wt", encoding="utf-8", compresslevel=1, newline="\n")) if path.suffix == ".gz" \
+    opener = (
+        (lambda p: gzip.open(p, "wt", encoding="utf-8", compresslevel=1, newline="\n"))
+        if path.suffix == ".gz"
         else (lambda p: open(p, "w", encoding="utf-8", newline="\n"))
+    )
     tmp = path.with_name(path.name + ".tmp")
     counts = {"kernel": 0, "gpu_memcpy": 0, "gpu_memset": 0}
     with opener(tmp) as fh:

@@ -27,8 +27,19 @@ import numpy as np
 from gpuvar.demo import synth
 from gpuvar.errors import GpuvarError
 
-IDENTITY_HEADER = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
-                   "Block Size", "Grid Size", "Device", "CC")
+IDENTITY_HEADER = (
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Host Name",
+    "Kernel Name",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
+)
 LONG_HEADER = IDENTITY_HEADER + ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 SECTION = "Command line profiler metrics"
 PROCESS_NAME = "gpuvar_demo"
@@ -116,8 +127,21 @@ def _identity_prefixes(k: dict[str, np.ndarray], pid: int) -> list[str]:
     """The quoted identity fields of each launch, ending with a comma."""
     names = [_q(name) for name in synth.kernel_names()[0]]
     fixed = f'"{pid}",{_q(PROCESS_NAME)},{_q(HOST_NAME)}'
-    cols = [k[c].tolist() for c in ("launch_id", "kernel_index", "stream_id", "device_id", "block_x", "block_y",
-                                       "block_z", "grid_x", "grid_y", "grid_z")]
+    cols = [
+        k[c].tolist()
+        for c in (
+            "launch_id",
+            "kernel_index",
+            "stream_id",
+            "device_id",
+            "block_x",
+            "block_y",
+            "block_z",
+            "grid_x",
+            "grid_y",
+            "grid_z",
+        )
+    ]
     return [
         f'"{lid}",{fixed},{names[ki]},"1","{st}","({bx}, {by}, {bz})","({gx}, {gy}, {gz})","{dev}",'
         f'"{COMPUTE_CAPABILITY}",'
@@ -126,12 +150,8 @@ def _identity_prefixes(k: dict[str, np.ndarray], pid: int) -> list[str]:
 
 
 def _long_lines(prefixes: list[str], metrics: dict[str, list[str]]) -> list[str]:
-    tails = {name: f'{_q(SECTION)},{_q(name)},{_q(unit)},' for name, unit in METRICS.items()}
-    return [
-        f'{prefix}{tails[name]}"{metrics[name][i]}"\r\n'
-        for i, prefix in enumerate(prefixes)
-        for name in METRICS
-    ]
+    tails = {name: f"{_q(SECTION)},{_q(name)},{_q(unit)}," for name, unit in METRICS.items()}
+    return [f'{prefix}{tails[name]}"{metrics[name][i]}"\r\n' for i, prefix in enumerate(prefixes) for name in METRICS]
 
 
 def _wide_lines(prefixes: list[str], metrics: dict[str, list[str]]) -> list[str]:
@@ -174,5 +194,12 @@ def write_ncu_demo(path, launches: int, seed: int, variant: int = 0, layout: str
     finally:
         if tmp.exists():
             tmp.unlink()
-    return {"path": str(path), "format": "ncu-csv", "layout": layout, "kernels": launches, "csv_rows": data_rows,
-            "seed": seed, "variant": variant}
+    return {
+        "path": str(path),
+        "format": "ncu-csv",
+        "layout": layout,
+        "kernels": launches,
+        "csv_rows": data_rows,
+        "seed": seed,
+        "variant": variant,
+    }

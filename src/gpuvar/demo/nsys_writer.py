@@ -25,42 +25,108 @@ DEMO_PID = 4242
 GLOBAL_PID_HW = 1 << 48  # the hardware/VM bits real exports carry above the pid
 
 KERNEL_COLUMNS = (
-    "start", "end", "deviceId", "contextId", "greenContextId", "streamId", "correlationId", "globalPid",
-    "demangledName", "shortName", "mangledName", "launchType", "cacheConfig", "registersPerThread",
-    "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "staticSharedMemory", "dynamicSharedMemory",
-    "localMemoryPerThread", "localMemoryTotal", "gridId", "sharedMemoryExecuted", "graphNodeId",
+    "start",
+    "end",
+    "deviceId",
+    "contextId",
+    "greenContextId",
+    "streamId",
+    "correlationId",
+    "globalPid",
+    "demangledName",
+    "shortName",
+    "mangledName",
+    "launchType",
+    "cacheConfig",
+    "registersPerThread",
+    "gridX",
+    "gridY",
+    "gridZ",
+    "blockX",
+    "blockY",
+    "blockZ",
+    "staticSharedMemory",
+    "dynamicSharedMemory",
+    "localMemoryPerThread",
+    "localMemoryTotal",
+    "gridId",
+    "sharedMemoryExecuted",
+    "graphNodeId",
     "sharedMemoryLimitConfig",
 )
 # columns declared NOT NULL in the real DDL (the others are nullable)
 KERNEL_NOT_NULL = {
-    "start", "end", "deviceId", "contextId", "streamId", "demangledName", "shortName", "registersPerThread",
-    "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "staticSharedMemory", "dynamicSharedMemory",
-    "localMemoryPerThread", "localMemoryTotal", "gridId",
+    "start",
+    "end",
+    "deviceId",
+    "contextId",
+    "streamId",
+    "demangledName",
+    "shortName",
+    "registersPerThread",
+    "gridX",
+    "gridY",
+    "gridZ",
+    "blockX",
+    "blockY",
+    "blockZ",
+    "staticSharedMemory",
+    "dynamicSharedMemory",
+    "localMemoryPerThread",
+    "localMemoryTotal",
+    "gridId",
 }
 MEMCPY_COLUMNS = (
-    "start", "end", "deviceId", "contextId", "greenContextId", "streamId", "correlationId", "globalPid",
-    "bytes", "copyKind", "deprecatedSrcId", "srcKind", "dstKind", "srcDeviceId", "srcContextId",
-    "dstDeviceId", "dstContextId", "migrationCause", "graphNodeId", "virtualAddress",
+    "start",
+    "end",
+    "deviceId",
+    "contextId",
+    "greenContextId",
+    "streamId",
+    "correlationId",
+    "globalPid",
+    "bytes",
+    "copyKind",
+    "deprecatedSrcId",
+    "srcKind",
+    "dstKind",
+    "srcDeviceId",
+    "srcContextId",
+    "dstDeviceId",
+    "dstContextId",
+    "migrationCause",
+    "graphNodeId",
+    "virtualAddress",
 )
 MEMCPY_NOT_NULL = {"start", "end", "deviceId", "contextId", "streamId", "bytes", "copyKind"}
 
 # ENUM_CUDA_MEMCPY_OPER rows as found in the real 2024.6 and 2026.x exports
 MEMCPY_OPER = [
-    (0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"), (1, "CUDA_MEMCPY_KIND_HTOD", "Host-to-Device"),
-    (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"), (3, "CUDA_MEMCPY_KIND_HTOA", "Host-to-Array"),
-    (4, "CUDA_MEMCPY_KIND_ATOH", "Array-to-Host"), (5, "CUDA_MEMCPY_KIND_ATOA", "Array-to-Array"),
-    (6, "CUDA_MEMCPY_KIND_ATOD", "Array-to-Device"), (7, "CUDA_MEMCPY_KIND_DTOA", "Device-to-Array"),
-    (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device"), (9, "CUDA_MEMCPY_KIND_HTOH", "Host-to-Host"),
-    (10, "CUDA_MEMCPY_KIND_PTOP", "Peer-to-Peer"), (11, "CUDA_MEMCPY_KIND_UVM_HTOD", "Unified Host-to-Device"),
+    (0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"),
+    (1, "CUDA_MEMCPY_KIND_HTOD", "Host-to-Device"),
+    (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"),
+    (3, "CUDA_MEMCPY_KIND_HTOA", "Host-to-Array"),
+    (4, "CUDA_MEMCPY_KIND_ATOH", "Array-to-Host"),
+    (5, "CUDA_MEMCPY_KIND_ATOA", "Array-to-Array"),
+    (6, "CUDA_MEMCPY_KIND_ATOD", "Array-to-Device"),
+    (7, "CUDA_MEMCPY_KIND_DTOA", "Device-to-Array"),
+    (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device"),
+    (9, "CUDA_MEMCPY_KIND_HTOH", "Host-to-Host"),
+    (10, "CUDA_MEMCPY_KIND_PTOP", "Peer-to-Peer"),
+    (11, "CUDA_MEMCPY_KIND_UVM_HTOD", "Unified Host-to-Device"),
     (12, "CUDA_MEMCPY_KIND_UVM_DTOH", "Unified Device-to-Host"),
     (13, "CUDA_MEMCPY_KIND_UVM_DTOD", "Unified Device-to-Device"),
 ]
 # ENUM_CUDA_MEM_KIND as found in the real 2026.2 export
 MEM_KIND = [
-    (0, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"), (1, "CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned"),
-    (2, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"), (3, "CUDA_MEMOPR_MEMORY_KIND_ARRAY", "Array"),
-    (4, "CUDA_MEMOPR_MEMORY_KIND_MANAGED", "Managed"), (5, "CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC", "Device Static"),
-    (6, "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", "Managed Static"), (7, "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown"),
+    (0, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"),
+    (1, "CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned"),
+    (2, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"),
+    (3, "CUDA_MEMOPR_MEMORY_KIND_ARRAY", "Array"),
+    (4, "CUDA_MEMOPR_MEMORY_KIND_MANAGED", "Managed"),
+    (5, "CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC", "Device Static"),
+    (6, "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", "Managed Static"),
+    (7, "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown"),
 ]
 # (srcKind, dstKind) per copy kind: pinned host <-> device
 COPY_MEM_KINDS = {1: (1, 2), 2: (2, 1), 8: (2, 2), 9: (1, 1), 10: (2, 2)}
@@ -102,17 +168,35 @@ def _kernel_rows(k: dict[str, np.ndarray], name_ids: np.ndarray, global_pid: int
     n = len(k["launch_id"])
     ids = name_ids[k["kernel_index"]]
     const = {
-        "contextId": 1, "greenContextId": 0, "globalPid": global_pid,
-        "launchType": 0, "cacheConfig": 0, "localMemoryPerThread": 0, "localMemoryTotal": 0,
-        "sharedMemoryExecuted": 32768, "graphNodeId": None, "sharedMemoryLimitConfig": 0,
+        "contextId": 1,
+        "greenContextId": 0,
+        "globalPid": global_pid,
+        "launchType": 0,
+        "cacheConfig": 0,
+        "localMemoryPerThread": 0,
+        "localMemoryTotal": 0,
+        "sharedMemoryExecuted": 32768,
+        "graphNodeId": None,
+        "sharedMemoryLimitConfig": 0,
     }
     cols = {
-        "start": k["start"], "end": k["end"], "deviceId": k["device_id"], "streamId": k["stream_id"],
+        "start": k["start"],
+        "end": k["end"],
+        "deviceId": k["device_id"],
+        "streamId": k["stream_id"],
         "correlationId": k["correlation_id"],
-        "demangledName": ids[:, 0], "shortName": ids[:, 1], "mangledName": ids[:, 2],
-        "registersPerThread": k["registers_per_thread"], "gridX": k["grid_x"], "gridY": k["grid_y"],
-        "gridZ": k["grid_z"], "blockX": k["block_x"], "blockY": k["block_y"], "blockZ": k["block_z"],
-        "staticSharedMemory": k["static_shared_memory"], "dynamicSharedMemory": k["dynamic_shared_memory"],
+        "demangledName": ids[:, 0],
+        "shortName": ids[:, 1],
+        "mangledName": ids[:, 2],
+        "registersPerThread": k["registers_per_thread"],
+        "gridX": k["grid_x"],
+        "gridY": k["grid_y"],
+        "gridZ": k["grid_z"],
+        "blockX": k["block_x"],
+        "blockY": k["block_y"],
+        "blockZ": k["block_z"],
+        "staticSharedMemory": k["static_shared_memory"],
+        "dynamicSharedMemory": k["dynamic_shared_memory"],
         "gridId": k["launch_id"] + 1,
     }
     return _zip_rows(KERNEL_COLUMNS, cols, const, n)
@@ -125,14 +209,28 @@ def _memcpy_rows(m: dict[str, np.ndarray], global_pid: int):
     table = np.array([COPY_MEM_KINDS.get(x, (7, 7)) for x in range(16)], dtype=np.int64)  # 7 = unknown
     src, dst = table[kinds, 0], table[kinds, 1]
     const = {
-        "contextId": 1, "greenContextId": 0, "globalPid": global_pid,
-        "deprecatedSrcId": None, "srcDeviceId": None, "srcContextId": None, "dstDeviceId": None,
-        "dstContextId": None, "migrationCause": None, "graphNodeId": None, "virtualAddress": None,
+        "contextId": 1,
+        "greenContextId": 0,
+        "globalPid": global_pid,
+        "deprecatedSrcId": None,
+        "srcDeviceId": None,
+        "srcContextId": None,
+        "dstDeviceId": None,
+        "dstContextId": None,
+        "migrationCause": None,
+        "graphNodeId": None,
+        "virtualAddress": None,
     }
     cols = {
-        "start": m["start"], "end": m["end"], "deviceId": m["device_id"], "streamId": m["stream_id"],
+        "start": m["start"],
+        "end": m["end"],
+        "deviceId": m["device_id"],
+        "streamId": m["stream_id"],
         "correlationId": m["correlation_id"],
-        "bytes": m["bytes"], "copyKind": kinds, "srcKind": src, "dstKind": dst,
+        "bytes": m["bytes"],
+        "copyKind": kinds,
+        "srcKind": src,
+        "dstKind": dst,
     }
     return _zip_rows(MEMCPY_COLUMNS, cols, const, n)
 
@@ -185,8 +283,14 @@ def write_nsys_demo(path, rows: int, seed: int, variant: int = 0, draw: int = 0,
         raise
     con.close()
     os.replace(tmp, path)
-    return {"path": str(path), "format": "nsys-sqlite", "kernels": kernel_rows, "memcpy": memcpy_rows,
-            "seed": seed, "variant": variant}
+    return {
+        "path": str(path),
+        "format": "nsys-sqlite",
+        "kernels": kernel_rows,
+        "memcpy": memcpy_rows,
+        "seed": seed,
+        "variant": variant,
+    }
 
 
 def _metadata(path: Path, rows: int, seed: int, variant: int) -> list[tuple[str, str]]:

@@ -31,19 +31,25 @@ import numpy as np
 
 from gpuvar.demo import ncu_writer, nsys_writer
 
-KERNELS = ("void planted_gemm<float>(float const*, float*)", "planted_axpy(float*, float const*, int)",
-           "void planted_norm<float>(float*, int)", "planted_scan(int*, int)")  # fmt: skip
+KERNELS = (
+    "void planted_gemm<float>(float const*, float*)",
+    "planted_axpy(float*, float const*, int)",
+    "void planted_norm<float>(float*, int)",
+    "planted_scan(int*, int)",
+)
 BASE_NS = np.array([30_000.0, 8_000.0, 12_000.0, 20_000.0])
 SMEM_LEVELS = (np.array([0, 4096]), np.array([16384, 20480]), np.array([32768, 36864]), np.array([49152, 53248]))
 GRID_X_NS = 12.0  # per block
 CACHE_MIDDLE_NS = 1_500.0  # cacheConfig's middle code
 SMEM_NS = 0.35  # per byte of dynamic shared memory, in every kernel
 TRUTH = {
-    "traps": {"drivers": {"grid_x": 1, "cacheConfig=2": 1, "dynamic_shared_memory": 1},
-              "decoys": ["localMemoryTotal", "scratch_per_workitem", "dram__bytes_read.sum", "smsp__inst_executed.sum"],
-              "near_duplicate_of": {"localMemoryTotal": "grid_x", "dram__bytes_read.sum": "grid_x"}},
+    "traps": {
+        "drivers": {"grid_x": 1, "cacheConfig=2": 1, "dynamic_shared_memory": 1},
+        "decoys": ["localMemoryTotal", "scratch_per_workitem", "dram__bytes_read.sum", "smsp__inst_executed.sum"],
+        "near_duplicate_of": {"localMemoryTotal": "grid_x", "dram__bytes_read.sum": "grid_x"},
+    },
     "selection": {"drivers": {"grid_x": 1, "block_x": 1}, "induced_edge": ("grid_x", "block_x")},
-}  # fmt: skip
+}
 
 
 def traps(n: int, seed: int, codes: tuple[int, int, int] = (1, 2, 3)) -> dict[str, np.ndarray]:
@@ -53,19 +59,28 @@ def traps(n: int, seed: int, codes: tuple[int, int, int] = (1, 2, 3)) -> dict[st
     grid_x = rng.integers(16, 512, n)
     level = rng.choice(3, n, p=[0.45, 0.2, 0.35])  # -> the relabelled codes; level 1 (the middle) is the rarest
     smem = np.choose(kid, [rng.choice(levels, n) for levels in SMEM_LEVELS])
-    duration = (BASE_NS[kid] + GRID_X_NS * grid_x + CACHE_MIDDLE_NS * (level == 1) + SMEM_NS * smem
-                + rng.exponential(600.0, n))  # fmt: skip
+    duration = (
+        BASE_NS[kid] + GRID_X_NS * grid_x + CACHE_MIDDLE_NS * (level == 1) + SMEM_NS * smem + rng.exponential(600.0, n)
+    )
     duration = np.round(duration).astype(np.int64)
     gap = rng.integers(2_000, 6_000, n)
     start = 1_000_000_000 + np.cumsum(duration + gap) - (duration[0] + gap[0] if n else 0)
     return {
-        "kernel_index": kid, "start": start, "end": start + duration, "duration": duration,
-        "grid_x": grid_x, "grid_y": np.ones(n, np.int64), "grid_z": np.ones(n, np.int64),
-        "block_x": np.full(n, 256), "block_y": np.ones(n, np.int64), "block_z": np.ones(n, np.int64),
-        "cache_config": np.asarray(codes)[level], "dynamic_shared_memory": smem,
+        "kernel_index": kid,
+        "start": start,
+        "end": start + duration,
+        "duration": duration,
+        "grid_x": grid_x,
+        "grid_y": np.ones(n, np.int64),
+        "grid_z": np.ones(n, np.int64),
+        "block_x": np.full(n, 256),
+        "block_y": np.ones(n, np.int64),
+        "block_z": np.ones(n, np.int64),
+        "cache_config": np.asarray(codes)[level],
+        "dynamic_shared_memory": smem,
         "near_duplicate": np.round(grid_x * 64 + rng.normal(0, 300, n)).astype(np.int64),
         "decoy": rng.integers(0, 4096, n),
-    }  # fmt: skip
+    }
 
 
 def selection(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -76,13 +91,21 @@ def selection(n: int, seed: int) -> dict[str, np.ndarray]:
     duration = np.round(300 + 0.4 * grid_x + 12.0 * block_x + rng.exponential(60.0, n)).astype(np.int64)
     start = 1_000_000_000 + np.arange(n, dtype=np.int64) * 1_000
     return {
-        "kernel_index": np.zeros(n, np.int64), "start": start, "end": start + np.minimum(duration, 990),
-        "duration": np.minimum(duration, 990), "grid_x": grid_x, "grid_y": np.ones(n, np.int64),
-        "grid_z": np.ones(n, np.int64), "block_x": block_x, "block_y": np.ones(n, np.int64),
-        "block_z": np.ones(n, np.int64), "cache_config": np.zeros(n, np.int64),
-        "dynamic_shared_memory": np.zeros(n, np.int64), "near_duplicate": np.zeros(n, np.int64),
+        "kernel_index": np.zeros(n, np.int64),
+        "start": start,
+        "end": start + np.minimum(duration, 990),
+        "duration": np.minimum(duration, 990),
+        "grid_x": grid_x,
+        "grid_y": np.ones(n, np.int64),
+        "grid_z": np.ones(n, np.int64),
+        "block_x": block_x,
+        "block_y": np.ones(n, np.int64),
+        "block_z": np.ones(n, np.int64),
+        "cache_config": np.zeros(n, np.int64),
+        "dynamic_shared_memory": np.zeros(n, np.int64),
+        "near_duplicate": np.zeros(n, np.int64),
         "decoy": np.zeros(n, np.int64),
-    }  # fmt: skip
+    }
 
 
 def write_nsys(path, cols: dict[str, np.ndarray]) -> Path:
@@ -100,16 +123,37 @@ def write_nsys(path, cols: dict[str, np.ndarray]) -> Path:
     name_ids = np.array(ids, dtype=np.int64)[cols["kernel_index"]]
     n = len(cols["start"])
     values = {
-        "start": cols["start"], "end": cols["end"], "deviceId": np.zeros(n, np.int64), "streamId": np.full(n, 7),
-        "correlationId": np.arange(n) * 2 + 1, "demangledName": name_ids[:, 0], "shortName": name_ids[:, 1],
-        "mangledName": name_ids[:, 2], "registersPerThread": np.full(n, 32), "gridX": cols["grid_x"],
-        "gridY": cols["grid_y"], "gridZ": cols["grid_z"], "blockX": cols["block_x"], "blockY": cols["block_y"],
-        "blockZ": cols["block_z"], "staticSharedMemory": np.zeros(n, np.int64),
-        "dynamicSharedMemory": cols["dynamic_shared_memory"], "localMemoryPerThread": cols["decoy"],
-        "localMemoryTotal": cols["near_duplicate"], "cacheConfig": cols["cache_config"], "gridId": np.arange(n) + 1,
-    }  # fmt: skip
-    const = {"contextId": 1, "greenContextId": 0, "globalPid": 281_475_000_000_000, "launchType": 0,
-             "sharedMemoryExecuted": 65536, "graphNodeId": None, "sharedMemoryLimitConfig": 0}  # fmt: skip
+        "start": cols["start"],
+        "end": cols["end"],
+        "deviceId": np.zeros(n, np.int64),
+        "streamId": np.full(n, 7),
+        "correlationId": np.arange(n) * 2 + 1,
+        "demangledName": name_ids[:, 0],
+        "shortName": name_ids[:, 1],
+        "mangledName": name_ids[:, 2],
+        "registersPerThread": np.full(n, 32),
+        "gridX": cols["grid_x"],
+        "gridY": cols["grid_y"],
+        "gridZ": cols["grid_z"],
+        "blockX": cols["block_x"],
+        "blockY": cols["block_y"],
+        "blockZ": cols["block_z"],
+        "staticSharedMemory": np.zeros(n, np.int64),
+        "dynamicSharedMemory": cols["dynamic_shared_memory"],
+        "localMemoryPerThread": cols["decoy"],
+        "localMemoryTotal": cols["near_duplicate"],
+        "cacheConfig": cols["cache_config"],
+        "gridId": np.arange(n) + 1,
+    }
+    const = {
+        "contextId": 1,
+        "greenContextId": 0,
+        "globalPid": 281_475_000_000_000,
+        "launchType": 0,
+        "sharedMemoryExecuted": 65536,
+        "graphNodeId": None,
+        "sharedMemoryLimitConfig": 0,
+    }
     con = sqlite3.connect(tmp, isolation_level=None)
     try:
         con.execute("BEGIN")

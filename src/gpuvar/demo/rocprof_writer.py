@@ -31,20 +31,33 @@ from gpuvar.errors import GpuvarError
 CLOCK_GHZ = 1.7
 WAVE = 64
 COUNTERS = (
-    "SQ_WAVES", "SQ_BUSY_CYCLES", "SQ_CYCLES", "SQ_INSTS_VALU", "SQ_INSTS_SALU", "SQ_INSTS_VMEM",
-    "TCC_HIT_sum", "TCC_MISS_sum", "TCC_READ_sum", "TCC_WRITE_sum", "TCP_PENDING_STALL_CYCLES_sum",
-    "TA_BUFFER_READ_WAVEFRONTS_sum", "TA_BUFFER_WRITE_WAVEFRONTS_sum", "TD_LOAD_WAVEFRONT_sum",
+    "SQ_WAVES",
+    "SQ_BUSY_CYCLES",
+    "SQ_CYCLES",
+    "SQ_INSTS_VALU",
+    "SQ_INSTS_SALU",
+    "SQ_INSTS_VMEM",
+    "TCC_HIT_sum",
+    "TCC_MISS_sum",
+    "TCC_READ_sum",
+    "TCC_WRITE_sum",
+    "TCP_PENDING_STALL_CYCLES_sum",
+    "TA_BUFFER_READ_WAVEFRONTS_sum",
+    "TA_BUFFER_WRITE_WAVEFRONTS_sum",
+    "TD_LOAD_WAVEFRONT_sum",
     "TD_STORE_WAVEFRONT_sum",
 )
 # per kernel (synth.KERNELS order): VALU, SALU, VMEM instructions per wave, read share of VMEM, L2 hit rate
-KERNEL_MIX = np.array([
-    [900.0, 120.0, 64.0, 0.67, 0.80],  # gemm: compute heavy, cache friendly
-    [12.0, 10.0, 3.0, 0.67, 0.20],     # elementwise add: streaming
-    [60.0, 25.0, 6.0, 0.50, 0.55],     # layer norm
-    [40.0, 30.0, 4.0, 0.90, 0.35],     # reduce
-    [80.0, 20.0, 8.0, 0.50, 0.60],     # softmax
-    [10.0, 8.0, 4.0, 0.50, 0.10],      # naive transpose: uncoalesced, misses
-])
+KERNEL_MIX = np.array(
+    [
+        [900.0, 120.0, 64.0, 0.67, 0.80],  # gemm: compute heavy, cache friendly
+        [12.0, 10.0, 3.0, 0.67, 0.20],  # elementwise add: streaming
+        [60.0, 25.0, 6.0, 0.50, 0.55],  # layer norm
+        [40.0, 30.0, 4.0, 0.90, 0.35],  # reduce
+        [80.0, 20.0, 8.0, 0.50, 0.60],  # softmax
+        [10.0, 8.0, 4.0, 0.50, 0.10],  # naive transpose: uncoalesced, misses
+    ]
+)
 ACCUM_VGPR = np.array([4, 0, 0, 0, 0, 0])
 SGPR = np.array([48, 16, 24, 24, 32, 16])
 
@@ -109,7 +122,7 @@ def chunk_table(chunk: synth.DemoChunk, seed: int, variant: int, index: int, see
     kid = k["kernel_index"]
     names = [f"{name} [clone .kd]" for name in synth.kernel_names()[0]]
     pid = 40_000 + variant
-    obj = np.array([f"0x7f3c{0xb4d2d580 + 0x40 * i:x}" for i in range(len(names))], dtype=object)
+    obj = np.array([f"0x7f3c{0xB4D2D580 + 0x40 * i:x}" for i in range(len(names))], dtype=object)
     cols = {
         "Index": k["launch_id"],
         "KernelName": pa.DictionaryArray.from_arrays(pa.array(kid, pa.int32()), pa.array(names)).cast(pa.string()),
@@ -161,5 +174,11 @@ def write_rocprof_demo(path, rows: int, seed: int, variant: int = 0) -> dict:
             writer.close()
         if tmp.exists():
             tmp.unlink()
-    return {"path": str(path), "format": "rocprof-csv", "kernels": rows, "counters": list(COUNTERS),
-            "seed": seed, "variant": variant}
+    return {
+        "path": str(path),
+        "format": "rocprof-csv",
+        "kernels": rows,
+        "counters": list(COUNTERS),
+        "seed": seed,
+        "variant": variant,
+    }

@@ -45,12 +45,52 @@ DEFAULT_CHUNK_ROWS = 2_000_000
 
 # (demangled name, short name, base duration ns, registers/thread, static smem, grid_x choices, block_x)
 KERNELS = [
-    ("void gemm_tile_kernel<float, 128>(float const*, float const*, float*, int, int, int)", "gemm_tile_kernel", 40_000, 96, 16384, (64, 128, 256, 512), 256),
-    ("void elementwise_add_kernel<float>(float*, float const*, float const*, long)", "elementwise_add_kernel", 6_000, 16, 0, (256, 512, 1024, 2048), 256),
-    ("void layer_norm_kernel<float>(float*, float const*, float const*, int)", "layer_norm_kernel", 12_000, 32, 2048, (128, 256, 512), 128),
+    (
+        "void gemm_tile_kernel<float, 128>(float const*, float const*, float*, int, int, int)",
+        "gemm_tile_kernel",
+        40_000,
+        96,
+        16384,
+        (64, 128, 256, 512),
+        256,
+    ),
+    (
+        "void elementwise_add_kernel<float>(float*, float const*, float const*, long)",
+        "elementwise_add_kernel",
+        6_000,
+        16,
+        0,
+        (256, 512, 1024, 2048),
+        256,
+    ),
+    (
+        "void layer_norm_kernel<float>(float*, float const*, float const*, int)",
+        "layer_norm_kernel",
+        12_000,
+        32,
+        2048,
+        (128, 256, 512),
+        128,
+    ),
     ("reduce_sum_kernel(float const*, float*, int)", "reduce_sum_kernel", 9_000, 24, 4096, (32, 64, 128, 256), 512),
-    ("void softmax_kernel<float, 64>(float*, float const*, int)", "softmax_kernel", 15_000, 40, 8192, (128, 256, 384), 256),
-    ("transpose_naive_kernel(float const*, float*, int, int)", "transpose_naive_kernel", 20_000, 20, 0, (64, 128, 256), 1024),
+    (
+        "void softmax_kernel<float, 64>(float*, float const*, int)",
+        "softmax_kernel",
+        15_000,
+        40,
+        8192,
+        (128, 256, 384),
+        256,
+    ),
+    (
+        "transpose_naive_kernel(float const*, float*, int, int)",
+        "transpose_naive_kernel",
+        20_000,
+        20,
+        0,
+        (64, 128, 256),
+        1024,
+    ),
 ]
 KERNEL_P = np.array([0.25, 0.25, 0.15, 0.15, 0.1, 0.1])
 
@@ -145,13 +185,7 @@ def make_chunk(
     launch_id = np.arange(first, first + count, dtype=np.int64)
     mult = _window_multiplier(seed + variant, launch_id)
     noise = (rng.exponential(0.04, count) + rng.uniform(-0.02, 0.02, count)) * base * mult
-    duration = (
-        base
-        + GRID_X_NS * scale * grid_x
-        - GRID_Y_NS * (grid_y - 1)
-        + NS_PER_STALL_CYCLE * stall
-        + noise
-    )
+    duration = base + GRID_X_NS * scale * grid_x - GRID_Y_NS * (grid_y - 1) + NS_PER_STALL_CYCLE * stall + noise
     if change is not None:
         hit = kid == change.kernel
         if change.drop_grid_y:

@@ -126,8 +126,11 @@ def write_ingest(source: str, output: Path, out, kernels, memcpy, t_read: float,
         rows_read = out.rows_read.get(name, table.num_rows + sum(dropped.values()))
         balanced = rows_read == table.num_rows + sum(dropped.values())
         if not balanced:
-            raise AccountingError(source, f"internal accounting error on {name}: rows read {rows_read} != "
-                                          f"written {table.num_rows} + dropped {sum(dropped.values())}")  # fmt: skip
+            raise AccountingError(
+                source,
+                f"internal accounting error on {name}: rows read {rows_read} != "
+                f"written {table.num_rows} + dropped {sum(dropped.values())}",
+            )
         if name == "kernels":
             require_kernels(source, table, rows_read, dropped)
         duplicates = duplicate_rows(table)

@@ -58,7 +58,8 @@ WORKGROUP = ("wgr", "Workgroup_Size")
 # every per-dispatch identity column the AMD tools write (Omniperf repeats these per counter pass)
 IDENTITY_COLUMNS = frozenset(
     {name for names in AMD_COLUMNS.values() for name in names}
-    | set(GRID_WORK_ITEMS) | set(WORKGROUP)
+    | set(GRID_WORK_ITEMS)
+    | set(WORKGROUP)
     | {"queue-index", "tid", "TID", "sig", "obj", "fbar", "DispatchNs", "CompleteNs", "DurationNs", "XCC_Index"}
 )
 KERNEL_NAME_COLUMNS = AMD_COLUMNS["kernel_name"]
@@ -123,15 +124,19 @@ def _parse(raw: bytes, header: bytes, encoding: str, bad: list) -> tuple[pa.Tabl
 
     parts = []
     for start in range(0, len(names), WIDE_BATCH):
-        include = names[start:start + WIDE_BATCH] if len(names) > WIDE_BATCH else []
-        parts.append(pacsv.read_csv(
-            io.BytesIO(raw),
-            read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, encoding=encoding,
-                                           block_size=csv_block_size(raw)),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
-            convert_options=pacsv.ConvertOptions(strings_can_be_null=True, column_types=_text_types(names),
-                                                 include_columns=include),
-        ))  # fmt: skip
+        include = names[start : start + WIDE_BATCH] if len(names) > WIDE_BATCH else []
+        parts.append(
+            pacsv.read_csv(
+                io.BytesIO(raw),
+                read_options=pacsv.ReadOptions(
+                    column_names=names, skip_rows=1, encoding=encoding, block_size=csv_block_size(raw)
+                ),
+                parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+                convert_options=pacsv.ConvertOptions(
+                    strings_can_be_null=True, column_types=_text_types(names), include_columns=include
+                ),
+            )
+        )
         first_pass = False
     if len(parts) == 1:
         return parts[0], encoding
@@ -156,16 +161,14 @@ def read_amd_csv(path: Path, raw: RawTrace, table: str = "kernels") -> pa.Table:
         result, encoding = _parse(data, header, encoding, bad)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise InputError(path, f"malformed CSV: {str(exc).splitlines()[0]}") from None
-    last_line = data[-(1 << 20):].rstrip(b"\r\n").rsplit(b"\n", 1)[-1].rstrip(b"\r")
+    last_line = data[-(1 << 20) :].rstrip(b"\r\n").rsplit(b"\n", 1)[-1].rstrip(b"\r")
     if not data.endswith(b"\n"):
         raw.notes.append(f"{Path(path).name}: no newline at end of file; the last row may be incomplete")
     del data  # the Arrow table holds the data now; keep peak memory down for large traces
     for row in bad:
         cut = row.actual_columns < row.expected_columns
         if cut and row.text is not None and row.text.encode(encoding) == last_line:
-            raise InputError(
-                path, f"truncated: the last row has {row.actual_columns} of {row.expected_columns} fields"
-            )
+            raise InputError(path, f"truncated: the last row has {row.actual_columns} of {row.expected_columns} fields")
     raw.drop(table, "row with a different number of fields than the header", len(bad))
     if result.num_rows == 0 and not bad:
         raise InputError(path, "no data rows (header only)")
@@ -251,9 +254,13 @@ def ceil_div(num: pd.Series, den: pd.Series) -> pd.Series:
     return int_column(q)
 
 
-def map_amd_dispatch_columns(df: pd.DataFrame, out: ReaderOutput, source: str,
-                             wave_size_default: int = DEFAULT_OLD_WAVE_SIZE,
-                             wave_size_origin: str = "GCN/CDNA GPUs of that era run wave64") -> pd.DataFrame:
+def map_amd_dispatch_columns(
+    df: pd.DataFrame,
+    out: ReaderOutput,
+    source: str,
+    wave_size_default: int = DEFAULT_OLD_WAVE_SIZE,
+    wave_size_origin: str = "GCN/CDNA GPUs of that era run wave64",
+) -> pd.DataFrame:
     """Rename rocprof v1 / Omniperf identity columns to canonical names, derive the 1-D grid, rename Table 1
     counters; every other column is kept under its source name."""
     cols = set(df.columns)
@@ -349,5 +356,3 @@ def read_sysinfo(path: Path) -> dict[str, str]:
     except (InputError, csv.Error):
         return {}
     return {k.strip(): (v or "").strip() for k, v in rows[0].items() if k} if rows else {}
-
-

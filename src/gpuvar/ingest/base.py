@@ -74,7 +74,7 @@ def _find_newline(body, start: int) -> int:
         return body.find(b"\n", start)
     step = 1 << 20  # a memoryview or buffer: search chunk by chunk without copying the whole body
     for chunk_start in range(start, len(body), step):
-        found = bytes(body[chunk_start:chunk_start + step]).find(b"\n")
+        found = bytes(body[chunk_start : chunk_start + step]).find(b"\n")
         if found >= 0:
             return chunk_start + found
     return -1

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 
-
-SOURCE_HELP = ("profiler file or folder (nsys .sqlite/.nsys-rep, ncu .csv/.ncu-rep, rocprof/omniperf/rocprofv3 CSV, "
-               "rocpd .db, Kineto .json; gzip/bzip2/xz compressed or not)")  # fmt: skip
+SOURCE_HELP = (
+    "profiler file or folder (nsys .sqlite/.nsys-rep, ncu .csv/.ncu-rep, rocprof/omniperf/rocprofv3 CSV, "
+    "rocpd .db, Kineto .json; gzip/bzip2/xz compressed or not)"
+)
 
 
 def configure(p):

@@ -52,8 +52,9 @@ def _open_zstd(path: Path, raw):
         import zstandard
     except ModuleNotFoundError:
         raw.close()
-        raise InputError(path, "zstd-compressed file: decompress it first (unzstd FILE) or pip install zstandard") \
-            from None
+        raise InputError(
+            path, "zstd-compressed file: decompress it first (unzstd FILE) or pip install zstandard"
+        ) from None
     return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
 
 

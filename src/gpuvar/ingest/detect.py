@@ -15,8 +15,18 @@ from gpuvar.ingest.base import read_head
 from gpuvar.ingest.compression import check_not_compressed_sqlite
 
 # module names under gpuvar.ingest, in sniffing order (most specific first)
-READER_MODULES = ("nsys", "rocpd", "rocprof_db", "ncu", "ncu_rep", "rocprofv3", "omniperf", "rocprof", "kineto",
-                  "nsys_rep")
+READER_MODULES = (
+    "nsys",
+    "rocpd",
+    "rocprof_db",
+    "ncu",
+    "ncu_rep",
+    "rocprofv3",
+    "omniperf",
+    "rocprof",
+    "kineto",
+    "nsys_rep",
+)
 
 
 def reader_modules():

@@ -106,8 +106,9 @@ class TraceStream:
 
     # --- document -----------------------------------------------------------------------------------------
 
-    def pieces(self, decode: Callable[[bytes], object], remote: Callable[[bytes], Future] | None = None,
-               depth: int = 3) -> Iterator:
+    def pieces(
+        self, decode: Callable[[bytes], object], remote: Callable[[bytes], Future] | None = None, depth: int = 3
+    ) -> Iterator:
         """decode(b"[" + piece + b"]") of consecutive pieces, in order.
 
         With `remote` (piece -> Future of decode(b"[" + piece + b"]"), None when not valid JSON), up to `depth`

@@ -75,14 +75,23 @@ _KINETO_MARKERS = re.compile(
 COPY_CODES = {copy_kind_short(v): k for k, v in MEMCPY_OPER_FALLBACK.items()}
 _COPY_NAME = re.compile(r"^\s*Memcpy\s+(\S+)\s*(?:\((.*)\))?")
 KERNEL_ARGS = {  # Kineto arg -> canonical (or gpuvar extra) column
-    "device": "device_id", "stream": "stream_id", "correlation": "correlation_id",
-    "registers per thread": "registers_per_thread", "shared memory": "lds_per_workgroup",
-    "blocks per SM": "blocks_per_sm", "warps per SM": "warps_per_sm",
-    "est. achieved occupancy %": "est_achieved_occupancy_pct", "External id": "external_id",
+    "device": "device_id",
+    "stream": "stream_id",
+    "correlation": "correlation_id",
+    "registers per thread": "registers_per_thread",
+    "shared memory": "lds_per_workgroup",
+    "blocks per SM": "blocks_per_sm",
+    "warps per SM": "warps_per_sm",
+    "est. achieved occupancy %": "est_achieved_occupancy_pct",
+    "External id": "external_id",
 }
 COPY_ARGS = {
-    "device": "device_id", "stream": "stream_id", "correlation": "correlation_id", "bytes": "bytes",
-    "memory bandwidth (GB/s)": "bandwidth_gb_s", "External id": "external_id",
+    "device": "device_id",
+    "stream": "stream_id",
+    "correlation": "correlation_id",
+    "bytes": "bytes",
+    "memory bandwidth (GB/s)": "bandwidth_gb_s",
+    "External id": "external_id",
 }
 FLOAT_COLUMNS = {"blocks_per_sm", "warps_per_sm", "est_achieved_occupancy_pct", "bandwidth_gb_s"}
 DIM_COLUMNS = {f"args.{dim}{axis}": f"{dim}_{xyz}" for dim in DIMS for axis, xyz in zip(DIM_AXES, "xyz")}
@@ -177,16 +186,21 @@ class _Gpu:
                 columns[key] = pa.chunked_array(chunks, type=TS_TYPE)
             else:  # numbers: float64 where a piece needed it (exact integers otherwise), NaN -> null
                 floats = any(c.dtype.kind == "f" for c in chunks)
-                columns[key] = pa.chunked_array([pa.array(c.astype(np.float64, copy=False) if floats else c,
-                                                          from_pandas=True) for c in chunks])
+                columns[key] = pa.chunked_array(
+                    [pa.array(c.astype(np.float64, copy=False) if floats else c, from_pandas=True) for c in chunks]
+                )
         return pa.table(columns)
 
 
 def _range_table(rows: list[tuple]) -> pa.Table:
     """cuda_profiler_range events: their fields and args.<counter> (a counter mixing types is kept as text)."""
     name, ts, dur, args = zip(*rows)
-    columns = {"cat": pa.array([RANGE_CAT] * len(rows), pa.string()), "name": pa.array(name, pa.string()),
-               "ts": ts_decimal(b"\n".join(ts), len(rows)), "dur": pa.array(np.array(dur), from_pandas=True)}
+    columns = {
+        "cat": pa.array([RANGE_CAT] * len(rows), pa.string()),
+        "name": pa.array(name, pa.string()),
+        "ts": ts_decimal(b"\n".join(ts), len(rows)),
+        "dur": pa.array(np.array(dur), from_pandas=True),
+    }
     counters = pd.DataFrame([a if isinstance(a, dict) else {} for a in args])
     for key in counters.columns:
         columns[f"args.{key}"] = _loose(counters[key])
@@ -258,8 +272,10 @@ def read_raw(path: Path, options: ReadOptions = DEFAULT_OPTIONS) -> RawTrace:
     categories = {k[4:]: v for k, v in sorted(counts.items()) if k.startswith("cat:")}
     kernels = categories.get("kernel", 0)
     if not kernels and not ranges:
-        raise InputError(path, "Kineto trace has no GPU kernel events (cat 'kernel'): was the profiler run with "
-                               "ProfilerActivity.CUDA?")
+        raise InputError(
+            path,
+            "Kineto trace has no GPU kernel events (cat 'kernel'): was the profiler run with ProfilerActivity.CUDA?",
+        )
     raw = RawTrace(FORMAT, str(path), {EVENTS: gpu.table()} if gpu.rows else {})
     if ranges:
         raw.tables[RANGES] = _range_table(ranges)
@@ -307,7 +323,7 @@ def us_to_ns(ts) -> tuple[np.ndarray, np.ndarray]:
         ns = pc.round(ts.cast(TS_TYPE), 3, round_mode="half_to_even").cast(pa.decimal128(38, 3))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # beyond 38 digits after rounding: per value
         return _us_to_ns_slow(ts.to_pylist())
-    words = np.frombuffer(ns.buffers()[1], dtype=np.int64)[2 * ns.offset: 2 * (ns.offset + len(ns))]
+    words = np.frombuffer(ns.buffers()[1], dtype=np.int64)[2 * ns.offset : 2 * (ns.offset + len(ns))]
     low, high = words[0::2], words[1::2]  # the 128-bit unscaled value (ns), little-endian
     null = pc.is_null(ns).to_numpy(zero_copy_only=False) | (high != (low >> 63)) | (low == _INT64_MIN)
     return np.where(null, 0, low), null
@@ -349,8 +365,11 @@ def _launch_ids(start: np.ndarray, corr) -> np.ndarray:
     """Rank of each row by (start, correlation), from 0."""
     if len(start) < 2 or (start[1:] > start[:-1]).all():
         return np.arange(len(start), dtype=np.int64)
-    corr = np.zeros(len(start), np.int64) if corr is None else np.asarray(
-        int_column(pd.Series(corr)).fillna(-1), dtype=np.int64)
+    corr = (
+        np.zeros(len(start), np.int64)
+        if corr is None
+        else np.asarray(int_column(pd.Series(corr)).fillna(-1), dtype=np.int64)
+    )
     order = np.lexsort((corr, start))
     launch = np.empty(len(order), dtype=np.int64)
     launch[order] = np.arange(len(order), dtype=np.int64)
@@ -361,8 +380,11 @@ def _wave_sizes(device, warp: dict[int, int]) -> np.ndarray:
     dev = np.asarray(int_column(pd.Series(device)).fillna(-1), dtype=np.int64)
     if not warp:
         return np.full(len(dev), 32, dtype=np.int64)
-    return np.array([warp.get(int(d), 32) for d in dev], dtype=np.int64) if len(set(warp.values())) > 1 else \
-        np.full(len(dev), next(iter(warp.values())), dtype=np.int64)
+    return (
+        np.array([warp.get(int(d), 32) for d in dev], dtype=np.int64)
+        if len(set(warp.values())) > 1
+        else np.full(len(dev), next(iter(warp.values())), dtype=np.int64)
+    )
 
 
 class _Events:
@@ -442,8 +464,10 @@ def _memcpy(events: _Events, rows: np.ndarray, out: ReaderOutput) -> pd.DataFram
 
 def _range_kernels(table: pa.Table) -> pd.DataFrame:
     """One row per CUPTI profiler range: counters as numeric columns, no timeline (like Nsight Compute data)."""
-    counters = pd.DataFrame({name[5:]: table.column(name).to_pandas() for name in table.column_names
-                             if name.startswith("args.")}, index=range(table.num_rows))
+    counters = pd.DataFrame(
+        {name[5:]: table.column(name).to_pandas() for name in table.column_names if name.startswith("args.")},
+        index=range(table.num_rows),
+    )
     counters = counters.apply(pd.to_numeric, errors="coerce") if len(counters.columns) else counters
     frame = pd.DataFrame({"kernel_name": pd.Categorical(table.column("name").to_pylist())})
     frame["launch_id"] = np.arange(len(frame), dtype=np.int64)
@@ -471,8 +495,10 @@ def _notes(info: dict, out: ReaderOutput) -> tuple[dict[int, int], int | None]:
     if "schemaVersion" in top:
         out.notes.append(f"Kineto trace schemaVersion {top['schemaVersion']}")
     copies = cats.get("gpu_memcpy", 0) + cats.get("gpu_memset", 0)
-    out.notes.append(f"{info.get('events', 0)} trace events, of which {cats.get('kernel', 0)} kernel, {copies} "
-                     f"gpu_memcpy/gpu_memset, {cats.get(RANGE_CAT, 0)} cuda_profiler_range")
+    out.notes.append(
+        f"{info.get('events', 0)} trace events, of which {cats.get('kernel', 0)} kernel, {copies} "
+        f"gpu_memcpy/gpu_memset, {cats.get(RANGE_CAT, 0)} cuda_profiler_range"
+    )
     return warp, rank
 
 
@@ -487,14 +513,15 @@ def normalize(raw: RawTrace) -> ReaderOutput:
     if len(kernel_rows):
         out.kernels = _kernels(events, kernel_rows, warp, out)
         if n_ranges:
-            out.notes.append(f"{n_ranges} cuda_profiler_range events not read: they cannot be matched "
-                             "to kernel events")
+            out.notes.append(f"{n_ranges} cuda_profiler_range events not read: they cannot be matched to kernel events")
     elif n_ranges:
         out.kernels = _range_kernels(raw.tables[RANGES])
         out.kernels["wave_size"] = _wave_sizes(np.full(len(out.kernels), -1), warp)
-        out.notes.append(f"no kernel events: {n_ranges} cuda_profiler_range events (CUPTI range profiler, "
-                         "one per kernel) read as kernels with their counters; their ts/dur time the profiler's "
-                         "replay, so start, end and duration are null")
+        out.notes.append(
+            f"no kernel events: {n_ranges} cuda_profiler_range events (CUPTI range profiler, "
+            "one per kernel) read as kernels with their counters; their ts/dur time the profiler's "
+            "replay, so start, end and duration are null"
+        )
     else:
         raise InputError(raw.source, "Kineto trace has no GPU kernel events (cat 'kernel')")
     copy_rows = events.rows("gpu_memcpy", "gpu_memset") if events is not None else np.zeros(0, np.int64)

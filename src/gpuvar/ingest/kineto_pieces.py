@@ -35,11 +35,34 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RANGE_CAT = "cuda_profiler_range"
 INT_ARGS = ("device", "stream", "correlation", "registers per thread", "shared memory", "External id", "bytes")
 FLOAT_ARGS = ("blocks per SM", "warps per SM", "est. achieved occupancy %", "memory bandwidth (GB/s)")
-ARGS = ("device", "stream", "correlation", "registers per thread", "shared memory", "blocks per SM", "warps per SM",
-        "est. achieved occupancy %", "External id", "bytes", "memory bandwidth (GB/s)")  # raw column order
+ARGS = (
+    "device",
+    "stream",
+    "correlation",
+    "registers per thread",
+    "shared memory",
+    "blocks per SM",
+    "warps per SM",
+    "est. achieved occupancy %",
+    "External id",
+    "bytes",
+    "memory bandwidth (GB/s)",
+)  # raw column order
 DIMS = ("grid", "block")
-KERNEL_KEYS = frozenset(("device", "stream", "correlation", "registers per thread", "shared memory", "blocks per SM",
-                         "warps per SM", "est. achieved occupancy %", "External id", *DIMS))
+KERNEL_KEYS = frozenset(
+    (
+        "device",
+        "stream",
+        "correlation",
+        "registers per thread",
+        "shared memory",
+        "blocks per SM",
+        "warps per SM",
+        "est. achieved occupancy %",
+        "External id",
+        *DIMS,
+    )
+)
 COPY_KEYS = frozenset(("device", "stream", "correlation", "bytes", "memory bandwidth (GB/s)", "External id"))
 DIM_AXES = ("[0]", "[1]", "[2]")
 
@@ -64,8 +87,13 @@ _Args = msgspec.defstruct(
     gc=False,
 )
 _ARG_GETTERS = [attrgetter(f"a{i}") for i in range(len(ARGS))]
-_CAT, _NAME, _TS, _DUR, _KIND = attrgetter("cat"), attrgetter("name"), attrgetter("ts"), attrgetter("dur"), \
-    attrgetter("kind")
+_CAT, _NAME, _TS, _DUR, _KIND = (
+    attrgetter("cat"),
+    attrgetter("name"),
+    attrgetter("ts"),
+    attrgetter("dur"),
+    attrgetter("kind"),
+)
 _CAT_CODE = {cat: i + 1 for i, cat in enumerate(GPU_CATS)}  # 1-based: a code also selects (0 is falsy)
 _DIMS_RE = re.compile(rb"(?:\[-?\d+,-?\d+,-?\d+\],)*\[-?\d+,-?\d+,-?\d+\]")
 _NUMBER_OR_NULL = {int, float, type(None)}
@@ -195,8 +223,10 @@ def _dims(raws: list, key: str) -> dict:
                 arr = full
             return {f"{key}{axis}": arr[:, i] for i, axis in enumerate(DIM_AXES)}
     values = [json_value(r) for r in raws]
-    return {f"{key}{axis}": numbers([v[i] if isinstance(v, list) and len(v) == 3 else None for v in values])
-            for i, axis in enumerate(DIM_AXES)}
+    return {
+        f"{key}{axis}": numbers([v[i] if isinstance(v, list) and len(v) == 3 else None for v in values])
+        for i, axis in enumerate(DIM_AXES)
+    }
 
 
 def _dictionary(values: list) -> tuple[list, np.ndarray]:
@@ -223,11 +253,16 @@ def _gpu_columns(events: list, cat: np.ndarray) -> dict:
     groups = [(KERNEL_KEYS, np.flatnonzero(kernel)), (COPY_KEYS, np.flatnonzero(~kernel))]
     if kernel.all() or not kernel.any():
         groups = [(keys, None) for keys, rows in groups if len(rows)]  # one category: no scatter
-    subsets = {id(KERNEL_KEYS): list(compress(args, kernel.tolist())),  # (Python bools: numpy ones are slow)
-               id(COPY_KEYS): list(compress(args, (~kernel).tolist()))}
+    subsets = {
+        id(KERNEL_KEYS): list(compress(args, kernel.tolist())),  # (Python bools: numpy ones are slow)
+        id(COPY_KEYS): list(compress(args, (~kernel).tolist())),
+    }
     for key, get in zip(ARGS, _ARG_GETTERS):
-        parts = [(rows, numbers(list(map(get, subsets[id(keys)])), floats=key in FLOAT_ARGS))
-                 for keys, rows in groups if key in keys]
+        parts = [
+            (rows, numbers(list(map(get, subsets[id(keys)])), floats=key in FLOAT_ARGS))
+            for keys, rows in groups
+            if key in keys
+        ]
         cols[f"args.{key}"] = _scatter(len(events), parts)
     kinds, kind_code = _dictionary(_decode_texts(list(map(_KIND, subsets[id(COPY_KEYS)]))))
     codes = np.full(len(events), -1, dtype=np.int32)
@@ -259,8 +294,7 @@ def _scatter(n: int, parts: list[tuple]) -> np.ndarray:
 
 def _range_rows(events: list) -> list[tuple]:
     """(name, ts text, dur µs, args dict or None) of each cuda_profiler_range event."""
-    return [(decode_names([e.name])[0], bytes(e.ts), dur_to_us([e.dur])[0],
-             json_value(e.args)) for e in events]
+    return [(decode_names([e.name])[0], bytes(e.ts), dur_to_us([e.dur])[0], json_value(e.args)) for e in events]
 
 
 def process_piece(data: bytes) -> dict:

@@ -82,19 +82,42 @@ def merge(parts: list[str | Path], output: str | Path) -> dict:
     recorded = [_recorded_rank(tables["kernels"]) for _, _, tables in loaded]
     from_file = None not in recorded and len(set(recorded)) == len(recorded)
     ranks = recorded if from_file else list(range(len(loaded)))
-    notes = [f"{len(loaded)} files merged; rank = " + (
-        "the rank each file records (Kineto distributedInfo.rank)" if from_file else
-        "the file's position in the dataset's source list" + (
-            " (the files' recorded ranks are missing or not distinct)" if any(r is not None for r in recorded)
-            else ""))]
-    summary = {"gpuvar_version": __version__, "merged": True, "source": [], "format": None, "parts": [],
-               "tables": {}, "notes": notes}
+    notes = [
+        f"{len(loaded)} files merged; rank = "
+        + (
+            "the rank each file records (Kineto distributedInfo.rank)"
+            if from_file
+            else "the file's position in the dataset's source list"
+            + (
+                " (the files' recorded ranks are missing or not distinct)"
+                if any(r is not None for r in recorded)
+                else ""
+            )
+        )
+    ]
+    summary = {
+        "gpuvar_version": __version__,
+        "merged": True,
+        "source": [],
+        "format": None,
+        "parts": [],
+        "tables": {},
+        "notes": notes,
+    }
     formats = []
     for (folder, report, _), rank in zip(loaded, ranks):
         summary["source"].append(report.get("source", str(folder)))
         formats.append(report.get("format"))
-        summary["parts"].append({"folder": str(folder), "source": report.get("source"), "format": report.get("format"),
-                                 "rank": rank, "tables": report.get("tables", {}), "notes": report.get("notes", [])})
+        summary["parts"].append(
+            {
+                "folder": str(folder),
+                "source": report.get("source"),
+                "format": report.get("format"),
+                "rank": rank,
+                "tables": report.get("tables", {}),
+                "notes": report.get("notes", []),
+            }
+        )
     summary["format"] = formats[0] if len(set(formats)) == 1 else "mixed: " + ", ".join(sorted(set(map(str, formats))))
     meta = {"source": summary["source"], "format": summary["format"], "merged": True}
     for name in TABLES:
@@ -115,9 +138,13 @@ def merge(parts: list[str | Path], output: str | Path) -> dict:
                 rows_read += part["rows_read"]
                 dropped.update(part.get("dropped", {}))
         balanced = rows_read == table.num_rows + sum(dropped.values())
-        summary["tables"][name] = {"rows_read": rows_read, "rows_written": table.num_rows,
-                                   "dropped": dict(sorted(dropped.items())), "balanced": balanced,
-                                   "columns": table.num_columns}
+        summary["tables"][name] = {
+            "rows_read": rows_read,
+            "rows_written": table.num_rows,
+            "dropped": dict(sorted(dropped.items())),
+            "balanced": balanced,
+            "columns": table.num_columns,
+        }
         if not balanced:
             raise InputError(output, f"accounting error merging {name}: rows read {rows_read} != written + dropped")
     write_json(summary, marker)

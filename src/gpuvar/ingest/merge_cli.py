@@ -15,6 +15,9 @@ def run(args) -> int:
     from gpuvar.ingest.merge import merge
 
     report = merge(args.parts, args.output)
-    print(json.dumps({"format": report["format"], "parts": len(report["parts"]), "tables": report["tables"]},
-                     sort_keys=True))
+    print(
+        json.dumps(
+            {"format": report["format"], "parts": len(report["parts"]), "tables": report["tables"]}, sort_keys=True
+        )
+    )
     return 0

@@ -78,16 +78,18 @@ METRIC_COLUMNS = {
 # used only when the Grid Size / Block Size identity columns are absent
 DIM_METRICS = {
     "grid": (("launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z"), "launch__grid_size", "grid_size"),
-    "block": (("launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z"), "launch__block_size",
-              "workgroup_size"),
+    "block": (
+        ("launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z"),
+        "launch__block_size",
+        "workgroup_size",
+    ),
 }
 WARP_SIZE = 32
 # what normalize builds from either layout: identity frame, metric columns, their units, rows without a launch ID
 Columns = tuple[pd.DataFrame, dict, dict[str, str], int]
 
 # --- units -------------------------------------------------------------------------------------------------
-_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
-            "second": 1e9}
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 _PREFIX = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _PREFIXED = re.compile(r"^([KMGTP])(byte|cycle|inst|sector|request|warp|thread|block|wavefront|hz|Hz)$")
 
@@ -178,7 +180,7 @@ def _check_truncated(path: Path, body, n_columns: int) -> None:
     tail = bytes(body[-65536:])
     if tail.endswith((b"\n", b"\r")):
         return
-    last = tail[max(tail.rfind(b"\n"), tail.rfind(b"\r")) + 1:].decode("utf-8", errors="replace")  # lone CRs too
+    last = tail[max(tail.rfind(b"\n"), tail.rfind(b"\r")) + 1 :].decode("utf-8", errors="replace")  # lone CRs too
     if not last.strip():
         return
     if last.count('"') % 2:
@@ -224,16 +226,20 @@ def _parse(path: Path, body, fields: list[str], out: RawTrace) -> tuple[pa.Table
         """Read all columns, WIDE_BATCH per pass on a very wide file: Arrow's reader holds ~10 KB per column."""
         parts = []
         for start in range(0, len(names), WIDE_BATCH):
-            include = names[start:start + WIDE_BATCH] if len(names) > WIDE_BATCH else []
-            parts.append(pcsv.read_csv(
-                pa.py_buffer(data),
-                read_options=pcsv.ReadOptions(column_names=names, skip_rows=1, block_size=csv_block_size(data)),
-                parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
-                convert_options=pcsv.ConvertOptions(
-                    column_types={n: pa.string() for n in names}, strings_can_be_null=False,
-                    quoted_strings_can_be_null=False, include_columns=include,
-                ),
-            ))  # fmt: skip
+            include = names[start : start + WIDE_BATCH] if len(names) > WIDE_BATCH else []
+            parts.append(
+                pcsv.read_csv(
+                    pa.py_buffer(data),
+                    read_options=pcsv.ReadOptions(column_names=names, skip_rows=1, block_size=csv_block_size(data)),
+                    parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
+                    convert_options=pcsv.ConvertOptions(
+                        column_types={n: pa.string() for n in names},
+                        strings_can_be_null=False,
+                        quoted_strings_can_be_null=False,
+                        include_columns=include,
+                    ),
+                )
+            )
             first_pass[0] = False
         if len(parts) == 1:
             return parts[0]
@@ -403,10 +409,11 @@ def _pivot_long(table: pa.Table, out: ReaderOutput) -> Columns:
     bounds = np.searchsorted(key_codes[order], np.arange(len(key_names) + 1))
     columns, unit_of = {}, {}
     for k, name in enumerate(key_names):
-        sel = order[bounds[k]:bounds[k + 1]]
+        sel = order[bounds[k] : bounds[k + 1]]
         sel = sel[~dup[sel]]
-        values, numeric = _metric_column(lambda s=sel: value_col.take(rows[s]), all_values[sel], all_text[sel],
-                                         factors[sel])
+        values, numeric = _metric_column(
+            lambda s=sel: value_col.take(rows[s]), all_values[sel], all_text[sel], factors[sel]
+        )
         col = np.full(n, np.nan) if numeric else np.full(n, None, dtype=object)
         col[id_codes[sel]] = values
         columns[name] = col

@@ -72,13 +72,19 @@ def _worker(path: Path) -> tuple[dict, str]:
         try:
             proc = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            raise InputError(path, f"the ncu-report package did not finish reading the report in {timeout:g} s "
-                                   f"(set {TIMEOUT_ENV} to wait longer)") from None
+            raise InputError(
+                path,
+                f"the ncu-report package did not finish reading the report in {timeout:g} s "
+                f"(set {TIMEOUT_ENV} to wait longer)",
+            ) from None
         log = proc.stderr.decode("utf-8", "replace").splitlines()
         parser = _parser_message(log)
         if proc.returncode != 0 or not output.exists():
-            how = (f"signal {_signal_name(-proc.returncode)}" if proc.returncode < 0 else
-                   f"exit status {proc.returncode}: {_last_line(log)}")
+            how = (
+                f"signal {_signal_name(-proc.returncode)}"
+                if proc.returncode < 0
+                else f"exit status {proc.returncode}: {_last_line(log)}"
+            )
             damage = f"; the report is damaged ({parser})" if parser else "; the report is damaged or truncated"
             raise InputError(path, f"the ncu-report package crashed reading the report ({how}){damage}")
         with open(output, "rb") as fh:
@@ -215,14 +221,16 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
         raw.notes.append(f"{launches['damaged_metrics']} metric value(s) unreadable in the damaged report were skipped")
     values, units = _metric_tables(launches)
     raw.tables = {
-        "launches": pa.table({
-            "ID": pa.array(launches["ids"], pa.int64()),
-            "Kernel Name": pa.array(launches["names"], pa.string()),
-            "Workload Type": pa.array(launches["workloads"], pa.int64()),
-        }),
+        "launches": pa.table(
+            {
+                "ID": pa.array(launches["ids"], pa.int64()),
+                "Kernel Name": pa.array(launches["names"], pa.string()),
+                "Workload Type": pa.array(launches["workloads"], pa.int64()),
+            }
+        ),
         "metrics": values,
         "units": units,
-    }  # fmt: skip
+    }
     return raw
 
 
@@ -237,8 +245,10 @@ def normalize(raw: RawTrace) -> ReaderOutput:
     ids = launches.column("ID").to_numpy().astype(np.int64)
     ident = ncu.identity(_identity_text(names, values), ids, [], out)
     columns, unit_names = _metric_columns(values, units, out)
-    out.notes.append(f"{len(names)} launches, {len(columns)} metrics; process id/name and host name are not "
-                     "in the ncu-report package's view of the report (left null)")
+    out.notes.append(
+        f"{len(names)} launches, {len(columns)} metrics; process id/name and host name are not "
+        "in the ncu-report package's view of the report (left null)"
+    )
     out.kernels = ncu.launch_table(ident, columns, unit_names, out)
     return out
 

@@ -70,8 +70,15 @@ class Launches:
                 self.units[key].append(None)
 
     def result(self) -> dict:
-        return {"total": self.total, "ids": self.ids, "names": self.names, "workloads": self.workloads,
-                "values": self.values, "units": self.units, "damaged_metrics": self.damaged_metrics}
+        return {
+            "total": self.total,
+            "ids": self.ids,
+            "names": self.names,
+            "workloads": self.workloads,
+            "values": self.values,
+            "units": self.units,
+            "damaged_metrics": self.damaged_metrics,
+        }
 
 
 def extract(report_path: str) -> dict:

@@ -54,31 +54,57 @@ NO_KERNEL_TABLE = f"no {KERNEL_TABLE} table: the capture recorded no CUDA kernel
 PARTITION_MIN_ROWS = 200_000  # smaller tables: one query (a partitioned read first scans min/max rowid)
 STRING_TABLE = "StringIds"
 MEMCPY_ENUM = "ENUM_CUDA_MEMCPY_OPER"
-RAW_KERNELS, RAW_MEMCPY, RAW_STRINGS, RAW_MEMCPY_ENUM = (t.lower() for t in (KERNEL_TABLE, MEMCPY_TABLE, STRING_TABLE,
-                                                                             MEMCPY_ENUM))  # fmt: skip
+RAW_KERNELS, RAW_MEMCPY, RAW_STRINGS, RAW_MEMCPY_ENUM = (
+    t.lower() for t in (KERNEL_TABLE, MEMCPY_TABLE, STRING_TABLE, MEMCPY_ENUM)
+)
 GPU_TABLES = (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_CUDA_DEVICE", "cudaId"))  # (table, id column), notes order
 NAME_COLUMNS = {"demangledName": "kernel_name", "shortName": "kernel_short_name", "mangledName": "mangledName"}
 VENDOR_COLUMN_OPTION = True  # read() takes keep_vendor_columns (the driver passes it to this reader only)
 KERNEL_RENAME = {
-    "start": "start", "end": "end", "deviceId": "device_id", "streamId": "stream_id",
-    "correlationId": "correlation_id", "gridX": "grid_x", "gridY": "grid_y", "gridZ": "grid_z",
-    "blockX": "block_x", "blockY": "block_y", "blockZ": "block_z", "registersPerThread": "registers_per_thread",
-    "staticSharedMemory": "static_shared_memory", "dynamicSharedMemory": "dynamic_shared_memory",
+    "start": "start",
+    "end": "end",
+    "deviceId": "device_id",
+    "streamId": "stream_id",
+    "correlationId": "correlation_id",
+    "gridX": "grid_x",
+    "gridY": "grid_y",
+    "gridZ": "grid_z",
+    "blockX": "block_x",
+    "blockY": "block_y",
+    "blockZ": "block_z",
+    "registersPerThread": "registers_per_thread",
+    "staticSharedMemory": "static_shared_memory",
+    "dynamicSharedMemory": "dynamic_shared_memory",
     "localMemoryPerThread": "scratch_per_workitem",
 }
 MEMCPY_RENAME = {
-    "start": "start", "end": "end", "deviceId": "device_id", "streamId": "stream_id",
-    "correlationId": "correlation_id", "bytes": "bytes", "copyKind": "copy_kind",
+    "start": "start",
+    "end": "end",
+    "deviceId": "device_id",
+    "streamId": "stream_id",
+    "correlationId": "correlation_id",
+    "bytes": "bytes",
+    "copyKind": "copy_kind",
 }
 # what the canonical schema is derived from; every other column is a vendor column (read when kept)
 KERNEL_NEEDED = (*KERNEL_RENAME, "demangledName", "shortName", "globalPid")
 MEMCPY_NEEDED = (*MEMCPY_RENAME, "globalPid")
 # ENUM_CUDA_MEMCPY_OPER.name as found in the real exports (2024.6 .. 2026.2), for files without the table
 MEMCPY_OPER_FALLBACK = {
-    0: "CUDA_MEMCPY_KIND_UNKNOWN", 1: "CUDA_MEMCPY_KIND_HTOD", 2: "CUDA_MEMCPY_KIND_DTOH",
-    3: "CUDA_MEMCPY_KIND_HTOA", 4: "CUDA_MEMCPY_KIND_ATOH", 5: "CUDA_MEMCPY_KIND_ATOA", 6: "CUDA_MEMCPY_KIND_ATOD",
-    7: "CUDA_MEMCPY_KIND_DTOA", 8: "CUDA_MEMCPY_KIND_DTOD", 9: "CUDA_MEMCPY_KIND_HTOH", 10: "CUDA_MEMCPY_KIND_PTOP",
-    11: "CUDA_MEMCPY_KIND_UVM_HTOD", 12: "CUDA_MEMCPY_KIND_UVM_DTOH", 13: "CUDA_MEMCPY_KIND_UVM_DTOD",
+    0: "CUDA_MEMCPY_KIND_UNKNOWN",
+    1: "CUDA_MEMCPY_KIND_HTOD",
+    2: "CUDA_MEMCPY_KIND_DTOH",
+    3: "CUDA_MEMCPY_KIND_HTOA",
+    4: "CUDA_MEMCPY_KIND_ATOH",
+    5: "CUDA_MEMCPY_KIND_ATOA",
+    6: "CUDA_MEMCPY_KIND_ATOD",
+    7: "CUDA_MEMCPY_KIND_DTOA",
+    8: "CUDA_MEMCPY_KIND_DTOD",
+    9: "CUDA_MEMCPY_KIND_HTOH",
+    10: "CUDA_MEMCPY_KIND_PTOP",
+    11: "CUDA_MEMCPY_KIND_UVM_HTOD",
+    12: "CUDA_MEMCPY_KIND_UVM_DTOH",
+    13: "CUDA_MEMCPY_KIND_UVM_DTOD",
 }
 _SAFE_URI_PATH = re.compile(r"^[A-Za-z0-9/._-]+$")
 _INT64 = pa.int64()
@@ -261,8 +287,10 @@ def _metadata_notes(info: dict) -> list[str]:
         if info.get(f"{table}.name"):
             notes.append(f"GPUs ({table}): " + "; ".join(f"{i}: {n}" for i, n in info[f"{table}.name"]))
         elif info.get(f"{table}.numMultiprocessors"):
-            notes.append(f"CUDA devices ({table}, no names): " + "; ".join(
-                f"cudaId {i}: {sm} SMs" for i, sm in info[f"{table}.numMultiprocessors"]))
+            notes.append(
+                f"CUDA devices ({table}, no names): "
+                + "; ".join(f"cudaId {i}: {sm} SMs" for i, sm in info[f"{table}.numMultiprocessors"])
+            )
     return notes
 
 
@@ -408,8 +436,10 @@ def _kernels(table: pa.Table, strings: pa.Table | None, out: ReaderOutput, keep:
     cols["wave_size"] = np.full(table.num_rows, 32, dtype=np.int64)
     for source, count in unresolved.items():
         if count:
-            out.notes.append(f"{count} kernel row(s) have a {source} id missing from StringIds (kept, named "
-                             f"'<unknown string id N>', or '<no string id>' when NULL)")
+            out.notes.append(
+                f"{count} kernel row(s) have a {source} id missing from StringIds (kept, named "
+                f"'<unknown string id N>', or '<no string id>' when NULL)"
+            )
     return pd.DataFrame(cols, copy=False)
 
 
@@ -420,8 +450,11 @@ def _memcpy(table: pa.Table, kind_names: dict[int, str], out: ReaderOutput, keep
         kinds = pd.Series(cols["copy_kind"])
         codes, uniques = pd.factorize(kinds, use_na_sentinel=True)
         labels = [kind_names.get(int(k), f"copy kind {int(k)}") for k in uniques]
-        cols["copy_kind_name"] = pd.Categorical.from_codes(codes, categories=labels) if len(set(labels)) == len(
-            labels) else pd.Categorical(np.asarray(labels + [None], dtype=object)[codes])
+        cols["copy_kind_name"] = (
+            pd.Categorical.from_codes(codes, categories=labels)
+            if len(set(labels)) == len(labels)
+            else pd.Categorical(np.asarray(labels + [None], dtype=object)[codes])
+        )
     if "globalPid" in table.column_names:
         cols["process_id"] = _process_ids(table.column("globalPid"))
     cols["launch_id"] = _launch_ids(table)
@@ -464,8 +497,9 @@ def _selected(columns: list[str], needed, keep: bool) -> tuple[list[str], list[s
 def _read_raw(path: Path, con: sqlite3.Connection, keep: bool) -> RawTrace:
     tables = _catalog(con)
     if not _is_nsys(tables):
-        raise InputError(path, "SQLite database is not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* or "
-                               "StringIds table)")
+        raise InputError(
+            path, "SQLite database is not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* or StringIds table)"
+        )
     if KERNEL_TABLE not in tables:
         raise InputError(path, NO_KERNEL_TABLE)
     k_cols = tables[KERNEL_TABLE]
@@ -509,8 +543,10 @@ def normalize(raw: RawTrace) -> ReaderOutput:
     out.notes.extend(_metadata_notes(raw.info))
     not_read = raw.info.get("columns_not_read", {})
     for table, skipped in ((t, not_read[t]) for t in (KERNEL_TABLE, MEMCPY_TABLE) if not_read.get(t)):
-        out.notes.append(f"{table}: {len(skipped)} vendor column(s) not read ({', '.join(skipped)}); "
-                         "--keep-vendor-columns reads them")
+        out.notes.append(
+            f"{table}: {len(skipped)} vendor column(s) not read ({', '.join(skipped)}); "
+            "--keep-vendor-columns reads them"
+        )
     out.kernels = _kernels(raw.tables[RAW_KERNELS], raw.tables.get(RAW_STRINGS), out, keep)
     m_table = raw.tables.get(RAW_MEMCPY)
     if m_table is None:

@@ -70,8 +70,11 @@ def export(report: Path, cache: Path) -> tuple[Path, bool]:
         return cache, True
     exe = shutil.which("nsys")
     if exe is None:
-        raise InputError(report, f"Nsight Systems report and nsys is not on PATH: export it to SQLite first with "
-                                 f"`{_manual_command(report)}` and ingest the .sqlite file")
+        raise InputError(
+            report,
+            f"Nsight Systems report and nsys is not on PATH: export it to SQLite first with "
+            f"`{_manual_command(report)}` and ingest the .sqlite file",
+        )
     cache.parent.mkdir(parents=True, exist_ok=True)
     partial = cache.with_name(cache.name.removesuffix(".sqlite") + ".partial.sqlite")
     partial.unlink(missing_ok=True)
@@ -104,8 +107,11 @@ def _read_export(report: Path, sqlite: Path, reused: bool, options: ReadOptions)
     raw.format = FORMAT
     raw.source = str(report)
     raw.info.update(export=str(sqlite), export_reused=reused)
-    raw.notes.insert(0, f"Nsight Systems report exported with `nsys export --type sqlite` to {sqlite}"
-                        + (" (cached export reused)" if reused else ""))
+    raw.notes.insert(
+        0,
+        f"Nsight Systems report exported with `nsys export --type sqlite` to {sqlite}"
+        + (" (cached export reused)" if reused else ""),
+    )
     return raw
 
 

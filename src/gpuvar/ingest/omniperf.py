@@ -57,8 +57,9 @@ def sniff(path: Path, head: bytes) -> bool:
 def duplicate_columns(columns: list[str]) -> dict[str, tuple[str, int]]:
     """Per-pass duplicate column -> (base column, pass number), by the rule in the module docstring."""
     present = set(columns)
-    has_markers = any((m := _SUFFIXED.match(c)) and m.group(1) in _PASS_MARKERS and m.group(1) in present
-                      for c in columns)
+    has_markers = any(
+        (m := _SUFFIXED.match(c)) and m.group(1) in _PASS_MARKERS and m.group(1) in present for c in columns
+    )
     current_pass, found = 0, {}
     for col in columns:
         m = _SUFFIXED.match(col)

@@ -52,20 +52,45 @@ _SAFE_URI_PATH = re.compile(r"^[A-Za-z0-9/_.\-]+$")
 SQLITE_MAGIC = b"SQLite format 3\x00"
 DISPATCH = "rocpd_kernel_dispatch"
 # relations of the rocprofiler-sdk rocpd schema (the older rocTracer RPD format has rocpd_op / rocpd_api instead)
-MARKERS = (DISPATCH, "rocpd_info_kernel_symbol", "rocpd_info_agent", "rocpd_memory_copy", "rocpd_region",
-           "rocpd_event", "rocpd_info_queue", "rocpd_info_stream")
+MARKERS = (
+    DISPATCH,
+    "rocpd_info_kernel_symbol",
+    "rocpd_info_agent",
+    "rocpd_memory_copy",
+    "rocpd_region",
+    "rocpd_event",
+    "rocpd_info_queue",
+    "rocpd_info_stream",
+)
 REQUIRED = ("kernel_id", "start", "end")
 DISPATCH_COLUMNS = {  # rocpd_kernel_dispatch column -> rocprofv3 kernel_trace.csv column
-    "dispatch_id": "Dispatch_Id", "kernel_id": "Kernel_Id", "queue_id": "Queue_Id", "stream_id": "Stream_Id",
-    "start": "Start_Timestamp", "end": "End_Timestamp", "private_segment_size": "Private_Segment_Size",
-    "group_segment_size": "Group_Segment_Size", "workgroup_size_x": "Workgroup_Size_X",
-    "workgroup_size_y": "Workgroup_Size_Y", "workgroup_size_z": "Workgroup_Size_Z", "grid_size_x": "Grid_Size_X",
-    "grid_size_y": "Grid_Size_Y", "grid_size_z": "Grid_Size_Z",
+    "dispatch_id": "Dispatch_Id",
+    "kernel_id": "Kernel_Id",
+    "queue_id": "Queue_Id",
+    "stream_id": "Stream_Id",
+    "start": "Start_Timestamp",
+    "end": "End_Timestamp",
+    "private_segment_size": "Private_Segment_Size",
+    "group_segment_size": "Group_Segment_Size",
+    "workgroup_size_x": "Workgroup_Size_X",
+    "workgroup_size_y": "Workgroup_Size_Y",
+    "workgroup_size_z": "Workgroup_Size_Z",
+    "grid_size_x": "Grid_Size_X",
+    "grid_size_y": "Grid_Size_Y",
+    "grid_size_z": "Grid_Size_Z",
 }
-SYMBOL_COLUMNS = {"arch_vgpr_count": "Arch_VGPR_Count", "accum_vgpr_count": "Accum_VGPR_Count",
-                  "sgpr_count": "SGPR_Count"}
-COPY_COLUMNS = {"stream_id": "Stream_Id", "queue_id": "Queue_Id", "start": "Start_Timestamp",
-                "end": "End_Timestamp", "size": "Bytes"}
+SYMBOL_COLUMNS = {
+    "arch_vgpr_count": "Arch_VGPR_Count",
+    "accum_vgpr_count": "Accum_VGPR_Count",
+    "sgpr_count": "SGPR_Count",
+}
+COPY_COLUMNS = {
+    "stream_id": "Stream_Id",
+    "queue_id": "Queue_Id",
+    "start": "Start_Timestamp",
+    "end": "End_Timestamp",
+    "size": "Bytes",
+}
 COPY, EVENT = "rocpd_memory_copy", "rocpd_event"
 DEFAULT_OPTIONS = ReadOptions()  # (no read option applies to rocpd)
 _KEYS = ("agent_id", "pid", "tid", "event_id")  # dispatch / copy columns that point into another relation
@@ -183,7 +208,7 @@ def _guid_count(con: sqlite3.Connection, catalog: dict) -> int | None:
 def _metadata_note(con: sqlite3.Connection, catalog: dict) -> str | None:
     if not {"tag", "value"} <= set(catalog.get("rocpd_metadata", [])):
         return None
-    versions = [r[0] for r in con.execute('SELECT value FROM "rocpd_metadata" WHERE tag = \'schema_version\'')]
+    versions = [r[0] for r in con.execute("SELECT value FROM \"rocpd_metadata\" WHERE tag = 'schema_version'")]
     return f"rocpd schema_version {', '.join(map(str, dict.fromkeys(versions)))}" if versions else None
 
 
@@ -194,16 +219,22 @@ def _count(con: sqlite3.Connection, relation: str, catalog: dict) -> int:
 def _read_raw(path: Path, con: sqlite3.Connection) -> RawTrace:
     catalog = _relations(con)
     if not _is_rocpd(catalog):
-        raise InputError(path, "SQLite database is not a rocpd database (no rocpd_kernel_dispatch, "
-                               "rocpd_info_* or rocpd_memory_copy table or view)")
+        raise InputError(
+            path,
+            "SQLite database is not a rocpd database (no rocpd_kernel_dispatch, "
+            "rocpd_info_* or rocpd_memory_copy table or view)",
+        )
     if DISPATCH not in catalog:
         raise InputError(path, f"rocpd database has no {DISPATCH} table or view (damaged, or not rocprofv3 output)")
     n = _count(con, DISPATCH, catalog)
     if n == 0:
         apis, copies = _count(con, "rocpd_region", catalog), _count(con, COPY, catalog)
         what = f"{apis} traced API call(s)" + (f" and {copies} memory cop(ies)" if copies else "")
-        raise InputError(path, f"rocpd database has no kernel dispatches ({DISPATCH} is empty; {what} only? "
-                               "profile with rocprofv3 --kernel-trace)")
+        raise InputError(
+            path,
+            f"rocpd database has no kernel dispatches ({DISPATCH} is empty; {what} only? "
+            "profile with rocprofv3 --kernel-trace)",
+        )
     missing = [c for c in REQUIRED if not _has(catalog, DISPATCH, c)]
     if missing:
         raise InputError(path, f"{DISPATCH} lacks required column(s) {', '.join(missing)}")
@@ -254,6 +285,7 @@ def read_raw(path: Path, options: ReadOptions = DEFAULT_OPTIONS) -> RawTrace:
 # ------------------------------------------------------------------------------------------------- joins
 def _positions(left: list[pd.Series], right: list[pd.Series]) -> np.ndarray:
     """Row of `right` matching each row of `left` on all key columns (first match; -1 where none)."""
+
     def index(keys):
         ids = pd.to_numeric(keys[0], errors="coerce").astype("float64")
         if len(keys) == 1:
@@ -277,13 +309,17 @@ def _attach(raw: pd.DataFrame, small: pd.DataFrame | None, key: str, names: dict
     if small is None or key not in raw.columns:
         return
     by_guid = by_guid and "guid" in small.columns and "_guid" in raw.columns
-    pos = _positions([raw[key], raw["_guid"]] if by_guid else [raw[key]],
-                     [small["id"], small["guid"]] if by_guid else [small["id"]])
+    pos = _positions(
+        [raw[key], raw["_guid"]] if by_guid else [raw[key]], [small["id"], small["guid"]] if by_guid else [small["id"]]
+    )
     hit = pos >= 0
     for source, target in names.items():
         if source in small.columns:  # the table's dtype is kept (numbers stay numeric: no per-row parsing later)
-            column = small[source].iloc[np.maximum(pos, 0)].reset_index(drop=True) if len(small) else \
-                pd.Series(np.nan, index=range(len(raw)))
+            column = (
+                small[source].iloc[np.maximum(pos, 0)].reset_index(drop=True)
+                if len(small)
+                else pd.Series(np.nan, index=range(len(raw)))
+            )
             raw[target] = column.where(pd.Series(hit)).to_numpy() if not hit.all() else column.to_numpy()
 
 
@@ -330,11 +366,11 @@ def _stack_ids(raw: RawTrace) -> pd.DataFrame | None:
 def _dispatches(raw: RawTrace) -> pd.DataFrame:
     """Every dispatch, in source order, as a rocprofv3 kernel_trace row (plus _symbol_id)."""
     by_guid = bool(raw.info.get("by_guid"))
-    frame = raw.tables[DISPATCH].to_pandas().rename(
-        columns={**DISPATCH_COLUMNS, **{c: f"_{c}" for c in (*_KEYS, "guid")}})
+    frame = (
+        raw.tables[DISPATCH].to_pandas().rename(columns={**DISPATCH_COLUMNS, **{c: f"_{c}" for c in (*_KEYS, "guid")}})
+    )
     _attach(frame, _stack_ids(raw), "_event_id", {"stack_id": "Correlation_Id"}, by_guid)
-    _attach(frame, _symbols(raw), "Kernel_Id", {"name": "Kernel_Name", "id": "_symbol_id", **SYMBOL_COLUMNS},
-            by_guid)
+    _attach(frame, _symbols(raw), "Kernel_Id", {"name": "Kernel_Name", "id": "_symbol_id", **SYMBOL_COLUMNS}, by_guid)
     _attach(frame, _agents(raw), "_agent_id", {"absolute_index": "Agent_Id", "wave_size": "Wave_Size"}, by_guid)
     _attach(frame, _frame(raw, "rocpd_info_process"), "_pid", {"pid": "Process_Id"}, by_guid)
     _attach(frame, _frame(raw, "rocpd_info_thread"), "_tid", {"tid": "Thread_Id"}, by_guid)
@@ -373,8 +409,10 @@ def _kernel_frame(raw: pd.DataFrame, path: Path, out: ReaderOutput) -> pd.DataFr
     if unknown.any():
         raw["Kernel_Name"] = raw["Kernel_Name"].astype(object)
         raw.loc[unknown, "Kernel_Name"] = [f"<unknown kernel_id {k}>" for k in raw.loc[unknown, "Kernel_Id"]]
-        out.notes.append(f"{int(unknown.sum())} dispatch(es) name a kernel_id missing from "
-                         "rocpd_info_kernel_symbol (kept, named '<unknown kernel_id N>')")
+        out.notes.append(
+            f"{int(unknown.sum())} dispatch(es) name a kernel_id missing from "
+            "rocpd_info_kernel_symbol (kept, named '<unknown kernel_id N>')"
+        )
     if "Wave_Size" in raw.columns and raw["Wave_Size"].isna().all():
         del raw["Wave_Size"]
     raw = raw.drop(columns=[c for c in raw.columns if c.startswith("_")])
@@ -397,8 +435,10 @@ def _gpu_end(raw: pd.DataFrame, memcpy: pd.DataFrame, out: ReaderOutput) -> None
     memcpy["device_id"] = device
     neither = int((~src_gpu & ~dst_gpu).sum())
     if neither:
-        out.notes.append(f"{neither} memory cop(ies) name no GPU agent at either end (a writer quirk): device_id "
-                         "is taken by direction (source agent for DtoH, else destination) as rocprofv3's CSV")
+        out.notes.append(
+            f"{neither} memory cop(ies) name no GPU agent at either end (a writer quirk): device_id "
+            "is taken by direction (source agent for DtoH, else destination) as rocprofv3's CSV"
+        )
 
 
 def _copy_frame(raw: pd.DataFrame, path: Path, out: ReaderOutput) -> pd.DataFrame:

@@ -63,8 +63,15 @@ COPY_KINDS = {  # Direction without the MEMORY_COPY_ prefix -> (CUDA copyKind co
 }
 JOIN_KEYS = ["launch_id", "kernel_name"]
 # properties of the kernel code object, the same for every dispatch of a kernel
-STATIC_KERNEL_COLUMNS = ("arch_vgpr", "accum_vgpr", "sgpr", "registers_per_thread", "wave_size",
-                         "lds_per_workgroup", "scratch_per_workitem")
+STATIC_KERNEL_COLUMNS = (
+    "arch_vgpr",
+    "accum_vgpr",
+    "sgpr",
+    "registers_per_thread",
+    "wave_size",
+    "lds_per_workgroup",
+    "scratch_per_workitem",
+)
 _PREFIX = re.compile(r"^(\d+)_")
 
 
@@ -177,8 +184,9 @@ def pivot_counters(df: pd.DataFrame, path: Path, out: ReaderOutput) -> tuple[pd.
     return frame, [c for c in counter_names if c in frame.columns]
 
 
-def join_counters(kernels: pd.DataFrame, counters: pd.DataFrame, counter_cols: list[str], source: str,
-                  out: ReaderOutput) -> pd.DataFrame:
+def join_counters(
+    kernels: pd.DataFrame, counters: pd.DataFrame, counter_cols: list[str], source: str, out: ReaderOutput
+) -> pd.DataFrame:
     """Counters onto the kernel of the same (dispatch id, kernel name); static per-kernel properties the
     trace lacks (VGPR/SGPR counts...) by kernel name. Run-specific metadata of the counter run (its times,
     process) is not copied: the two files may come from different runs."""
@@ -265,8 +273,9 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     path = Path(path)
     parts = source_files(path)
     if not parts:
-        raise InputError(path, "folder has no rocprofv3 *kernel_trace.csv, *counter_collection.csv or "
-                               "*memory_copy_trace.csv")
+        raise InputError(
+            path, "folder has no rocprofv3 *kernel_trace.csv, *counter_collection.csv or *memory_copy_trace.csv"
+        )
     raw = RawTrace(FORMAT, str(path), {})
     grouped: dict[str, dict[str, list[Path]]] = {}
     for kind, f in parts:

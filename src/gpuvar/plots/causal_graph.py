@@ -11,7 +11,6 @@ and edges found only in the selected bins (not in a random sample of bins) are d
 
 from __future__ import annotations
 
-from gpuvar.artifacts import ALL_GROUP, CAUSAL_RECORD
 import json
 import math
 import shutil
@@ -25,12 +24,22 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.textpath import TextPath
 
+from gpuvar.artifacts import ALL_GROUP, CAUSAL_RECORD
 from gpuvar.errors import InputError
 from gpuvar.plots import style
 
 FONT = 8.0
-EDGE_COLUMNS = ["from", "to", "coefficient", "sign", "variance_share", "probability", "in_random_bins", "into_target",
-                "status"]  # fmt: skip
+EDGE_COLUMNS = [
+    "from",
+    "to",
+    "coefficient",
+    "sign",
+    "variance_share",
+    "probability",
+    "in_random_bins",
+    "into_target",
+    "status",
+]
 
 
 @dataclass
@@ -91,10 +100,14 @@ def _from_graphml(path: Path) -> tuple[nx.DiGraph, str | None, dict[str, str]]:
     for u, v, attrs in raw.edges(data=True):
         coef = attrs.get("weight", attrs.get("coefficient", np.nan))
         in_random = attrs.get("in_random_bins")
-        g.add_edge(str(u), str(v), coefficient=float(coef),
-                   variance_share=float(attrs.get("variance_share", np.nan)),
-                   probability=float(attrs.get("probability", np.nan)),
-                   in_random_bins=None if in_random is None else _truthy(in_random))  # fmt: skip
+        g.add_edge(
+            str(u),
+            str(v),
+            coefficient=float(coef),
+            variance_share=float(attrs.get("variance_share", np.nan)),
+            probability=float(attrs.get("probability", np.nan)),
+            in_random_bins=None if in_random is None else _truthy(in_random),
+        )
     return g, target, labels
 
 
@@ -105,8 +118,14 @@ def _from_csv(folder: Path) -> nx.DiGraph:
     coef = _pick(edges, ("coefficient", "weight", "coef"), path)
     g = nx.DiGraph()
     for rec in edges.to_dict("records"):
-        g.add_edge(str(rec[src]), str(rec[dst]), coefficient=float(rec[coef]), variance_share=np.nan,
-                   probability=np.nan, in_random_bins=None)  # fmt: skip
+        g.add_edge(
+            str(rec[src]),
+            str(rec[dst]),
+            coefficient=float(rec[coef]),
+            variance_share=np.nan,
+            probability=np.nan,
+            in_random_bins=None,
+        )
     return g
 
 
@@ -152,7 +171,9 @@ def load_group(folder: str | Path) -> CausalGraph:
     if target is None and order_list:
         target = order_list[-1]
     if target is None:
-        raise InputError(folder, "cannot tell the target: no is_target node in graph.graphml and no causal.json 'target'")
+        raise InputError(
+            folder, "cannot tell the target: no is_target node in graph.graphml and no causal.json 'target'"
+        )
     g.add_node(str(target))
     for extra in order_list:
         g.add_node(str(extra))
@@ -167,8 +188,15 @@ def load_group(folder: str | Path) -> CausalGraph:
         g = nx.relabel_nodes(g, {n: labels.get(n, n) for n in g.nodes})
         target = labels.get(str(target), str(target))
         order_list = [labels.get(str(n), str(n)) for n in order_list]
-    return CausalGraph(g, str(target), group, [str(n) for n in order_list], labels, warnings,
-                       float(explained) if explained is not None else None)  # fmt: skip
+    return CausalGraph(
+        g,
+        str(target),
+        group,
+        [str(n) for n in order_list],
+        labels,
+        warnings,
+        float(explained) if explained is not None else None,
+    )
 
 
 # ----------------------------------------------------------------------------------------------- filtering
@@ -185,9 +213,19 @@ def classify_edges(cg: CausalGraph, min_variance_share: float, min_probability: 
             status = f"variance share < {100 * min_variance_share:g} %"
         else:
             status = "shown"
-        rows.append({"from": u, "to": v, "coefficient": coef, "sign": "+" if coef > 0 else "-",
-                     "variance_share": share, "probability": prob, "in_random_bins": a.get("in_random_bins"),
-                     "into_target": v == cg.target, "status": status})  # fmt: skip
+        rows.append(
+            {
+                "from": u,
+                "to": v,
+                "coefficient": coef,
+                "sign": "+" if coef > 0 else "-",
+                "variance_share": share,
+                "probability": prob,
+                "in_random_bins": a.get("in_random_bins"),
+                "into_target": v == cg.target,
+                "status": status,
+            }
+        )
     frame = pd.DataFrame(rows, columns=EDGE_COLUMNS)
     return frame.sort_values(["into_target", "from", "to"], ascending=[False, True, True], kind="stable")
 
@@ -276,38 +314,75 @@ def _draw_edge(ax, edge: dict, pos, ppu: float, max_coef: float, target_half: tu
     width, label = _edge_style(edge, max_coef)
     color = style.POSITIVE if edge["coefficient"] > 0 else style.NEGATIVE
     dashed = edge.get("in_random_bins") is False  # found only in the selected bins: possibly selection-induced
-    ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=2,
-                arrowprops=dict(arrowstyle="-|>,head_length=0.6,head_width=0.3", color=color, lw=width,
-                                linestyle="--" if dashed else "-",
-                                shrinkA=_shrink(src, ux, uy), shrinkB=_shrink(dst, ux, uy),
-                                connectionstyle=f"arc3,rad={rad}", mutation_scale=10))  # fmt: skip
+    ax.annotate(
+        "",
+        xy=(x1, y1),
+        xytext=(x0, y0),
+        zorder=2,
+        arrowprops=dict(
+            arrowstyle="-|>,head_length=0.6,head_width=0.3",
+            color=color,
+            lw=width,
+            linestyle="--" if dashed else "-",
+            shrinkA=_shrink(src, ux, uy),
+            shrinkB=_shrink(dst, ux, uy),
+            connectionstyle=f"arc3,rad={rad}",
+            mutation_scale=10,
+        ),
+    )
     # Label at the visible middle of the arrow (arc3 bulges by rad*dist/2 to the right of travel).
     sa, sb = _shrink(src, ux, uy) / ppu, _shrink(dst, ux, uy) / ppu
     # Into the target: nearer the source, so labels spread out instead of piling up at the centre.
     t = (sa + (0.4 if edge["into_target"] else 0.5) * max(dist - sa - sb, 0.0)) / dist
     mx, my = x0 + dx * t, y0 + dy * t
     mx, my = mx + rad * dist / 2 * uy, my - rad * dist / 2 * ux
-    ax.text(mx, my, label, fontsize=FONT - 1, color=color, ha="center", va="center", zorder=4,
-            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))  # fmt: skip
+    ax.text(
+        mx,
+        my,
+        label,
+        fontsize=FONT - 1,
+        color=color,
+        ha="center",
+        va="center",
+        zorder=4,
+        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85),
+    )
 
 
 def _draw_node(ax, name: str, xy, is_target: bool) -> None:
-    ax.text(*xy, name, fontsize=FONT, ha="center", va="center", zorder=5,
-            fontweight="bold" if is_target else "normal",
-            bbox=dict(boxstyle="round,pad=0.35", fc=style.TARGET_FACE if is_target else style.FEATURE_FACE,
-                      ec=style.HIGHLIGHT if is_target else "#5d6d7e", lw=1.6 if is_target else 0.8))  # fmt: skip
+    ax.text(
+        *xy,
+        name,
+        fontsize=FONT,
+        ha="center",
+        va="center",
+        zorder=5,
+        fontweight="bold" if is_target else "normal",
+        bbox=dict(
+            boxstyle="round,pad=0.35",
+            fc=style.TARGET_FACE if is_target else style.FEATURE_FACE,
+            ec=style.HIGHLIGHT if is_target else "#5d6d7e",
+            lw=1.6 if is_target else 0.8,
+        ),
+    )
 
 
 def _footnote_lines(cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str]) -> list[str]:
-    explained = "" if cg.explained_share is None else f" Together the features explain {100 * cg.explained_share:.0f} %."
-    lines = ["Black: positive effect, red: negative. Label/width: share of the target's variance that enters through "
-             "the feature (edges into the target), coefficient in SD per SD (other edges)." + explained]  # fmt: skip
+    explained = (
+        "" if cg.explained_share is None else f" Together the features explain {100 * cg.explained_share:.0f} %."
+    )
+    lines = [
+        "Black: positive effect, red: negative. Label/width: share of the target's variance that enters through "
+        "the feature (edges into the target), coefficient in SD per SD (other edges)." + explained
+    ]
     if cg.warnings:
         lines.append("NOT TRUSTED - " + "; ".join(cg.warnings))
     selection = edges[(edges["status"] == "shown") & (edges["in_random_bins"] == False)]  # noqa: E712
     if len(selection):
-        lines.append(f"Dashed: {len(selection)} edge(s) found only in the most variable bins, not in a random "
-                     "sample of bins (possibly induced by the selection).")  # fmt: skip
+        lines.append(
+            f"Dashed: {len(selection)} edge(s) found only in the most variable bins, not in a random "
+            "sample of bins (possibly induced by the selection)."
+        )
     hidden = hidden_counts(edges)
     if hidden:
         parts = [f"{n} with {reason}" for reason, n in sorted(hidden.items())]
@@ -320,8 +395,9 @@ def _footnote_lines(cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str])
     return lines
 
 
-def draw_causal_graph(cg: CausalGraph, min_variance_share: float = 0.01, min_probability: float = 0.5,
-                      title: str | None = None):  # fmt: skip
+def draw_causal_graph(
+    cg: CausalGraph, min_variance_share: float = 0.01, min_probability: float = 0.5, title: str | None = None
+):
     """Figure of one causal graph; returns (figure, edge table with a status per edge)."""
     edges = classify_edges(cg, min_variance_share, min_probability)
     shown = edges[edges["status"] == "shown"]
@@ -346,16 +422,27 @@ def draw_causal_graph(cg: CausalGraph, min_variance_share: float = 0.01, min_pro
         _draw_edge(ax, edge, pos, ppu, max_coef or 1.0, target_half)
     for node, xy in pos.items():
         _draw_node(ax, node, xy, node == cg.target)
-    handles = [Line2D([], [], color=style.POSITIVE, lw=2, label="positive"),
-               Line2D([], [], color=style.NEGATIVE, lw=2, label="negative")]  # fmt: skip
+    handles = [
+        Line2D([], [], color=style.POSITIVE, lw=2, label="positive"),
+        Line2D([], [], color=style.NEGATIVE, lw=2, label="negative"),
+    ]
     ax.legend(handles=handles, loc="upper right", frameon=False)
     ax.set_title(title or default_title(cg), pad=4)
     ax.title.set_position((0.5, 0.99))
     ax.title.set_va("top")
     if cg.warnings:
-        ax.text(0.5, 0.935, f"⚠ assumption checks failed ({len(cg.warnings)}): read with care, see footnote",
-                transform=ax.transAxes, ha="center", va="top", fontsize=FONT, color="white", zorder=6,
-                bbox=dict(boxstyle="round,pad=0.3", fc=style.NEGATIVE, ec="none"))  # fmt: skip
+        ax.text(
+            0.5,
+            0.935,
+            f"⚠ assumption checks failed ({len(cg.warnings)}): read with care, see footnote",
+            transform=ax.transAxes,
+            ha="center",
+            va="top",
+            fontsize=FONT,
+            color="white",
+            zorder=6,
+            bbox=dict(boxstyle="round,pad=0.3", fc=style.NEGATIVE, ec="none"),
+        )
     style.footnote(fig, _footnote_lines(cg, edges, set(pos)))
     return fig, edges
 
@@ -368,16 +455,30 @@ def default_title(cg: CausalGraph) -> str:
     return f"{name}: causes of {cg.target}"
 
 
-def plot_group(folder: str | Path, stem: str | Path, formats=("svg", "png"), dpi: int = 110,
-               min_variance_share: float = 0.01, min_probability: float = 0.5, title: str | None = None) -> dict:
+def plot_group(
+    folder: str | Path,
+    stem: str | Path,
+    formats=("svg", "png"),
+    dpi: int = 110,
+    min_variance_share: float = 0.01,
+    min_probability: float = 0.5,
+    title: str | None = None,
+) -> dict:
     """Draw one analysis group to stem.<fmt> and its edge table (with hidden reasons) to stem.edges.csv."""
     cg = load_group(folder)
     fig, edges = draw_causal_graph(cg, min_variance_share, min_probability, title)
     files = style.save_figure(fig, stem, formats, dpi)
     files.append(style.write_csv(edges, Path(f"{stem}.edges.csv")))
     hidden = hidden_counts(edges)
-    return {"group": cg.group, "target": cg.target, "edges": int(len(edges)), "shown": int((edges["status"] == "shown").sum()),
-            "hidden": dict(sorted(hidden.items())), "trusted": not cg.warnings, "files": [str(f) for f in files]}  # fmt: skip
+    return {
+        "group": cg.group,
+        "target": cg.target,
+        "edges": int(len(edges)),
+        "shown": int((edges["status"] == "shown").sum()),
+        "hidden": dict(sorted(hidden.items())),
+        "trusted": not cg.warnings,
+        "files": [str(f) for f in files],
+    }
 
 
 def group_folders(causal_dir: str | Path) -> list[Path]:
@@ -385,7 +486,9 @@ def group_folders(causal_dir: str | Path) -> list[Path]:
     root = Path(causal_dir)
     if not root.is_dir():
         raise InputError(root, "not a folder written by `gpuvar causal`")
-    return sorted(p for p in root.iterdir() if p.is_dir() and ((p / "graph.graphml").is_file() or (p / "edges.csv").is_file()))
+    return sorted(
+        p for p in root.iterdir() if p.is_dir() and ((p / "graph.graphml").is_file() or (p / "edges.csv").is_file())
+    )
 
 
 def _skipped_groups(root: Path) -> list[dict]:
@@ -395,13 +498,26 @@ def _skipped_groups(root: Path) -> list[dict]:
         meta_path = folder / CAUSAL_RECORD
         if meta_path.is_file() and not (folder / "graph.graphml").is_file() and not (folder / "edges.csv").is_file():
             meta = _read_json(meta_path)
-            out.append({"group": str(meta.get("group", folder.name)), "slug": folder.name, "status": "skipped",
-                        "reason": str(meta.get("skip_reason") or "no graph written")})  # fmt: skip
+            out.append(
+                {
+                    "group": str(meta.get("group", folder.name)),
+                    "slug": folder.name,
+                    "status": "skipped",
+                    "reason": str(meta.get("skip_reason") or "no graph written"),
+                }
+            )
     return out
 
 
-def plot_causal_dir(causal_dir: str | Path, outdir: str | Path, formats=("svg", "png"), dpi: int = 110,
-                    min_variance_share: float = 0.01, min_probability: float = 0.5, which: str = "all") -> pd.DataFrame:
+def plot_causal_dir(
+    causal_dir: str | Path,
+    outdir: str | Path,
+    formats=("svg", "png"),
+    dpi: int = 110,
+    min_variance_share: float = 0.01,
+    min_probability: float = 0.5,
+    which: str = "all",
+) -> pd.DataFrame:
     """One figure per analysis group of a `gpuvar causal` output into outdir/<slug>.<fmt> (+ .edges.csv).
 
     which: 'all', 'per_kernel' (every group but the whole dataset) or 'whole' (only the whole dataset).
@@ -423,10 +539,17 @@ def plot_causal_dir(causal_dir: str | Path, outdir: str | Path, formats=("svg", 
         if (folder / "graph.graphml").is_file():  # the full graph travels with the figure
             shutil.copyfile(folder / "graph.graphml", outdir / f"{folder.name}.graphml")
         hidden = hidden_counts(edges)
-        rows.append({"group": cg.group, "slug": folder.name, "status": "drawn" if not cg.warnings else "drawn, flagged",
-                     "edges": len(edges), "shown": int((edges["status"] == "shown").sum()),
-                     "hidden": int(sum(hidden.values())),
-                     "reason": "; ".join([f"{n} {r}" for r, n in sorted(hidden.items())] + cg.warnings)})  # fmt: skip
+        rows.append(
+            {
+                "group": cg.group,
+                "slug": folder.name,
+                "status": "drawn" if not cg.warnings else "drawn, flagged",
+                "edges": len(edges),
+                "shown": int((edges["status"] == "shown").sum()),
+                "hidden": int(sum(hidden.values())),
+                "reason": "; ".join([f"{n} {r}" for r, n in sorted(hidden.items())] + cg.warnings),
+            }
+        )
     for skipped in _skipped_groups(root):
         if which == "all" or (which == "per_kernel") == (skipped["group"] != ALL_GROUP):
             rows.append(skipped | {"edges": 0, "shown": 0, "hidden": 0})

@@ -10,7 +10,10 @@ import json
 
 from gpuvar.options import ConfigOption, add_options
 
-FIGURE_OPTIONS = (ConfigOption("--formats", "plots", "formats", split_commas=True), ConfigOption("--dpi", "plots", "dpi"))
+FIGURE_OPTIONS = (
+    ConfigOption("--formats", "plots", "formats", split_commas=True),
+    ConfigOption("--dpi", "plots", "dpi"),
+)
 EDGE_FILTERS = (
     ConfigOption("--min-variance-share", "plots", "min_variance_share"),
     ConfigOption("--min-probability", "plots", "min_probability"),
@@ -28,8 +31,12 @@ def configure(p) -> None:
     c = sub.add_parser("causal", help="one causal graph per analysis group of a `gpuvar causal` folder")
     c.add_argument("causal_dir", help="output folder of `gpuvar causal`")
     _common(c, "output folder: <group slug>.<fmt>, <slug>.edges.csv, index.csv")
-    c.add_argument("--which", choices=("all", "per_kernel", "whole"), default="all",
-                   help="groups to draw: all, per_kernel (not the whole dataset), whole (default all)")  # fmt: skip
+    c.add_argument(
+        "--which",
+        choices=("all", "per_kernel", "whole"),
+        default="all",
+        help="groups to draw: all, per_kernel (not the whole dataset), whole (default all)",
+    )
     add_options(c, EDGE_FILTERS)
 
     par = sub.add_parser("parallel", help="parallel coordinates of the top-k rows")
@@ -60,18 +67,24 @@ def run(args) -> int:
     # written into a temporary folder, moved into place only when every file of the figure is complete
     if args.figure == "causal":
         with staged_folder(args.output, replace=True) as tmp:
-            index = causal_graph.plot_causal_dir(args.causal_dir, tmp, formats, args.dpi, args.min_variance_share,
-                                                 args.min_probability, args.which)  # fmt: skip
-        result = {"groups": len(index), "drawn": int(index["status"].str.startswith("drawn").sum()),
-                  "flagged": int((index["status"] == "drawn, flagged").sum()),
-                  "hidden_edges": int(index["hidden"].sum()), "output": args.output}  # fmt: skip
+            index = causal_graph.plot_causal_dir(
+                args.causal_dir, tmp, formats, args.dpi, args.min_variance_share, args.min_probability, args.which
+            )
+        result = {
+            "groups": len(index),
+            "drawn": int(index["status"].str.startswith("drawn").sum()),
+            "flagged": int((index["status"] == "drawn, flagged").sum()),
+            "hidden_edges": int(index["hidden"].sum()),
+            "output": args.output,
+        }
     else:
         with staged_stem(args.output) as stem:
             if args.figure == "parallel":
                 result = parallel.plot_parallel(args.rows, stem, args.target, args.features, formats, args.dpi)
             elif args.figure == "timeline":
-                result = timeline.plot_timeline(args.bins, stem, args.target, args.bin_json, formats, args.dpi,
-                                                args.top_k)  # fmt: skip
+                result = timeline.plot_timeline(
+                    args.bins, stem, args.target, args.bin_json, formats, args.dpi, args.top_k
+                )
             else:
                 result = scaling.plot_scaling(args.reports, stem, formats, args.dpi)
         result = rewrite_paths(result, stem.parent, Path(args.output).parent)

@@ -22,15 +22,27 @@ ALLOWED_KEYS = ("datasets", "scaling")
 # Fig. 4 parallel coordinates (grid_x, copy kind) of rank 0 for both targets, Fig. 5a the PerfCounter
 # graphs, Fig. 5b the scaling study. Dataset names refer to config/paper.yaml.
 FIGURES = {
-    "fig2": {"kind": "causal", "groups": "per_kernel", "datasets": ["rank0", "rank1", "rank2", "rank3"],
-             "target": "kernel_variability"},
+    "fig2": {
+        "kind": "causal",
+        "groups": "per_kernel",
+        "datasets": ["rank0", "rank1", "rank2", "rank3"],
+        "target": "kernel_variability",
+    },
     "fig3": {"kind": "causal", "groups": "whole", "datasets": ["rank0", "rank3"], "target": "kernel_variability"},
-    "fig4": {"kind": "parallel", "datasets": ["rank0"], "targets": ["memory_stall", "kernel_variability"],
-             "features": ["grid_x", "linked_copy_kind"]},
-    "fig5a": {"kind": "causal", "groups": "all", "datasets": ["inversek2j", "accuracy", "sw4lite"],
-              "target": "kernel_variability"},
+    "fig4": {
+        "kind": "parallel",
+        "datasets": ["rank0"],
+        "targets": ["memory_stall", "kernel_variability"],
+        "features": ["grid_x", "linked_copy_kind"],
+    },
+    "fig5a": {
+        "kind": "causal",
+        "groups": "all",
+        "datasets": ["inversek2j", "accuracy", "sw4lite"],
+        "target": "kernel_variability",
+    },
     "fig5b": {"kind": "scaling"},
-}  # fmt: skip
+}
 # Stand-ins for the PerfCounter datasets when their source is resources/paper/<name>_ncu.csv: Table 2's
 # sample counts as launches; variant shifts the synthetic kernel mix.
 DEMO_PERFCOUNTER = {
@@ -76,15 +88,19 @@ def _figure(name: str, raw, datasets: dict[str, Dataset]) -> Figure:
     names = tuple(raw.get("datasets") or ())
     missing = [d for d in names if d not in datasets]
     if not names or missing:
-        raise ConfigError(f"{where} needs dataset(s) {', '.join(missing) or '(none given)'}, not in the paper config "
-                          f"(has: {', '.join(datasets)})")  # fmt: skip
+        raise ConfigError(
+            f"{where} needs dataset(s) {', '.join(missing) or '(none given)'}, not in the paper config "
+            f"(has: {', '.join(datasets)})"
+        )
     targets = tuple(raw.get("targets") or ([raw["target"]] if raw.get("target") else []))
     if not targets:
         raise ConfigError(f"{where}: give target or targets")
     for d in names:
         for t in targets:
             if t not in datasets[d].targets:
-                raise ConfigError(f"{where}: dataset {d} does not analyse target {t} (its targets: {', '.join(datasets[d].targets)})")
+                raise ConfigError(
+                    f"{where}: dataset {d} does not analyse target {t} (its targets: {', '.join(datasets[d].targets)})"
+                )
     groups = raw.get("groups", "all")
     if groups not in GROUPS:
         raise ConfigError(f"{where}.groups: {groups!r} is not allowed; allowed: {', '.join(GROUPS)}")
@@ -104,15 +120,18 @@ def _demo(raw) -> dict[str, dict[str, int]]:
     return out
 
 
-def parse_paper_config(raw, base: str | Path = ".", figures: dict | None = None,
-                       demo: dict | None = None) -> PaperConfig:  # fmt: skip
+def parse_paper_config(
+    raw, base: str | Path = ".", figures: dict | None = None, demo: dict | None = None
+) -> PaperConfig:
     """Validate an already-loaded paper.yaml mapping against the figures (default FIGURES)."""
     if not isinstance(raw, dict):
         raise ConfigError("paper config: expected a mapping with datasets and scaling")
     extra = sorted(set(raw) - set(ALLOWED_KEYS))
     if extra:
-        raise ConfigError(f"paper config: {', '.join(extra)}: not allowed here (only {', '.join(ALLOWED_KEYS)}; "
-                          "binning, causal and plot settings come from config/config.yaml)")  # fmt: skip
+        raise ConfigError(
+            f"paper config: {', '.join(extra)}: not allowed here (only {', '.join(ALLOWED_KEYS)}; "
+            "binning, causal and plot settings come from config/config.yaml)"
+        )
     config = validate_config({"datasets": raw.get("datasets"), "scaling": raw.get("scaling") or {}}, base)
     datasets = {d.name: d for d in config.datasets}
     figures = {str(k): _figure(str(k), v, datasets) for k, v in (FIGURES if figures is None else figures).items()}

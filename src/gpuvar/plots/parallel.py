@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
 from matplotlib.colors import LogNorm, Normalize
-from matplotlib.cm import ScalarMappable
 
 from gpuvar.errors import GpuvarError, InputError
 from gpuvar.plots import style
@@ -96,7 +96,11 @@ def draw_parallel(rows: pd.DataFrame, target: str, features: list[str], title: s
     logs = {a: is_log_axis(table[a].to_numpy()) for a in axes}
     if any(logs.values()):
         notes.append(f"log-scaled axes (values span {LOG_SPAN:g}x or more): {', '.join(a for a in axes if logs[a])}")
-    norm_cols = np.column_stack([_normalise(table[a].to_numpy(), logs[a]) for a in axes]) if len(table) else np.empty((0, len(axes)))
+    norm_cols = (
+        np.column_stack([_normalise(table[a].to_numpy(), logs[a]) for a in axes])
+        if len(table)
+        else np.empty((0, len(axes)))
+    )
     xs = np.arange(len(axes), dtype=float)
     segments = [np.column_stack([xs, row]) for row in norm_cols]
     bounds = (float(table[target].min()), float(table[target].max())) if len(table) else (0.0, 1.0)
@@ -110,11 +114,19 @@ def draw_parallel(rows: pd.DataFrame, target: str, features: list[str], title: s
         if not len(values):
             continue
         ticks, labels = _ticks(values, name, logs[name])
-        positions = _normalise(np.append(values, ticks), logs[name])[len(values):]
+        positions = _normalise(np.append(values, ticks), logs[name])[len(values) :]
         for y, lab in zip(positions, labels, strict=True):
             ax.plot([i - 0.03, i], [y, y], color="#333333", lw=0.8, zorder=3)
-            ax.text(i - 0.05, y, lab, ha="right", va="center", fontsize=7, zorder=4,
-                    bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.7))  # fmt: skip
+            ax.text(
+                i - 0.05,
+                y,
+                lab,
+                ha="right",
+                va="center",
+                fontsize=7,
+                zorder=4,
+                bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.7),
+            )
     ax.set_xlim(-0.5, len(axes) - 0.7)
     ax.set_ylim(-0.04, 1.04)
     ax.set_xticks(xs, [a.replace("_", "_\u200b") for a in axes], fontsize=8)
@@ -128,8 +140,15 @@ def draw_parallel(rows: pd.DataFrame, target: str, features: list[str], title: s
     return fig, table, notes
 
 
-def plot_parallel(rows_path: str | Path, stem: str | Path, target: str, features: list[str],
-                  formats=("svg", "png"), dpi: int = 110, title: str | None = None) -> dict:
+def plot_parallel(
+    rows_path: str | Path,
+    stem: str | Path,
+    target: str,
+    features: list[str],
+    formats=("svg", "png"),
+    dpi: int = 110,
+    title: str | None = None,
+) -> dict:
     """Read topk_rows.parquet, draw stem.<fmt> and write the plotted rows to stem.csv."""
     rows = read_rows(rows_path, [*features, target])
     if target not in rows.columns:
@@ -137,8 +156,13 @@ def plot_parallel(rows_path: str | Path, stem: str | Path, target: str, features
     fig, table, notes = draw_parallel(rows, target, features, title)
     files = style.save_figure(fig, stem, formats, dpi)
     files.append(style.write_csv(table, Path(f"{stem}.csv")))
-    return {"rows": int(len(rows)), "plotted": int(len(table)), "axes": list(table.columns), "notes": notes,
-            "files": [str(f) for f in files]}  # fmt: skip
+    return {
+        "rows": int(len(rows)),
+        "plotted": int(len(table)),
+        "axes": list(table.columns),
+        "notes": notes,
+        "files": [str(f) for f in files],
+    }
 
 
 def read_rows(path: str | Path, wanted: list[str]) -> pd.DataFrame:

@@ -47,9 +47,16 @@ def scaling_record(path: str | Path) -> dict:
         total = phases.get("total", phases.get("total_s", sum(phases.values())))
     if ranks is None or total is None:
         what = "rank count" if ranks is None else "elapsed seconds"
-        raise InputError(path, f"no {what} in bin.json (looked for {', '.join(RANK_KEYS if ranks is None else TOTAL_KEYS)})")
+        raise InputError(
+            path, f"no {what} in bin.json (looked for {', '.join(RANK_KEYS if ranks is None else TOTAL_KEYS)})"
+        )
     rows = next((report[k] for k in ("rows", "rows_in", "rows_read") if isinstance(report.get(k), int)), None)
-    record = {"ranks": int(ranks), "total_s": float(total), "rows": rows if isinstance(rows, int) else np.nan, "source": str(path)}
+    record = {
+        "ranks": int(ranks),
+        "total_s": float(total),
+        "rows": rows if isinstance(rows, int) else np.nan,
+        "source": str(path),
+    }
     record.update({f"phase_{k}": v for k, v in sorted(phases.items())})
     return record
 

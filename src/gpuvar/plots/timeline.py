@@ -112,8 +112,15 @@ def bin_unit(report: dict) -> str:
         return "ns"
 
 
-def plot_timeline(bins_path: str | Path, stem: str | Path, target: str, report_path: str | Path | None = None,
-                  formats=("svg", "png"), dpi: int = 110, top_k: int | None = None) -> dict:
+def plot_timeline(
+    bins_path: str | Path,
+    stem: str | Path,
+    target: str,
+    report_path: str | Path | None = None,
+    formats=("svg", "png"),
+    dpi: int = 110,
+    top_k: int | None = None,
+) -> dict:
     """Read bins.parquet (+ bin.json), draw stem.<fmt> and write the plotted bins to stem.csv."""
     report = read_bin_report(report_path)
     unit = bin_unit(report)
@@ -128,4 +135,9 @@ def plot_timeline(bins_path: str | Path, stem: str | Path, target: str, report_p
         raise InputError(bins_path, exc.reason) from None
     files = style.save_figure(draw_timeline(table, target, unit), stem, formats, dpi)
     files.append(style.write_csv(table, Path(f"{stem}.csv")))
-    return {"bins": int(len(table)), "top_k": int(table["is_top_k"].sum()), "unit": unit, "files": [str(f) for f in files]}
+    return {
+        "bins": int(len(table)),
+        "top_k": int(table["is_top_k"].sum()),
+        "unit": unit,
+        "files": [str(f) for f in files],
+    }

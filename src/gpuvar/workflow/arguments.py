@@ -33,9 +33,20 @@ def causal_arguments(reg, dataset: str, target: str, rows, sample, output, threa
 
     cfg, d = reg.cfg, reg.datasets[dataset]
     selection = [rows, "--random-rows", sample] if cfg.causal.rows == "top_k" else [sample]
-    return [*selection, "--target", target, "--group-by", d.group_by if cfg.causal.per_group else "none",
-            "--features", comma_list(d.features), *arguments(cfg, CONFIG_OPTIONS),
-            "--workers", str(threads), "--output", output]  # fmt: skip
+    return [
+        *selection,
+        "--target",
+        target,
+        "--group-by",
+        d.group_by if cfg.causal.per_group else "none",
+        "--features",
+        comma_list(d.features),
+        *arguments(cfg, CONFIG_OPTIONS),
+        "--workers",
+        str(threads),
+        "--output",
+        output,
+    ]
 
 
 def figure_arguments(reg) -> list[str]:
@@ -49,8 +60,16 @@ def causal_figure_arguments(reg, causal_dir, output, which: str = "all") -> list
     """`gpuvar plot causal`: one graph per group of a causal folder, edges filtered by the plots settings."""
     from gpuvar.plots.cli import EDGE_FILTERS
 
-    return ["causal", causal_dir, "--output", output, "--which", which, *figure_arguments(reg),
-            *arguments(reg.cfg, EDGE_FILTERS)]  # fmt: skip
+    return [
+        "causal",
+        causal_dir,
+        "--output",
+        output,
+        "--which",
+        which,
+        *figure_arguments(reg),
+        *arguments(reg.cfg, EDGE_FILTERS),
+    ]
 
 
 def stem(data_file) -> str:
@@ -61,14 +80,32 @@ def stem(data_file) -> str:
 def parallel_arguments(reg, rows, data_file, target: str, features=None) -> list[str]:
     """`gpuvar plot parallel` of the top-k rows; features: a paper figure's axes, else plots.parallel_features."""
     axes = comma_list(features if features else reg.cfg.plots.parallel_features)
-    return ["parallel", rows, "--output", stem(data_file), "--target", target, "--features", axes,
-            *figure_arguments(reg)]  # fmt: skip
+    return [
+        "parallel",
+        rows,
+        "--output",
+        stem(data_file),
+        "--target",
+        target,
+        "--features",
+        axes,
+        *figure_arguments(reg),
+    ]
 
 
 def timeline_arguments(reg, bins, report, data_file, target: str) -> list[str]:
     """`gpuvar plot timeline` of one binning run."""
-    return ["timeline", bins, "--bin-json", report, "--output", stem(data_file), "--target", target,
-            *figure_arguments(reg)]  # fmt: skip
+    return [
+        "timeline",
+        bins,
+        "--bin-json",
+        report,
+        "--output",
+        stem(data_file),
+        "--target",
+        target,
+        *figure_arguments(reg),
+    ]
 
 
 def scaling_arguments(reg, reports, data_file) -> list[str]:
@@ -98,20 +135,50 @@ def compare_arguments(reg, comparison, baseline_kernels, candidate_kernels, outp
     folders, and the figure settings."""
     from gpuvar.compare.workflow import side_arguments
 
-    return [baseline_kernels, candidate_kernels, "--output", output,
-            "--names", f"{comparison.baseline},{comparison.candidate}", *side_arguments(comparison, reg.datasets),
-            *figure_arguments(reg), "--seed", reg.cfg.causal.seed,
-            "--min-probability", reg.cfg.plots.min_probability]  # fmt: skip
+    return [
+        baseline_kernels,
+        candidate_kernels,
+        "--output",
+        output,
+        "--names",
+        f"{comparison.baseline},{comparison.candidate}",
+        *side_arguments(comparison, reg.datasets),
+        *figure_arguments(reg),
+        "--seed",
+        reg.cfg.causal.seed,
+        "--min-probability",
+        reg.cfg.plots.min_probability,
+    ]
 
 
 def scaling_trace_arguments(reg, rows, threads: int, output) -> list[str]:
     """`gpuvar demo-data --format canonical`: the big synthetic trace a scaling study of a demo dataset times."""
-    return ["--format", "canonical", "--rows", rows, "--seed", reg.cfg.demo.seed, "--workers", threads,
-            "--output", folder(output)]  # fmt: skip
+    return [
+        "--format",
+        "canonical",
+        "--rows",
+        rows,
+        "--seed",
+        reg.cfg.demo.seed,
+        "--workers",
+        threads,
+        "--output",
+        folder(output),
+    ]
 
 
 def paper_demo_arguments(reg, name: str, output) -> list[str]:
     """`gpuvar demo-data --format ncu`: the stand-in for a PerfCounter dataset of the paper (Table 2's size)."""
     spec = reg.paper.demo_perfcounter[name]
-    return ["--format", "ncu", "--rows", spec["rows"], "--variant", spec["variant"], "--seed", reg.cfg.demo.seed,
-            "--output", output]  # fmt: skip
+    return [
+        "--format",
+        "ncu",
+        "--rows",
+        spec["rows"],
+        "--variant",
+        spec["variant"],
+        "--seed",
+        reg.cfg.demo.seed,
+        "--output",
+        output,
+    ]

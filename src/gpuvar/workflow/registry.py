@@ -91,5 +91,7 @@ def print_flagged_graphs(path: str | Path = CHECKS_TABLE) -> None:
     trusted = [r.split("\t")[4] for r in rows]
     flagged = trusted.count("no")
     if flagged:
-        print(f"gpuvar: {flagged} of {flagged + trusted.count('yes')} causal graphs failed an assumption check; "
-              f"read them as hypotheses (list: {path}, docs/causal.md)")  # fmt: skip
+        print(
+            f"gpuvar: {flagged} of {flagged + trusted.count('yes')} causal graphs failed an assumption check; "
+            f"read them as hypotheses (list: {path}, docs/causal.md)"
+        )
