@@ -2,4 +2,6 @@
 
 from gpuvar.workflow.script import run_gpuvar
 
-run_gpuvar(snakemake, "compare", *snakemake.params.args)  # noqa: F821 (snakemake is set by the script directive)
+# guarded: worker processes (spawn) re-import this file as __mp_main__
+if __name__ == "__main__":
+    run_gpuvar(snakemake, "compare", *snakemake.params.args)  # noqa: F821 (snakemake is set by the script directive)

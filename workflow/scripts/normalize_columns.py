@@ -4,4 +4,6 @@ read: kernels.parquet, memcpy.parquet (empty when the trace has no copies), inge
 from gpuvar.workflow.arguments import folder
 from gpuvar.workflow.script import run_gpuvar
 
-run_gpuvar(snakemake, "normalize", snakemake.input.raw, "--output", folder(snakemake.output.report))  # noqa: F821
+# guarded: worker processes (spawn) re-import this file as __mp_main__
+if __name__ == "__main__":
+    run_gpuvar(snakemake, "normalize", snakemake.input.raw, "--output", folder(snakemake.output.report))  # noqa: F821

@@ -2,4 +2,6 @@
 
 from gpuvar.workflow.script import run_gpuvar
 
-run_gpuvar(snakemake, "causal-checks", *snakemake.input, "--output", snakemake.output[0])  # noqa: F821
+# guarded: worker processes (spawn) re-import this file as __mp_main__
+if __name__ == "__main__":
+    run_gpuvar(snakemake, "causal-checks", *snakemake.input, "--output", snakemake.output[0])  # noqa: F821
