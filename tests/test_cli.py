@@ -34,3 +34,18 @@ def test_user_mistakes_are_one_line(run_cli, tmp_path, args, message):
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert len([line for line in proc.stderr.splitlines() if "error" in line]) == 1
+
+
+def test_demo_data_is_the_same_bytes_on_every_run(tmp_path):
+    """The embedded demo is reproducible byte for byte (gzip'd Kineto traces included: no time stamp)."""
+    import time
+
+    from gpuvar.demo.cli import write_demo_set
+
+    write_demo_set(tmp_path / "a", seed=3, rows=500)
+    time.sleep(1.1)  # a gzip header with the current time would now differ
+    write_demo_set(tmp_path / "b", seed=3, rows=500)
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert any(name.endswith(".json.gz") for name in files) and len(files) >= 10
+    for name in (n for n in files if n != "demo.json"):  # demo.json names the folder it was written to
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name

@@ -8,7 +8,9 @@ and shrinks with grid_y (the demo's planted launch effects), plus per-rank skew 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 from pathlib import Path
 
 import numpy as np
@@ -112,16 +114,21 @@ def _events(n: int, rng: np.random.Generator, rank: int, device: int, t0: int) -
     return out, int(starts[-1])
 
 
+@contextlib.contextmanager
+def _gzip_text(path: Path):
+    """Text into a gzip file whose header holds no time stamp (mtime=0) and no file name, so the same trace
+    is the same bytes on every run (gzip.open stores the current time)."""
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, filename="", mtime=0) as gz:
+        with io.TextIOWrapper(gz, encoding="utf-8", newline="\n") as text:
+            yield text
+
+
 def write_kineto_demo(path, kernels: int, seed: int = 0, rank: int | None = None, world: int = 1) -> dict:
     """Write a Kineto trace of `kernels` kernel events (gzip when the name ends in .gz); returns a summary."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     device = 0 if rank is None else rank
-    opener = (
-        (lambda p: gzip.open(p, "wt", encoding="utf-8", compresslevel=1, newline="\n"))
-        if path.suffix == ".gz"
-        else (lambda p: open(p, "w", encoding="utf-8", newline="\n"))
-    )
+    opener = _gzip_text if path.suffix == ".gz" else (lambda p: open(p, "w", encoding="utf-8", newline="\n"))
     tmp = path.with_name(path.name + ".tmp")
     counts = {"kernel": 0, "gpu_memcpy": 0, "gpu_memset": 0}
     with opener(tmp) as fh:
