@@ -9,6 +9,7 @@ from __future__ import annotations
 
 # --- files inside a stage's output folder --------------------------------------------------------------
 RAW_FOLDER = "raw"  # `gpuvar read`: <table>.parquet per vendor table + raw.json (gpuvar.ingest.raw)
+RAW_MANIFEST = "raw.json"  # the raw read's format, accounting and reader facts; written last
 KERNELS_TABLE = "kernels.parquet"  # canonical kernel launches (docs/schema.md)
 MEMCPY_TABLE = "memcpy.parquet"  # canonical copies; written always, with no rows when the source has none
 INGEST_REPORT = "ingest.json"  # rows read / written / dropped per table; written last

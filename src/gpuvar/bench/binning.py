@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, KERNELS_TABLE
 from gpuvar.errors import GpuvarError
 
 STATS = ["count", "min", "max", "mean", "var", "std", "q25", "median", "q75"]
@@ -55,7 +56,7 @@ def demo_trace(data_dir: Path, rows: int, seed: int) -> tuple[Path, float | None
     from gpuvar.demo.canonical_writer import write_canonical_demo
 
     folder = Path(data_dir) / f"rows{rows}-seed{seed}"
-    path = folder / "kernels.parquet"
+    path = folder / KERNELS_TABLE
     try:
         if pq.ParquetFile(path).metadata.num_rows == rows:
             return path, None
@@ -136,8 +137,8 @@ def run_gpuvar(
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise GpuvarError(f"gpuvar bin failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
-    report = json.loads((out / "bin.json").read_text())
-    t = pq.read_table(out / "bins.parquet", columns=["bin", *STATS])
+    report = json.loads((out / BIN_REPORT).read_text())
+    t = pq.read_table(out / BINS_TABLE, columns=["bin", *STATS])
     return wall, report, {c: t.column(c).to_numpy() for c in ["bin", *STATS]}
 
 

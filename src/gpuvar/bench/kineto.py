@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpuvar.artifacts import INGEST_REPORT
+
 
 def configure_kineto(p):
     p.add_argument("--events", type=int, default=1_000_000, help="kernel events in the generated trace")
@@ -48,7 +50,7 @@ def run_kineto(args) -> int:
     child_wall = time.perf_counter() - wall0
     if proc.returncode != 0:
         raise GpuvarError(f"ingest of {source} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    report = json.loads((out / "ingest.json").read_text())
+    report = json.loads((out / INGEST_REPORT).read_text())
     wall = report["seconds"]["total"]
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = usage.ru_utime + usage.ru_stime

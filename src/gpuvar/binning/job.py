@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpuvar.artifacts import BIN_REPORT
 from gpuvar.binning.exchange import TARGET, exchange_rows
 from gpuvar.binning.per_bin import bin_statistics
 from gpuvar.binning.plan import BinOptions, Collective, make_plan
@@ -122,7 +123,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
         ranking, topk_rows, sample_rows, n_in, reasons, n_valid, means.n_groups, bins.gmin, bins.n_bins, seconds, rss
     )
     report = build_report(plan, got)
-    write_json(report, Path(opts.output) / "bin.json")
+    write_json(report, Path(opts.output) / BIN_REPORT)
     return report
 
 

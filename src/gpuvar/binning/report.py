@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from gpuvar.artifacts import BINS_TABLE, SAMPLE_ROWS, TOPK_ROWS
 from gpuvar.binning.plan import Plan
 from gpuvar.binning.ranking import Ranking
 from gpuvar.binning.selection import explain_selection
@@ -69,9 +70,9 @@ def write_tables(plan: Plan, bins: pa.Table, topk_rows: list[pa.Table], sample_r
         "top_k": opts.top_k,
         "source": Path(opts.kernels).name,
     }
-    write_canonical(bins, out / "bins.parquet", meta)
-    write_canonical(_rows_table(plan, topk_rows), out / "topk_rows.parquet", meta)
-    write_canonical(_rows_table(plan, sample_rows), out / "sample_rows.parquet", meta | {"selection": "random bins"})
+    write_canonical(bins, out / BINS_TABLE, meta)
+    write_canonical(_rows_table(plan, topk_rows), out / TOPK_ROWS, meta)
+    write_canonical(_rows_table(plan, sample_rows), out / SAMPLE_ROWS, meta | {"selection": "random bins"})
 
 
 def _rows_table(plan: Plan, rows: list[pa.Table]) -> pa.Table:

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gpuvar.artifacts import KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.canonical_io import _DELTA_COLUMNS, METADATA_KEY, ROW_GROUP_ROWS
 from gpuvar.demo import synth
 from gpuvar.errors import GpuvarError
@@ -152,8 +153,8 @@ def write_canonical_demo(
         n_m += held.num_rows
         kw.close()
         mw.close()
-        os.replace(tmp_k, outdir / "kernels.parquet")
-        os.replace(tmp_m, outdir / "memcpy.parquet")
+        os.replace(tmp_k, outdir / KERNELS_TABLE)
+        os.replace(tmp_m, outdir / MEMCPY_TABLE)
     finally:
         for tmp in (tmp_k, tmp_m):
             if tmp.exists():

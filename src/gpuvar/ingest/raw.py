@@ -22,9 +22,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpuvar.artifacts import RAW_MANIFEST
 from gpuvar.errors import InputError
 
-RAW_MANIFEST = "raw.json"
 _TABLE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
