@@ -125,12 +125,6 @@ def write_canonical(
             tmp.unlink()
 
 
-def read_metadata(path: str | Path) -> dict:
-    """The gpuvar metadata dict stored in a canonical file (empty if absent)."""
-    meta = pq.read_schema(path).metadata or {}
-    return json.loads(meta.get(METADATA_KEY, b"{}"))
-
-
 def write_json(obj, path: str | Path) -> None:
     """Deterministic JSON (sorted keys, trailing newline), written atomically."""
     path = Path(path)
