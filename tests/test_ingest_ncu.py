@@ -19,7 +19,7 @@ from conftest import real_file
 from gpuvar.demo import synth
 from gpuvar.demo.ncu_writer import DRAM_BYTES_PER_NS, STALL_METRIC, write_ncu_demo
 from gpuvar.ingest import ingest, load, ncu
-from gpuvar.ingest.base import read_head
+from gpuvar.ingest.compression import read_head
 from gpuvar.ingest.detect import detect
 
 REAL = "ncu-csv/roofline-profiler-rtx5070"

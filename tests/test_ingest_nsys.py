@@ -19,7 +19,7 @@ from conftest import real_file
 from gpuvar.demo import synth
 from gpuvar.demo.nsys_writer import write_nsys_demo
 from gpuvar.ingest import ingest, load, nsys
-from gpuvar.ingest.base import read_head
+from gpuvar.ingest.compression import read_head
 from gpuvar.ingest.detect import detect
 from gpuvar.schema import canonical_columns
 

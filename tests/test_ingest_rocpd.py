@@ -16,7 +16,7 @@ from conftest import real_file
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import ingest, load, rocpd
-from gpuvar.ingest.base import read_head
+from gpuvar.ingest.compression import read_head
 from gpuvar.ingest.detect import detect
 
 SYS = "rocpd-sqlite/rocprofsys-transpose-w7800/rocpd-3638851.db"

@@ -187,6 +187,28 @@ def test_short_row_is_the_only_drop_the_read_makes(tmp_path):
     assert len(out.kernels) == 1 and sum(out.dropped["kernels"].values()) == 2
 
 
+def test_repeated_header_names_stay_distinct_columns(tmp_path):
+    """A repeated counter gets pandas' '.1' suffix; a header that already holds 'SQ_WAVES.1' does not lose a column
+    to the generated name (every value stays addressable)."""
+    path = tmp_path / "results.csv"
+    _write(path, ["KernelName", "SQ_WAVES", "SQ_WAVES", "SQ_WAVES.1", "BeginNs", "EndNs"], [["k", 1, 2, 3, 5, 9]])
+    table = rocprof.read_raw(path).tables["dispatches"]
+    assert table.column_names[:4] == ["KernelName", "SQ_WAVES", "SQ_WAVES.2", "SQ_WAVES.1"]
+    assert [table.column(i)[0].as_py() for i in (1, 2, 3)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("content", [b"", b"\xef\xbb\xbf", b" \r\n\n"])
+def test_empty_csv_is_the_same_error_for_every_csv_reader(tmp_path, content):
+    """AMD and ncu CSV readers read bytes through one helper: an empty, BOM-only or blank file is 'empty file'."""
+    from gpuvar.ingest import ncu
+
+    path = tmp_path / "results.csv"
+    path.write_bytes(content)
+    for module in (rocprof, rocprofv3, ncu):
+        with pytest.raises(InputError, match="empty file"):
+            module.read_raw(path)
+
+
 def test_read_raw_rejects_what_read_rejects(tmp_path):
     path = tmp_path / "results.csv"
     _write(path, ["grd", "wgr", "BeginNs"], [[64, 64, 1]])

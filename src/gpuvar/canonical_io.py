@@ -1,8 +1,9 @@
 """Reading and writing canonical Parquet.
 
-Layout chosen for the MPI binning job (GUIDE §3): rows sorted by start time (launch order where there is no
-timeline), fixed-size row groups so ranks can read disjoint slices, zstd, and DELTA_BINARY_PACKED without
-dictionary for the monotone time columns, which roughly halves the decode time of start/end.
+Layout chosen for the MPI binning job (docs/performance.md; §3 of the shared field guide ../shared/GUIDE.md, outside the
+repo): rows sorted by start time (launch order where there is no timeline), fixed-size row groups so ranks can read
+disjoint slices, zstd, and DELTA_BINARY_PACKED without dictionary for the monotone time columns, which roughly halves
+the decode time of start/end.
 Files are written to a temporary name and renamed, so an interrupted run never leaves a complete-looking file.
 """
 
@@ -122,12 +123,6 @@ def write_canonical(
     finally:
         if tmp.exists():
             tmp.unlink()
-
-
-def read_metadata(path: str | Path) -> dict:
-    """The gpuvar metadata dict stored in a canonical file (empty if absent)."""
-    meta = pq.read_schema(path).metadata or {}
-    return json.loads(meta.get(METADATA_KEY, b"{}"))
 
 
 def write_json(obj, path: str | Path) -> None:

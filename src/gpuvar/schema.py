@@ -75,18 +75,6 @@ def table1_rename(columns) -> dict[str, str]:
     return out
 
 
-def feature_group(column: str) -> str:
-    """Group of a canonical or Table 1 column; 'counter' for anything else (kept vendor counters)."""
-    for table in ("kernels", "memcpy"):
-        for c in canonical_columns(table):
-            if c.column == column:
-                return c.group
-    for simplified, group in table1_mapping().values():
-        if simplified == column:
-            return group
-    return "counter"
-
-
 _OPEN, _CLOSE = "<([", ">)]"
 
 

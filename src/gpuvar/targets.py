@@ -3,7 +3,8 @@
 * kernel_variability = duration - mean duration of the launch's group over the WHOLE trace. The group is the
   kernel name by default (`group="kernel"`): a mean per full launch configuration (`"launch_config"`) would
   remove every launch feature's effect by construction, so it is an option (pure noise of identical launches),
-  not the default (GUIDE §1). Group sums are exact integers, so the means do not depend on how rows are split.
+  not the default (§1 of the shared field guide ../shared/GUIDE.md, outside the repo). Group sums are exact
+  integers, so the means do not depend on how rows are split.
 * memory_stall = |kernel duration - duration of the linked memcpy|. nsys `correlationId` links an activity to
   its CUDA API call, never a kernel to a copy, so the link is explicit: the latest memcpy (by start; the last
   one in file order among equal starts) on the same device and stream (`link="stream"`, default) or on the same

@@ -66,17 +66,3 @@ def role_of(column: str) -> Role:
 
 def is_categorical(column: str) -> bool:
     return role_of(column).categorical
-
-
-def rules_table() -> list[dict]:
-    """The rules as documented (for docs and causal.json)."""
-    return [
-        {
-            "pattern": p.pattern,
-            "role": r.role,
-            "categorical": r.categorical,
-            "components": list(r.components),
-            "why": r.why,
-        }
-        for p, r in _rules()
-    ]

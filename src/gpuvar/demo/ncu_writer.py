@@ -1,7 +1,8 @@
 """Write a synthetic trace as an Nsight Compute CSV (long "details" or wide `--page raw` layout).
 
-The file looks like the real `ncu --csv` exports (GUIDE §2): UTF-8 BOM, CRLF, every field quoted, numbers
-with thousands separators ("53,261,312"), sizes as "(256, 1, 1)", section "Command line profiler metrics";
+The file looks like the real `ncu --csv` exports (§2 of the shared field guide ../shared/GUIDE.md, outside the
+repo): UTF-8 BOM, CRLF, every field quoted, numbers with thousands separators ("53,261,312"), sizes as
+"(256, 1, 1)", section "Command line profiler metrics";
 the long layout also has the two `==PROF==` lines ncu prints before the CSV. Units are ncu's base units
 (as with `--print-units base`), so the values round-trip exactly. Launches come from `synth.generate`.
 

@@ -1,6 +1,7 @@
 """Write a synthetic trace as an Nsight Systems SQLite export (the tables `nsys export --type sqlite` makes).
 
-The tables carry the real DDL of an nsys 2024.6.2 export (schema 3.16.1, real-data README §C):
+The tables carry the real DDL of an nsys 2024.6.2 export (schema 3.16.1, §C of the real files' README
+../shared/data/real/README.md, outside the repo):
 CUPTI_ACTIVITY_KIND_KERNEL (28 columns), CUPTI_ACTIVITY_KIND_MEMCPY, StringIds, ENUM_CUDA_MEMCPY_OPER and
 ENUM_CUDA_MEM_KIND (rows copied from the real exports) and META_DATA_EXPORT, so the nsys reader is
 exercised exactly as on a real file. Kernel names are ids into StringIds; globalPid packs the process id

@@ -42,14 +42,6 @@ SMEM_LEVELS = (np.array([0, 4096]), np.array([16384, 20480]), np.array([32768, 3
 GRID_X_NS = 12.0  # per block
 CACHE_MIDDLE_NS = 1_500.0  # cacheConfig's middle code
 SMEM_NS = 0.35  # per byte of dynamic shared memory, in every kernel
-TRUTH = {
-    "traps": {
-        "drivers": {"grid_x": 1, "cacheConfig=2": 1, "dynamic_shared_memory": 1},
-        "decoys": ["localMemoryTotal", "scratch_per_workitem", "dram__bytes_read.sum", "smsp__inst_executed.sum"],
-        "near_duplicate_of": {"localMemoryTotal": "grid_x", "dram__bytes_read.sum": "grid_x"},
-    },
-    "selection": {"drivers": {"grid_x": 1, "block_x": 1}, "induced_edge": ("grid_x", "block_x")},
-}
 
 
 def traps(n: int, seed: int, codes: tuple[int, int, int] = (1, 2, 3)) -> dict[str, np.ndarray]:

@@ -31,8 +31,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from gpuvar.errors import InputError
-from gpuvar.ingest import compression
-from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, to_int, to_number
+from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, read_csv_bytes, to_int, to_number, unique_names
 from gpuvar.ingest.raw import RawTrace
 from gpuvar.schema import int_column, table1_rename
 
@@ -81,26 +80,6 @@ def csv_header(head: bytes) -> list[str]:
         return []
 
 
-def _unique_names(names: list[str]) -> list[str]:
-    """Repeated header names get '.1', '.2' (pandas' convention) so no column is silently overwritten."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        n = seen.get(name, 0)
-        seen[name] = n + 1
-        out.append(name if n == 0 else f"{name}.{n}")
-    return out
-
-
-def _load_bytes(path: Path) -> bytes:
-    raw = compression.read_bytes(path)
-    if not raw or raw.isspace():
-        raise InputError(path, "empty file")
-    if b"\x00" in raw[:4096]:
-        raise InputError(path, "binary file, not a CSV")
-    return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
-
-
 def _text_types(names: list[str]) -> dict[str, pa.DataType]:
     """Columns read as text whatever they look like: names, and the hex `sig`/`obj` (which pyarrow would
     otherwise turn into integers in the CSV but not in results.db)."""
@@ -114,7 +93,7 @@ def _parse(raw: bytes, header: bytes, encoding: str, bad: list) -> tuple[pa.Tabl
     """pyarrow read with our header names (deduplicated); invalid rows are collected in `bad` and skipped.
     pyarrow's whole-file reader widens a column that turns decimal after the first block. A file wider than
     WIDE_BATCH columns (real ones have ~2,700) is converted WIDE_BATCH columns per pass, bounding memory."""
-    names = _unique_names([c.strip() for c in next(csv.reader([header.decode(encoding)]))])
+    names = unique_names([c.strip() for c in next(csv.reader([header.decode(encoding)]))])
     first_pass = True
 
     def on_invalid(row):
@@ -150,7 +129,7 @@ def read_amd_csv(path: Path, raw: RawTrace, table: str = "kernels") -> pa.Table:
     file's last line, which means the file was cut mid-row: that is an InputError, as are a header without data
     rows and an unterminated quote. Invalid UTF-8 falls back to latin-1.
     """
-    data = _load_bytes(path)
+    data = read_csv_bytes(path)
     end = data.find(b"\n")
     header = data[: end if end >= 0 else len(data)].rstrip(b"\r")
     bad: list[pacsv.InvalidRow] = []
@@ -351,7 +330,7 @@ def require_kernel_name(path: Path, columns) -> None:
 def read_sysinfo(path: Path) -> dict[str, str]:
     """The single row of an Omniperf sysinfo.csv as a dict ({} when absent or unreadable)."""
     try:
-        text = compression.read_bytes(path).decode("utf-8-sig", errors="replace")
+        text = read_csv_bytes(path).decode("utf-8", errors="replace")
         rows = list(csv.DictReader(io.StringIO(text)))
     except (InputError, csv.Error):
         return {}

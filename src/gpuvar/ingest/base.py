@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,22 +36,44 @@ class ReaderOutput:
             self.dropped.setdefault(table, Counter())[reason] += int(count)
 
 
-def read_head(path: Path, size: int = 65536) -> bytes:
-    """First (decompressed: see compression) bytes of a file, for content sniffing."""
-    return compression.read_head(path, size)
+def read_csv_bytes(path: Path) -> bytes:
+    """A text profiler file's whole content for a CSV reader: decompressed and UTF-16 transcoded (see
+    compression), UTF-8 BOM dropped; an empty, blank or binary file is a one-line InputError.
 
-
-def decode_text(path: Path) -> str:
-    """Whole file as text (decompressed, UTF-16 transcoded: see compression): UTF-8 (BOM stripped), falling back
-    to latin-1; CRLF/CR normalised to LF."""
+    Bytes, not text: Arrow parses UTF-8 directly, which avoids a Python string of a file that can hold millions
+    of rows. Every CSV reader reads through here, so they all reject the same files with the same message."""
     raw = compression.read_bytes(path)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    if not raw or raw.isspace():
+        raise InputError(path, "empty file")
     if b"\x00" in raw[:4096]:
         raise InputError(path, "binary file, not a CSV")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        text = raw.decode("latin-1")
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return raw
+
+
+def unique_names(names: list[str], template: str = "{name}.{n}", first: int = 1) -> list[str]:
+    """Header names with repeats made unique, so no column is silently overwritten or unaddressable.
+
+    The k-th repeat of `name` becomes `template` with n = first + k - 1: pandas' 'x.1', 'x.2' by default (AMD
+    CSVs), 'x (2)', 'x (3)' with template '{name} ({n})', first=2 (ncu CSVs). A generated name that the header
+    already holds is skipped ('x', 'x', 'x.1' -> 'x', 'x.2', 'x.1'), so the result never repeats."""
+    taken = set(names)
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        if name not in seen:
+            seen[name] = first - 1
+            out.append(name)
+            continue
+        while True:
+            seen[name] += 1
+            candidate = template.format(name=name, n=seen[name])
+            if candidate not in taken:
+                break
+        taken.add(candidate)
+        out.append(candidate)
+    return out
 
 
 def csv_block_size(body, lines: int = 8) -> int:
@@ -78,16 +99,6 @@ def _find_newline(body, start: int) -> int:
         if found >= 0:
             return chunk_start + found
     return -1
-
-
-def read_csv_text(path: Path, text: str, **kwargs) -> pd.DataFrame:
-    """pandas CSV parse of already-decoded text; a parser failure becomes a one-line InputError."""
-    try:
-        return pd.read_csv(io.StringIO(text), **kwargs)
-    except pd.errors.EmptyDataError:
-        raise InputError(path, "empty CSV (no header)") from None
-    except (pd.errors.ParserError, ValueError) as exc:
-        raise InputError(path, f"malformed CSV: {str(exc).splitlines()[0]}") from None
 
 
 def require_columns(path: Path, columns, required, what: str = "CSV") -> None:

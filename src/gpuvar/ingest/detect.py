@@ -11,8 +11,7 @@ import importlib
 from pathlib import Path
 
 from gpuvar.errors import InputError, path_problem
-from gpuvar.ingest.base import read_head
-from gpuvar.ingest.compression import check_not_compressed_sqlite
+from gpuvar.ingest.compression import check_not_compressed_sqlite, read_head
 
 # module names under gpuvar.ingest, in sniffing order (most specific first)
 READER_MODULES = (

@@ -33,7 +33,6 @@ from gpuvar.ingest.json_stream import DecodeFailed
 _NULL = msgspec.Raw(b"null")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RANGE_CAT = "cuda_profiler_range"
-INT_ARGS = ("device", "stream", "correlation", "registers per thread", "shared memory", "External id", "bytes")
 FLOAT_ARGS = ("blocks per SM", "warps per SM", "est. achieved occupancy %", "memory bandwidth (GB/s)")
 ARGS = (
     "device",

@@ -6,10 +6,10 @@ column per metric). Wide layout: one row per launch, identity columns then one c
 second row holding the units (recognised by its empty ID). Either way the kernel table has one row per
 launch, and rows_read counts launches (the long layout's metric-row count is in the notes).
 
-Quirks handled (GUIDE §2): UTF-8 BOM, CRLF, `==PROF==` / program output before the header (and `==PROF==`-
-style report lines after it, counted in the notes), thousands separators, `n/a`, empty units, sizes as
-"(x, y, z)". Older ncu versions lack Block Size / Grid Size / Device / CC: only ID and Kernel Name (plus
-Metric Name and Metric Value in the long layout) are required.
+Quirks handled (§2 of the shared field guide ../shared/GUIDE.md, outside the repo): UTF-8 BOM, CRLF,
+`==PROF==` / program output before the header (and `==PROF==`-style report lines after it, counted in the notes),
+thousands separators, `n/a`, empty units, sizes as "(x, y, z)". Older ncu versions lack Block Size / Grid Size /
+Device / CC: only ID and Kernel Name (plus Metric Name and Metric Value in the long layout) are required.
 
 Units: ncu may auto-scale units per value (`usecond` for one launch, `msecond` for the next; `Kbyte`,
 `Mbyte`), so a metric column would mix scales. Every value is therefore converted to its base unit: times
@@ -40,8 +40,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from gpuvar.errors import InputError
-from gpuvar.ingest import compression
-from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, require_columns, to_int
+from gpuvar.ingest.base import (
+    ReaderOutput,
+    csv_block_size,
+    is_utf8,
+    read_csv_bytes,
+    require_columns,
+    to_int,
+    unique_names,
+)
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 from gpuvar.schema import int_column
 
@@ -154,19 +161,6 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 # --- parsing --------------------------------------------------------------------------------------------
-def _file_bytes(path: Path) -> bytes:
-    """The file's bytes without a UTF-8 BOM; unreadable, binary or empty files are InputErrors.
-
-    Bytes, not text: Arrow parses UTF-8 directly, which avoids building a Python string of a file that can
-    hold millions of long-layout rows. Decompressed and UTF-16 transcoded (see compression)."""
-    raw = compression.read_bytes(path)
-    if b"\x00" in raw[:4096]:
-        raise InputError(path, "binary file, not a CSV")
-    if not raw or raw.isspace():
-        raise InputError(path, "empty file")
-    return raw
-
-
 def _strip_report_lines(data: bytes, offset: int) -> tuple[bytes | memoryview, int]:
     """The CSV part of `data` (from `offset`) without ==PROF==/==WARNING== lines interleaved after the header;
     returns (body, lines removed). Zero-copy in the usual case of no such lines."""
@@ -193,16 +187,6 @@ def _check_truncated(path: Path, body, n_columns: int) -> None:
         raise InputError(path, f"truncated: the last row has {len(fields)} of {n_columns} fields")
 
 
-def _unique_names(fields: list[str]) -> list[str]:
-    """Header names with repeats made unique ('x', 'x (2)'), so every column stays addressable."""
-    seen: dict[str, int] = {}
-    names = []
-    for name in fields:
-        seen[name] = seen.get(name, 0) + 1
-        names.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
-    return names
-
-
 WIDE_BATCH = 8192  # columns converted per pass (see amd_common.WIDE_BATCH)
 
 
@@ -211,7 +195,7 @@ def _parse(path: Path, body, fields: list[str], out: RawTrace) -> tuple[pa.Table
 
     A row with too few fields (program output printed after the header) is skipped and counted; one with too
     many means misaligned columns and is an error, as is any other tokenizer failure."""
-    names = _unique_names(fields)
+    names = unique_names(fields, "{name} ({n})", first=2)
     short = []
     first_pass = [True]
 
@@ -544,7 +528,7 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     row per launch) and `units` (the units row, when the file has one). Rows with too few fields are the only
     rows left out (counted). rows_read['kernels'] counts launches plus rows whose ID is not a launch number."""
     path = Path(path)
-    data = _file_bytes(path)
+    data = read_csv_bytes(path)
     found = _find_header(data)
     if found is None:
         raise InputError(path, 'not an Nsight Compute CSV: no header line starting "ID" that names "Kernel Name"')

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from gpuvar.errors import InputError
 from gpuvar.ingest import ncu
 from gpuvar.ingest.base import ReaderOutput
+from gpuvar.ingest.compression import read_raw_head
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "ncu-rep"
@@ -199,12 +200,7 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     workload type), `metrics` (one column per metric, values as returned: no unit conversion) and `units` (the
     same columns: each value's unit). Unreadable launch records are dropped and counted."""
     path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(MAGIC))
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror})") from None
-    if head != MAGIC:
+    if read_raw_head(path, len(MAGIC)) != MAGIC:
         raise InputError(path, "not an Nsight Compute report (no NVR magic bytes at the start)")
     launches, parser = _worker(path)
     raw = RawTrace(format=FORMAT, source=str(path), tables={})

@@ -59,7 +59,6 @@ RAW_KERNELS, RAW_MEMCPY, RAW_STRINGS, RAW_MEMCPY_ENUM = (
 )
 GPU_TABLES = (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_CUDA_DEVICE", "cudaId"))  # (table, id column), notes order
 NAME_COLUMNS = {"demangledName": "kernel_name", "shortName": "kernel_short_name", "mangledName": "mangledName"}
-VENDOR_COLUMN_OPTION = True  # read() takes keep_vendor_columns (the driver passes it to this reader only)
 KERNEL_RENAME = {
     "start": "start",
     "end": "end",

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common
-from gpuvar.ingest.base import ReaderOutput, require_columns, to_int, to_number
+from gpuvar.ingest.base import ReaderOutput, read_csv_bytes, require_columns, to_int, to_number
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "rocprofv3-csv"
@@ -101,7 +101,7 @@ def source_files(path: Path) -> list[tuple[str, Path]]:
     """(kind, file) pairs to read: a folder's rocprofv3 CSVs, or the one file given (kind by content)."""
     if path.is_dir():
         return _folder_files(path)
-    kind = kind_of(amd_common.csv_header(amd_common._load_bytes(path)[:65536]))
+    kind = kind_of(amd_common.csv_header(read_csv_bytes(path)[:65536]))
     if kind is None:
         raise InputError(path, "not a rocprofv3 kernel_trace, counter_collection or memory_copy_trace CSV")
     return [(kind, path)]
