@@ -39,11 +39,6 @@ def ingest_file(name: str, folder: str = INGEST_DIR) -> str:
     return f"{folder}/{name}"
 
 
-def raw_file(name: str, folder: str = INGEST_DIR) -> str:
-    """A file of the raw read beside an ingest folder (raw.json marks it complete)."""
-    return f"{folder}/{RAW_FOLDER}/{name}"
-
-
 def bin_file(name: str, folder: str = BIN_DIR) -> str:
     """A file of a binning output folder, e.g. bin_file(BIN_REPORT) -> results/bin/{dataset}/{target}/bin.json."""
     return f"{folder}/{name}"

@@ -72,17 +72,6 @@ def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True
     return normalize_trace(read_source(source, fmt, options))
 
 
-def read_to_folder(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True):
-    """`gpuvar read`: the raw tables of `source` into `output` (raw.json written last); returns the RawTrace."""
-    from gpuvar.ingest.raw import RAW_MANIFEST, ReadOptions, write_raw
-
-    output = Path(output)
-    (output / RAW_MANIFEST).unlink(missing_ok=True)
-    raw = read_source(source, fmt, ReadOptions(keep_vendor_columns, output.parent))
-    write_raw(raw, output)
-    return raw
-
-
 def normalize_folder(raw_folder: str | Path, output: str | Path) -> dict:
     """`gpuvar normalize`: a raw folder (from `gpuvar read`) into canonical Parquet + ingest.json."""
     from gpuvar.ingest.raw import load_raw
