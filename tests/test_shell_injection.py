@@ -101,7 +101,8 @@ def test_values_past_validation_are_still_one_argument_each(tmp_path, trace, sta
     )
     bypass = (
         f"import dataclasses\nREG = dataclasses.replace(REG, cfg=REG.cfg.model_copy(update={{{update}}}))\n"
-        "REG = dataclasses.replace(REG, datasets={d.name: d for d in REG.cfg.datasets})\nCFG = REG.cfg\n"
+        "REG = dataclasses.replace(REG, datasets={**REG.datasets, **{d.name: d for d in REG.cfg.datasets}})\n"
+        "CFG = REG.cfg\n"
     )
     assert "CFG = REG.cfg\n" in common.read_text()
     common.write_text(common.read_text().replace("CFG = REG.cfg\n", bypass))
