@@ -73,7 +73,9 @@ def load_profile(path: Path) -> dict:
 
 def workflow_rules() -> set[str]:
     text = "\n".join(p.read_text() for p in [REPO / "Snakefile", *sorted((REPO / "workflow/rules").glob("*.smk"))])
-    return set(re.findall(r"^\s*rule\s+(\w+)\s*:", text, re.M))
+    plain = re.findall(r"^\s*rule\s+(\w+)\s*:", text, re.M)
+    derived = re.findall(r"^\s*use rule \w+ as (\w+) with:", text, re.M)  # bin_scaling_trace, normalize_rank, ...
+    return set(plain) | set(derived)
 
 
 # ------------------------------------------------------------------------------------------- profiles
@@ -331,7 +333,7 @@ def test_jobs_went_through_slurm(slurm_run):
     datasets = ("broken", "rank0", "rank1")
     expected = (
         ["rule_make_demo_data"]
-        + [f"rule_ingest_trace_wildcards_{d}" for d in datasets]
+        + [f"rule_{rule}_wildcards_{d}" for rule in ("ingest_trace", "normalize_columns") for d in datasets]
         + [
             f"rule_{rule}_wildcards_{d}_kernel_variability"
             for rule in ("bin_trace", "discover_causal_graph")
@@ -356,7 +358,7 @@ def test_rerun_resumes_without_recomputing(slurm_run):
     before, after = slurm_run["before"], slurm_run["after"]
     assert {k: after[k] for k in before} == before, "finished outputs were rewritten by the rerun"
     new_jobs = len(slurm_run["jobs_all"]) - len(slurm_run["jobs_first"])
-    assert new_jobs == 3, f"rerun should submit only broken's ingest, bin and causal jobs, not {new_jobs}"
+    assert new_jobs == 4, f"rerun should submit only broken's read, normalize, bin and causal jobs, not {new_jobs}"
 
 
 @pytest.mark.slurm
