@@ -33,13 +33,15 @@ def small_config(tmp_path: Path) -> Path:
     return path
 
 
-def run_workflow(workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
+def run_workflow(
+    workdir: Path, config: Path, *extra: str, snakefile: Path = REPO / "Snakefile"
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     return subprocess.run(
         [
             SNAKEMAKE,
             "-s",
-            str(REPO / "Snakefile"),
+            str(snakefile),
             "-d",
             str(workdir),
             "--configfile",

@@ -13,32 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import REPO, SNAKEMAKE, run_workflow, small_config
+from test_workflow import REPO, run_workflow, small_config
 
 RULE_FILES = sorted((REPO / "workflow" / "rules").glob("*.smk"))
 
 
 def _dry_run(workdir: Path, config: Path, *extra: str, snakefile: Path = REPO / "Snakefile"):
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run(
-        [
-            SNAKEMAKE,
-            "-s",
-            str(snakefile),
-            "-d",
-            str(workdir),
-            "--configfile",
-            str(config),
-            "--cores",
-            "2",
-            "-n",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    return run_workflow(workdir, config, "-n", *extra, snakefile=snakefile)
 
 
 def _jobs(stdout: str) -> dict[str, int]:

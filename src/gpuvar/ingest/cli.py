@@ -12,13 +12,18 @@ SOURCE_HELP = (
 )
 
 
-def configure(p):
+def add_source_arguments(p, output_help: str) -> None:
+    """The arguments of every command that reads a profiler file (`gpuvar ingest`, `gpuvar read`)."""
     from gpuvar.options import ConfigOption, add_options
 
     p.add_argument("source", help=SOURCE_HELP)
-    p.add_argument("--output", "-o", required=True, help="output folder")
+    p.add_argument("--output", "-o", required=True, help=output_help)
     p.add_argument("--format", default="auto", help="format name or 'auto' (default: detect by content)")
     add_options(p, (ConfigOption("--keep-vendor-columns", "ingest", "keep_vendor_columns"),))
+
+
+def configure(p):
+    add_source_arguments(p, "output folder")
 
 
 def run(args) -> int:

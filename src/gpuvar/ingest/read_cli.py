@@ -8,13 +8,9 @@ import json
 
 
 def configure(p):
-    from gpuvar.ingest.cli import SOURCE_HELP
-    from gpuvar.options import ConfigOption, add_options
+    from gpuvar.ingest.cli import add_source_arguments
 
-    p.add_argument("source", help=SOURCE_HELP)
-    p.add_argument("--output", "-o", required=True, help="output folder of the raw tables")
-    p.add_argument("--format", default="auto", help="format name or 'auto' (default: detect by content)")
-    add_options(p, (ConfigOption("--keep-vendor-columns", "ingest", "keep_vendor_columns"),))
+    add_source_arguments(p, "output folder of the raw tables")
 
 
 def run(args) -> int:
