@@ -264,31 +264,42 @@ def test_rocprofv3_counter_collection_alone_is_the_kernel_table():
     assert k["start"].notna().all()
 
 
+# a rocprofv3 *_kernel_trace.csv header (also used by test_raw_amd.py)
+KERNEL_TRACE_HEADER = [
+    "Kind",
+    "Agent_Id",
+    "Queue_Id",
+    "Dispatch_Id",
+    "Kernel_Name",
+    "Start_Timestamp",
+    "End_Timestamp",
+    "Workgroup_Size_X",
+    "Workgroup_Size_Y",
+    "Workgroup_Size_Z",
+    "Grid_Size_X",
+    "Grid_Size_Y",
+    "Grid_Size_Z",
+]
+
+
 def _write(path, header, rows):
     path.write_text("\n".join([",".join(header)] + [",".join(map(str, r)) for r in rows]) + "\n")
 
 
 def test_rocprofv3_processes_are_joined_separately(tmp_path):
-    kt = [
-        "Kind",
-        "Agent_Id",
-        "Queue_Id",
-        "Dispatch_Id",
-        "Kernel_Name",
-        "Start_Timestamp",
-        "End_Timestamp",
-        "Workgroup_Size_X",
-        "Workgroup_Size_Y",
-        "Workgroup_Size_Z",
-        "Grid_Size_X",
-        "Grid_Size_Y",
-        "Grid_Size_Z",
-    ]
     cc = ["Dispatch_Id", "Agent_Id", "Kernel_Name", "Counter_Name", "Counter_Value"]
     host = tmp_path / "host"
     host.mkdir()
-    _write(host / "123_kernel_trace.csv", kt, [["KERNEL_DISPATCH", 2, 0, 1, "k", 100, 200, 64, 1, 1, 640, 1, 1]])
-    _write(host / "456_kernel_trace.csv", kt, [["KERNEL_DISPATCH", 2, 0, 1, "k", 300, 450, 64, 1, 1, 100, 1, 1]])
+    _write(
+        host / "123_kernel_trace.csv",
+        KERNEL_TRACE_HEADER,
+        [["KERNEL_DISPATCH", 2, 0, 1, "k", 100, 200, 64, 1, 1, 640, 1, 1]],
+    )
+    _write(
+        host / "456_kernel_trace.csv",
+        KERNEL_TRACE_HEADER,
+        [["KERNEL_DISPATCH", 2, 0, 1, "k", 300, 450, 64, 1, 1, 100, 1, 1]],
+    )
     _write(
         host / "123_counter_collection.csv",
         cc,

@@ -17,26 +17,14 @@ import pytest
 from conftest import real_file
 
 from gpuvar.demo import synth
-from gpuvar.demo.ncu_writer import DRAM_BYTES_PER_NS, STALL_METRIC, write_ncu_demo
+from gpuvar.demo.ncu_writer import DRAM_BYTES_PER_NS, IDENTITY_HEADER, STALL_METRIC, write_ncu_demo
 from gpuvar.ingest import ingest, load, ncu
 from gpuvar.ingest.compression import read_head
 from gpuvar.ingest.detect import detect
 
 REAL = "ncu-csv/roofline-profiler-rtx5070"
 REAL_FILES = ["saxpy.csv", "gemm_naive.csv", "gemm_tiled.csv", "gemm_vectorized.csv", "transpose_naive.csv"]
-IDENT = [
-    "ID",
-    "Process ID",
-    "Process Name",
-    "Host Name",
-    "Kernel Name",
-    "Context",
-    "Stream",
-    "Block Size",
-    "Grid Size",
-    "Device",
-    "CC",
-]
+IDENT = list(IDENTITY_HEADER)
 LONG = IDENT + ["Section Name", "Metric Name", "Metric Unit", "Metric Value"]
 
 

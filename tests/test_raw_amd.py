@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from conftest import real_file
 from pandas.testing import assert_frame_equal
+from test_ingest_amd import KERNEL_TRACE_HEADER, _write
 
 from gpuvar.demo.rocprof_writer import write_rocprof_demo
 from gpuvar.errors import InputError
@@ -23,27 +24,8 @@ LLAMA = f"{ROCPROF}/llamacpp-rdna4-r9700"
 PERPASS = f"{ROCPROF}/omniperf2022-mixbench-mi100-perpass"
 OMNI = "omniperf-pmc-perf"
 V3 = "rocprofv3-csv/rocprofiler-sdk-docs-vectorops-newer"
-KT = [
-    "Kind",
-    "Agent_Id",
-    "Queue_Id",
-    "Dispatch_Id",
-    "Kernel_Name",
-    "Start_Timestamp",
-    "End_Timestamp",
-    "Workgroup_Size_X",
-    "Workgroup_Size_Y",
-    "Workgroup_Size_Z",
-    "Grid_Size_X",
-    "Grid_Size_Y",
-    "Grid_Size_Z",
-]
 CC = ["Dispatch_Id", "Agent_Id", "Kernel_Name", "Counter_Name", "Counter_Value"]
 MC = ["Kind", "Direction", "Stream_Id", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp", "End_Timestamp"]
-
-
-def _write(path, header, rows):
-    path.write_text("\n".join([",".join(header)] + [",".join(map(str, r)) for r in rows]) + "\n")
 
 
 def assert_split_is_read(module, path, tmp_path):
@@ -105,8 +87,16 @@ def test_rocprofv3_raw_tables_are_the_files_with_counters_long():
 def test_rocprofv3_processes_get_numbered_raw_tables(tmp_path):
     host = tmp_path / "host"
     host.mkdir()
-    _write(host / "123_kernel_trace.csv", KT, [["KERNEL_DISPATCH", 2, 0, 1, "k", 100, 200, 64, 1, 1, 640, 1, 1]])
-    _write(host / "456_kernel_trace.csv", KT, [["KERNEL_DISPATCH", 2, 0, 1, "k", 300, 450, 64, 1, 1, 100, 1, 1]])
+    _write(
+        host / "123_kernel_trace.csv",
+        KERNEL_TRACE_HEADER,
+        [["KERNEL_DISPATCH", 2, 0, 1, "k", 100, 200, 64, 1, 1, 640, 1, 1]],
+    )
+    _write(
+        host / "456_kernel_trace.csv",
+        KERNEL_TRACE_HEADER,
+        [["KERNEL_DISPATCH", 2, 0, 1, "k", 300, 450, 64, 1, 1, 100, 1, 1]],
+    )
     _write(
         host / "123_counter_collection.csv",
         CC,
@@ -157,7 +147,7 @@ def test_rocprofv3_processes_get_numbered_raw_tables(tmp_path):
         (
             rocprofv3,
             "kernel_trace.csv",
-            KT,
+            KERNEL_TRACE_HEADER,
             [
                 ["KERNEL_DISPATCH", 1, 0, 1, "a", 10, 20, 64, 1, 1, 64, 1, 1],
                 ["KERNEL_DISPATCH", 1, 0, 2, "", 30, 40, 64, 1, 1, 64, 1, 1],

@@ -13,6 +13,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from gpuvar.demo.ncu_writer import IDENTITY_HEADER
+
 COLUMNS = 30_000  # crosses the 8192-column batch boundary several times; 100k is measured in docs/robustness.md
 
 
@@ -34,20 +36,7 @@ def _omniperf(path: Path, n: int) -> None:
 
 
 def _ncu_raw(path: Path, n: int) -> None:
-    head = [
-        "ID",
-        "Process ID",
-        "Process Name",
-        "Host Name",
-        "Kernel Name",
-        "Context",
-        "Stream",
-        "Block Size",
-        "Grid Size",
-        "Device",
-        "CC",
-        "gpu__time_duration.sum",
-    ] + [f"m{i}__bytes.sum" for i in range(n)]
+    head = [*IDENTITY_HEADER, "gpu__time_duration.sum"] + [f"m{i}__bytes.sum" for i in range(n)]
     units = [""] * 11 + ["nsecond"] + ["Kbyte"] * n
     rows = [
         [r, 1, "p", "h", "k(int)", 1, 7, "(256, 1, 1)", "(64, 1, 1)", 0, "9.0", 1000 + r]

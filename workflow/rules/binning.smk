@@ -30,7 +30,7 @@ rule bin_trace:
     params:
         ranks=CFG.binning.ranks,
         args=lambda wildcards: rule_args.binning_arguments(REG, wildcards.target),
-        outdir=lambda wildcards, output: rule_args.folder(output.report),
+        outdir=subpath(output.report, parent=True),
     shell:
         "{resources.mpi} -n {params.ranks:q} gpuvar bin {input.kernels:q} --memcpy {input.memcpy:q}"
         " {params.args:q} --output {params.outdir:q} > {log:q} 2>&1"
@@ -64,6 +64,4 @@ use rule bin_trace as bin_scaling_trace with:
         mem_mb_per_cpu=2000,
         runtime=30,
     params:
-        ranks=lambda wildcards: int(wildcards.ranks),
-        args=lambda wildcards: rule_args.binning_arguments(REG, wildcards.target),
-        outdir=lambda wildcards, output: rule_args.folder(output.report),
+        ranks=lambda wildcards: int(wildcards.ranks),  # args and outdir: bin_trace's (params merge)

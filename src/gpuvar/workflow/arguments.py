@@ -41,7 +41,8 @@ def causal_arguments(reg, dataset: str, target: str, rows, sample, output, threa
         d.group_by if cfg.causal.per_group else "none",
         "--features",
         comma_list(d.features),
-        *arguments(cfg, CONFIG_OPTIONS),
+        # the bootstrap's workers: the threads Snakemake gave the job (causal.workers, scaled to --cores)
+        *arguments(cfg, [o for o in CONFIG_OPTIONS if o.flag != "--workers"]),
         "--workers",
         str(threads),
         "--output",
