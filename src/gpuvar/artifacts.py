@@ -20,6 +20,9 @@ BIN_REPORT = "bin.json"  # row accounting, phase seconds, peak memory; written l
 CAUSAL_RECORD = "causal.json"  # one per analysis group, in the group's folder
 CAUSAL_SUMMARY = "summary.json"  # one per causal run: every group and why any was skipped
 CAUSAL_CHECKS = "checks.tsv"  # every graph of a workflow run and its assumption checks
+FINDINGS_RECORD = "findings.json"  # ranked findings with every number (docs/causal.md#findings); written last
+FINDINGS_PAGE = "findings.md"  # the same findings as the page a user reads first
+DECOMPOSITION_TABLE = "decomposition.csv"  # per kernel name: the variance shares and the verdict
 
 # --- shared values ------------------------------------------------------------------------------------
 TARGETS = ("kernel_variability", "memory_stall")
@@ -32,6 +35,8 @@ BIN_DIR = "results/bin/{dataset}/{target}"
 CAUSAL_DIR = "results/causal/{dataset}/{target}"
 PLOT_DIR = "results/plots/{dataset}/{target}"
 CHECKS_TABLE = f"results/causal/{CAUSAL_CHECKS}"
+FINDINGS_DIR = "results/findings"
+DATASET_FINDINGS_DIR = "results/findings/{dataset}"
 
 
 def ingest_file(name: str, folder: str = INGEST_DIR) -> str:

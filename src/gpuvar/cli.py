@@ -26,6 +26,8 @@ SUBCOMMANDS = {
     "causal": ("gpuvar.causal.cli", "DirectLiNGAM causal discovery on the top-k rows"),
     "causal-checks": ("gpuvar.causal.checks_table", "one table of every causal graph and its assumption checks"),
     "plot": ("gpuvar.plots.cli", "draw causal graphs, parallel coordinates, timelines, scaling"),
+    "findings": ("gpuvar.findings.cli", "findings: variance decomposition, verdicts, ranked actionable kernels"),
+    "explain": ("gpuvar.findings.explain", "one command for a first answer: ingest, bin, causal, findings"),
     "compare": ("gpuvar.compare.cli", "compare two runs: slower kernels, moved windows, changed causes"),
     "bench": ("gpuvar.bench.cli", "benchmarks printing JSON"),
     "schema": ("gpuvar.schema_cli", "print the canonical schema as Markdown"),

@@ -46,8 +46,31 @@ VENDOR_NOT_FEATURE = re.compile(
 # constrained to be a sink they would "explain" it by themselves and hide the real causes. Listing them in
 # `features` explicitly still analyses them.
 DURATION_PROXY = re.compile(
-    r"^(?:sq_cycles|sq_busy_cycles|grbm_gui_active|grbm_count|.*__cycles_(?:elapsed|active)\..*)$"
+    r"^(?:sq_cycles|sq_busy_cycles|sq_wave_cycles|grbm_gui_active|grbm_count|.*__cycles_(?:elapsed|active)\..*)$"
 )
+# Rates per elapsed time are counts divided by the kernel's own duration: the target in another form (on a real
+# Nsight Compute CSV `*.pct_of_peak_sustained_elapsed` rates were the top "causes", share up to 0.59). Nsight
+# Compute: pct_of_peak_sustained_elapsed, per_cycle_elapsed, per_second, throughput %; AMD (rocprof derived
+# metrics, Omniperf): busy / stalled percentages of GPU time, per-second rates, bandwidths.
+ELAPSED_RATE = re.compile(
+    r"^(?:.*pct_of_peak_sustained_elapsed.*|.*per_cycle_elapsed.*|.*per_second.*|.*_per_sec|.*throughput.*"
+    r"|.*busy.*|.*unitstalled|.*_bw|.*bandwidth.*|gpu_util.*|.*_util_pct)$"
+)
+LEAK_REASON = {
+    "duration_proxy": "elapsed/busy cycle count: the duration in another unit (list it to keep it)",
+    "elapsed_rate": "rate per elapsed time: computed from the kernel's own duration, the target in another "
+    "form (list it to keep it)",
+}
+
+
+def leak_reason(name: str) -> str | None:
+    """Why a column may not be a cause of its own kernel's duration (None: it may)."""
+    low = name.lower()
+    if DURATION_PROXY.match(low):
+        return LEAK_REASON["duration_proxy"]
+    if ELAPSED_RATE.match(low):
+        return LEAK_REASON["elapsed_rate"]
+    return None
 COLLINEAR_TOL = 1e-12  # |corr| within this of 1 counts as perfectly collinear
 LINKED_COPY_COLUMNS = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
 
@@ -133,8 +156,8 @@ def select_features(df: pd.DataFrame, target: str, group_by: str | None, feature
                 continue
             if VENDOR_NOT_FEATURE.match(name):
                 rejected[name] = "identifier, timestamp or raw duration (not a cause)"
-            elif DURATION_PROXY.match(name.lower()):
-                rejected[name] = "elapsed/busy cycle count: the duration in another unit (list it to keep it)"
+            elif leak_reason(name):
+                rejected[name] = leak_reason(name)
             else:
                 chosen.append(name)
         return chosen, rejected

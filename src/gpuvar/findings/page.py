@@ -1,0 +1,121 @@
+"""findings.md: the page a performance engineer reads first, from the findings records (findings.json)."""
+
+from __future__ import annotations
+
+from gpuvar.findings.decompose import STABLE_CV
+from gpuvar.findings.report import MIN_RECOVERABLE_SHARE
+
+
+def _pct(x) -> str:
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.0f} %" if abs(x) >= 0.01 or x == 0 else f"{100 * x:.1f} %"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3g} ms" if ns >= 1e5 else f"{ns / 1e3:.3g} µs"
+
+
+def _shares(s: dict) -> str:
+    return (
+        f"between call sites {_pct(s['between_call_sites'])}, problem size / launch configuration "
+        f"{_pct(s['size_launch_config'])}, context {_pct(s['context'])}, unexplained {_pct(s['unexplained'])}"
+    )
+
+
+def _finding(f: dict) -> list[str]:
+    v = f["verdict"]
+    low, high = f["recoverable_interval_ns"]
+    lines = [
+        f"### {f['rank']}. {f['headline']}",
+        "",
+        f"- **Time above the call site's median**: {_ms(f['recoverable_ns'])} "
+        f"(90 % interval {_ms(low)}–{_ms(high)}), {_pct(f['recoverable_share_of_kernel_time'])} of kernel time",
+        f"- **Launches**: {f['launches']} at {f['call_sites']} call site(s); CV {_pct(f['cv'])}, "
+        f"within call sites {_pct(f['cv_within_call_site'])}",
+        f"- **Where its variance comes from**: {_shares(f['shares'])}",
+    ]
+    verdict = f"- **Verdict**: {v['verdict']}"
+    if v["verdict"] == "declined":
+        verdict += f" ({v['reason']})"
+    else:
+        verdict += f" (cross-validated share {v['share']:.2f} of the within-call-site variance"
+        verdict += f", permutation p = {v['p_value']:.3g})" if v["p_value"] is not None else ")"
+        check = v.get("residual_check")
+        if check and not check["passed"]:
+            verdict += "; the remainder still depends on the features (non-linear effect): the share is a lower bound"
+    lines.append(verdict)
+    if f["drivers"]:
+        drivers = ", ".join(
+            f"{d['label']} ({'+' if d['sign'] > 0 else '−'}, {_pct(d['share_of_within'])} alone)" for d in f["drivers"][:4]
+        )
+        lines.append(f"- **Drivers**: {drivers}")
+    ev = f["evidence"]["slowest_launch"]
+    where = ", ".join(f"{k} {ev[k]}" for k in ("step", "rank", "start") if k in ev)
+    lines.append(
+        f"- **Evidence**: slowest launch {_ms(ev['duration_ns'])} = {ev['ratio']:.2f}× its call site's median"
+        + (f" ({where})" if where else "")
+        + f", call site `{ev['call_site']}`"
+    )
+    if f["evidence"].get("steps_with_most_excess"):
+        lines.append(f"  steps with the most excess time: {', '.join(map(str, f['evidence']['steps_with_most_excess']))}")
+    if f["evidence"].get("figure"):
+        lines.append(f"  figure: `{f['evidence']['figure']}`")
+    lines += [f"- **Do**: {f['action']}", f"- **Check**: {f['verify']}"]
+    if f["alternatives"]:
+        lines.append(f"- **Could also be**: {'; '.join(f['alternatives'])}")
+    lines.append(f"- Kernel: `{f['kernel']}`")
+    return lines + [""]
+
+
+def dataset_section(rec: dict) -> list[str]:
+    lines = [f"## {rec['dataset']}", ""]
+    steps = f", {rec['steps']} steps" if rec.get("steps") else ""
+    lines.append(
+        f"{rec['launches']} launches of {rec['kernel_names']} kernels, {_ms(rec['kernel_time_ns'])} of kernel time{steps}."
+    )
+    p = rec["pooled_shares"]
+    lines.append(
+        f"Spread of kernel durations, all kernels: between call sites {_pct(p['between'])}, problem size / "
+        f"launch configuration {_pct(p['size'])}, context {_pct(p['context'])}, unexplained {_pct(p['unexplained'])}."
+    )
+    lines.append("")
+    if rec["nothing_actionable"]:
+        lines += [
+            f"**Nothing actionable.** Every kernel is stable within its call sites (CV < {_pct(STABLE_CV)}), differs "
+            f"only between call sites, or its variability costs < {_pct(MIN_RECOVERABLE_SHARE)} of kernel time.",
+            "",
+        ]
+    for f in rec["findings"]:
+        lines += _finding(f)
+    if rec["more_findings"]:
+        lines += [f"{rec['more_findings']} more in findings.json.", ""]
+    if rec["call_site_differences"]:
+        lines += ["**Call-site differences, not run-to-run variability** (stable within each call site):", ""]
+        for e in rec["call_site_differences"]:
+            lines.append(
+                f"- {e['short_name']}: {e['launches']} launches at {e['call_sites']} call sites, "
+                f"{_pct(e['between_call_sites'])} of its variance between them; CV within call sites {_pct(e['cv_within'])}"
+            )
+        lines.append("")
+    if rec["stable"]:
+        lines += [f"**Stable** (CV within call sites < {_pct(STABLE_CV)}, or too little time to matter):", ""]
+        for e in rec["stable"]:
+            lines.append(f"- {e['short_name']}: {e['launches']} launches, CV within call sites {_pct(e['cv_within'])}")
+        lines.append("")
+    return lines
+
+
+def render(records: list[dict], version: str) -> str:
+    lines = [
+        "# Findings",
+        "",
+        f"gpuvar {version}. Per dataset, the kernels whose run-to-run variability costs time, ranked by the time "
+        "spent above their call site's median launch. Shares split each kernel's duration variance into call-site "
+        "differences, problem size / launch configuration, context (copies and kernels running beside it, gaps, "
+        "rank) and the unexplained rest; they add up to 100 %. How to read it: docs/causal.md#findings.",
+        "",
+    ]
+    for rec in records:
+        lines += dataset_section(rec)
+    return "\n".join(lines).rstrip() + "\n"

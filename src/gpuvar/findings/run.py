@@ -1,0 +1,182 @@
+"""Findings of datasets from their ingest folders: per dataset findings.json, findings.md, decomposition.csv,
+and one page over all of them.
+
+Inputs are the canonical kernels table (every launch, with call_site / step / ctx_* columns when the reader
+found them) and, optionally, the dataset's causal folder of the kernel_variability target: a kernel whose
+graph exists gets the graph's path and verdict as evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpuvar import __version__
+from gpuvar.artifacts import (
+    CAUSAL_RECORD,
+    CAUSAL_SUMMARY,
+    DECOMPOSITION_TABLE,
+    FINDINGS_PAGE,
+    FINDINGS_RECORD,
+    KERNELS_TABLE,
+)
+from gpuvar.errors import InputError, path_problem
+from gpuvar.findings import verdict as V
+from gpuvar.findings.decompose import STABLE_CV, decompose, pooled_shares
+from gpuvar.findings.page import render
+from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings
+
+log = logging.getLogger("gpuvar.findings")
+
+
+def thresholds() -> dict:
+    """Every threshold a verdict or a category depends on (written into findings.json)."""
+    return {
+        "explained_share": V.EXPLAINED_SHARE,
+        "partly_explained_share": V.PARTLY_SHARE,
+        "permutation_alpha": V.ALPHA,
+        "permutations": V.PERMUTATIONS,
+        "folds": V.FOLDS,
+        "min_launches": V.MIN_ROWS,
+        "stable_cv_within_call_site": STABLE_CV,
+        "min_recoverable_share_of_kernel_time": MIN_RECOVERABLE_SHARE,
+        "max_findings_per_dataset": MAX_FINDINGS,
+    }
+
+
+def read_kernels(ingest_dir: Path) -> pd.DataFrame:
+    path = Path(ingest_dir) / KERNELS_TABLE
+    problem = path_problem(path)
+    if problem:
+        raise InputError(path, f"{problem} (run `gpuvar ingest` first)")
+    try:
+        kernels = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - any reader failure is a bad input file
+        raise InputError(path, f"cannot read: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    for column in ("kernel_name", "duration"):
+        if column not in kernels.columns:
+            raise InputError(path, f"missing column {column!r}")
+    return kernels
+
+
+def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | None) -> None:
+    """Attach each finding's causal graph (folder, verdict, figure) when the causal run analysed its kernel."""
+    if causal_dir is None or not (causal_dir / CAUSAL_SUMMARY).is_file():
+        return
+    summary = json.loads((causal_dir / CAUSAL_SUMMARY).read_text())
+    by_group = {g["group"]: g for g in summary.get("groups", [])}
+    for finding in record["findings"]:
+        group = by_group.get(finding["kernel"])
+        if group is None:
+            continue
+        folder = causal_dir / group["slug"]
+        graph = {"folder": str(folder)}
+        if (folder / CAUSAL_RECORD).is_file():
+            causal = json.loads((folder / CAUSAL_RECORD).read_text())
+            graph["verdict"] = (causal.get("verdict") or {}).get("verdict")
+            graph["status"] = causal.get("status")
+        finding["evidence"]["causal_graph"] = graph
+        if plots_dir is not None:
+            figure = plots_dir / "causal" / f"{group['slug']}.png"
+            if figure.is_file():
+                finding["evidence"]["figure"] = str(figure)
+
+
+def analyse_dataset(
+    name: str, ingest_dir: Path, causal_dir: Path | None = None, plots_dir: Path | None = None, seed: int = 0
+) -> tuple[dict, pd.DataFrame]:
+    """(findings record, decomposition table) of one dataset."""
+    kernels = read_kernels(ingest_dir)
+    decompositions = decompose(kernels, seed)
+    pooled = pooled_shares(decompositions, kernels) if decompositions else dict.fromkeys(
+        ("between", "size", "context", "unexplained"), 0.0
+    )
+    record = dataset_findings(name, kernels, decompositions, pooled, seed)
+    record["ingest"] = str(ingest_dir)
+    _causal_evidence(record, Path(causal_dir) if causal_dir else None, Path(plots_dir) if plots_dir else None)
+    rows = []
+    for dec in decompositions:
+        r = dec.record()
+        rows.append(
+            {
+                "kernel": dec.kernel,
+                "launches": dec.launches,
+                "total_ns": r["total_ns"],
+                "cv": r["cv"],
+                "cv_within_call_site": r["cv_within_call_site"],
+                "call_sites": dec.call_sites,
+                **r["shares"],
+                "verdict": dec.verdict.verdict,
+                "within_share_explained": round(dec.verdict.share, 6),
+                "p_value": r["verdict"]["p_value"],
+                "drivers": "; ".join(
+                    f"{d.label} {'+' if d.sign > 0 else '-'} {d.share:.3f}" for d in dec.drivers
+                ),
+            }
+        )
+    table = pd.DataFrame(rows, columns=list(rows[0]) if rows else ["kernel"])
+    return record, table
+
+
+def _round_floats(table: pd.DataFrame) -> pd.DataFrame:
+    """12 significant digits: the last bits of a float sum depend on the CPU's SIMD path, not on the data."""
+    out = table.copy()
+    for column in out.columns:
+        if pd.api.types.is_float_dtype(out[column]):
+            out[column] = [float(f"{v:.12g}") if np.isfinite(v) else v for v in out[column]]
+    return out
+
+
+def write_dataset(record: dict, table: pd.DataFrame, folder: Path) -> None:
+    from gpuvar.atomic import staged_folder
+    from gpuvar.canonical_io import write_json
+
+    with staged_folder(folder) as tmp:
+        _round_floats(table).to_csv(tmp / DECOMPOSITION_TABLE, index=False)
+        (tmp / FINDINGS_PAGE).write_text(render([record], __version__), encoding="utf-8")
+        write_json({"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": [record]}, tmp / FINDINGS_RECORD)
+
+
+def write_index(records: list[dict], folder: Path) -> None:
+    """findings.md + findings.json over every dataset (the run's first page)."""
+    from gpuvar.atomic import staged_folder
+    from gpuvar.canonical_io import write_json
+
+    with staged_folder(folder, replace=False, last=(FINDINGS_RECORD,)) as tmp:
+        (tmp / FINDINGS_PAGE).write_text(render(records, __version__), encoding="utf-8")
+        write_json({"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": records}, tmp / FINDINGS_RECORD)
+
+
+def load_dataset_record(path: Path) -> dict:
+    path = Path(path)
+    problem = path_problem(path)
+    if problem:
+        raise InputError(path, problem)
+    try:
+        data = json.loads(path.read_text())
+        return data["datasets"][0]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise InputError(path, f"not a findings.json: {exc}") from exc
+
+
+def console_summary(records: list[dict], top: int = 5) -> str:
+    """The few lines a user reads in the terminal: the top findings and where the page is."""
+    lines = []
+    for rec in records:
+        shares = rec["pooled_shares"]
+        lines.append(
+            f"{rec['dataset']}: {rec['launches']} launches, {rec['kernel_names']} kernels; spread of durations: "
+            f"{shares['between']:.0%} call sites, {shares['size']:.0%} size, {shares['context']:.0%} context, "
+            f"{shares['unexplained']:.0%} unexplained"
+        )
+        if rec["nothing_actionable"]:
+            lines.append("  nothing actionable: every kernel is stable within its call sites or costs too little")
+        for f in rec["findings"][:top]:
+            lines.append(f"  {f['rank']}. {f['headline']} — {f['recoverable_ns'] / 1e6:.3g} ms above median")
+        if rec["stable"]:
+            lines.append(f"  {len(rec['stable'])} kernel(s) stable (CV within call sites < {STABLE_CV:.0%})")
+    return "\n".join(lines)

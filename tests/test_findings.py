@@ -1,0 +1,129 @@
+"""Findings: the variance decomposition, verdicts that track correctness, leakage rules, the findings page.
+
+Planted truths (gpuvar.demo.planted_findings) and real H100 traces whose cause is known (truth.csv)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import real_file
+from gpuvar.demo.planted_findings import CALL_SITE_NS, call_site_mix, heteroscedastic
+from gpuvar.findings.decompose import decompose, pooled_shares
+from gpuvar.findings.report import category_of, dataset_findings, short_name
+from gpuvar.findings.verdict import DECLINED, EXPLAINED, NOT_EXPLAINED, residual_dependence, share_test
+
+
+def _one(frame: pd.DataFrame):
+    (dec,) = decompose(frame)
+    return dec
+
+
+def test_heteroscedastic_noise_is_explained_not_flagged():
+    """Noise proportional to size: the share is the size's, and the location-scale residual check passes."""
+    dec = _one(heteroscedastic())
+    assert dec.verdict.verdict == EXPLAINED
+    assert dec.size >= 0.9 and dec.between == 0
+    assert [d.feature for d in dec.drivers] == ["grid_x"] and dec.drivers[0].sign == 1
+    assert dec.verdict.residuals_depend is False
+    assert category_of(dec) == "size"
+
+
+def test_residual_check_still_catches_a_nonlinear_remainder():
+    """The location-scale check must not pass everything: a quadratic effect fitted linearly leaves structure."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, 300)
+    y = x**2 + 0.02 * rng.standard_normal(300)
+    assert residual_dependence(x[:, None], y, seed=0) < 0.01
+
+
+def test_call_site_mix_is_between_call_site_variance_not_a_cause():
+    frame = call_site_mix()
+    dec = _one(frame)
+    assert dec.between > 0.99
+    assert dec.size == 0 and dec.context == 0
+    assert dec.verdict.verdict == NOT_EXPLAINED
+    assert category_of(dec) == "call-site differences"
+    record = dataset_findings("mix", frame, [dec], pooled_shares([dec], frame))
+    assert record["findings"] == [] and record["nothing_actionable"]
+    assert record["call_site_differences"][0]["call_sites"] == len(CALL_SITE_NS)
+
+
+def test_without_call_sites_the_same_mix_reads_as_problem_size():
+    """What the old name-level target did: grid_x 'explains' differences that are really different calls."""
+    frame = call_site_mix().drop(columns=["call_site", "launch_config"], errors="ignore")
+    frame["call_site"] = "?"
+    dec = _one(frame)
+    assert dec.between == 0 and dec.size > 0.9  # the trap the call sites remove
+
+
+def test_shares_add_up_to_one():
+    frame = pd.concat([heteroscedastic(), call_site_mix()], ignore_index=True)
+    for dec in decompose(frame):
+        assert dec.between + dec.size + dec.context + dec.unexplained == pytest.approx(1.0, abs=1e-9)
+
+
+def test_pure_noise_is_not_explained():
+    frame = heteroscedastic()
+    rng = np.random.default_rng(5)
+    frame["duration"] = np.round(50_000 * (1 + 0.1 * rng.standard_normal(len(frame)))).astype(np.int64)
+    dec = _one(frame)
+    assert dec.verdict.verdict == NOT_EXPLAINED
+    assert dec.unexplained > 0.9
+
+
+def test_too_few_launches_are_declined():
+    result = share_test(np.arange(5.0)[:, None], np.arange(5.0), ["x"])
+    assert result.verdict == DECLINED and "too few" in result.reason
+
+
+def test_short_names_keep_the_function():
+    name = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&)>(int)"
+    assert "vectorized_elementwise_kernel" in short_name(name)
+
+
+def test_findings_cli_writes_the_page(tmp_path, run_cli):
+    frame = pd.concat([heteroscedastic(), call_site_mix()], ignore_index=True)
+    ingest = tmp_path / "ingest"
+    ingest.mkdir()
+    frame.to_parquet(ingest / "kernels.parquet")
+    result = run_cli("findings", str(ingest), "--name", "planted", "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "out" / "findings.json").read_text())["datasets"][0]
+    assert record["findings"][0]["kernel"] == "planted_scaled_kernel"
+    assert record["findings"][0]["verdict"]["verdict"] == EXPLAINED
+    page = (tmp_path / "out" / "findings.md").read_text()
+    assert "explained" in page and "Call-site differences" in page
+    table = pd.read_csv(tmp_path / "out" / "decomposition.csv")
+    assert set(table["kernel"]) == {"planted_scaled_kernel", "planted_elementwise_kernel"}
+    again = run_cli("findings", str(ingest), "--name", "planted", "-o", str(tmp_path / "again"))
+    assert again.returncode == 0
+    for name in ("findings.json", "findings.md", "decomposition.csv"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
+
+
+def test_findings_of_a_missing_ingest_is_one_line(tmp_path, run_cli):
+    result = run_cli("findings", str(tmp_path / "nope"), "-o", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "kernels.parquet" in result.stderr
+
+
+# --- leakage on a real Nsight Compute file ------------------------------------------------------------------
+
+
+def test_no_elapsed_normalised_rate_is_a_feature_on_real_ncu():
+    from gpuvar.causal.prepare import select_features
+    from gpuvar.ingest import load
+
+    path = real_file("ncu-csv/h100-random-sizes-full/full_raw.csv.gz")
+    _, kernels, _ = load(path)
+    frame = kernels.to_pandas()
+    chosen, rejected = select_features(frame, "kernel_variability", "kernel_name", "auto")
+    leaky = [c for c in chosen if "pct_of_peak_sustained_elapsed" in c or "per_second" in c or "throughput" in c]
+    assert not leaky
+    rates = [c for c in frame.columns if "pct_of_peak_sustained_elapsed" in c]
+    assert rates, "the real file has elapsed-normalised rates"
+    assert all("rate per elapsed time" in rejected[c] or "cycle count" in rejected[c] for c in rates)
