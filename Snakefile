@@ -23,6 +23,7 @@ include: "workflow/rules/demo.smk"
 include: "workflow/rules/ingest.smk"
 include: "workflow/rules/binning.smk"
 include: "workflow/rules/causal.smk"
+include: "workflow/rules/findings.smk"
 include: "workflow/rules/plots.smk"
 include: "workflow/rules/scaling.smk"
 include: "workflow/rules/paper.smk"
@@ -38,4 +39,4 @@ rule all:
 
 
 onsuccess:
-    print_flagged_graphs(files.CHECKS_TABLE)
+    print_run_summary()

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import real_file
+
 from gpuvar.demo.planted_findings import CALL_SITE_NS, call_site_mix, heteroscedastic
 from gpuvar.findings.decompose import decompose, pooled_shares
 from gpuvar.findings.report import category_of, dataset_findings, short_name

@@ -8,7 +8,7 @@ from pathlib import Path
 import gpuvar.artifacts as files
 import gpuvar.workflow.arguments as rule_args
 from gpuvar.errors import ConfigError
-from gpuvar.workflow.registry import build_registry, names_regex, print_flagged_graphs
+from gpuvar.workflow.registry import build_registry, names_regex, print_run_summary
 from gpuvar.workflow_env import put_own_bin_first_on_path
 
 put_own_bin_first_on_path()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpuvar.artifacts import CAUSAL_SUMMARY
 
-COLUMNS = ["dataset", "target", "group", "status", "trusted", "explained_share", "rows", "warnings"]
+COLUMNS = ["dataset", "target", "group", "status", "verdict", "share", "trusted", "explained_share", "rows", "warnings"]
 
 
 def configure(p):
@@ -37,6 +37,8 @@ def collect(causal_dirs) -> list[dict]:
                     "target": summary.get("target", folder.name),
                     "group": g["group"],
                     "status": g["status"],
+                    "verdict": (g.get("verdict") or {}).get("verdict", ""),
+                    "share": "" if not g.get("verdict") else f"{g['verdict'].get('share', 0):.3f}",
                     "trusted": "" if g["status"] != "ok" else ("yes" if g.get("trusted") else "no"),
                     "explained_share": "" if g.get("explained_share") is None else f"{g['explained_share']:.3f}",
                     "rows": g.get("rows_used", ""),
@@ -60,8 +62,9 @@ def run(args) -> int:
         writer.writerows(rows)
     tmp.replace(out)
     graphs = [r for r in rows if r["status"] == "ok"]
-    flagged = [r for r in graphs if r["trusted"] == "no"]
-    print(f"{len(flagged)} of {len(graphs)} causal graphs failed an assumption check (see {out})", file=sys.stderr)
-    for r in flagged:
-        print(f"  flagged: {r['dataset']} {r['target']} {r['group'][:60]}: {r['warnings']}", file=sys.stderr)
+    counts = {}
+    for r in graphs:
+        counts[r["verdict"] or "no verdict"] = counts.get(r["verdict"] or "no verdict", 0) + 1
+    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    print(f"{len(graphs)} causal graphs: {summary or 'none'} (see {out})", file=sys.stderr)
     return 0

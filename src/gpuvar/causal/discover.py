@@ -30,6 +30,7 @@ from gpuvar.causal.effects import contributions, total_effects
 from gpuvar.causal.encode import sibling_groups
 from gpuvar.causal.prepare import Prepared, group_slug, prepare_all, prepare_group
 from gpuvar.causal.prior import MODES, prior_knowledge, tiers
+from gpuvar.causal.verdict import graph_verdict
 
 log = logging.getLogger("gpuvar.causal")
 ENGINES = ("fast", "lingam")
@@ -187,6 +188,7 @@ def discover_group(
     verdict = assumption_checks(
         X, B, names, target, te, prep.condition_number, unconstrained, seed, siblings, n_bins if bootstrap > 0 else None
     )
+    graph_verdict_record, trusted = graph_verdict(X, names, target, prep.bins, seed, verdict["checks"])
     edges = edge_table(B, names)
     boot = None
     if bootstrap > 0:
@@ -219,7 +221,8 @@ def discover_group(
         explained_share=round(explained, 6),
         top_contributors=contrib.head(5).to_dict("records"),
         checks=verdict["checks"],
-        trusted=verdict["passed"],
+        verdict=graph_verdict_record,
+        trusted=trusted,
         warnings=verdict["warnings"],
         bins_analysed=n_bins,
         selection={"random_bins_fitted": random_fit is not None, "edges_only_in_selected_bins": selection_only},
@@ -287,6 +290,7 @@ def discover_all(
                         "n_edges",
                         "explained_share",
                         "trusted",
+                        "verdict",
                         "warnings",
                         "top_contributors",
                     )

@@ -71,6 +71,8 @@ def leak_reason(name: str) -> str | None:
     if ELAPSED_RATE.match(low):
         return LEAK_REASON["elapsed_rate"]
     return None
+
+
 COLLINEAR_TOL = 1e-12  # |corr| within this of 1 counts as perfectly collinear
 LINKED_COPY_COLUMNS = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
 

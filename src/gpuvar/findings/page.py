@@ -47,7 +47,8 @@ def _finding(f: dict) -> list[str]:
     lines.append(verdict)
     if f["drivers"]:
         drivers = ", ".join(
-            f"{d['label']} ({'+' if d['sign'] > 0 else '−'}, {_pct(d['share_of_within'])} alone)" for d in f["drivers"][:4]
+            f"{d['label']} ({'+' if d['sign'] > 0 else '−'}, {_pct(d['share_of_within'])} alone)"
+            for d in f["drivers"][:4]
         )
         lines.append(f"- **Drivers**: {drivers}")
     ev = f["evidence"]["slowest_launch"]
@@ -58,7 +59,9 @@ def _finding(f: dict) -> list[str]:
         + f", call site `{ev['call_site']}`"
     )
     if f["evidence"].get("steps_with_most_excess"):
-        lines.append(f"  steps with the most excess time: {', '.join(map(str, f['evidence']['steps_with_most_excess']))}")
+        lines.append(
+            f"  steps with the most excess time: {', '.join(map(str, f['evidence']['steps_with_most_excess']))}"
+        )
     if f["evidence"].get("figure"):
         lines.append(f"  figure: `{f['evidence']['figure']}`")
     lines += [f"- **Do**: {f['action']}", f"- **Check**: {f['verify']}"]

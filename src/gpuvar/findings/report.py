@@ -231,7 +231,9 @@ def dataset_findings(
                 "recoverable_ns": round(recoverable, 3),
                 "recoverable_interval_ns": [round(v, 3) for v in interval],
                 "recoverable_share_of_kernel_time": round(recoverable / total_ns, 6) if total_ns > 0 else 0.0,
-                "top_call_sites": [{"call_site": str(k), "excess_ns": round(float(v), 3)} for k, v in site_excess[:3].items()],
+                "top_call_sites": [
+                    {"call_site": str(k), "excess_ns": round(float(v), 3)} for k, v in site_excess[:3].items()
+                ],
                 "action": action,
                 "verify": verify,
                 "alternatives": alternatives,

@@ -92,8 +92,10 @@ def analyse_dataset(
     """(findings record, decomposition table) of one dataset."""
     kernels = read_kernels(ingest_dir)
     decompositions = decompose(kernels, seed)
-    pooled = pooled_shares(decompositions, kernels) if decompositions else dict.fromkeys(
-        ("between", "size", "context", "unexplained"), 0.0
+    pooled = (
+        pooled_shares(decompositions, kernels)
+        if decompositions
+        else dict.fromkeys(("between", "size", "context", "unexplained"), 0.0)
     )
     record = dataset_findings(name, kernels, decompositions, pooled, seed)
     record["ingest"] = str(ingest_dir)
@@ -113,9 +115,7 @@ def analyse_dataset(
                 "verdict": dec.verdict.verdict,
                 "within_share_explained": round(dec.verdict.share, 6),
                 "p_value": r["verdict"]["p_value"],
-                "drivers": "; ".join(
-                    f"{d.label} {'+' if d.sign > 0 else '-'} {d.share:.3f}" for d in dec.drivers
-                ),
+                "drivers": "; ".join(f"{d.label} {'+' if d.sign > 0 else '-'} {d.share:.3f}" for d in dec.drivers),
             }
         )
     table = pd.DataFrame(rows, columns=list(rows[0]) if rows else ["kernel"])
@@ -138,7 +138,9 @@ def write_dataset(record: dict, table: pd.DataFrame, folder: Path) -> None:
     with staged_folder(folder) as tmp:
         _round_floats(table).to_csv(tmp / DECOMPOSITION_TABLE, index=False)
         (tmp / FINDINGS_PAGE).write_text(render([record], __version__), encoding="utf-8")
-        write_json({"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": [record]}, tmp / FINDINGS_RECORD)
+        write_json(
+            {"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": [record]}, tmp / FINDINGS_RECORD
+        )
 
 
 def write_index(records: list[dict], folder: Path) -> None:
@@ -148,7 +150,9 @@ def write_index(records: list[dict], folder: Path) -> None:
 
     with staged_folder(folder, replace=False, last=(FINDINGS_RECORD,)) as tmp:
         (tmp / FINDINGS_PAGE).write_text(render(records, __version__), encoding="utf-8")
-        write_json({"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": records}, tmp / FINDINGS_RECORD)
+        write_json(
+            {"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": records}, tmp / FINDINGS_RECORD
+        )
 
 
 def load_dataset_record(path: Path) -> dict:

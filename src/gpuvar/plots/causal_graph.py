@@ -53,6 +53,15 @@ class CausalGraph:
     labels: dict[str, str] = field(default_factory=dict)  # column -> node name drawn (merged near-duplicates)
     warnings: list[str] = field(default_factory=list)  # failed assumption checks (empty: trusted)
     explained_share: float | None = None
+    verdict: dict | None = None  # causal.json `verdict` (gpuvar.causal.verdict)
+    drivers: list[str] = field(default_factory=list)  # top contributors' labels, largest share first
+
+    @property
+    def flagged(self) -> bool:
+        """Read with care: a check that counts for this graph failed (all failed checks without a verdict)."""
+        if self.verdict is None:
+            return bool(self.warnings)
+        return bool(self.verdict.get("failed_checks"))
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -188,6 +197,11 @@ def load_group(folder: str | Path) -> CausalGraph:
         g = nx.relabel_nodes(g, {n: labels.get(n, n) for n in g.nodes})
         target = labels.get(str(target), str(target))
         order_list = [labels.get(str(n), str(n)) for n in order_list]
+    drivers = [
+        labels.get(str(c.get("feature")), str(c.get("label") or c.get("feature")))
+        for c in meta.get("top_contributors") or []
+        if (c.get("variance_share") or 0) >= 0.01
+    ]
     return CausalGraph(
         g,
         str(target),
@@ -196,6 +210,8 @@ def load_group(folder: str | Path) -> CausalGraph:
         labels,
         warnings,
         float(explained) if explained is not None else None,
+        meta.get("verdict"),
+        drivers,
     )
 
 
@@ -375,8 +391,18 @@ def _footnote_lines(cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str])
         "Black: positive effect, red: negative. Label/width: share of the target's variance that enters through "
         "the feature (edges into the target), coefficient in SD per SD (other edges)." + explained
     ]
-    if cg.warnings:
-        lines.append("NOT TRUSTED - " + "; ".join(cg.warnings))
+    if cg.verdict:
+        v = cg.verdict
+        p = "" if v.get("p_value") is None else f", permutation p = {v['p_value']:.3g}"
+        lines.append(
+            f"Verdict: {v.get('verdict')} (cross-validated share {v.get('share', 0):.2f}{p}; basis: {v.get('basis')})."
+        )
+    if cg.flagged:
+        lines.append("READ WITH CARE - " + "; ".join(cg.warnings))
+    elif cg.warnings:
+        lines.append(
+            "Orientation checks (informational: the direction of these features is known): " + "; ".join(cg.warnings)
+        )
     selection = edges[(edges["status"] == "shown") & (edges["in_random_bins"] == False)]  # noqa: E712
     if len(selection):
         lines.append(
@@ -430,7 +456,7 @@ def draw_causal_graph(
     ax.set_title(title or default_title(cg), pad=4)
     ax.title.set_position((0.5, 0.99))
     ax.title.set_va("top")
-    if cg.warnings:
+    if cg.flagged:
         ax.text(
             0.5,
             0.935,
@@ -448,11 +474,17 @@ def draw_causal_graph(
 
 
 def default_title(cg: CausalGraph) -> str:
-    """'<kernel>: causes of <target>' (kernel names shortened to one line), or the whole-dataset wording."""
+    """The verdict in words: '<kernel>: what explains <target>: explained 99 % by grid_x' (kernel names
+    shortened), never "causes of" on a graph that does not explain its target."""
+    from gpuvar.causal.verdict import verdict_title
+
     if cg.group in (ALL_GROUP, "all"):
-        return f"All kernels: causes of {cg.target}"
-    name = cg.group if len(cg.group) <= 70 else cg.group[:67] + "..."
-    return f"{name}: causes of {cg.target}"
+        name = "All kernels"
+    else:
+        name = cg.group if len(cg.group) <= 50 else cg.group[:47] + "..."
+    if cg.verdict is None:
+        return f"{name}: causes of {cg.target}"
+    return verdict_title(name, cg.target, cg.verdict, cg.drivers)
 
 
 def plot_group(
@@ -476,7 +508,7 @@ def plot_group(
         "edges": int(len(edges)),
         "shown": int((edges["status"] == "shown").sum()),
         "hidden": dict(sorted(hidden.items())),
-        "trusted": not cg.warnings,
+        "trusted": not cg.flagged,
         "files": [str(f) for f in files],
     }
 
@@ -543,7 +575,7 @@ def plot_causal_dir(
             {
                 "group": cg.group,
                 "slug": folder.name,
-                "status": "drawn" if not cg.warnings else "drawn, flagged",
+                "status": "drawn" if not cg.flagged else "drawn, flagged",
                 "edges": len(edges),
                 "shown": int((edges["status"] == "shown").sum()),
                 "hidden": int(sum(hidden.values())),

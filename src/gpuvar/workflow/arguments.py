@@ -183,3 +183,16 @@ def paper_demo_arguments(reg, name: str, output) -> list[str]:
         "--output",
         output,
     ]
+
+
+def findings_arguments(dataset: str, inputs, output, seed: int) -> list[str]:
+    """`gpuvar findings` of one dataset: its ingest folder, and its kernel_variability causal folder if analysed."""
+    causal = ["--causal", str(inputs.causal)] if "causal" in inputs.keys() else []
+    return [folder(inputs.kernels), "--name", dataset, *causal, "--seed", str(seed), "-o", str(output)]
+
+
+def findings_page_arguments(dataset_folders, record) -> list[str]:
+    """`gpuvar findings --combine`: every dataset's findings.json into results/findings/."""
+    from gpuvar.artifacts import FINDINGS_RECORD
+
+    return ["--combine", *[f"{d}/{FINDINGS_RECORD}" for d in dataset_folders], "-o", folder(record)]

@@ -14,7 +14,11 @@ from gpuvar.artifacts import (
     BIN_REPORT,
     CAUSAL_DIR,
     CHECKS_TABLE,
+    FINDINGS_DIR,
+    FINDINGS_PAGE,
+    FINDINGS_RECORD,
     INGEST_REPORT,
+    KERNELS_TABLE,
     RANK_INGEST_DIR,
     bin_file,
     ingest_file,
@@ -49,13 +53,25 @@ class Registry:
         ranks = range(len(self.datasets[wildcards.dataset].sources))
         return [marker.format(dataset=wildcards.dataset, rank=rank) for rank in ranks]
 
+    @property
+    def findings_datasets(self) -> list[str]:
+        """config.yaml's datasets: each gets a findings folder (results/findings/{dataset})."""
+        return [d.name for d in self.cfg.datasets]
+
+    def findings_inputs(self, wildcards) -> dict[str, str]:
+        """A dataset's kernels table, and its kernel_variability causal folder when that target is analysed."""
+        inputs = {"kernels": ingest_file(KERNELS_TABLE).format(dataset=wildcards.dataset)}
+        if (wildcards.dataset, "kernel_variability") in self.analyses:
+            inputs["causal"] = CAUSAL_DIR.format(dataset=wildcards.dataset, target="kernel_variability")
+        return inputs
+
     def analysis_outputs(self) -> list[str]:
         """Everything `all` analyses: per dataset and target the binning and causal results, and the checks."""
         outputs = []
         for dataset, target in self.analyses:
             outputs.append(bin_file(BIN_REPORT).format(dataset=dataset, target=target))
             outputs.append(CAUSAL_DIR.format(dataset=dataset, target=target))
-        return outputs + [CHECKS_TABLE]
+        return outputs + [CHECKS_TABLE, f"{FINDINGS_DIR}/{FINDINGS_RECORD}"]
 
     def names(self, merged: bool | None = None) -> list[str]:
         """Dataset names; merged=True/False: only datasets combined from rank files, or only single files."""
@@ -83,15 +99,15 @@ def build_registry(config: dict, basedir: str | Path, paper_yaml: str | Path | N
     return Registry(cfg, merged, paper, names)
 
 
-def print_flagged_graphs(path: str | Path = CHECKS_TABLE) -> None:
-    """After a run: say how many causal graphs failed their assumption checks (results/causal/checks.tsv)."""
-    if not Path(path).is_file():
+def print_run_summary(findings: str | Path = f"{FINDINGS_DIR}/{FINDINGS_RECORD}") -> None:
+    """After a run: the top findings of every dataset and where the page is (results/findings/findings.md)."""
+    import json
+
+    from gpuvar.findings.run import console_summary
+
+    path = Path(findings)
+    if not path.is_file():
         return
-    rows = Path(path).read_text().splitlines()[1:]
-    trusted = [r.split("\t")[4] for r in rows]
-    flagged = trusted.count("no")
-    if flagged:
-        print(
-            f"gpuvar: {flagged} of {flagged + trusted.count('yes')} causal graphs failed an assumption check; "
-            f"read them as hypotheses (list: {path}, docs/causal.md)"
-        )
+    records = json.loads(path.read_text()).get("datasets", [])
+    print(console_summary(records, top=3))
+    print(f"gpuvar: findings page {path.with_name(FINDINGS_PAGE)}")

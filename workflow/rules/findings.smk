@@ -1,0 +1,49 @@
+# Findings per dataset (every launch: variance decomposition, verdicts, ranked actionable kernels), then one
+# page over all datasets: results/findings/findings.md, the first thing a user reads (docs/causal.md#findings).
+
+
+rule find_actionable_kernels:
+    input:
+        unpack(REG.findings_inputs),
+    output:
+        directory(files.DATASET_FINDINGS_DIR),
+    log:
+        "logs/find_actionable_kernels/{dataset}.log",
+    benchmark:
+        "benchmarks/find_actionable_kernels/{dataset}.tsv"
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    params:
+        args=lambda wildcards, input, output: rule_args.findings_arguments(
+            wildcards.dataset, input, output[0], CFG.causal.seed
+        ),
+    script:
+        f"{SCRIPTS}/find_actionable_kernels.py"
+
+
+rule summarise_findings:
+    input:
+        [files.DATASET_FINDINGS_DIR.format(dataset=d) for d in REG.findings_datasets],
+    output:
+        page=f"{files.FINDINGS_DIR}/{files.FINDINGS_PAGE}",
+        record=f"{files.FINDINGS_DIR}/{files.FINDINGS_RECORD}",
+    log:
+        "logs/summarise_findings/findings.log",
+    benchmark:
+        "benchmarks/summarise_findings/findings.tsv"
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=500,
+        runtime=5,
+    params:
+        args=lambda wildcards, input, output: rule_args.findings_page_arguments(
+            input, output.record
+        ),
+    script:
+        f"{SCRIPTS}/find_actionable_kernels.py"
