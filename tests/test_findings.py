@@ -127,3 +127,20 @@ def test_no_elapsed_normalised_rate_is_a_feature_on_real_ncu():
     rates = [c for c in frame.columns if "pct_of_peak_sustained_elapsed" in c]
     assert rates, "the real file has elapsed-normalised rates"
     assert all("rate per elapsed time" in rejected[c] or "cycle count" in rejected[c] for c in rates)
+
+
+def test_binning_by_call_site_removes_call_site_differences(tmp_path, run_cli):
+    """targets.variability_group: call_site: the target is the deviation from the call site's mean."""
+    frame = call_site_mix()
+    frame["launch_config"] = "g1x1x1 b256x1x1 r32 s0"
+    frame.to_parquet(tmp_path / "kernels.parquet")
+    for group in ("kernel", "call_site"):
+        out = tmp_path / group
+        result = run_cli("bin", str(tmp_path / "kernels.parquet"), "--group", group, "--top-k", "1000", "-o", str(out))
+        assert result.returncode == 0, result.stderr
+        rows = pd.read_parquet(out / "topk_rows.parquet")
+        spread = rows.groupby("call_site")["kernel_variability"].mean().abs().max()
+        if group == "kernel":
+            assert spread > 100_000  # call-site differences are in the target
+        else:
+            assert spread < 1_000  # only each call site's own run-to-run noise is left

@@ -149,10 +149,11 @@ class Ingest(Strict):
 
 
 class Targets(Strict):
-    variability_group: Literal["kernel", "launch_config"] = Field(
+    variability_group: Literal["kernel", "launch_config", "call_site"] = Field(
         "kernel",
-        description="kernel_variability is the launch's duration over the mean per 'kernel' name or per "
-        "'launch_config' (name + launch configuration)",
+        description="kernel_variability is the launch's duration over the mean per 'kernel' name (the paper), "
+        "per 'launch_config' (name + launch configuration) or per 'call_site' (name + launching op and position "
+        "in the step: run-to-run variability only; docs/causal.md)",
     )
     memcpy_link: Literal["stream", "device"] = Field(
         "stream",

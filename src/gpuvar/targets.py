@@ -21,7 +21,8 @@ import numpy as np
 from gpuvar.artifacts import TARGETS  # noqa: F401 (defined once there; re-exported for the binning job)
 from gpuvar.errors import GpuvarError
 
-GROUPS = ("kernel", "launch_config")
+GROUPS = ("kernel", "launch_config", "call_site")
+GROUP_COLUMN = {"launch_config": "launch_config", "call_site": "call_site"}  # the column a group adds to the name
 LINKS = ("stream", "device")
 GROUP_SEPARATOR = "\x1f"  # between kernel name and launch config in a launch_config group key
 NO_LINK_REASON = {
@@ -39,7 +40,8 @@ def check_choice(value: str, allowed: tuple[str, ...], what: str) -> str:
 
 
 def group_key(kernel_name: str, launch_config: str | None, group: str) -> str:
-    """The group a launch's mean duration is taken over: its kernel name, or name + launch configuration."""
+    """The group a launch's mean duration is taken over: its kernel name, or name + launch configuration (or
+    name + call site: `launch_config` is then the call site's key)."""
     if group == "kernel":
         return kernel_name
     return f"{kernel_name}{GROUP_SEPARATOR}{launch_config if launch_config is not None else '?'}"

@@ -71,7 +71,7 @@ def group_codes(table: pa.Table, group: str, index: dict[str, int]) -> tuple[np.
         idx, valid = ints(indices)
         return lut[idx], valid
     idx, valid = ints(name.indices)
-    lc = _dictionary(table.column("launch_config"))
+    lc = _dictionary(table.column(T.GROUP_COLUMN[group]))
     lidx, lvalid = ints(lc.indices)
     configs = lc.dictionary.to_pylist()
     pair = idx * (len(configs) + 1) + (lidx if lvalid is None else np.where(lvalid, lidx, len(configs)))

@@ -22,6 +22,8 @@ ID_COLUMNS = (
     "kernel_name",
     "kernel_short_name",
     "launch_config",
+    "call_site",
+    "launch_op",
     "launch_id",
     "start",
     "end",
@@ -29,7 +31,11 @@ ID_COLUMNS = (
     "device_id",
     "stream_id",
 )
-DICTIONARY_COLUMNS = ("kernel_name", "launch_config")  # read as Arrow dictionaries: one string decode per value
+DICTIONARY_COLUMNS = (
+    "kernel_name",
+    "launch_config",
+    "call_site",
+)  # read as Arrow dictionaries: one string decode per value
 
 
 @dataclass
@@ -126,7 +132,7 @@ def make_plan(opts: BinOptions) -> Plan:
     link = opts.memcpy is not None
     if link:
         open_parquet(opts.memcpy)
-    need = ["kernel_name", "duration", axis] + (["launch_config"] if opts.group == "launch_config" else [])
+    need = ["kernel_name", "duration", axis] + ([T.GROUP_COLUMN[opts.group]] if opts.group != "kernel" else [])
     if link:
         need += ["start", "device_id"] + (["stream_id"] if opts.link == "stream" else [])
     missing = [c for c in dict.fromkeys(need) if c not in names]
