@@ -29,7 +29,12 @@ rule summarise_findings:
     input:
         [files.DATASET_FINDINGS_DIR.format(dataset=d) for d in REG.findings_datasets],
     output:
-        page=f"{files.FINDINGS_DIR}/{files.FINDINGS_PAGE}",
+        page=report(
+            f"{files.FINDINGS_DIR}/{files.FINDINGS_PAGE}",
+            caption="../report/findings.rst",
+            category="1 Findings (read first)",
+            labels={"page": "findings of every dataset"},
+        ),
         record=f"{files.FINDINGS_DIR}/{files.FINDINGS_RECORD}",
     log:
         "logs/summarise_findings/findings.log",
