@@ -222,29 +222,35 @@ def _ols(X: np.ndarray, y: np.ndarray, intercept: bool = True) -> np.ndarray:
 def _lasso_lars_bic(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """`LassoLarsIC(criterion="bic").fit(X, y).coef_`: sklearn's lars_path and its BIC, computed the same way
     (noise variance from an OLS fit on the centred data), without the estimator's per-call overhead."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import lars_path
 
     X = X - np.mean(X, axis=0)
     y = y - np.mean(y, axis=0)
-    _, _, path = lars_path(
-        X,
-        y,
-        Gram="auto",
-        copy_X=True,
-        copy_Gram=True,
-        alpha_min=0.0,
-        method="lasso",
-        max_iter=500,
-        eps=np.finfo(float).eps,
-        positive=False,
-    )
+    with warnings.catch_warnings():  # a bootstrap resample with a degenerate column: lars drops it, as lingam's
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        _, _, path = lars_path(
+            X,
+            y,
+            Gram="auto",
+            copy_X=True,
+            copy_Gram=True,
+            alpha_min=0.0,
+            method="lasso",
+            max_iter=500,
+            eps=np.finfo(float).eps,
+            positive=False,
+        )
     n, p = X.shape
     if n <= p + 1:
         raise ValueError("fewer samples than features: the BIC's noise variance cannot be estimated")
     rss = np.sum((y[:, np.newaxis] - np.dot(X, path)) ** 2, axis=0)
     dof = np.array([np.sum(np.abs(c) > np.finfo(c.dtype).eps) for c in path.T], dtype=int)
     noise = np.sum((y - (X @ _ols(X, y, intercept=False) + 0.0)) ** 2) / (n - p - 1)
-    criterion = n * np.log(2 * np.pi * noise) + rss / noise + np.log(n) * dof
+    with np.errstate(divide="ignore", invalid="ignore"):  # an exact fit (noise 0): lingam's argmin, without the noise
+        criterion = n * np.log(2 * np.pi * noise) + rss / noise + np.log(n) * dof
     return path[:, np.argmin(criterion)]
 
 

@@ -47,12 +47,16 @@ def _quiet(fn, *a):
 
 
 def run(args) -> int:
+    import logging
     from types import SimpleNamespace
 
     from gpuvar.config import Binning, Causal, Targets
     from gpuvar.findings.run import analyse_dataset, console_summary, write_dataset
 
     t0 = time.perf_counter()
+    if not getattr(args, "verbose", False):  # the stages' INFO lines are for the workflow's logs, not this summary
+        logging.getLogger("gpuvar").setLevel(logging.WARNING)
+        logging.getLogger("gpuvar.causal").setLevel(logging.ERROR)  # graph verdicts are on the findings page
     out = args.output
     name = args.name or args.traces[0].name.split(".")[0]
     ingest = out / "ingest"
