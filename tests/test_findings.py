@@ -144,3 +144,24 @@ def test_binning_by_call_site_removes_call_site_differences(tmp_path, run_cli):
             assert spread > 100_000  # call-site differences are in the target
         else:
             assert spread < 1_000  # only each call site's own run-to-run noise is left
+
+
+def test_causal_outputs_are_written_at_a_machine_stable_precision(tmp_path):
+    """Issue 22 item 10: 17-digit floats differed between machines of one kind (SIMD paths); 12 digits do not."""
+    import re
+
+    from gpuvar.causal.discover import discover_all
+
+    frame = heteroscedastic()
+    frame["kernel_variability"] = frame["duration"] - frame["duration"].mean()
+    frame["bin"] = np.arange(len(frame)) // 10
+    discover_all(frame, "kernel_variability", group_by=None, bootstrap=0, outdir=tmp_path)
+    number = re.compile(r"(\d+)\.(\d+)")
+    seen = 0
+    for path in tmp_path.rglob("*"):
+        if path.suffix in (".csv", ".graphml", ".json"):
+            for match in number.finditer(path.read_text()):
+                significant = (match.group(1) + match.group(2)).lstrip("0")
+                assert len(significant) <= 12, (path.name, match.group(0))
+                seen += 1
+    assert seen > 10

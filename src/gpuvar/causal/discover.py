@@ -34,6 +34,14 @@ from gpuvar.causal.verdict import graph_verdict
 
 log = logging.getLogger("gpuvar.causal")
 ENGINES = ("fast", "lingam")
+# Derived floats are written at 12 significant digits: the last bits of a BLAS result depend on the CPU's SIMD
+# path, so 17 digits made reruns on another machine of the same kind differ (issue 22 item 10).
+FLOAT_FORMAT = "%.12g"
+
+
+def stable_float(value: float) -> float:
+    """value rounded to 12 significant digits (the precision every causal output is written at)."""
+    return float(f"{value:.12g}") if np.isfinite(value) else value
 
 
 def sink_prior_knowledge(p: int, target: int) -> np.ndarray:
@@ -63,18 +71,18 @@ def build_graph(names, target, edges: pd.DataFrame, contrib: pd.DataFrame, label
         attrs = {"is_target": k == target, "label": labels.get(name, name)}
         if k != target:
             attrs.update(
-                total_effect=float(c.at[name, "total_effect"]),
-                variance_share=float(c.at[name, "variance_share"]),
+                total_effect=stable_float(float(c.at[name, "total_effect"])),
+                variance_share=stable_float(float(c.at[name, "variance_share"])),
                 sign=int(c.at[name, "sign"]),
             )
         g.add_node(name, **attrs)
     for r in edges.to_dict("records"):
-        attrs = {"weight": float(r["coefficient"]), "sign": int(r["sign"])}
+        attrs = {"weight": stable_float(float(r["coefficient"])), "sign": int(r["sign"])}
         if r["to"] == names[target]:
-            attrs["variance_share"] = float(c.at[r["from"], "variance_share"])
+            attrs["variance_share"] = stable_float(float(c.at[r["from"], "variance_share"]))
         for key in ("probability", "sign_agreement"):
             if key in r and r[key] == r[key]:
-                attrs[key] = float(r[key])
+                attrs[key] = stable_float(float(r[key]))
         if "in_random_bins" in r and r["in_random_bins"] in (True, False):
             attrs["in_random_bins"] = bool(r["in_random_bins"])
         g.add_edge(r["from"], r["to"], **attrs)
@@ -93,8 +101,8 @@ def _clean(value):
         return [_clean(v) for v in value]
     if isinstance(value, np.generic):
         value = value.item()
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
+    if isinstance(value, float):
+        return stable_float(value) if np.isfinite(value) else None
     return value
 
 
@@ -195,7 +203,7 @@ def discover_group(
         t0 = time.perf_counter()
         stack = bootstrap_adjacencies(X, pk, bootstrap, seed, workers, engine, pool, bins=prep.bins)
         boot = summarise_edges(stack, names, B)
-        boot.to_csv(outdir / "bootstrap_edges.csv", index=False)
+        boot.to_csv(outdir / "bootstrap_edges.csv", index=False, float_format=FLOAT_FORMAT)
         timings["bootstrap_s"] = round(time.perf_counter() - t0, 4)
     prob = {} if boot is None else {(r["from"], r["to"]): r for r in boot.to_dict("records")}
     edges["probability"] = [
@@ -210,9 +218,9 @@ def discover_group(
     _write_json(outdir / "order.json", {"causal_order": [names[k] for k in order], "target": names[target]})
     adj = pd.DataFrame(B, index=names, columns=names)
     adj.index.name = "to"
-    adj.to_csv(outdir / "adjacency.csv")
-    edges.to_csv(outdir / "edges.csv", index=False)
-    contrib.to_csv(outdir / "contributions.csv", index=False)
+    adj.to_csv(outdir / "adjacency.csv", float_format=FLOAT_FORMAT)
+    edges.to_csv(outdir / "edges.csv", index=False, float_format=FLOAT_FORMAT)
+    contrib.to_csv(outdir / "contributions.csv", index=False, float_format=FLOAT_FORMAT)
     nx.write_graphml(build_graph(names, target, edges, contrib, labels), outdir / "graph.graphml")
     record.update(
         causal_order=[names[k] for k in order],
