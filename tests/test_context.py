@@ -129,6 +129,15 @@ def test_zero_length_intervals():
     m = copies([(0, 17, 100, 200, 8, "DtoD"), (0, 17, 150, 150, 1, "DtoD"), (0, 17, 400, 400, 2, "DtoD")])
     c = context_columns(k, m)
     assert c["ctx_copy_bytes"].tolist() == [8.0, 0.0]  # [400, 400) starts the kernel but holds no time
+    assert c["ctx_copy_active"].tolist() == [1.0, 0.0]
+
+
+def test_a_kernel_on_an_unknown_stream_has_no_stream_columns_and_counts_for_no_one():
+    k = kernels([(0, 7, 100, 200), (0, 7, 150, 250), (0, 8, 300, 400)])
+    k["stream_id"] = pd.array([7, None, 8], dtype="Int64")
+    c = context_columns(k, None)
+    np.testing.assert_array_equal(c["ctx_kernels_concurrent"], [0.0, np.nan, 0.0])
+    np.testing.assert_array_equal(c["ctx_gap_ns"], [np.nan, np.nan, np.nan])
 
 
 def test_rows_keep_their_order_and_huge_time_ranges_agree():
