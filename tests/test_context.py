@@ -7,6 +7,9 @@ import pandas as pd
 import pytest
 from conftest import real_file
 
+from gpuvar.causal.collinear import merge_near_duplicates
+from gpuvar.causal.prior import prior_knowledge
+from gpuvar.causal.roles import role_of
 from gpuvar.demo.planted_context import planted
 from gpuvar.ingest import load
 from gpuvar.ingest.context import context_columns
@@ -210,3 +213,21 @@ def test_real_h100_contention_copy_explains_the_first_kernel():
     assert r2(flag, k.loc[rows, "duration"]) >= 0.8
     assert abs(int(flag.sum()) - int(truth["contention_copy"].sum())) <= 3
     assert (flag == truth["contention_copy"].to_numpy()).mean() >= 0.97
+
+
+def test_context_is_a_cause_tier_never_caused_by_counters_or_the_target():
+    k, m, _ = planted(steps=40, seed=1)
+    names = [*context_columns(k, m), "grid_x", "dram__bytes_read.sum", "duration"]
+    assert {role_of(n).role for n in names[:6]} == {"context"}
+    pk = prior_knowledge(names, target=len(names) - 1)
+    ctx, grid, counter, target = range(6), 6, 7, 8
+    for c in ctx:
+        assert pk[c, counter] == 0 and pk[c, target] == 0  # no path counter -> ctx, duration -> ctx
+        assert pk[counter, c] == -1 and pk[target, c] == -1  # ctx may cause both
+        assert pk[c, grid] == -1 and pk[grid, c] == -1  # same tier as the launch configuration
+    # a counter that duplicates a context column is merged into the context column, which names the cause
+    rng = np.random.default_rng(0)
+    flag = rng.integers(0, 2, 200).astype(float)
+    values = np.column_stack([flag + rng.normal(0, 0.01, 200), flag, rng.normal(size=200)])
+    kept, merged, _ = merge_near_duplicates(values, ["lts__t_bytes.sum", "ctx_copy_active", "grid_x"], 0.95)
+    assert kept == ["ctx_copy_active", "grid_x"] and "ctx_copy_active" in merged
