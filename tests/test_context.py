@@ -124,6 +124,8 @@ def test_null_timings_give_nan_and_count_for_no_one():
     ncu = k.assign(start=pd.array([None] * 3, dtype="Int64"), end=pd.array([None] * 3, dtype="Int64"))
     assert context_columns(ncu, m) == {}
     assert context_columns(k.drop(columns=["start", "end"]), m) == {}
+    empty = context_columns(k.iloc[:0], m)
+    assert sorted(empty) == sorted(c) and all(len(v) == 0 for v in empty.values())
 
 
 def test_zero_length_intervals():
@@ -178,7 +180,8 @@ def test_rows_keep_their_order_and_huge_time_ranges_agree():
     # device 1 moved 4e18 ns later: the keys fall back to ranks of times, same answers
     far = k.assign(start=k.start + 4 * 10**18 * k.device_id, end=k.end + 4 * 10**18 * k.device_id)
     mfar = m.assign(start=m.start + 4 * 10**18 * m.device_id, end=m.end + 4 * 10**18 * m.device_id)
-    moved = context_columns(far, mfar)
+    lone = copies([(7, 1, 9 * 10**18, 9 * 10**18 + 5, 1, "DtoD")])  # a device without kernels, far away
+    moved = context_columns(far, pd.concat([mfar, lone], ignore_index=True))
     for name in base:
         np.testing.assert_array_equal(moved[name], base[name], err_msg=name)
 
@@ -231,3 +234,10 @@ def test_context_is_a_cause_tier_never_caused_by_counters_or_the_target():
     values = np.column_stack([flag + rng.normal(0, 0.01, 200), flag, rng.normal(size=200)])
     kept, merged, _ = merge_near_duplicates(values, ["lts__t_bytes.sum", "ctx_copy_active", "grid_x"], 0.95)
     assert kept == ["ctx_copy_active", "grid_x"] and "ctx_copy_active" in merged
+
+
+def test_a_long_time_range_with_copies_on_a_device_without_kernels():
+    # 2**60 ns on device 0 alone fits the key space, but not once device 1's copies count as a timeline
+    k = kernels([(0, 7, 0, 100), (0, 7, 2**60, 2**60 + 100)])
+    m = copies([(0, 17, 50, 60, 8, "DtoD")] + [(d, 17, 0, 2**60 + 100, 16, "DtoD") for d in range(1, 6)])
+    assert context_columns(k, m)["ctx_copy_bytes"].tolist() == [8.0, 0.0]
