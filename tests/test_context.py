@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -241,3 +243,11 @@ def test_a_long_time_range_with_copies_on_a_device_without_kernels():
     k = kernels([(0, 7, 0, 100), (0, 7, 2**60, 2**60 + 100)])
     m = copies([(0, 17, 50, 60, 8, "DtoD")] + [(d, 17, 0, 2**60 + 100, 16, "DtoD") for d in range(1, 6)])
     assert context_columns(k, m)["ctx_copy_bytes"].tolist() == [8.0, 0.0]
+
+
+def test_bench_context_runs(run_cli):
+    result = run_cli("bench", "context", "--rows", "2000", "--repeat", "1")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["kernel_rows"] == 2000 and out["memcpy_rows"] == 1000 and len(out["columns"]) == 6
+    assert 0 < out["kernels_with_copy_active"] < 2000 and out["best_s"] > 0
