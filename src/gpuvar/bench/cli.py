@@ -1,6 +1,7 @@
 """Benchmarks printing one JSON object each: `binning` (gpuvar vs DuckDB vs pandas), `causal` (fast
 pwling vs lingam), `ingest` (nsys SQLite rows/s), `ingest-kineto` (Kineto JSON events/s), `demo` (the whole
-demo workflow, timed), `explain` (one trace to its first findings)."""
+demo workflow, timed), `context` (context columns of 1 M kernels + 0.5 M copies), `explain` (one trace to
+its first findings)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ BENCHES = {
     "ingest": ("gpuvar.bench.ingest", "configure_ingest", "run_ingest"),
     "demo": ("gpuvar.bench.demo", "configure_demo", "run_demo"),
     "ingest-kineto": ("gpuvar.bench.kineto", "configure_kineto", "run_kineto"),
+    "context": ("gpuvar.bench.context", "configure_context", "run_context"),
     "explain": ("gpuvar.bench.explain", "configure_explain", "run_explain"),
 }
 

@@ -9,9 +9,10 @@ GPU does. Rules, in this order:
      (the components are what the program sets); otherwise the product is kept, as the only carrier of the
      missing component's variation, and the components that are present are dropped.
   2. near-duplicates: features with |corr| >= threshold in the analysed rows are merged into one variable,
-     represented by the member a performance engineer can act on: a launch parameter over a derived column,
-     over a copy attribute, over a counter; ties by column order. Greedy in that preference order, each
-     representative absorbing the not-yet-merged columns within the threshold of itself (no chaining).
+     represented by the member a performance engineer can act on: a launch parameter over a context column
+     (ctx_*: what ran beside the kernel), over a derived column, over a copy attribute, over a counter; ties
+     by column order. Greedy in that preference order, each representative absorbing the not-yet-merged
+     columns within the threshold of itself (no chaining).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Prior knowledge for DirectLiNGAM: what the program sets cannot be caused by what the hardware measures.
 
-Tiers (gpuvar.causal.roles): launch configuration and copy attributes (0) -> hardware counters (1) ->
-target (2). lingam's prior-knowledge matrix: pk[i, j] = 0 means "no directed path from x_j to x_i", -1
-unknown. Modes:
+Tiers (gpuvar.causal.roles): launch configuration, context (ctx_*: what ran beside the kernel) and copy
+attributes (0) -> hardware counters (1) -> target (2). lingam's prior-knowledge matrix: pk[i, j] = 0 means
+"no directed path from x_j to x_i", -1 unknown. Modes:
   tiers  (default) no path from a higher tier to a lower one; indicators of one category never cause each
          other (they are exclusive codes of one variable); the target is a sink.
   sink   only the target is a sink (what the paper does).

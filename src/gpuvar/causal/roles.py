@@ -8,6 +8,9 @@ hardware counters.
 
 Roles and their tier in the prior knowledge (a lower tier cannot be caused by a higher one):
   launch  (tier 0)  launch configuration chosen by the program and its compiler
+  context (tier 0)  what ran beside the launch on its GPU (ctx_*: concurrent copies, other streams' kernels,
+                    host gaps, place in the step; gpuvar.ingest.context): set by the rest of the program,
+                    so a possible cause of the kernel's counters and duration, never caused by them
   copy    (tier 0)  attributes of the copy the program issued
   derived (tier 0)  a product of other columns (kept only when its components are absent)
   counter (tier 1)  hardware counters and anything else measured during the run
@@ -22,11 +25,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-TIERS = {"launch": 0, "copy": 0, "derived": 0, "counter": 1}
+TIERS = {"launch": 0, "context": 0, "copy": 0, "derived": 0, "counter": 1}
 TARGET_TIER = 2
-# Representative preference when near-duplicates merge: a launch parameter over a derived one, over a copy
-# attribute, over a counter (the one a performance engineer can change comes first).
-ROLE_PREFERENCE = {"launch": 0, "derived": 1, "copy": 2, "counter": 3}
+# Representative preference when near-duplicates merge: a launch parameter over a context column (what ran
+# beside the kernel), over a derived one, over a copy attribute, over a counter (the one a performance
+# engineer can change comes first; a context column names a cause outside the kernel, which a counter
+# correlated with it would hide).
+ROLE_PREFERENCE = {"launch": 0, "context": 1, "derived": 2, "copy": 3, "counter": 4}
 
 
 @dataclass(frozen=True)
