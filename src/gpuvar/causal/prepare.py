@@ -18,6 +18,7 @@ import pandas as pd
 from gpuvar.artifacts import ALL_GROUP  # noqa: F401 (re-exported: the causal package's group name)
 from gpuvar.causal.collinear import condition_number, drop_derived, merge_near_duplicates
 from gpuvar.causal.encode import centre_within, encode_categoricals
+from gpuvar.causal.roles import role_of
 from gpuvar.errors import GpuvarError
 
 # Identifiers and timestamps: numeric, but not causes of variability.
@@ -42,35 +43,17 @@ EXCLUDED_SUFFIXES = ("_start", "_end", "_id", "_duration")
 VENDOR_NOT_FEATURE = re.compile(
     r"^(?:.*(?:Id|ID|Pid|Index|index|Ns|_Timestamp)|tid|pid|sig|obj|context|stream|device|gpu__time_duration(?:\..*)?)$"
 )
-# Counters of elapsed or busy clock cycles are the kernel's duration in another unit: with the target
-# constrained to be a sink they would "explain" it by themselves and hide the real causes. Listing them in
-# `features` explicitly still analyses them.
-DURATION_PROXY = re.compile(
-    r"^(?:sq_cycles|sq_busy_cycles|sq_wave_cycles|grbm_gui_active|grbm_count|.*__cycles_(?:elapsed|active)\..*)$"
-)
-# Rates per elapsed time are counts divided by the kernel's own duration: the target in another form (on a real
-# Nsight Compute CSV `*.pct_of_peak_sustained_elapsed` rates were the top "causes", share up to 0.59). Nsight
-# Compute: pct_of_peak_sustained_elapsed, per_cycle_elapsed, per_second, throughput %; AMD (rocprof derived
-# metrics, Omniperf): busy / stalled percentages of GPU time, per-second rates, bandwidths.
-ELAPSED_RATE = re.compile(
-    r"^(?:.*pct_of_peak_sustained_elapsed.*|.*per_cycle_elapsed.*|.*per_second.*|.*_per_sec|.*throughput.*"
-    r"|.*busy.*|.*unitstalled|.*_bw|.*bandwidth.*|gpu_util.*|.*_util_pct)$"
-)
-LEAK_REASON = {
-    "duration_proxy": "elapsed/busy cycle count: the duration in another unit (list it to keep it)",
-    "elapsed_rate": "rate per elapsed time: computed from the kernel's own duration, the target in another "
-    "form (list it to keep it)",
-}
+# Columns computed from the kernel's own elapsed time (role `leak` in data/feature_roles.csv, with the reason):
+# elapsed/busy cycle counts are the duration in another unit, rates per elapsed time (`*.pct_of_peak_sustained_
+# elapsed`, per second, throughput %, AMD busy %) the target in another form; on a real Nsight Compute CSV such
+# rates were the top "causes" (share up to 0.59). With the target a sink they would "explain" it by themselves
+# and hide the real causes. Listing them in `features` explicitly still analyses them.
 
 
 def leak_reason(name: str) -> str | None:
     """Why a column may not be a cause of its own kernel's duration (None: it may)."""
-    low = name.lower()
-    if DURATION_PROXY.match(low):
-        return LEAK_REASON["duration_proxy"]
-    if ELAPSED_RATE.match(low):
-        return LEAK_REASON["elapsed_rate"]
-    return None
+    role = role_of(name)
+    return role.why if role.role == "leak" else None
 
 
 COLLINEAR_TOL = 1e-12  # |corr| within this of 1 counts as perfectly collinear

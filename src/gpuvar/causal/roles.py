@@ -14,6 +14,8 @@ Roles and their tier in the prior knowledge (a lower tier cannot be caused by a 
   copy    (tier 0)  attributes of the copy the program issued
   derived (tier 0)  a product of other columns (kept only when its components are absent)
   counter (tier 1)  hardware counters and anything else measured during the run
+  leak    (tier 1)  computed from the kernel's own elapsed time (cycles, rates per elapsed time): never a feature
+                    unless listed explicitly (gpuvar.causal.prepare.leak_reason)
   target  (tier 2)  the variability being explained (a sink)
 """
 
@@ -25,13 +27,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-TIERS = {"launch": 0, "context": 0, "copy": 0, "derived": 0, "counter": 1}
+TIERS = {"launch": 0, "context": 0, "copy": 0, "derived": 0, "counter": 1, "leak": 1}
 TARGET_TIER = 2
 # Representative preference when near-duplicates merge: a launch parameter over a context column (what ran
 # beside the kernel), over a derived one, over a copy attribute, over a counter (the one a performance
 # engineer can change comes first; a context column names a cause outside the kernel, which a counter
 # correlated with it would hide).
-ROLE_PREFERENCE = {"launch": 0, "context": 1, "derived": 2, "copy": 3, "counter": 4}
+ROLE_PREFERENCE = {"launch": 0, "context": 1, "derived": 2, "copy": 3, "counter": 4, "leak": 5}
 
 
 @dataclass(frozen=True)
