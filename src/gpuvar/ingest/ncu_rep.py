@@ -246,6 +246,7 @@ def normalize(raw: RawTrace) -> ReaderOutput:
         "in the ncu-report package's view of the report (left null)"
     )
     out.kernels = ncu.launch_table(ident, columns, unit_names, out)
+    ncu.require_durations(raw.source, out.kernels)
     return out
 
 
