@@ -496,3 +496,40 @@ def test_float_time_column_is_an_internal_error_naming_the_reader():
     bad = pa.table({"start": pa.array([1.0]), "duration": pa.array([2], pa.int64())})
     with pytest.raises(GpuvarError, match=r"internal error in the rocpd reader: memcpy start is double, not int64"):
         require_int64_times("rocpd", kernels=good, memcpy=bad)
+
+
+# --- concatenated exports (issue 22 item 5) --------------------------------------------------------------
+REPEATED = "repeated header row (concatenated files)"
+
+
+def test_concatenated_rocprof_results_drop_the_repeated_header(tmp_path):
+    """`cat a/results.csv b/results.csv`: the second header used to become a kernel named `KernelName` with
+    null times, kept. Now it is dropped and counted; a second file's BOM and CRLF do not hide it."""
+    header = ["Index", "KernelName", "gpu-id", "queue-id", "pid", "grd", "wgr", "BeginNs", "EndNs"]
+    _write(tmp_path / "a.csv", header, [[i, "ka", 0, 0, 7, 256, 64, 100 * i, 100 * i + 50] for i in range(5)])
+    _write(tmp_path / "b.csv", header, [[i, "kb", 0, 0, 7, 256, 64, 900 + i, 950 + i] for i in range(4)])
+    b = b"\xef\xbb\xbf" + (tmp_path / "b.csv").read_bytes().replace(b"\n", b"\r\n")
+    (tmp_path / "results.csv").write_bytes((tmp_path / "a.csv").read_bytes() + b)
+    out, k, _ = kernels_of(tmp_path / "results.csv")
+    assert out.dropped["kernels"] == {REPEATED: 1}
+    assert k["kernel_name"].tolist() == ["ka"] * 5 + ["kb"] * 4 and "KernelName" not in set(k["kernel_name"])
+    assert k["duration"].tolist() == [50] * 9
+    report = ingest(tmp_path / "results.csv", tmp_path / "out")
+    assert report["tables"]["kernels"]["balanced"] and report["tables"]["kernels"]["rows_read"] == 10
+
+
+def test_concatenated_rocprofv3_and_omniperf_csvs_drop_the_repeated_header(tmp_path):
+    rows = [["KERNEL_DISPATCH", 2, 0, i, "k", 100 * i, 100 * i + 40, 64, 1, 1, 640, 1, 1] for i in range(3)]
+    _write(tmp_path / "one.csv", KERNEL_TRACE_HEADER, rows)
+    text = (tmp_path / "one.csv").read_bytes()
+    (tmp_path / "one.csv").unlink()
+    (tmp_path / "1_kernel_trace.csv").write_bytes(text * 3)
+    out, k, _ = load(tmp_path)
+    assert out.dropped["kernels"] == {REPEATED: 2} and k.num_rows == 9
+    omni = tmp_path / "omni"
+    omni.mkdir()
+    source = real_file(f"{OMNI}/omniperf-vcopy-mi300x/pmc_perf.csv").read_bytes()
+    (omni / "pmc_perf.csv").write_bytes(source + source)
+    single = data_rows(real_file(f"{OMNI}/omniperf-vcopy-mi300x/pmc_perf.csv"))
+    out, k, _ = load(omni / "pmc_perf.csv")
+    assert out.dropped["kernels"] == {REPEATED: 1} and k.num_rows == 2 * single

@@ -196,7 +196,10 @@ def test_long_layout_units_na_missing_duration_and_bad_ids(tmp_path):
     assert k["device__attribute_display_name"].tolist()[:2] == ["NVIDIA H100 80GB HBM3"] * 2  # text stays text
     assert (k["grid_x"][0], k["grid_y"][0], k["block_x"][0], k["grid_size"][0]) == (64, 2, 128, 128)
     assert out.rows_read["kernels"] == 6
-    assert out.dropped["kernels"] == {"row has fewer fields than the header": 1, "row ID is not a launch number": 1}
+    assert out.dropped["kernels"] == {
+        "row has fewer fields than the header": 1,
+        "repeated header row (concatenated files)": 1,  # the appended report's header (issue 22 item 5)
+    }
     notes = " | ".join(out.notes)
     assert "2 launch(es) have no gpu__time_duration.sum value" in notes
     assert "ignored 1 ==PROF==/==WARNING== report line" in notes
@@ -448,3 +451,20 @@ def test_no_launch_with_a_duration_is_one_line_error(run_cli, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert f"{path}: no duration for any of the 2 launch(es)" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out" / "kernels.parquet").exists()
+
+
+def test_concatenated_ncu_exports_drop_the_repeated_header(tmp_path):
+    """`cat a.csv b.csv` of two long exports (each with its ==PROF== preamble and BOM): the second header is
+    dropped and counted under the reason every CSV reader uses, both reports' launches are read."""
+    write_ncu_demo(tmp_path / "a.csv", 30, seed=1)
+    write_ncu_demo(tmp_path / "b.csv", 30, seed=2)
+    (tmp_path / "ab.csv").write_bytes((tmp_path / "a.csv").read_bytes() + (tmp_path / "b.csv").read_bytes())
+    out, k = kernels_of(tmp_path / "ab.csv")
+    assert out.dropped["kernels"] == {"repeated header row (concatenated files)": 1}
+    assert len(k) == 30 and k["duration"].notna().all()  # same launch IDs 0..29: the first report's values kept
+    assert any(
+        "launch ID(s) carry rows with different kernel names" in n or "repeated (launch, metric)" in n
+        for n in out.notes
+    )
+    report = ingest(tmp_path / "ab.csv", tmp_path / "out")
+    assert report["tables"]["kernels"]["balanced"] and report["tables"]["kernels"]["rows_read"] == 31

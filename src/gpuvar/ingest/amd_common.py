@@ -32,7 +32,17 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, read_csv_bytes, to_int, to_number, unique_names
+from gpuvar.ingest.base import (
+    REPEATED_HEADER,
+    ReaderOutput,
+    csv_block_size,
+    drop_repeated_headers,
+    is_utf8,
+    read_csv_bytes,
+    to_int,
+    to_number,
+    unique_names,
+)
 from gpuvar.ingest.raw import RawTrace
 from gpuvar.schema import int_column, table1_rename
 
@@ -139,7 +149,8 @@ def read_amd_csv(path: Path, raw: RawTrace, table: str = "kernels") -> pa.Table:
     file's last line, which means the file was cut mid-row: that is an InputError, as are a header without data
     rows and an unterminated quote. Invalid UTF-8 falls back to latin-1.
     """
-    data = read_csv_bytes(path)
+    data, repeated = drop_repeated_headers(read_csv_bytes(path))
+    raw.drop(table, REPEATED_HEADER, repeated)
     end = data.find(b"\n")
     header = data[: end if end >= 0 else len(data)].rstrip(b"\r")
     bad: list[pacsv.InvalidRow] = []

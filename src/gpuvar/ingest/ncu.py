@@ -44,8 +44,10 @@ import pyarrow.csv as pcsv
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.base import (
+    REPEATED_HEADER,
     ReaderOutput,
     csv_block_size,
+    drop_repeated_headers,
     is_utf8,
     read_csv_bytes,
     require_columns,
@@ -74,7 +76,8 @@ SIZES = {"Grid Size": "grid", "Block Size": "block"}
 LONG_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 # ncu 2025+ details page: rule findings appended as columns; metric rows stop after the first of them
 RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
-_REPORT_LINES = re.compile(rb"(?m)^==(?:PROF|WARNING|ERROR|INFO)==[^\n]*(?:\n|$)")
+# a concatenated export's second file starts with its BOM, then its ==PROF== lines
+_REPORT_LINES = re.compile(rb"(?m)^(?:\xef\xbb\xbf)?==(?:PROF|WARNING|ERROR|INFO)==[^\n]*(?:\n|$)")
 _SIZE = re.compile(r"^\s*\(?\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?\)?\s*$")
 _NOT_A_VALUE = {"", "n/a", "N/A", "nan", "NaN", "-"}
 _NUMBER = r"^[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity)$"
@@ -169,7 +172,7 @@ def sniff(path: Path, head: bytes) -> bool:
 def _strip_report_lines(data: bytes, offset: int) -> tuple[bytes | memoryview, int]:
     """The CSV part of `data` (from `offset`) without ==PROF==/==WARNING== lines interleaved after the header;
     returns (body, lines removed). Zero-copy in the usual case of no such lines."""
-    if data.find(b"\n==", offset) < 0:
+    if data.find(b"\n==", offset) < 0 and data.find(b"\n\xef\xbb\xbf==", offset) < 0:
         return memoryview(data)[offset:], 0
     return _REPORT_LINES.subn(b"", data[offset:])
 
@@ -591,6 +594,7 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
         raise InputError(path, 'not an Nsight Compute CSV: no header line starting "ID" that names "Kernel Name"')
     offset, fields = found
     raw = RawTrace(format=FORMAT, source=str(path), tables={})
+    data, repeated = drop_repeated_headers(data, offset)
     if offset:
         skipped = data.count(b"\n", 0, offset)
         raw.notes.append(f"skipped {skipped} preamble line(s) before the CSV header")
@@ -609,8 +613,9 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     launches, bad = _launch_count(table, long)
     if not launches:
         raise InputError(path, "no kernel launches: the CSV has a header but no data rows")
-    raw.rows_read["kernels"] = launches + bad + short
+    raw.rows_read["kernels"] = launches + bad + short + repeated
     raw.drop("kernels", "row has fewer fields than the header", short)
+    raw.drop("kernels", REPEATED_HEADER, repeated)
     raw.tables = {"metrics": table} if long else {"launches": table}
     if units is not None:
         raw.tables["units"] = units
