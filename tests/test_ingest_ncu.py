@@ -297,6 +297,9 @@ def test_latin1_file_is_read_and_noted(tmp_path):
         ("%", ("%", 1.0)),
         ("", ("", 1.0)),
         ("register/thread", ("register/thread", 1.0)),
+        ("%/Kbyte", ("%/byte", 1e3)),  # ncu's auto-scale prefix on a denominator count still multiplies
+        ("Kbyte/cycle", ("byte/cycle", 1e3)),
+        ("sector/us", ("sector/second", 1e6)),
     ],
 )
 def test_unit_scale(unit, expected):

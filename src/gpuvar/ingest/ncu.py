@@ -113,15 +113,19 @@ def _scale_part(part: str, denominator: bool) -> tuple[str, float]:
     if part in _TIME_NS:
         return ("second", 1e9 / _TIME_NS[part]) if denominator else ("ns", _TIME_NS[part])
     m = _PREFIXED.match(part)
-    if m:
-        factor = _PREFIX[m.group(1)]
-        return m.group(2), (1.0 / factor if denominator else factor)
+    if m:  # ncu scales the value and writes the prefix on the unit's count, wherever it stands (see unit_scale)
+        return m.group(2), _PREFIX[m.group(1)]
     return part, 1.0
 
 
 def unit_scale(unit: str) -> tuple[str, float]:
     """(base unit, factor) so that value * factor is in the base unit: 'usecond' -> ('ns', 1e3),
-    'Kbyte/block' -> ('byte/block', 1e3), 'Gbyte/second' -> ('byte/second', 1e9), '%' -> ('%', 1)."""
+    'Kbyte/block' -> ('byte/block', 1e3), 'Gbyte/second' -> ('byte/second', 1e9), '%' -> ('%', 1).
+
+    A time in the denominator is a true unit ('sector/usecond' = 1e6 sector/second). An SI prefix on a count in
+    the denominator is ncu's auto-scaling, which divides the value and writes the prefix on the first count
+    token: '%/Kbyte' 2.234 is 2234 %/byte, the value the .ncu-rep of the same launch holds (real H100 export,
+    derived__pct_occupancy_per_shared_mem_size); read as 1/1000 it was off by 10^6 from the report."""
     unit = (unit or "").strip()
     num, sep, den = unit.partition("/")
     base, factor = _scale_part(num, False)
