@@ -13,13 +13,14 @@ import sqlite3
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from conftest import real_file
 
 from gpuvar.demo import synth
 from gpuvar.demo.rocprof_writer import write_rocprof_demo
 from gpuvar.errors import InputError
-from gpuvar.ingest import ingest, load
+from gpuvar.ingest import amd_common, ingest, load
 from gpuvar.ingest.amd_common import clean_kernel_names
 from gpuvar.ingest.detect import detect
 from gpuvar.ingest.omniperf import duplicate_columns
@@ -430,3 +431,105 @@ def test_latin1_and_crlf_with_bom(tmp_path):
         _, k, _ = kernels_of(p)
         assert k["kernel_name"].tolist() == ["k\xe9rnel(int, int)", "plain"]
         assert k["duration"].tolist() == [150, 10] and k["grid_size"].tolist() == [2, 1]
+
+
+# --- one bad timestamp (issue 22 item 3) -----------------------------------------------------------------
+EPOCH_NS = 1_732_000_000_123_456_789  # an epoch-scale clock: > 2^53, float64 cannot hold its low digits
+BAD_TIMES = ["nan", "inf", "99999999999999999999"]  # nan, infinite, beyond int64
+
+
+def _epoch_rows(n):
+    """(begin, end) pairs with odd durations that a float64 round trip would change."""
+    return [(EPOCH_NS + 7_919 * i, EPOCH_NS + 7_919 * i + 1_001 + 3 * i) for i in range(n)]
+
+
+def test_rocprof_csv_bad_timestamps_dropped_and_durations_exact(tmp_path):
+    """Before: one 'nan'/'inf'/20-digit BeginNs made the column float64, 1,019 of 1,023 durations were wrong and
+    the bad rows were kept uncounted. Now those rows are dropped (counted) and every other duration is exact."""
+    times = _epoch_rows(1_020)
+    header = ["Index", "KernelName", "gpu-id", "queue-id", "pid", "grd", "wgr", "BeginNs", "EndNs"]
+    rows = [[i, "k", 0, 0, 7, 256, 64, b, e] for i, (b, e) in enumerate(times)]
+    for j, bad in enumerate(BAD_TIMES):
+        rows.insert(100 * (j + 1), [9_000 + j, "k", 0, 0, 7, 256, 64, bad, EPOCH_NS])
+    _write(tmp_path / "results.csv", header, rows)
+    out, table, _ = load(tmp_path / "results.csv")
+    k = table.to_pandas()
+    assert out.dropped["kernels"] == {amd_common.BAD_TIMESTAMP: 3}
+    assert [table.schema.field(c).type for c in ("start", "end", "duration")] == [pa.int64()] * 3
+    assert k["start"].tolist() == [b for b, _ in times] and k["duration"].tolist() == [e - b for b, e in times]
+    report = ingest(tmp_path / "results.csv", tmp_path / "out")
+    assert report["tables"]["kernels"]["balanced"] and report["tables"]["kernels"]["rows_read"] == 1_023
+
+
+def test_rocprofv3_csv_bad_timestamps_in_kernels_and_copies(tmp_path):
+    times = _epoch_rows(40)
+    kernels = [["KERNEL_DISPATCH", 2, 0, i, "k", b, e, 64, 1, 1, 640, 1, 1] for i, (b, e) in enumerate(times)]
+    kernels[5][6], kernels[9][5] = "inf", "NaN"
+    _write(tmp_path / "1_kernel_trace.csv", KERNEL_TRACE_HEADER, kernels)
+    mc = [
+        "Kind",
+        "Direction",
+        "Stream_Id",
+        "Source_Agent_Id",
+        "Destination_Agent_Id",
+        "Start_Timestamp",
+        "End_Timestamp",
+    ]
+    copies = [["MEMORY_COPY", "MEMORY_COPY_HOST_TO_DEVICE", 0, 0, 2, b, e] for b, e in times[:10]]
+    copies[3][5] = "-99999999999999999999"
+    _write(tmp_path / "1_memory_copy_trace.csv", mc, copies)
+    out, k, m = load(tmp_path)
+    assert out.dropped == {"kernels": {amd_common.BAD_TIMESTAMP: 2}, "memcpy": {amd_common.BAD_TIMESTAMP: 1}}
+    good = [t for i, t in enumerate(times) if i not in (5, 9)]
+    assert k.column("duration").to_pylist() == [e - b for b, e in good]
+    assert m.column("start").to_pylist() == [b for i, (b, _) in enumerate(times[:10]) if i != 3]
+    assert m.schema.field("start").type == pa.int64() and k.schema.field("end").type == pa.int64()
+
+
+def test_float_time_column_is_an_internal_error_naming_the_reader():
+    """The schema check after normalize: a reader that leaves float64 times fails loudly, whatever the reader."""
+    from gpuvar.errors import GpuvarError
+    from gpuvar.ingest.sanity import require_int64_times
+
+    good = pa.table({"start": pa.array([1], pa.int64()), "duration": pa.array([2], pa.int64())})
+    require_int64_times("rocprof", kernels=good, memcpy=None)
+    bad = pa.table({"start": pa.array([1.0]), "duration": pa.array([2], pa.int64())})
+    with pytest.raises(GpuvarError, match=r"internal error in the rocpd reader: memcpy start is double, not int64"):
+        require_int64_times("rocpd", kernels=good, memcpy=bad)
+
+
+# --- concatenated exports (issue 22 item 5) --------------------------------------------------------------
+REPEATED = "repeated header row (concatenated files)"
+
+
+def test_concatenated_rocprof_results_drop_the_repeated_header(tmp_path):
+    """`cat a/results.csv b/results.csv`: the second header used to become a kernel named `KernelName` with
+    null times, kept. Now it is dropped and counted; a second file's BOM and CRLF do not hide it."""
+    header = ["Index", "KernelName", "gpu-id", "queue-id", "pid", "grd", "wgr", "BeginNs", "EndNs"]
+    _write(tmp_path / "a.csv", header, [[i, "ka", 0, 0, 7, 256, 64, 100 * i, 100 * i + 50] for i in range(5)])
+    _write(tmp_path / "b.csv", header, [[i, "kb", 0, 0, 7, 256, 64, 900 + i, 950 + i] for i in range(4)])
+    b = b"\xef\xbb\xbf" + (tmp_path / "b.csv").read_bytes().replace(b"\n", b"\r\n")
+    (tmp_path / "results.csv").write_bytes((tmp_path / "a.csv").read_bytes() + b)
+    out, k, _ = kernels_of(tmp_path / "results.csv")
+    assert out.dropped["kernels"] == {REPEATED: 1}
+    assert k["kernel_name"].tolist() == ["ka"] * 5 + ["kb"] * 4 and "KernelName" not in set(k["kernel_name"])
+    assert k["duration"].tolist() == [50] * 9
+    report = ingest(tmp_path / "results.csv", tmp_path / "out")
+    assert report["tables"]["kernels"]["balanced"] and report["tables"]["kernels"]["rows_read"] == 10
+
+
+def test_concatenated_rocprofv3_and_omniperf_csvs_drop_the_repeated_header(tmp_path):
+    rows = [["KERNEL_DISPATCH", 2, 0, i, "k", 100 * i, 100 * i + 40, 64, 1, 1, 640, 1, 1] for i in range(3)]
+    _write(tmp_path / "one.csv", KERNEL_TRACE_HEADER, rows)
+    text = (tmp_path / "one.csv").read_bytes()
+    (tmp_path / "one.csv").unlink()
+    (tmp_path / "1_kernel_trace.csv").write_bytes(text * 3)
+    out, k, _ = load(tmp_path)
+    assert out.dropped["kernels"] == {REPEATED: 2} and k.num_rows == 9
+    omni = tmp_path / "omni"
+    omni.mkdir()
+    source = real_file(f"{OMNI}/omniperf-vcopy-mi300x/pmc_perf.csv").read_bytes()
+    (omni / "pmc_perf.csv").write_bytes(source + source)
+    single = data_rows(real_file(f"{OMNI}/omniperf-vcopy-mi300x/pmc_perf.csv"))
+    out, k, _ = load(omni / "pmc_perf.csv")
+    assert out.dropped["kernels"] == {REPEATED: 1} and k.num_rows == 2 * single

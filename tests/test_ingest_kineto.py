@@ -261,3 +261,40 @@ def test_long_metadata_before_the_events_is_still_detected(tmp_path):
     assert path.read_bytes().find(b"traceEvents") > 65536
     assert detect(path).FORMAT == "pytorch-kineto"
     assert ingest(path, tmp_path / "out")["tables"]["kernels"]["rows_written"] == 1
+
+
+KERNEL_EVENT = {
+    "ph": "X",
+    "cat": "kernel",
+    "name": "k",
+    "pid": 0,
+    "tid": 7,
+    "ts": 1.0,
+    "dur": 2.0,
+    "args": {"device": 0, "stream": 7, "correlation": 1, "grid": [1, 1, 1], "block": [32, 1, 1]},
+}
+
+
+def test_deeply_nested_value_is_a_one_line_error(tmp_path, run_cli):
+    """msgspec raises RecursionError on a value nested ~1000+ deep: it was a traceback, now the one-line
+    malformed-JSON error every undecodable event gives."""
+    nested = "[" * 100_000 + "0" + "]" * 100_000
+    event = json.dumps(KERNEL_EVENT)[:-1] + ', "x": ' + nested + "}"
+    path = tmp_path / "deep.json"
+    path.write_text('{"traceEvents": [' + json.dumps(KERNEL_EVENT) + ", " + event + "]}")
+    proc = run_cli("ingest", path, "-o", tmp_path / "out")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{path}: malformed JSON" in proc.stderr and "recursion" in proc.stderr
+
+
+def test_rank_beyond_int64_is_noted_not_a_traceback(tmp_path):
+    """distributedInfo.rank = 2**70 raised OverflowError building the rank column; now no rank column, a note."""
+    path = tmp_path / "rank.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 2**70, "world_size": 2}, "traceEvents": [KERNEL_EVENT]}))
+    report = ingest(path, tmp_path / "out")
+    assert report["tables"]["kernels"]["rows_written"] == 1
+    assert any("rank '1180591620717411303424' is not an int64" in n for n in report["notes"])
+    assert (
+        "rank" not in pq.read_schema(tmp_path / "out" / "kernels.parquet").names
+        or pq.read_table(tmp_path / "out" / "kernels.parquet").column("rank").null_count == 1
+    )

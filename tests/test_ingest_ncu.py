@@ -196,7 +196,10 @@ def test_long_layout_units_na_missing_duration_and_bad_ids(tmp_path):
     assert k["device__attribute_display_name"].tolist()[:2] == ["NVIDIA H100 80GB HBM3"] * 2  # text stays text
     assert (k["grid_x"][0], k["grid_y"][0], k["block_x"][0], k["grid_size"][0]) == (64, 2, 128, 128)
     assert out.rows_read["kernels"] == 6
-    assert out.dropped["kernels"] == {"row has fewer fields than the header": 1, "row ID is not a launch number": 1}
+    assert out.dropped["kernels"] == {
+        "row has fewer fields than the header": 1,
+        "repeated header row (concatenated files)": 1,  # the appended report's header (issue 22 item 5)
+    }
     notes = " | ".join(out.notes)
     assert "2 launch(es) have no gpu__time_duration.sum value" in notes
     assert "ignored 1 ==PROF==/==WARNING== report line" in notes
@@ -294,6 +297,9 @@ def test_latin1_file_is_read_and_noted(tmp_path):
         ("%", ("%", 1.0)),
         ("", ("", 1.0)),
         ("register/thread", ("register/thread", 1.0)),
+        ("%/Kbyte", ("%/byte", 1e3)),  # ncu's auto-scale prefix on a denominator count still multiplies
+        ("Kbyte/cycle", ("byte/cycle", 1e3)),
+        ("sector/us", ("sector/second", 1e6)),
     ],
 )
 def test_unit_scale(unit, expected):
@@ -377,3 +383,91 @@ def test_read_head_sniff_matches_read(tmp_path):
     assert ncu.sniff(path, read_head(path))
     out, k = kernels_of(path)
     assert k["launch_id"].tolist() == [5] and "skipped 1500 preamble line(s)" in out.notes[0]
+
+
+# --- ncu 2025.3 details page with rule results (issue 22 item 1) ----------------------------------------
+RULES = ["Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup"]
+
+
+def write_details_2025(path, launches: int, seed: int, end_with: str = "rule") -> bytes:
+    """An `ncu --import r.ncu-rep --csv --page details` export as ncu 2025.3 writes it, derived from the classic
+    long demo file: the header gains the five rule columns (20 fields), metric rows carry one extra empty field
+    (16 fields), and each launch is followed by its rule findings, which fill all 20 fields (empty metric
+    fields; descriptions with commas and quotes). end_with='metric' moves the last launch's rules before its
+    metrics, so the file ends in a 16-field row. Returns the classic file's bytes for comparison."""
+    classic = path.with_name(path.stem + "-classic.csv")
+    write_ncu_demo(classic, launches, seed=seed, layout="long")
+    data = classic.read_bytes()
+    lines = data.decode("utf-8-sig").split("\r\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    out = lines[:start] + [lines[start] + "," + ",".join(f'"{c}"' for c in RULES)]
+    by_launch: dict[str, list[str]] = {}
+    for line in lines[start + 1 :]:
+        if line:
+            by_launch.setdefault(next(csv.reader([line]))[0], []).append(line + ',""')
+    for n, (launch, metric_lines) in enumerate(by_launch.items()):
+        fields = next(csv.reader([metric_lines[0][: -len(',""')]]))
+        prefix = ",".join(f'"{f}"' for f in fields[: len(IDENT)])
+        rules = [
+            f'{prefix},"GPU Speed Of Light Throughput","","","","SOLBottleneck","OPT",'
+            f'"This kernel exhibits low compute throughput, see the ""Memory Workload Analysis"" section.",'
+            f'"global","{12.5 + n % 7:.2f}"',
+            f'{prefix},"Occupancy","","","","AchievedOccupancy","INF","Occupancy is fine.","local","0"',
+        ]
+        last = n == len(by_launch) - 1
+        out += rules + metric_lines if (last and end_with == "metric") else metric_lines + rules
+    path.write_bytes(("\ufeff" + "\r\n".join(out) + "\r\n").encode())
+    return data
+
+
+@pytest.mark.parametrize("end_with", ["rule", "metric"])
+def test_details_2025_rule_columns_read_as_classic_layout(tmp_path, end_with):
+    """Before the fix every 16-field metric row was dropped as short, the launches came from rule rows with
+    null durations (exit 0, balanced), and a file ending in a metric row was refused as truncated."""
+    path = tmp_path / "details.csv"
+    write_details_2025(path, 60, seed=4, end_with=end_with)
+    lines = path.read_bytes().decode("utf-8-sig").split("\r\n")
+    assert len(next(csv.reader([lines[2]]))) == 20 and len(next(csv.reader([lines[3]]))) == 16
+    out, k = kernels_of(path)
+    _, classic = kernels_of(tmp_path / "details-classic.csv")
+    pd.testing.assert_frame_equal(k, classic)  # every launch, metric and duration as in the classic layout
+    assert k["duration"].notna().all() and len(k) == 60
+    assert "Rule Name" not in k.columns and "SOLBottleneck" not in k.to_numpy().astype(str)
+    assert any("120 rule-finding row(s)" in n for n in out.notes)
+    raw = ncu.read_raw(path)
+    rules = raw.tables["rules"].to_pandas()
+    assert len(rules) == 120 and rules["Rule Name"].value_counts().to_dict() == {
+        "SOLBottleneck": 60,
+        "AchievedOccupancy": 60,
+    }
+    assert rules["Rule Description"][0].startswith('This kernel exhibits low compute throughput, see the "Memory')
+    report = ingest(path, tmp_path / "out")
+    kernels = report["tables"]["kernels"]
+    assert kernels["balanced"] and kernels["rows_written"] == 60 and kernels["dropped"] == {}
+
+
+def test_no_launch_with_a_duration_is_one_line_error(run_cli, tmp_path):
+    """Null durations for every launch used to be written with exit 0; nothing downstream can use them."""
+    path = tmp_path / "nodur.csv"
+    path.write_bytes(csv_text([LONG, long_row(0, "dram__bytes.sum", "byte", "5"), long_row(1, "x", "", "1")]))
+    proc = run_cli("ingest", path, "-o", tmp_path / "out")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{path}: no duration for any of the 2 launch(es)" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "kernels.parquet").exists()
+
+
+def test_concatenated_ncu_exports_drop_the_repeated_header(tmp_path):
+    """`cat a.csv b.csv` of two long exports (each with its ==PROF== preamble and BOM): the second header is
+    dropped and counted under the reason every CSV reader uses, both reports' launches are read."""
+    write_ncu_demo(tmp_path / "a.csv", 30, seed=1)
+    write_ncu_demo(tmp_path / "b.csv", 30, seed=2)
+    (tmp_path / "ab.csv").write_bytes((tmp_path / "a.csv").read_bytes() + (tmp_path / "b.csv").read_bytes())
+    out, k = kernels_of(tmp_path / "ab.csv")
+    assert out.dropped["kernels"] == {"repeated header row (concatenated files)": 1}
+    assert len(k) == 30 and k["duration"].notna().all()  # same launch IDs 0..29: the first report's values kept
+    assert any(
+        "launch ID(s) carry rows with different kernel names" in n or "repeated (launch, metric)" in n
+        for n in out.notes
+    )
+    report = ingest(tmp_path / "ab.csv", tmp_path / "out")
+    assert report["tables"]["kernels"]["balanced"] and report["tables"]["kernels"]["rows_read"] == 31

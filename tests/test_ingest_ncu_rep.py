@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import sys
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from conftest import REPO, real_file
 
 from gpuvar.errors import InputError
-from gpuvar.ingest import ingest, load
+from gpuvar.ingest import ingest, load, ncu, ncu_rep
 from gpuvar.ingest.detect import detect
 
 ncu_report = pytest.importorskip("ncu_report", reason="the ncu-report package (extra gpuvar[ncurep]) is not installed")
@@ -280,3 +282,23 @@ def test_magic_only_file_and_explicit_format_on_a_csv(tmp_path):
     text.write_text("ID,Kernel Name\n0,k\n")
     with pytest.raises(InputError, match="not an Nsight Compute report"):
         load(text, "ncu-rep")
+
+
+# --- .ncu-rep and CSV agreement (issue 22 item 11) --------------------------------------------------------
+def test_real_h100_csv_occupancy_per_shared_mem_in_the_reports_unit():
+    """The real H100 raw export prints derived__pct_occupancy_per_shared_mem_size as 2.234 '%/Kbyte'; the
+    .ncu-rep of that run holds 2234 (in '%/byte', as other report readers list it). The CSV reader divided by
+    1000 (0.002234, 10^6 from the report); now both give 2234 %/byte. Byte-per-block sizes are unchanged."""
+    out, k = kernels_of(real_file("ncu-csv/h100-random-sizes-full/full_raw.csv.gz"))
+    assert k["derived__pct_occupancy_per_shared_mem_size"].tolist()[:3] == [2234.0, 2234.0, 1591.0]
+    assert k["launch__shared_mem_per_block"].tolist()[:2] == [1024.0, 1024.0]  # '1.024' Kbyte/block
+    units = json.loads(next(n for n in out.notes if n.startswith("metric units")).split(": ", 1)[1])
+    assert units["derived__pct_occupancy_per_shared_mem_size"] == "%/byte"
+
+
+def test_empty_text_metric_is_null_as_in_the_csv():
+    """launch__kernel_name: the report gives '' where ncu's CSV prints an empty field (read as null)."""
+    values = pa.table({"launch__kernel_name": pa.array(["", "k", None], pa.string())})
+    units = pa.table({"launch__kernel_name": pa.array(["", "", None], pa.string())})
+    columns, _ = ncu_rep._metric_columns(values, units, ncu.ReaderOutput("ncu-rep", pd.DataFrame()))
+    assert columns["launch__kernel_name"].tolist() == [None, "k", None]

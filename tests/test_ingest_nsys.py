@@ -383,3 +383,17 @@ def test_corrupt_pages_give_input_error(tmp_path):
     with pytest.raises(InputError) as info:
         ingest(path, tmp_path / "out")
     assert str(path) in str(info.value)
+
+
+def test_copy_kind_stored_as_text_is_kept_as_its_name(tmp_path):
+    """SQLite keeps text in an INTEGER column: copyKind 'HtoD' (another tool's export) raised ValueError with a
+    traceback. Now the text is the copy kind's name, the numeric copy_kind is null, other rows are unchanged."""
+    rows = [(1, 2, 0, 7, 1, None, 1, 2, 1, 32, None)]
+    copies = [(10, 20, 0, 7, 1, 4096, 1), (30, 40, 0, 7, 2, 64, "HtoD"), (50, 60, 0, 7, 3, 8, 2)]
+    path = minimal_export(tmp_path / "text.sqlite", rows, copies)
+    report = ingest(path, tmp_path / "out")
+    _, memcpy = read_tables(tmp_path / "out")
+    assert report["tables"]["memcpy"]["balanced"] and report["tables"]["memcpy"]["rows_written"] == 3
+    memcpy = memcpy.sort_values("start")
+    assert list(memcpy["copy_kind_name"]) == ["HtoD", "HtoD", "DtoH"]
+    assert memcpy["copy_kind"].isna().tolist() == [False, True, False]

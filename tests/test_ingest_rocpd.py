@@ -11,6 +11,8 @@ import shutil
 import sqlite3
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import real_file
 
@@ -313,3 +315,29 @@ def test_merged_database_keeps_processes_apart(tmp_path):
     assert set(kernels.loc[second, "process_id"]) == {4242} and set(kernels.loc[~second, "process_id"]) == {3638851}
     memcpy = pd.read_parquet(tmp_path / "out" / "memcpy.parquet")
     assert sorted(memcpy["process_id"].value_counts().tolist()) == [48, 48]
+
+
+def test_bad_timestamps_are_dropped_and_counted(tmp_path):
+    """An inf, NaN-as-text or beyond-int64 start/end in the database (SQLite stores any type in any column) was
+    kept and made every time column float64. Now: dropped with a counted reason, times stay int64."""
+    from gpuvar.ingest.amd_common import BAD_TIMESTAMP
+
+    path = editable_copy(tmp_path)
+    uuid = suffix(path)
+    con = sqlite3.connect(path)
+    con.execute(f"UPDATE rocpd_kernel_dispatch{uuid} SET start = 9e999 WHERE id = 2")  # REAL inf
+    con.execute(f"UPDATE rocpd_kernel_dispatch{uuid} SET end = 'nan' WHERE id = 3")
+    con.execute(f"UPDATE rocpd_kernel_dispatch{uuid} SET end = 99999999999999999999 WHERE id = 4")  # REAL 1e20
+    con.execute(f"UPDATE rocpd_memory_copy{uuid} SET start = 'inf' WHERE id = 1")
+    con.commit()
+    con.close()
+    ((n_kernels,),) = query(path, "SELECT COUNT(*) FROM rocpd_kernel_dispatch")
+    ((n_copies,),) = query(path, "SELECT COUNT(*) FROM rocpd_memory_copy")
+    report = ingest(path, tmp_path / "out")
+    kernels, copies = report["tables"]["kernels"], report["tables"]["memcpy"]
+    assert kernels["dropped"] == {BAD_TIMESTAMP: 3} and kernels["rows_written"] == n_kernels - 3
+    assert copies["dropped"] == {BAD_TIMESTAMP: 1} and copies["rows_written"] == n_copies - 1
+    table = pq.read_table(tmp_path / "out" / "kernels.parquet")
+    assert all(table.schema.field(c).type == pa.int64() for c in ("start", "end", "duration"))
+    expected = query(path, "SELECT end - start FROM rocpd_kernel_dispatch WHERE id NOT IN (2, 3, 4) ORDER BY start")
+    assert sorted(table.column("duration").to_pylist()) == sorted(d for (d,) in expected)

@@ -15,7 +15,7 @@ from test_ingest_amd import KERNEL_TRACE_HEADER, _write
 
 from gpuvar.demo.rocprof_writer import write_rocprof_demo
 from gpuvar.errors import InputError
-from gpuvar.ingest import omniperf, rocprof, rocprof_db, rocprofv3
+from gpuvar.ingest import amd_common, omniperf, rocprof, rocprof_db, rocprofv3
 from gpuvar.ingest.raw import roundtrip
 
 ROCPROF = "rocprof-v1-csv"
@@ -233,7 +233,9 @@ def test_results_db_column_of_mixed_types_is_read_as_text(tmp_path):
     raw = rocprof_db.read_raw(path)
     assert raw.info["mixed_type_columns"] == ["sig", "BeginNs"]
     out = assert_split_is_read(rocprof_db, path, tmp_path)
-    assert out.kernels["start"].isna().sum() == 1 and len(out.kernels) == raw.rows_read["kernels"]
+    # a text timestamp is damage, not a missing value: dropped and counted (issue 22 item 3), not kept as null
+    assert out.kernels["start"].isna().sum() == 0 and len(out.kernels) == raw.rows_read["kernels"] - 1
+    assert out.dropped["kernels"] == {amd_common.BAD_TIMESTAMP: 1}
 
 
 # ------------------------------------------------------------------------- split == one-step read, per file

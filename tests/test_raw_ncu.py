@@ -97,18 +97,29 @@ def test_wide_layout_without_units_row_has_no_units_table(tmp_path):
 
 
 def test_raw_keeps_rows_normalize_drops_and_normalize_counts_them(tmp_path):
-    """A row whose ID is not a launch number (a second header from concatenated exports) is in the raw table;
-    normalize drops it and counts it, and rows read = rows written + dropped."""
+    """A row whose ID is not a launch number is in the raw table; normalize drops it and counts it, and rows
+    read = rows written + dropped. A repeated header (concatenated exports) is dropped and counted at read, as
+    every CSV reader does (issue 22 item 5)."""
     source = tmp_path / "cat.csv"
     header = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
-    lines = [header, '"0","k","gpu__time_duration.sum","ns","100"', header, '"1","k","gpu__time_duration.sum","ns","7"']
+    lines = [
+        header,
+        '"0","k","gpu__time_duration.sum","ns","100"',
+        '"total","k","gpu__time_duration.sum","ns","107"',
+        header,
+        '"1","k","gpu__time_duration.sum","ns","7"',
+    ]
     source.write_text("\n".join(lines) + "\n")
     raw = ncu.read_raw(source)
-    assert raw.tables["metrics"].num_rows == 3 and not raw.dropped
+    assert raw.tables["metrics"].num_rows == 3
+    assert raw.dropped == {"kernels": {"repeated header row (concatenated files)": 1}}
     out = ncu.normalize(roundtrip(raw, tmp_path / "raw"))
     assert len(out.kernels) == 2 and out.kernels["duration"].tolist() == [100, 7]
-    assert dict(out.dropped["kernels"]) == {"row ID is not a launch number": 1}
-    assert out.rows_read["kernels"] == len(out.kernels) + 1
+    assert dict(out.dropped["kernels"]) == {
+        "row ID is not a launch number": 1,
+        "repeated header row (concatenated files)": 1,
+    }
+    assert out.rows_read["kernels"] == len(out.kernels) + 2
 
 
 def test_rows_the_parse_cannot_keep_are_counted_at_read(tmp_path):

@@ -46,7 +46,7 @@ def normalize_trace(raw):
 
     Returns (ReaderOutput with the accounting, canonical kernels Arrow table, memcpy table or None)."""
     from gpuvar.ingest.detect import formats
-    from gpuvar.ingest.sanity import drop_negative_durations
+    from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
     from gpuvar.schema import finalize_kernels, finalize_memcpy
 
     module = formats().get(raw.format)
@@ -57,6 +57,7 @@ def normalize_trace(raw):
     memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
     if memcpy is not None:
         memcpy = drop_negative_durations(memcpy, out, "memcpy")
+    require_int64_times(raw.format, kernels=kernels, memcpy=memcpy)
     return out, kernels, memcpy
 
 

@@ -28,10 +28,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import ReaderOutput, csv_block_size, is_utf8, read_csv_bytes, to_int, to_number, unique_names
+from gpuvar.ingest.base import (
+    REPEATED_HEADER,
+    ReaderOutput,
+    csv_block_size,
+    drop_repeated_headers,
+    is_utf8,
+    read_csv_bytes,
+    to_int,
+    to_number,
+    unique_names,
+)
 from gpuvar.ingest.raw import RawTrace
 from gpuvar.schema import int_column, table1_rename
 
@@ -64,7 +75,12 @@ IDENTITY_COLUMNS = frozenset(
 KERNEL_NAME_COLUMNS = AMD_COLUMNS["kernel_name"]
 _KD_SUFFIX = r"\s*(?:\[clone \.kd\]|\(\.kd\)|\.kd)$"
 DEFAULT_OLD_WAVE_SIZE = 64
-_TEXT_COLUMN = re.compile(r"^(?:KernelName|Kernel_Name|sig|obj)(?:_\d+)?$")
+_TEXT_COLUMN = re.compile(r"^(?:KernelName|Kernel_Name|sig|obj|BeginNs|EndNs|Start_Timestamp|End_Timestamp)(?:_\d+)?$")
+# Arrow's default null spellings minus NaN: a 'nan' timestamp is a damaged value (dropped, counted), not a
+# missing one; numeric columns still read 'nan' as NaN
+_NULL_VALUES = [v for v in pacsv.ConvertOptions().null_values if v.lower().lstrip("-") != "nan"]
+BAD_TIMESTAMP = "start/end timestamp is nan, inf, text or beyond int64 ns"
+_INT_TEXT = r"^[+-]?\d{1,18}$"  # fits int64 whatever the digits
 
 
 # ---------------------------------------------------------------------------------------------- CSV loading
@@ -81,8 +97,9 @@ def csv_header(head: bytes) -> list[str]:
 
 
 def _text_types(names: list[str]) -> dict[str, pa.DataType]:
-    """Columns read as text whatever they look like: names, and the hex `sig`/`obj` (which pyarrow would
-    otherwise turn into integers in the CSV but not in results.db)."""
+    """Columns read as text whatever they look like: names, the hex `sig`/`obj` (which pyarrow would
+    otherwise turn into integers in the CSV but not in results.db), and timestamps: one 'inf' or 20-digit value
+    made Arrow infer float64 for the whole column, and epoch-scale ns (> 2^53) lost their low digits."""
     return {n: pa.string() for n in names if _TEXT_COLUMN.match(n)}
 
 
@@ -112,7 +129,10 @@ def _parse(raw: bytes, header: bytes, encoding: str, bad: list) -> tuple[pa.Tabl
                 ),
                 parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
                 convert_options=pacsv.ConvertOptions(
-                    strings_can_be_null=True, column_types=_text_types(names), include_columns=include
+                    strings_can_be_null=True,
+                    column_types=_text_types(names),
+                    include_columns=include,
+                    null_values=_NULL_VALUES,
                 ),
             )
         )
@@ -129,7 +149,8 @@ def read_amd_csv(path: Path, raw: RawTrace, table: str = "kernels") -> pa.Table:
     file's last line, which means the file was cut mid-row: that is an InputError, as are a header without data
     rows and an unterminated quote. Invalid UTF-8 falls back to latin-1.
     """
-    data = read_csv_bytes(path)
+    data, repeated = drop_repeated_headers(read_csv_bytes(path))
+    raw.drop(table, REPEATED_HEADER, repeated)
     end = data.find(b"\n")
     header = data[: end if end >= 0 else len(data)].rstrip(b"\r")
     bad: list[pacsv.InvalidRow] = []
@@ -292,10 +313,7 @@ def check_timestamps(df: pd.DataFrame, out: ReaderOutput, source: str) -> pd.Dat
     if "start" not in df.columns:
         out.notes.append(f"{source}: no kernel timestamps in this file (counter pass); start/end/duration are null")
         return df
-    was_float = df["start"].dtype.kind == "f"
-    for col in ("start", "end"):
-        if col in df.columns:
-            df[col] = to_number(df[col])
+    df, was_float = drop_bad_timestamps(df, out, "kernels")
     start = df["start"]
     if was_float:
         valid = start.dropna()
@@ -309,6 +327,80 @@ def check_timestamps(df: pd.DataFrame, out: ReaderOutput, source: str) -> pd.Dat
     if missing:
         out.notes.append(f"{source}: {missing} row(s) without a start timestamp (kept, start null)")
     return df
+
+
+def exact_ns(values: pd.Series) -> tuple[pd.Series, np.ndarray, bool]:
+    """(Int64 ns, bad mask, any value written as a float) of a timestamp column, integers parsed exactly.
+
+    Text of up to 18 digits is cast in Arrow; anything else (19+ digits, '8.1097E+14') is parsed per distinct
+    value in Python. Missing (null, '') stays null; nan, inf, text and values beyond int64 are `bad`."""
+    n = len(values)
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "iub":
+        return int_column(values), np.zeros(n, bool), False
+    if isinstance(values.dtype, pd.core.dtypes.dtypes.BaseMaskedDtype) and values.dtype.kind in "iu":
+        return int_column(values), np.zeros(n, bool), False
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind == "f":  # SQLite REAL; NaN is SQL NULL there
+        floats = values.to_numpy(dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isnan(floats) & ~(np.abs(floats) < 2.0**63)
+        return int_column(np.where(bad, np.nan, floats)), bad, bool((~np.isnan(floats)).any())
+    text = pa.array([_as_text(v) for v in values.astype(object).where(values.notna(), None)], type=pa.string())
+    clean = pc.utf8_trim_whitespace(pc.replace_substring(text, ",", ""))
+    missing = pc.fill_null(pc.equal(clean, ""), True).to_numpy(zero_copy_only=False)
+    is_int = pc.fill_null(pc.match_substring_regex(clean, _INT_TEXT), False).to_numpy(zero_copy_only=False)
+    ints = pc.cast(pc.if_else(pa.array(is_int), clean, "0"), pa.int64()).to_numpy().copy()
+    bad = np.zeros(n, bool)
+    rest = np.flatnonzero(~missing & ~is_int)
+    floated = False
+    if len(rest):
+        parsed = {v: _parse_ns(v) for v in set(clean.take(pa.array(rest)).to_pylist())}
+        for i, v in zip(rest, clean.take(pa.array(rest)).to_pylist()):
+            value, from_float = parsed[v]
+            if value is None:
+                bad[i] = True
+            else:
+                ints[i], floated = value, floated or from_float
+    series = pd.Series(pd.arrays.IntegerArray(ints, missing | bad), index=values.index)
+    return series, bad, floated
+
+
+def _as_text(value) -> str | None:
+    """A timestamp cell as text: strings as read, numbers (a concatenated frame, a sqlite3 fallback) printed."""
+    if value is None or isinstance(value, str):
+        return value
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _parse_ns(text: str) -> tuple[int | None, bool]:
+    """(ns, written as a float) of one timestamp text; (None, _) when nan, inf, not a number or beyond int64."""
+    try:
+        value = int(text)
+        return (value if -(2**63) <= value < 2**63 else None), False
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return None, False
+    if not np.isfinite(number) or abs(number) >= 2.0**63:
+        return None, True
+    return int(round(number)), True
+
+
+def drop_bad_timestamps(df: pd.DataFrame, out: ReaderOutput, table: str) -> tuple[pd.DataFrame, bool]:
+    """start/end as exact Int64 ns; rows with a nan, inf, text or beyond-int64 start or end dropped and counted
+    (kept, such a value turned both columns to float64 and corrupted every other row's duration).
+    Returns (frame, whether any timestamp was written as a float: see check_timestamps)."""
+    bad, floated = np.zeros(len(df), bool), False
+    for col in ("start", "end"):
+        if col in df.columns:
+            df[col], col_bad, col_float = exact_ns(df[col])
+            bad |= col_bad
+            floated = floated or col_float
+    if bad.any():
+        out.drop(table, BAD_TIMESTAMP, int(bad.sum()))
+        df = df.loc[~bad].reset_index(drop=True)
+    return df, floated
 
 
 def drop_nameless(df: pd.DataFrame, out: ReaderOutput, table: str = "kernels") -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
@@ -50,6 +51,26 @@ def read_csv_bytes(path: Path) -> bytes:
     if b"\x00" in raw[:4096]:
         raise InputError(path, "binary file, not a CSV")
     return raw
+
+
+REPEATED_HEADER = "repeated header row (concatenated files)"
+
+
+def drop_repeated_headers(data: bytes, start: int = 0) -> tuple[bytes, int]:
+    """`data` without the copies of its header line (the line at `start`) that follow it, and how many there
+    were: `cat a/results.csv b/results.csv` repeats the header mid-file, where a reader would take it for a
+    kernel named `KernelName` with null times. Only whole lines equal to the header (a second file's BOM and
+    CRLF tolerated) are removed; the caller counts them as drops with reason REPEATED_HEADER. No copy of
+    the data unless a repeat exists."""
+    end = data.find(b"\n", start)
+    if end < 0:
+        return data, 0
+    header = data[start:end].rstrip(b"\r")
+    if not header.strip() or data.find(header, end) < 0:
+        return data, 0
+    pattern = re.compile(rb"(?m)^(?:\xef\xbb\xbf)?" + re.escape(header) + rb"\r?(?:\n|\Z)")
+    rest, count = pattern.subn(b"", data[end + 1 :])
+    return (data[: end + 1] + rest, count) if count else (data, 0)
 
 
 def unique_names(names: list[str], template: str = "{name}.{n}", first: int = 1) -> list[str]:

@@ -488,7 +488,9 @@ def _notes(info: dict, out: ReaderOutput) -> tuple[dict[int, int], int | None]:
         out.notes.append("GPUs (deviceProperties): " + "; ".join(names))
     dist = top.get("distributedInfo")
     rank = dist.get("rank") if isinstance(dist, dict) else None
-    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) and -(2**63) <= rank < 2**63 else None
+    if rank is None and isinstance(dist, dict) and "rank" in dist:  # e.g. beyond int64: noted, not a traceback
+        out.notes.append(f"distributedInfo: rank {str(dist['rank'])[:40]!r} is not an int64 (no rank column)")
     if rank is not None:
         extra = "".join(f", {k} {dist[k]}" for k in ("world_size", "backend") if k in dist)
         out.notes.append(f"distributedInfo: rank {rank}{extra} (recorded in the rank column)")

@@ -98,7 +98,8 @@ _DIMS_RE = re.compile(rb"(?:\[-?\d+,-?\d+,-?\d+\],)*\[-?\d+,-?\d+,-?\d+\]")
 _NUMBER_OR_NULL = {int, float, type(None)}
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _ANY = msgspec.json.Decoder()
-_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)  # ValidationError is a DecodeError
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)  # ValidationError is a DecodeError;
+# RecursionError: msgspec gives up on a value nested ~1000+ deep (a damaged or hostile trace)
 _STRINGS = msgspec.json.Decoder(list[str])
 _TEXTS = msgspec.json.Decoder(list[str | None])
 _FLOATS = msgspec.json.Decoder(list[float | None])

@@ -18,7 +18,10 @@ each metric column is listed in the notes. `duration` (ns) comes from `gpu__time
 else the details page's human-named `Duration`; a metric without a unit is taken as ns (noted).
 Nsight Compute has no timeline: start/end are null and launch order is `launch_id`. A launch without a
 duration metric keeps its row (its launch configuration and counters are still valid data) with a null
-duration, counted in the notes; rows whose ID is not a launch number are dropped and counted.
+duration, counted in the notes; a file where no launch has one is an error; rows whose ID is not a launch
+number are dropped and counted. The ncu 2025+ details page appends rule-finding columns (RULE_COLUMNS):
+metric rows stop after `Rule Name`, rule rows fill every field; rule rows are findings, kept in raw table
+`rules`, never launches.
 
 Two stages (gpuvar.ingest.raw): read_raw finds and parses the CSV (every field as text, the file's header
 names; raw table `metrics` for the long layout, `launches` plus `units` for the wide one) and drops only rows
@@ -41,8 +44,10 @@ import pyarrow.csv as pcsv
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.base import (
+    REPEATED_HEADER,
     ReaderOutput,
     csv_block_size,
+    drop_repeated_headers,
     is_utf8,
     read_csv_bytes,
     require_columns,
@@ -69,7 +74,10 @@ IDENTITY = {
 }
 SIZES = {"Grid Size": "grid", "Block Size": "block"}
 LONG_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
-_REPORT_LINES = re.compile(rb"(?m)^==(?:PROF|WARNING|ERROR|INFO)==[^\n]*(?:\n|$)")
+# ncu 2025+ details page: rule findings appended as columns; metric rows stop after the first of them
+RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
+# a concatenated export's second file starts with its BOM, then its ==PROF== lines
+_REPORT_LINES = re.compile(rb"(?m)^(?:\xef\xbb\xbf)?==(?:PROF|WARNING|ERROR|INFO)==[^\n]*(?:\n|$)")
 _SIZE = re.compile(r"^\s*\(?\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?\)?\s*$")
 _NOT_A_VALUE = {"", "n/a", "N/A", "nan", "NaN", "-"}
 _NUMBER = r"^[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity)$"
@@ -105,15 +113,19 @@ def _scale_part(part: str, denominator: bool) -> tuple[str, float]:
     if part in _TIME_NS:
         return ("second", 1e9 / _TIME_NS[part]) if denominator else ("ns", _TIME_NS[part])
     m = _PREFIXED.match(part)
-    if m:
-        factor = _PREFIX[m.group(1)]
-        return m.group(2), (1.0 / factor if denominator else factor)
+    if m:  # ncu scales the value and writes the prefix on the unit's count, wherever it stands (see unit_scale)
+        return m.group(2), _PREFIX[m.group(1)]
     return part, 1.0
 
 
 def unit_scale(unit: str) -> tuple[str, float]:
     """(base unit, factor) so that value * factor is in the base unit: 'usecond' -> ('ns', 1e3),
-    'Kbyte/block' -> ('byte/block', 1e3), 'Gbyte/second' -> ('byte/second', 1e9), '%' -> ('%', 1)."""
+    'Kbyte/block' -> ('byte/block', 1e3), 'Gbyte/second' -> ('byte/second', 1e9), '%' -> ('%', 1).
+
+    A time in the denominator is a true unit ('sector/usecond' = 1e6 sector/second). An SI prefix on a count in
+    the denominator is ncu's auto-scaling, which divides the value and writes the prefix on the first count
+    token: '%/Kbyte' 2.234 is 2234 %/byte, the value the .ncu-rep of the same launch holds (real H100 export,
+    derived__pct_occupancy_per_shared_mem_size); read as 1/1000 it was off by 10^6 from the report."""
     unit = (unit or "").strip()
     num, sep, den = unit.partition("/")
     base, factor = _scale_part(num, False)
@@ -164,7 +176,7 @@ def sniff(path: Path, head: bytes) -> bool:
 def _strip_report_lines(data: bytes, offset: int) -> tuple[bytes | memoryview, int]:
     """The CSV part of `data` (from `offset`) without ==PROF==/==WARNING== lines interleaved after the header;
     returns (body, lines removed). Zero-copy in the usual case of no such lines."""
-    if data.find(b"\n==", offset) < 0:
+    if data.find(b"\n==", offset) < 0 and data.find(b"\n\xef\xbb\xbf==", offset) < 0:
         return memoryview(data)[offset:], 0
     return _REPORT_LINES.subn(b"", data[offset:])
 
@@ -190,19 +202,28 @@ def _check_truncated(path: Path, body, n_columns: int) -> None:
 WIDE_BATCH = 8192  # columns converted per pass (see amd_common.WIDE_BATCH)
 
 
-def _parse(path: Path, body, fields: list[str], out: RawTrace) -> tuple[pa.Table, int]:
-    """All fields as Arrow strings ('' for empty); returns (table, rows skipped for having too few fields).
+def _parse(path: Path, body, fields: list[str], out: RawTrace, width: int | None = None):
+    """All fields as Arrow strings ('' for empty); returns (table, rows skipped for having too few fields, rule
+    rows).
 
     A row with too few fields (program output printed after the header) is skipped and counted; one with too
-    many means misaligned columns and is an error, as is any other tokenizer failure."""
+    many means misaligned columns and is an error, as is any other tokenizer failure. `width` (ncu 2025+
+    details page, see _rule_width): data rows have the first `width` header fields, and rows with every header
+    field are rule findings, returned as raw lines for _rule_table."""
     names = unique_names(fields, "{name} ({n})", first=2)
-    short = []
+    full = len(names)
+    if width is not None:
+        names = names[:width]
+    short, rules = [], []
     first_pass = [True]
 
     def on_invalid(row):
         if row.actual_columns < row.expected_columns:
             if first_pass[0]:  # every pass of a wide file meets the same short rows: count them once
                 short.append(row.number)
+            return "skip"
+        if width is not None and row.actual_columns == full:
+            rules.append(row.text.encode("utf-8"))
             return "skip"
         return "error"
 
@@ -239,7 +260,7 @@ def _parse(path: Path, body, fields: list[str], out: RawTrace) -> tuple[pa.Table
         raise InputError(path, f"malformed CSV: {message}") from None
     if len(set(fields)) != len(fields):
         out.notes.append("repeated header names were suffixed ' (2)', ' (3)', ...")
-    return table, len(short)
+    return table, len(short), rules
 
 
 def _codes(column) -> tuple[np.ndarray, list]:
@@ -368,8 +389,9 @@ def _pivot_long(table: pa.Table, out: ReaderOutput) -> Columns:
     id_codes, launch_ids = pd.factorize(ids)  # launches in order of first appearance
     n = len(launch_ids)
     first = rows[np.unique(id_codes, return_index=True)[1]]
-    extras = [c for c in table.column_names if c not in IDENTITY and c not in SIZES and c not in LONG_COLUMNS]
-    ident_df = table.select([c for c in table.column_names if c not in LONG_COLUMNS]).take(first).to_pandas()
+    skip = LONG_COLUMNS + RULE_COLUMNS  # a metric row's rule fields are empty (rules are in raw table `rules`)
+    extras = [c for c in table.column_names if c not in IDENTITY and c not in SIZES and c not in skip]
+    ident_df = table.select([c for c in table.column_names if c not in skip]).take(first).to_pandas()
     ident = identity(ident_df, np.asarray(launch_ids), extras, out)
     _note_name_conflicts(table, rows, id_codes, n, out)
 
@@ -514,11 +536,53 @@ def launch_table(ident: pd.DataFrame, metrics: dict, units: dict[str, str], out:
     return kernels
 
 
+def require_durations(source, kernels: pd.DataFrame) -> None:
+    """A one-line error when no launch has a duration: every later step needs it, and an ingest of null
+    durations that exits 0 hides a reader that misread the file (the ncu 2025 details page did)."""
+    if len(kernels) and kernels["duration"].isna().all():
+        raise InputError(
+            source,
+            f"no duration for any of the {len(kernels)} launch(es): no {' / '.join(DURATION_METRICS)} "
+            "metric with a time unit (profile with --metrics gpu__time_duration.sum, or the default sections)",
+        )
+
+
 def _launch_count(table: pa.Table, long: bool) -> tuple[int, int]:
     """(launches, rows whose ID is not a launch number): the long layout has one row per (launch, metric)."""
     ids = _launch_id_values(table.column("ID"))
     valid = ids[~np.isnan(ids)]
     return (len(pd.unique(valid)) if long else len(valid)), table.num_rows - len(valid)
+
+
+def _rule_width(fields: list[str]) -> int | None:
+    """Fields of a metric row in the ncu 2025+ details page, or None for the classic layouts.
+
+    That page (`--page details --csv`, ncu 2025.3) appends the RULE_COLUMNS to the classic long header: metric
+    rows stop after the first of them (16 of 20 fields) and only rule-finding rows fill all 20. Read against the
+    full header, every metric row looked "short" and was dropped, and the launches came from rule rows alone."""
+    if "Metric Name" not in fields or "Rule Name" not in fields or fields.index("Rule Name") == len(fields) - 1:
+        return None
+    return fields.index("Rule Name") + 1
+
+
+def _rule_table(path: Path, fields: list[str], rows: list[bytes]) -> pa.Table:
+    """The rule-finding rows (all header fields) as a raw table of strings: findings, not launches."""
+    names = unique_names(fields, "{name} ({n})", first=2)
+    if not rows:
+        return pa.table({n: pa.array([], pa.string()) for n in names})
+    data = b"\n".join(rows) + b"\n"
+    try:
+        return pcsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pcsv.ReadOptions(column_names=names, block_size=csv_block_size(data)),
+            convert_options=pcsv.ConvertOptions(
+                column_types={n: pa.string() for n in names},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except pa.ArrowInvalid as exc:
+        raise InputError(path, f"malformed rule row: {str(exc).splitlines()[0][:200]}") from None
 
 
 def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
@@ -534,14 +598,16 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
         raise InputError(path, 'not an Nsight Compute CSV: no header line starting "ID" that names "Kernel Name"')
     offset, fields = found
     raw = RawTrace(format=FORMAT, source=str(path), tables={})
+    data, repeated = drop_repeated_headers(data, offset)
     if offset:
         skipped = data.count(b"\n", 0, offset)
         raw.notes.append(f"skipped {skipped} preamble line(s) before the CSV header")
     body, removed = _strip_report_lines(data, offset)
     if removed:
         raw.notes.append(f"ignored {removed} ==PROF==/==WARNING== report line(s) after the CSV header")
-    _check_truncated(path, body, len(fields))
-    table, short = _parse(path, body, fields, raw)
+    width = _rule_width(fields)
+    _check_truncated(path, body, width or len(fields))
+    table, short, rule_rows = _parse(path, body, fields, raw, width)
     long = any(c in table.column_names for c in LONG_COLUMNS)
     required = ("ID", "Kernel Name", "Metric Name", "Metric Value") if long else ("ID", "Kernel Name")
     require_columns(path, table.column_names, required, "Nsight Compute CSV")
@@ -551,11 +617,19 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     launches, bad = _launch_count(table, long)
     if not launches:
         raise InputError(path, "no kernel launches: the CSV has a header but no data rows")
-    raw.rows_read["kernels"] = launches + bad + short
+    raw.rows_read["kernels"] = launches + bad + short + repeated
     raw.drop("kernels", "row has fewer fields than the header", short)
+    raw.drop("kernels", REPEATED_HEADER, repeated)
     raw.tables = {"metrics": table} if long else {"launches": table}
     if units is not None:
         raw.tables["units"] = units
+    if width is not None:
+        rules = _rule_table(path, fields, rule_rows)
+        raw.tables["rules"] = rules
+        raw.notes.append(
+            f"details page with rule results: {rules.num_rows} rule-finding row(s) kept in the raw 'rules' table "
+            "(findings, not launches)"
+        )
     raw.info = {"layout": "long" if long else "wide", "units_row": units is not None}
     return raw
 
@@ -581,6 +655,10 @@ def normalize(raw: RawTrace) -> ReaderOutput:
         ident, metrics, units, bad = _wide_columns(raw_table(raw, "launches"), units_row, out)
     out.drop("kernels", "row ID is not a launch number", bad)
     out.kernels = launch_table(ident, metrics, units, out)
+    require_durations(raw.source, out.kernels)
+    rules = raw.tables.get("rules")
+    if rules is not None and rules.num_rows:
+        out.notes.append(f"{rules.num_rows} rule-finding row(s) of the details page are not launches (not in kernels)")
     return out
 
 

@@ -184,8 +184,8 @@ def _metric_columns(values: pa.Table, units: pa.Table, out: ReaderOutput) -> tup
             if unit is not None and unit not in scales:
                 scales[unit] = ncu.unit_scale(unit)
         cells = values.column(name)
-        if pa.types.is_string(cells.type) or pa.types.is_large_string(cells.type):
-            columns[name] = np.array(cells.to_pylist(), dtype=object)
+        if pa.types.is_string(cells.type) or pa.types.is_large_string(cells.type):  # '' is null, as in ncu's CSV
+            columns[name] = np.array([v or None for v in cells.to_pylist()], dtype=object)
         else:
             numbers = pc.fill_null(pc.cast(cells, pa.float64(), safe=False), np.nan).to_numpy(zero_copy_only=False)
             columns[name] = numbers * np.array([1.0 if u is None else scales[u][1] for u in unit_of])
@@ -246,6 +246,7 @@ def normalize(raw: RawTrace) -> ReaderOutput:
         "in the ncu-report package's view of the report (left null)"
     )
     out.kernels = ncu.launch_table(ident, columns, unit_names, out)
+    ncu.require_durations(raw.source, out.kernels)
     return out
 
 

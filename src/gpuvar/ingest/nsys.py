@@ -320,7 +320,7 @@ def _memcpy_names(enum: pa.Table | None) -> tuple[dict[int, str], str]:
 def _is_int(value) -> bool:
     try:
         int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # text ('HtoD' written by another tool), inf
         return False
     return True
 
@@ -448,7 +448,7 @@ def _memcpy(table: pa.Table, kind_names: dict[int, str], out: ReaderOutput, keep
     if "copy_kind" in cols:
         kinds = pd.Series(cols["copy_kind"])
         codes, uniques = pd.factorize(kinds, use_na_sentinel=True)
-        labels = [kind_names.get(int(k), f"copy kind {int(k)}") for k in uniques]
+        labels = [kind_names.get(int(k), f"copy kind {int(k)}") if _is_int(k) else str(k) for k in uniques]
         cols["copy_kind_name"] = (
             pd.Categorical.from_codes(codes, categories=labels)
             if len(set(labels)) == len(labels)

@@ -448,6 +448,7 @@ def _copy_frame(raw: pd.DataFrame, path: Path, out: ReaderOutput) -> pd.DataFram
         out.notes.append(f"{unnamed} memory cop(ies) whose name_id is missing from rocpd_string: copy kind null")
     memcpy = rocprofv3.memcpy_frame(raw.drop(columns=[c for c in raw.columns if c.startswith("_")]), path)
     _gpu_end(raw, memcpy, out)
+    memcpy = amd_common.drop_bad_timestamps(memcpy, out, "memcpy")[0]
     memcpy["launch_id"] = np.arange(len(memcpy), dtype=np.int64)
     return memcpy
 

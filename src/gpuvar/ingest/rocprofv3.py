@@ -217,7 +217,7 @@ def memcpy_frame(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     direction = df["Direction"].astype(str).str.strip().str.removeprefix("MEMORY_COPY_")
     m = pd.DataFrame(index=df.index)
     for canonical, source in (("start", "Start_Timestamp"), ("end", "End_Timestamp")):
-        m[canonical] = to_number(df[source]) if source in df.columns else np.nan
+        m[canonical] = df[source] if source in df.columns else np.nan  # parsed by amd_common.drop_bad_timestamps
     m["copy_kind"] = direction.map({k: v[0] for k, v in COPY_KINDS.items()}).astype("Int64")
     names = direction.map({k: v[1] for k, v in COPY_KINDS.items()})
     m["copy_kind_name"] = names.fillna(direction.where(df["Direction"].notna()))  # unknown: keep the text
@@ -334,7 +334,7 @@ def normalize(raw: RawTrace) -> ReaderOutput:
     kernels = amd_common.check_timestamps(kernels, out, source) if len(kernels) else kernels
     out.kernels = amd_common.drop_nameless(kernels, out)
     if copy_frames:
-        memcpy = pd.concat(copy_frames, ignore_index=True)
+        memcpy = amd_common.drop_bad_timestamps(pd.concat(copy_frames, ignore_index=True), out, "memcpy")[0]
         memcpy["launch_id"] = np.arange(len(memcpy), dtype=np.int64)
         out.memcpy = memcpy
     return out

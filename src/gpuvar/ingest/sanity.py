@@ -7,7 +7,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuvar.errors import InputError
+from gpuvar.errors import GpuvarError, InputError
+
+TIME_COLUMNS = ("start", "end", "duration")
 
 NEGATIVE_DURATION = "negative duration (end before start, or end - start beyond int64)"
 
@@ -65,3 +67,19 @@ def require_kernels(source, kernels: pa.Table, rows_read: int, dropped: dict) ->
         raise InputError(source, "no kernel rows in the file (a trace with only memory copies or API calls?)")
     reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(dropped.items()))
     raise InputError(source, f"no usable kernel rows: all {rows_read} were dropped ({reasons})")
+
+
+def require_int64_times(reader: str, **tables: pa.Table | None) -> None:
+    """Fail loudly if a canonical time column is not int64 ns (docs/schema.md): a float64 start/end loses the
+    low digits of epoch-scale clocks (> 2^53 ns) and corrupts every duration. A reader bug, not a user error,
+    so the message names the reader and the table."""
+    for name, table in tables.items():
+        if table is None:
+            continue
+        wrong = [
+            f"{c} is {table.schema.field(c).type}"
+            for c in TIME_COLUMNS
+            if c in table.column_names and table.schema.field(c).type != pa.int64()
+        ]
+        if wrong:
+            raise GpuvarError(f"internal error in the {reader} reader: {name} {', '.join(wrong)}, not int64 ns")
