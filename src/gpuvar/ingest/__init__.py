@@ -45,6 +45,7 @@ def normalize_trace(raw):
     """Step 2 of ingest: Table 1 and the canonical schema over a RawTrace.
 
     Returns (ReaderOutput with the accounting, canonical kernels Arrow table, memcpy table or None)."""
+    from gpuvar.ingest.call_sites import add_call_sites
     from gpuvar.ingest.detect import formats
     from gpuvar.ingest.sanity import drop_negative_durations
     from gpuvar.schema import finalize_kernels, finalize_memcpy
@@ -57,6 +58,7 @@ def normalize_trace(raw):
     memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
     if memcpy is not None:
         memcpy = drop_negative_durations(memcpy, out, "memcpy")
+    kernels, memcpy = add_call_sites(raw, out, kernels, memcpy)  # launch_op, step, call_index, call_site
     return out, kernels, memcpy
 
 
