@@ -84,20 +84,23 @@ def _kineto_host(raw) -> HostTimeline | None:
         return start, start + np.round(dur * 1000).astype(np.int64), null, thread
 
     start, end, null, thread = timed(runtime)
-    names = _texts(runtime.column("name"))
+    codes, values = _codes_of(runtime.column("name"))
+    sync_codes = [i for i, v in enumerate(values) if isinstance(v, str) and SYNC_NAME.match(v)]
+    is_sync = np.isin(codes, sync_codes)  # (matched once per distinct name)
     ext = _ints(runtime.column("args.External id")) if "args.External id" in runtime.column_names else -1
     calls = pd.DataFrame({"pid": -1, "corr": _ints(runtime.column("args.correlation")), "ts": start})
     calls["thread"], calls["ext"] = thread, ext
     calls = calls[~null & (calls["corr"] >= 0)]
-    is_sync = pd.Series(names).map(lambda n: isinstance(n, str) and bool(SYNC_NAME.match(n))).to_numpy()
     syncs = pd.DataFrame({"start": start[is_sync & ~null], "end": end[is_sync & ~null]})
     ops = pd.DataFrame({"start": [], "end": [], "thread": [], "name": [], "ext": []})
     steps = None
     if cpu is not None and cpu.num_rows:
         o_start, o_end, o_null, o_thread = timed(cpu)
-        o_names = _texts(cpu.column("name"))
-        step_no = np.array([_step_number(PROFILER_STEP, n) for n in o_names], dtype=object)
-        marker = np.array([s is not None for s in step_no], dtype=bool)
+        name_codes, distinct = _codes_of(cpu.column("name"))  # names matched once per distinct name
+        o_names = np.array(distinct + [None], dtype=object)[name_codes]
+        numbers = [_step_number(PROFILER_STEP, n) for n in distinct] + [None]
+        step_no = np.array(numbers, dtype=object)[name_codes]
+        marker = np.array([n is not None for n in numbers], dtype=bool)[name_codes]
         keep = ~o_null & ~marker
         ops = pd.DataFrame(
             {

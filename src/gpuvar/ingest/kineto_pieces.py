@@ -6,8 +6,8 @@ where and when a kernel was launched are decoded in part (HOST_TABLES: cat, name
 or two args keys that link them: External id, correlation): `cpu_op` / `user_annotation` and `cuda_runtime` /
 `cuda_driver`. The others are counted.
 Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit conversion, no renaming.
-  * cat, name, ts, dur, args, pid, tid: ph is not read; pid and tid stay raw JSON text (a slice: cheap) and are
-    decoded on host events only (on GPU events they repeat args.device and args.stream);
+  * cat, name, ts, dur, args, pid, tid: ph is not read; pid and tid (small scalars) are decoded as they are and
+    used on host events only (on GPU events they repeat args.device and args.stream);
   * ts stays its JSON text (the exact decimal conversion needs pyarrow, which runs in the main process);
   * dur -> float64 µs (NaN where not a number); integer args -> int64, or float64 where a value of the piece is
     not an integer or is missing (NaN where not a number); float args -> float64;
@@ -79,15 +79,15 @@ class _Event(msgspec.Struct, gc=False):
     ts: msgspec.Raw = _NULL
     dur: msgspec.Raw = _NULL
     args: msgspec.Raw = _NULL
-    pid: msgspec.Raw = _NULL
-    tid: msgspec.Raw = _NULL
+    pid: Any = None  # (decoded as they are: cheaper than a Raw slice; a named track's text is kept)
+    tid: Any = None
 
 
 HOST_TABLES = {  # raw table -> (its categories, the args keys read on them)
     "cpu_ops": (("cpu_op", "user_annotation"), ("External id",)),
     "runtime": (("cuda_runtime", "cuda_driver"), ("correlation", "External id")),
 }
-_HOST_CODES = {table: {cat: i + 1 for i, cat in enumerate(cats)} for table, (cats, _) in HOST_TABLES.items()}
+_HOST_CODE = {cat: i + 1 for i, cat in enumerate(c for cats, _ in HOST_TABLES.values() for c in cats)}  # 1-based
 _HostArgs = msgspec.defstruct(
     "_HostArgs",
     [("external", Any, msgspec.field(default=None, name="External id")), ("correlation", Any, None)],
@@ -325,15 +325,6 @@ def _host_args(raws: list) -> list:
         return out
 
 
-def _raw_numbers(raws: list) -> np.ndarray:
-    """Raw JSON values (pid, tid) -> int64, or float64 with NaN where one is not a number (a named track)."""
-    try:
-        values = _ANY.decode(b"[" + b",".join(raws) + b"]")
-    except _DECODE_ERRORS:
-        values = [json_value(r) for r in raws]
-    return numbers(values)
-
-
 def _host_columns(events: list, cat: np.ndarray, keys: tuple) -> dict:
     """Columns of one piece's host events of one raw table: cat code, name (piece dictionary), ts text, dur, pid,
     tid, args.<key> (int64, or float64 with NaN where missing)."""
@@ -343,8 +334,8 @@ def _host_columns(events: list, cat: np.ndarray, keys: tuple) -> dict:
         "name": ([u if isinstance(u, str) else str(u) for u in names], name_code),
         "ts": b"\n".join(map(_TS, events)),
         "dur": dur_to_us(list(map(_DUR, events))),
-        "pid": _raw_numbers(list(map(_PID, events))),
-        "tid": _raw_numbers(list(map(_TID, events))),
+        "pid": numbers(list(map(_PID, events))),  # (NaN where one is not a number: a named track)
+        "tid": numbers(list(map(_TID, events))),
     }
     args = _host_args(list(map(attrgetter("args"), events)))
     empty = _HostArgs()
@@ -367,13 +358,18 @@ def process_piece(data: bytes) -> dict:
     codes = list(map(_CAT_CODE.get, cats))  # None for the other categories
     gpu = list(compress(events, codes))
     ranges = list(compress(events, map(eq, cats, repeat(RANGE_CAT))))  # (str.__eq__(None) is NotImplemented)
-    host = {}
-    for table, (_, keys) in HOST_TABLES.items():
-        host_codes = list(map(_HOST_CODES[table].get, cats))  # 1-based, None for the other categories
-        chosen = list(compress(events, host_codes))
-        if chosen:
-            cat_codes = np.array(list(filter(None, host_codes)), dtype=np.int8) - 1
-            host[table] = _host_columns(chosen, cat_codes, keys)
+    host, first = {}, 0
+    host_codes = list(map(_HOST_CODE.get, cats))  # one pass for both host tables; None for the other categories
+    chosen = list(compress(events, host_codes))
+    if chosen:
+        host_cat = np.array(list(filter(None, host_codes)), dtype=np.int8) - 1
+        for table, (table_cats, keys) in HOST_TABLES.items():
+            mine = (host_cat >= first) & (host_cat < first + len(table_cats))
+            if mine.any():
+                picked = chosen if mine.all() else list(compress(chosen, mine.tolist()))
+                host[table] = _host_columns(picked, host_cat[mine] - first, keys)
+            first += len(table_cats)
+    del host_codes, chosen
     cat = np.array(list(filter(None, codes)), dtype=np.int8) - 1
     n = len(events)
     del events, cats, codes  # freed before the columns are built: their memory is reused (faster)
