@@ -184,14 +184,15 @@ def test_kineto_raw_keeps_the_events_normalize_drops(tmp_path):
         {"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur, "args": {"device": 0, "stream": 7}}
         for ts, dur in [(10, 1), ("abc", 1), (None, 1), (12, -3), (13, "x"), (14.5, 2)]
     ]
-    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 9, "dur": 1})  # counted, not kept
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 9, "dur": 1})  # a host table of its own
     raw = kineto.read_raw(kineto_trace(tmp_path, events))
     out = kineto.normalize(raw)
     assert raw.tables["events"].num_rows == 6 and not raw.dropped
     assert raw.tables["events"].column("ts").null_count == 2 and raw.tables["events"].column("dur").null_count == 1
     assert len(out.kernels) == 2 and out.rows_read["kernels"] == 6
     assert dict(out.dropped["kernels"]) == {"missing or non-numeric ts/dur": 3, "negative dur (end before start)": 1}
-    assert raw.info["categories"] == {"kernel": 6} and raw.info["events"] == 7
+    assert raw.info["categories"] == {"cpu_op": 1, "kernel": 6} and raw.info["events"] == 7
+    assert raw.tables["cpu_ops"].column("name").to_pylist() == ["aten::mm"] and "runtime" not in raw.tables
 
 
 def test_kineto_timestamps_are_exact_from_raw_decimal_to_ns(tmp_path):

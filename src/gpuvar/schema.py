@@ -264,10 +264,10 @@ def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
     known = {c.column for c in columns}
     arrays, fields = [], []
     for c in columns:
-        if c.column == "launch_config":
-            continue
         typ = _ARROW_TYPES[c.type]
-        if c.column in df.columns:
+        if c.column == "launch_config" and table == "kernels":
+            arr = _string_arrow(pd.Series(_launch_config_key(df)))
+        elif c.column in df.columns:
             values = df[c.column]
             if c.type == "int64":
                 arr = _int_arrow(values)
@@ -279,9 +279,6 @@ def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
             arr = pa.nulls(len(df), type=typ)
         arrays.append(arr)
         fields.append(pa.field(c.column, typ))
-    if table == "kernels":
-        arrays.append(_string_arrow(pd.Series(_launch_config_key(df))))
-        fields.append(pa.field("launch_config", pa.string()))
     extras = [c for c in df.columns if c not in known]
     bulk = _numeric_block(df, extras)  # wide traces: 100k counter columns converted in one Arrow call
     for extra in extras:

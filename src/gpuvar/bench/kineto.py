@@ -1,6 +1,7 @@
 """Kineto ingest throughput: `gpuvar ingest` on a generated PyTorch profiler trace of N kernel events.
 
-The trace (kernel, cudaLaunchKernel, ac2g flow, copy and memset events, as Kineto lays them out) is cached by
+The trace (kernel, cpu_op, cudaLaunchKernel, ac2g flow, step-ending cudaDeviceSynchronize, copy and memset
+events, as Kineto lays them out) is cached by
 (events, seed, compression) in --data-dir, so repeated runs time only the ingest. Prints one JSON object: kernel
 events/s, all trace events/s, decompressed MB/s and the peak RSS of the process (ru_maxrss) next to the
 decompressed size. The ingest runs in a child process (`gpuvar ingest`), so the peak RSS is the ingest's own
@@ -29,7 +30,7 @@ def configure_kineto(p):
 
 
 def run_kineto(args) -> int:
-    from gpuvar.demo.kineto_writer import write_kineto_demo
+    from gpuvar.demo.kineto_writer import STEP_LAUNCHES, write_kineto_demo
     from gpuvar.errors import GpuvarError
     from gpuvar.ingest.compression import open_binary
 
@@ -57,7 +58,8 @@ def run_kineto(args) -> int:
     peak = usage.ru_maxrss / 1024
     kernels = report["tables"]["kernels"]["rows_written"]
     copies = report["tables"].get("memcpy", {}).get("rows_written", 0)
-    all_events = kernels * 3 + copies  # kernel + launch + flow per kernel, plus copies and memsets
+    # kernel + cpu_op + launch + flow per kernel, a sync per step, plus copies and memsets
+    all_events = kernels * 4 + kernels // STEP_LAUNCHES + copies
     print(
         json.dumps(
             {

@@ -51,7 +51,7 @@ def kernels_table(chunk: synth.DemoChunk) -> pa.Table:
             arr = _string_column(k["kernel_index"], names)
         elif c.column == "kernel_short_name":
             arr = _string_column(k["kernel_index"], shorts)
-        elif c.column == "launch_config":
+        elif c.column in ("launch_config", "call_site"):  # no steps in the synthetic data: call site = config
             arr = _launch_config(k)
         elif c.column in k:
             arr = pa.array(k[c.column], pa.int64())

@@ -1,8 +1,9 @@
 """Deterministic synthetic PyTorch profiler (Kineto) traces, laid out as Kineto writes them.
 
-Each kernel comes with its cudaLaunchKernel runtime event and an ac2g flow pair (as in real traces, most events
-are not GPU activity); every 16th launch is preceded by a host-to-device or device-to-device copy and every 64th
-by a memset. Timestamps are epoch microseconds with a nanosecond fraction. Kernel duration grows with grid_x
+Each kernel comes with the cpu_op that launched it (its External id is the kernel's), its cudaLaunchKernel
+runtime event inside that op and an ac2g flow pair (as in real traces, most events are not GPU activity); every
+STEP_LAUNCHES-th launch is followed by a cudaDeviceSynchronize that ends the step, so the demo has steps and call
+sites; every 16th launch is preceded by a host-to-device or device-to-device copy and every 64th by a memset. Timestamps are epoch microseconds with a nanosecond fraction. Kernel duration grows with grid_x
 and shrinks with grid_y (the demo's planted launch effects), plus per-rank skew and noise.
 """
 
@@ -38,6 +39,8 @@ KERNELS = (
     ),
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", 80.0, 96),
 )
+OPS = ("aten::add", "aten::mm", "aten::linear", "aten::mean", "aten::_softmax", "nccl:all_reduce")  # per kernel kind
+STEP_LAUNCHES = 32
 COPIES = (("Memcpy HtoD (Pinned -> Device)", 22.0), ("Memcpy DtoD (Device -> Device)", 800.0))
 _BASE_US = 1_700_000_000_000_000
 
@@ -53,8 +56,9 @@ def _header(rank: int | None, world: int) -> str:
     return f'{{\n  "schemaVersion": 1,\n{dist}  "deviceProperties": [\n{props}\n  ],\n  "traceEvents": [\n'
 
 
-def _events(n: int, rng: np.random.Generator, rank: int, device: int, t0: int) -> tuple[list[str], int]:
-    """Events of n kernels starting after t0 (ns); returns them and the last kernel start."""
+def _events(n: int, rng: np.random.Generator, rank: int, device: int, t0: int, first: int) -> tuple[list[str], int]:
+    """Events of n kernels (global launch numbers first..first+n-1) starting after t0 (ns); returns them and the
+    last kernel start."""
     kinds = rng.integers(0, len(KERNELS), n)
     grid_x = rng.choice(np.array([1, 4, 16, 64, 108, 216, 432]), n)
     grid_y = rng.integers(1, 5, n)
@@ -69,7 +73,7 @@ def _events(n: int, rng: np.random.Generator, rank: int, device: int, t0: int) -
     stream = 7
     for i in range(n):
         name, _, regs = KERNELS[kinds[i]]
-        corr = 1000 + 2 * i
+        corr = 1000 + 3 * (first + i)  # unique in the trace: the runtime call and the op are found by it
         ts = int(starts[i])
         ts_us = f"{ts // 1000}.{ts % 1000:03d}"
         d_us = f"{dur[i]:.3f}"
@@ -92,6 +96,12 @@ def _events(n: int, rng: np.random.Generator, rank: int, device: int, t0: int) -
                 f'"correlation": {corr - 1}, "bytes": 512, "memory bandwidth (GB/s)": 0.8\n    }}\n  }}'
             )
         launch = ts - 4000
+        op_ts = launch - 1000
+        out.append(
+            f'  {{\n    "ph": "X", "cat": "cpu_op", "name": "{OPS[kinds[i]]}", "pid": 4242, "tid": 4242,\n'
+            f'    "ts": {op_ts // 1000}.{op_ts % 1000:03d}, "dur": 5.200,\n    "args": {{\n'
+            f'      "External id": {corr}, "Record function id": 0\n    }}\n  }}'
+        )
         out.append(
             f'  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242,\n'
             f'    "ts": {launch // 1000}.{launch % 1000:03d}, "dur": 3.200,\n    "args": {{\n'
@@ -111,6 +121,13 @@ def _events(n: int, rng: np.random.Generator, rank: int, device: int, t0: int) -
             f'  {{\n    "ph": "f", "id": {corr}, "pid": {device}, "tid": {stream}, "ts": {ts_us},\n'
             f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}'
         )
+        if (first + i) % STEP_LAUNCHES == STEP_LAUNCHES - 1:
+            sync = launch + 4500  # after the op that launched this kernel, before the next launch
+            out.append(
+                f'  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 4242, '
+                f'"tid": 4242,\n    "ts": {sync // 1000}.{sync % 1000:03d}, "dur": 0.400,\n    "args": {{\n'
+                f'      "External id": 0, "cbid": 165, "correlation": {corr + 1}\n    }}\n  }}'
+            )
     return out, int(starts[-1])
 
 
@@ -137,7 +154,7 @@ def write_kineto_demo(path, kernels: int, seed: int = 0, rank: int | None = None
         for lo in range(0, kernels, block):
             n = min(block, kernels - lo)
             rng = np.random.default_rng([seed, 0 if rank is None else rank + 1, lo])
-            events, t0 = _events(n, rng, rank or 0, device, t0)
+            events, t0 = _events(n, rng, rank or 0, device, t0, lo)
             counts["kernel"] += n
             counts["gpu_memcpy"] += (n + 15) // 16
             counts["gpu_memset"] += sum(1 for i in range(n) if i % 64 == 32)

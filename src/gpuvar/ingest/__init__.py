@@ -45,6 +45,8 @@ def normalize_trace(raw):
     """Step 2 of ingest: Table 1 and the canonical schema over a RawTrace.
 
     Returns (ReaderOutput with the accounting, canonical kernels Arrow table, memcpy table or None)."""
+    from gpuvar.ingest.call_sites import add_call_sites
+    from gpuvar.ingest.context import add_context
     from gpuvar.ingest.detect import formats
     from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
     from gpuvar.schema import finalize_kernels, finalize_memcpy
@@ -58,6 +60,8 @@ def normalize_trace(raw):
     if memcpy is not None:
         memcpy = drop_negative_durations(memcpy, out, "memcpy")
     require_int64_times(raw.format, kernels=kernels, memcpy=memcpy)
+    kernels, memcpy = add_call_sites(raw, out, kernels, memcpy)  # launch_op, step, call_index, call_site
+    kernels = add_context(kernels, memcpy)  # ctx_*: what ran beside each launch on its GPU
     return out, kernels, memcpy
 
 

@@ -262,3 +262,25 @@ def context_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> dict[
         offset[~st_ok] = np.nan
         out["ctx_step_offset_ns"] = place(offset)
     return out
+
+
+KERNEL_INPUTS = ("start", "end", "device_id", "stream_id", "rank", "step")
+COPY_INPUTS = ("start", "end", "device_id", "stream_id", "rank", "bytes", "copy_kind_name")
+
+
+def add_context(kernels, memcpy):
+    """The canonical kernels Arrow table with the context columns appended (NaN written as null); a table
+    without a timeline (Nsight Compute) comes back as it was."""
+    import pyarrow as pa
+
+    def frame(table, names):
+        return table.select([c for c in names if c in table.column_names]).to_pandas()
+
+    copies = frame(memcpy, COPY_INPUTS) if memcpy is not None else None
+    for name, values in context_columns(frame(kernels, KERNEL_INPUTS), copies).items():
+        column = pa.array(values, type=pa.float64(), from_pandas=True)
+        if name in kernels.column_names:
+            kernels = kernels.set_column(kernels.column_names.index(name), name, column)
+        else:
+            kernels = kernels.append_column(name, column)
+    return kernels

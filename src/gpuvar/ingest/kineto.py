@@ -22,8 +22,10 @@ dur, are dropped and counted.
 Two steps (gpuvar.ingest.raw). read_raw streams the trace once (see kineto_pieces) into raw tables that keep the
 JSON keys as column names: `events` (the kernel, gpu_memcpy and gpu_memset events in file order: cat, name, ts
 as an exact decimal in µs (12 decimals; more are rounded to odd, so the ns rounding stays exact), dur (µs),
-args.<key> for the args above, args.grid[0..2], args.block[0..2], args.kind) and `cuda_profiler_range` (cat,
-name, ts, dur, args.<counter>); raw.info holds the other top-level keys (`top`: deviceProperties,
+args.<key> for the args above, args.grid[0..2], args.block[0..2], args.kind), `cuda_profiler_range` (cat,
+name, ts, dur, args.<counter>), and the host events that place each launch (read by gpuvar.ingest.call_sites,
+not by normalize): `cpu_ops` (cat cpu_op / user_annotation: cat, name, ts, dur, pid, tid, args.External id) and
+`runtime` (cat cuda_runtime / cuda_driver: the same and args.correlation); raw.info holds the other top-level keys (`top`: deviceProperties,
 distributedInfo, schemaVersion, ...), the number of trace events and the count of each GPU category.
 normalize selects kernels and copies by cat, converts µs to ns and renames (docs/raw-rocpd-kineto.md).
 """
@@ -55,6 +57,7 @@ from gpuvar.ingest.kineto_pieces import (
     DIM_AXES,
     DIMS,
     GPU_CATS,
+    HOST_TABLES,
     RANGE_CAT,
     process_piece,
 )
@@ -150,12 +153,12 @@ def _ts_one(text: bytes) -> Decimal | None:
 
 
 class _Gpu:
-    """The GPU event columns, gathered piece by piece: piece dictionaries mapped to global ones, ts parsed."""
+    """The GPU event columns (or, with other `cats`, one host table's), gathered piece by piece: piece
+    dictionaries mapped to global ones, ts parsed."""
 
-    DICTIONARIES = ("name", "args.kind")
-
-    def __init__(self):
-        self.dicts: dict[str, dict] = {key: {} for key in self.DICTIONARIES}
+    def __init__(self, cats: tuple = GPU_CATS, dictionaries: tuple = ("name", "args.kind")):
+        self.cats = cats
+        self.dicts: dict[str, dict] = {key: {} for key in dictionaries}
         self.chunks: dict[str, list] = {}
         self.rows = 0
 
@@ -181,7 +184,7 @@ class _Gpu:
                 indices = pa.array(np.where(mask, 0, codes), mask=mask if mask.any() else None)
                 columns[key] = pa.DictionaryArray.from_arrays(indices, pa.array(list(self.dicts[key]), pa.string()))
             elif key == "cat":
-                columns[key] = pa.DictionaryArray.from_arrays(pa.array(np.concatenate(chunks)), pa.array(GPU_CATS))
+                columns[key] = pa.DictionaryArray.from_arrays(pa.array(np.concatenate(chunks)), pa.array(self.cats))
             elif key == "ts":
                 columns[key] = pa.chunked_array(chunks, type=TS_TYPE)
             else:  # numbers: float64 where a piece needed it (exact integers otherwise), NaN -> null
@@ -232,7 +235,7 @@ def _workers(path: Path) -> int:
     return min(wanted, cores)
 
 
-def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list) -> TraceStream:
+def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list, host: dict[str, _Gpu]) -> TraceStream:
     """Stream the trace once, filling the tables; returns the stream (top-level keys, whether the array was seen).
 
     Big traces are decoded by worker processes (fork: they need no imports), pieces in order, the main
@@ -249,6 +252,8 @@ def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list) -> TraceS
                 ranges.extend(part["ranges"])
                 if part["gpu"] is not None:
                     gpu.extend(part["gpu"])
+                for table, cols in part["host"].items():
+                    host[table].extend(cols)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -260,10 +265,11 @@ def read_raw(path: Path, options: ReadOptions = DEFAULT_OPTIONS) -> RawTrace:
     tables with the JSON keys as column names, and the other top-level keys in raw.info."""
     path = Path(path)
     gpu, ranges, counts = _Gpu(), [], Counter()
+    host = {table: _Gpu(cats, ("name",)) for table, (cats, _) in HOST_TABLES.items()}
     gc_was_on = gc.isenabled()
     gc.disable()  # the decode allocates millions of acyclic objects: collection passes would dominate
     try:
-        stream = _read_events(path, gpu, counts, ranges)
+        stream = _read_events(path, gpu, counts, ranges, host)
     finally:
         if gc_was_on:
             gc.enable()
@@ -279,6 +285,9 @@ def read_raw(path: Path, options: ReadOptions = DEFAULT_OPTIONS) -> RawTrace:
     raw = RawTrace(FORMAT, str(path), {EVENTS: gpu.table()} if gpu.rows else {})
     if ranges:
         raw.tables[RANGES] = _range_table(ranges)
+    for table, columns in host.items():  # (normalize does not read them: gpuvar.ingest.call_sites does)
+        if columns.rows:
+            raw.tables[table] = columns.table()
     raw.rows_read["kernels"] = kernels or len(ranges)
     copies = categories.get("gpu_memcpy", 0) + categories.get("gpu_memset", 0)
     if copies:

@@ -1,10 +1,13 @@
 """One piece of a Kineto `traceEvents` array decoded into compact, picklable columns (run in worker processes).
 
 Only the GPU activity events are decoded in full: `kernel`, `gpu_memcpy` and `gpu_memset` (GPU_CATS, one table
-in file order) and `cuda_profiler_range` (a list: their args are arbitrary counters); the others are counted.
+in file order) and `cuda_profiler_range` (a list: their args are arbitrary counters). The host events that say
+where and when a kernel was launched are decoded in part (HOST_TABLES: cat, name, ts, dur, pid, tid and the one
+or two args keys that link them: External id, correlation): `cpu_op` / `user_annotation` and `cuda_runtime` /
+`cuda_driver`. The others are counted.
 Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit conversion, no renaming.
-  * cat, name, ts, dur, args: ph, pid and tid are not read (every trace event would pay for them; on GPU events
-    they are 'X', args.device and args.stream);
+  * cat, name, ts, dur, args, pid, tid: ph is not read; pid and tid (small scalars) are decoded as they are and
+    used on host events only (on GPU events they repeat args.device and args.stream);
   * ts stays its JSON text (the exact decimal conversion needs pyarrow, which runs in the main process);
   * dur -> float64 µs (NaN where not a number); integer args -> int64, or float64 where a value of the piece is
     not an integer or is missing (NaN where not a number); float args -> float64;
@@ -76,6 +79,21 @@ class _Event(msgspec.Struct, gc=False):
     ts: msgspec.Raw = _NULL
     dur: msgspec.Raw = _NULL
     args: msgspec.Raw = _NULL
+    pid: Any = None  # (decoded as they are: cheaper than a Raw slice; a named track's text is kept)
+    tid: Any = None
+
+
+HOST_TABLES = {  # raw table -> (its categories, the args keys read on them)
+    "cpu_ops": (("cpu_op", "user_annotation"), ("External id",)),
+    "runtime": (("cuda_runtime", "cuda_driver"), ("correlation", "External id")),
+}
+_HOST_CODE = {cat: i + 1 for i, cat in enumerate(c for cats, _ in HOST_TABLES.values() for c in cats)}  # 1-based
+_HostArgs = msgspec.defstruct(
+    "_HostArgs",
+    [("external", Any, msgspec.field(default=None, name="External id")), ("correlation", Any, None)],
+    gc=False,
+)
+_HOST_GETTERS = {"External id": attrgetter("external"), "correlation": attrgetter("correlation")}
 
 
 _Args = msgspec.defstruct(
@@ -104,6 +122,8 @@ _STRINGS = msgspec.json.Decoder(list[str])
 _TEXTS = msgspec.json.Decoder(list[str | None])
 _FLOATS = msgspec.json.Decoder(list[float | None])
 _ARGS = msgspec.json.Decoder(list[_Args | None])
+_HOST_ARGS = msgspec.json.Decoder(list[_HostArgs | None])
+_PID, _TID = attrgetter("pid"), attrgetter("tid")
 
 
 def _decode_events(data: bytes) -> list:
@@ -292,6 +312,40 @@ def _scatter(n: int, parts: list[tuple]) -> np.ndarray:
     return out
 
 
+def _host_args(raws: list) -> list:
+    """The linking args (External id, correlation) of host events; an event whose args do not fit gets None."""
+    try:
+        return _HOST_ARGS.decode(b"[" + b",".join(raws) + b"]")
+    except _DECODE_ERRORS:
+        out = []
+        for raw in raws:
+            try:
+                out.append(_HOST_ARGS.decode(b"[" + bytes(raw) + b"]")[0])
+            except _DECODE_ERRORS:
+                out.append(None)
+        return out
+
+
+def _host_columns(events: list, cat: np.ndarray, keys: tuple) -> dict:
+    """Columns of one piece's host events of one raw table: cat code, name (piece dictionary), ts text, dur, pid,
+    tid, args.<key> (int64, or float64 with NaN where missing)."""
+    names, name_code = _dictionary(decode_names(list(map(_NAME, events))))
+    cols = {
+        "cat": cat,
+        "name": ([u if isinstance(u, str) else str(u) for u in names], name_code),
+        "ts": b"\n".join(map(_TS, events)),
+        "dur": dur_to_us(list(map(_DUR, events))),
+        "pid": numbers(list(map(_PID, events))),  # (NaN where one is not a number: a named track)
+        "tid": numbers(list(map(_TID, events))),
+    }
+    args = _host_args(list(map(attrgetter("args"), events)))
+    empty = _HostArgs()
+    args = [a if a is not None else empty for a in args]
+    for key in keys:
+        cols[f"args.{key}"] = numbers(list(map(_HOST_GETTERS[key], args)))
+    return cols
+
+
 def _range_rows(events: list) -> list[tuple]:
     """(name, ts text, dur µs, args dict or None) of each cuda_profiler_range event."""
     return [(decode_names([e.name])[0], bytes(e.ts), dur_to_us([e.dur])[0], json_value(e.args)) for e in events]
@@ -305,13 +359,28 @@ def process_piece(data: bytes) -> dict:
     codes = list(map(_CAT_CODE.get, cats))  # None for the other categories
     gpu = list(compress(events, codes))
     ranges = list(compress(events, map(eq, cats, repeat(RANGE_CAT))))  # (str.__eq__(None) is NotImplemented)
+    host, first = {}, 0
+    host_codes = list(map(_HOST_CODE.get, cats))  # one pass for both host tables; None for the other categories
+    chosen = list(compress(events, host_codes))
+    if chosen:
+        host_cat = np.array(list(filter(None, host_codes)), dtype=np.int8) - 1
+        for table, (table_cats, keys) in HOST_TABLES.items():
+            mine = (host_cat >= first) & (host_cat < first + len(table_cats))
+            if mine.any():
+                picked = chosen if mine.all() else list(compress(chosen, mine.tolist()))
+                host[table] = _host_columns(picked, host_cat[mine] - first, keys)
+            first += len(table_cats)
+    del host_codes, chosen
     cat = np.array(list(filter(None, codes)), dtype=np.int8) - 1
     n = len(events)
     del events, cats, codes  # freed before the columns are built: their memory is reused (faster)
     cols = _gpu_columns(gpu, cat) if gpu else None
     counts = Counter(dict(zip(GPU_CATS, np.bincount(cols["cat"], minlength=3).tolist()))) if gpu else Counter()
     counts[RANGE_CAT] = len(ranges)
-    return {"events": n, "categories": +counts, "gpu": cols, "ranges": _range_rows(ranges)}
+    for table, host_cols in host.items():
+        cats_of = HOST_TABLES[table][0]
+        counts.update(dict(zip(cats_of, np.bincount(host_cols["cat"], minlength=len(cats_of)).tolist())))
+    return {"events": n, "categories": +counts, "gpu": cols, "ranges": _range_rows(ranges), "host": host}
 
 
 def piece_in_worker(piece: bytes) -> dict | None:

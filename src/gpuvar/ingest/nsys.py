@@ -7,6 +7,9 @@ read_raw (the expensive part: the table scans). Raw tables, named as in the expo
     is derived from: ReadOptions.keep_vendor_columns=False), vendor names, rowid order, every row.
   * cupti_activity_kind_memcpy: CUPTI_ACTIVITY_KIND_MEMCPY likewise (absent when the capture made no copies).
   * stringids (StringIds: id -> kernel name) and enum_cuda_memcpy_oper (copyKind -> symbol), as found.
+  * cupti_activity_kind_runtime (start, end, globalTid, correlationId, nameId) and nvtx_events (start, end,
+    eventType, globalTid, text, textId), as found: the CUDA API calls and NVTX ranges that place each launch
+    (read by gpuvar.ingest.call_sites, not by normalize).
   raw.info: keep_vendor_columns, the columns not read, META_DATA_EXPORT as (name, value) pairs, GPU names
   (TARGET_INFO_GPU, TARGET_INFO_CUDA_DEVICE) or SM counts. nsys creates tables lazily, so any may be absent.
   Tables are fetched with connectorx (Arrow, 2 partitions on rowid for big tables, put back in rowid order; the
@@ -57,6 +60,16 @@ MEMCPY_ENUM = "ENUM_CUDA_MEMCPY_OPER"
 RAW_KERNELS, RAW_MEMCPY, RAW_STRINGS, RAW_MEMCPY_ENUM = (
     t.lower() for t in (KERNEL_TABLE, MEMCPY_TABLE, STRING_TABLE, MEMCPY_ENUM)
 )
+RUNTIME_TABLE, NVTX_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
+RAW_RUNTIME, RAW_NVTX = RUNTIME_TABLE.lower(), NVTX_TABLE.lower()
+# host-side tables that place each launch (gpuvar.ingest.call_sites): the columns read, those required
+HOST_COLUMNS = {
+    RUNTIME_TABLE: (("start", "end", "globalTid", "correlationId", "nameId"), {"start", "globalTid", "correlationId"}),
+    NVTX_TABLE: (
+        ("start", "end", "eventType", "globalTid", "text", "textId"),
+        {"start", "end", "eventType", "globalTid"},
+    ),
+}
 GPU_TABLES = (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_CUDA_DEVICE", "cudaId"))  # (table, id column), notes order
 NAME_COLUMNS = {"demangledName": "kernel_name", "shortName": "kernel_short_name", "mangledName": "mangledName"}
 KERNEL_RENAME = {
@@ -529,6 +542,9 @@ def _read_raw(path: Path, con: sqlite3.Connection, keep: bool) -> RawTrace:
         _check_times(path, m_table, MEMCPY_TABLE)
         raw.tables[RAW_MEMCPY] = m_table
         raw.rows_read["memcpy"] = m_table.num_rows
+    for table, (wanted, required) in HOST_COLUMNS.items():
+        if required <= set(tables.get(table, ())):
+            raw.tables[table.lower()] = _fetch(path, table, [c for c in wanted if c in tables[table]])
     return raw
 
 

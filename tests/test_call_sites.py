@@ -1,0 +1,126 @@
+"""Call sites, launching ops and steps (gpuvar.ingest.call_sites) on real traces with known structure."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from conftest import real_file
+
+from gpuvar.ingest import load, normalize_trace, read_source
+from gpuvar.ingest.raw import roundtrip
+
+KINETO = "pytorch-kineto-trace"
+VARLEN = f"{KINETO}/h100-varlen-transformer-block/varlen.pt.trace.json.gz"
+FIXED = f"{KINETO}/h100-fixed-shape-copy-contention/fixedcontend.pt.trace.json.gz"
+RESNET = f"{KINETO}/hta-v100-resnet-rank0/rank-0.pt.trace.json.gz"  # ProfilerStep#101..#105
+SAMPLED = f"{KINETO}/hta-sampled-rank0/sampled_rank-0.json.gz"  # ProfilerStep#551..#552, kernel External id = corr
+NSYS_NVTX = "nsys-sqlite/nsys-ai-mfu-2gpu-before-after/mfu_2gpu_before.sqlite"
+NCU = "ncu-csv/h100-random-sizes-full/full_raw.csv.gz"
+ROCPROF = "rocprof-v1-csv/hpct-laplacian-kernel1-mi250x/results.csv"
+COLUMNS = ["kernel_name", "kernel_short_name", "launch_op", "step", "call_index", "call_site", "launch_config"]
+
+
+def _kernels(relative: str) -> tuple[list[str], pd.DataFrame, pd.DataFrame | None]:
+    out, kernels, memcpy = load(real_file(relative))
+    frame = kernels.select([*COLUMNS, "grid_x", "block_x", "registers_per_thread", "duration"]).to_pandas()
+    return out.notes, frame, (memcpy.select(["launch_op", "step"]).to_pandas() if memcpy is not None else None)
+
+
+@pytest.fixture(scope="module")
+def varlen():
+    return _kernels(VARLEN)
+
+
+def test_varlen_has_300_steps_numbered_like_truth(varlen):
+    notes, k, memcpy = varlen
+    assert k["step"].notna().all() and sorted(k["step"].unique()) == list(range(300))
+    assert "300 steps from cudaDeviceSynchronize (301 calls)" in notes[-1]
+    assert memcpy["step"].notna().all() and memcpy["step"].between(0, 299).all()
+    truth = pd.read_csv(real_file(VARLEN).parent / "truth.csv")
+    # softmax_warp_forward<..., log2 elements> is a different kernel name (and register count) per length class,
+    # all launched once per step by the same op
+    softmax = k[k["kernel_short_name"] == "softmax_warp_forward"]
+    assert softmax["call_site"].str.startswith("aten::_softmax#0 b32x4x1 r").all() and softmax["step"].is_unique
+    joined = softmax.merge(truth, on="step", validate="one_to_one")
+    assert len(joined) == 300
+    # the softmax grid and time grow with the step's sequence length: steps line up with truth.csv
+    assert joined["grid_x"].corr(joined["seq_len"], method="spearman") > 0.95
+    assert joined["duration"].corr(joined["seq_len"], method="spearman") > 0.95
+    # one step later (an off-by-one numbering) would not line up
+    shifted = softmax.assign(step=softmax["step"] + 1).merge(truth, on="step")
+    assert shifted["grid_x"].corr(shifted["seq_len"], method="spearman") < 0.5
+
+
+def test_varlen_launch_ops_are_the_innermost_aten_ops(varlen):
+    _, k, _ = varlen
+    assert k["launch_op"].str.startswith("aten::").mean() > 0.95
+    ops = k.groupby("kernel_short_name", observed=True)["launch_op"].agg(set)
+    assert ops["softmax_warp_forward"] == {"aten::_softmax"}  # not the enclosing aten::softmax
+    assert ops["vectorized_layer_norm_kernel"] == {"aten::native_layer_norm"}
+    assert ops["elementwise_kernel"] == {"aten::copy_"}
+
+
+def test_varlen_call_site_launches_at_most_once_per_step(varlen):
+    _, k, _ = varlen
+    assert not k.duplicated(["kernel_name", "call_site", "step"]).any()
+    assert k["call_index"].notna().all() and (k["call_index"] >= 0).all()
+    gemm = k[k["launch_op"] == "aten::mm"]
+    assert gemm.groupby(["kernel_name", "step"], observed=True)["call_index"].max().max() >= 1  # several mm sites
+
+
+def test_fixed_shape_call_sites_have_one_launch_configuration_and_split_multi_use_names():
+    _, k, _ = _kernels(FIXED)
+    configs = k.groupby(["kernel_name", "call_site"], observed=True)["launch_config"].nunique()
+    assert (configs == 1).all()
+    sites = k.groupby("kernel_short_name", observed=True)["call_site"].nunique()
+    assert sites["elementwise_kernel"] >= 2 and sites["vectorized_elementwise_kernel"] >= 2
+    # the columns separate what the name mixes: most of the name's variance lies between its call sites
+    ew = k[k["kernel_short_name"] == "elementwise_kernel"]
+    site_mean = ew.groupby("call_site")["duration"].transform("mean")
+    assert site_mean.var() > 0.5 * ew["duration"].var()
+
+
+@pytest.mark.parametrize("relative,numbers", [(RESNET, range(101, 106)), (SAMPLED, range(551, 553))])
+def test_profiler_step_ranges_give_the_step_number(relative, numbers):
+    notes, k, _ = _kernels(relative)
+    assert sorted(k["step"].dropna().unique()) == list(numbers)
+    assert k["step"].notna().mean() > 0.99
+    assert "steps from ProfilerStep#N ranges" in notes[-1]
+    assert k["launch_op"].notna().all() and not k["launch_op"].str.startswith("ProfilerStep").any()
+
+
+def test_nsys_launch_op_is_the_innermost_nvtx_range_without_emit_nvtx_numbers():
+    notes, k, memcpy = _kernels(NSYS_NVTX)
+    assert k["launch_op"].notna().mean() > 0.95
+    assert not k["launch_op"].str.contains("op_id =|seq =", na=False).any()
+    assert {"aten::copy_", "aten::addmm"} <= set(k["launch_op"].dropna())
+    assert k["step"].isna().all() and (k["call_site"] == k["launch_config"]).all()  # no step markers there
+    assert notes[-1].startswith("no step markers: call sites are launch configurations")
+    assert memcpy["launch_op"].notna().mean() > 0.95
+
+
+@pytest.mark.parametrize("relative", [NCU, ROCPROF])
+def test_without_a_host_timeline_the_call_site_is_the_launch_configuration(relative):
+    _, k, _ = _kernels(relative)
+    assert k["step"].isna().all() and k["call_index"].isna().all() and k["launch_op"].isna().all()
+    assert (k["call_site"] == k["launch_config"].fillna("?")).all()
+
+
+@pytest.mark.parametrize("relative", [VARLEN, SAMPLED, NSYS_NVTX])
+def test_call_sites_are_the_same_from_a_stored_raw_read(relative, tmp_path):
+    path = real_file(relative)
+    _, kernels, memcpy = load(path)
+    _, again, memcpy_again = normalize_trace(roundtrip(read_source(path), tmp_path / "raw"))
+    assert again.equals(kernels) and memcpy_again.equals(memcpy)
+
+
+def test_demo_kineto_trace_has_steps_and_call_sites(tmp_path):
+    from gpuvar.demo.kineto_writer import STEP_LAUNCHES, write_kineto_demo
+
+    path = tmp_path / "demo.json.gz"
+    write_kineto_demo(path, 4 * STEP_LAUNCHES, seed=3, rank=0)
+    out, kernels, _ = load(path)
+    k = kernels.select(COLUMNS).to_pandas()
+    assert k["step"].tolist() == [i // STEP_LAUNCHES for i in range(4 * STEP_LAUNCHES)]
+    assert k["launch_op"].notna().all() and k["call_site"].str.match(r"^\S+#\d+ b\d+x1x1 r\d+$").all()
+    assert "4 steps from cudaDeviceSynchronize" in out.notes[-1]
