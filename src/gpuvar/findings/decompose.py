@@ -8,8 +8,10 @@ run-to-run variability. Per kernel name, over every launch of the dataset (not o
   size                 of the variance left within call sites, the cross-validated share that problem size /
                        launch configuration (grid, block, registers, shared memory: role `launch`/`derived`
                        in data/feature_roles.csv) explains, times the within fraction
-  context              what context features (ctx_* columns: copies in flight, concurrent kernels, gaps,
-                       position in the step; rank) add on top of size, out of sample, times the within fraction
+  context              what context features (ctx_* columns of role `context`: copies and memsets in flight,
+                       concurrent kernels, the stream's gap; rank) add on top of size, out of sample, times the
+                       within fraction (the position in the step is the call site itself; the time since the
+                       step's start is a proxy of earlier kernels' sizes, role `leak`, not used)
   unexplained          the rest
 The four shares add up to 1. The within-call-site part is fitted on durations and features centred in each
 call site (each call site its own intercept), folds by step where steps are known (gpuvar.findings.verdict).
@@ -56,7 +58,13 @@ def size_columns(kernels: pd.DataFrame) -> list[str]:
 
 def context_frame(kernels: pd.DataFrame) -> pd.DataFrame:
     """ctx_* columns, plus 0/1 indicators of rank (most frequent rank the baseline) when several ranks ran."""
-    cols = {c: pd.to_numeric(kernels[c], errors="coerce") for c in kernels.columns if str(c).startswith("ctx_")}
+    from gpuvar.causal.roles import role_of
+
+    cols = {
+        c: pd.to_numeric(kernels[c], errors="coerce")
+        for c in kernels.columns
+        if str(c).startswith(CONTEXT_PREFIX) and role_of(str(c)).role == "context"
+    }
     if "rank" in kernels.columns:
         ranks = kernels["rank"]
         counts = ranks.value_counts()
