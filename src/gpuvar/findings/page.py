@@ -67,7 +67,10 @@ def _finding(f: dict) -> list[str]:
     lines += [f"- **Do**: {f['action']}", f"- **Check**: {f['verify']}"]
     if f["alternatives"]:
         lines.append(f"- **Could also be**: {'; '.join(f['alternatives'])}")
-    lines.append(f"- Kernel: `{f['kernel']}`")
+    kernel = f["kernel"] if len(f["kernel"]) <= 300 else f["kernel"][:299] + "…"
+    lines.append(
+        f"- Kernel: `{kernel}` (full name in findings.json)" if kernel != f["kernel"] else f"- Kernel: `{kernel}`"
+    )
     return lines + [""]
 
 
