@@ -37,6 +37,9 @@ def test_every_path_the_page_names_exists():
         "causal.json",
         "summary.json",
         "raw.json",
+        "findings.json",
+        "findings.md",
+        "decomposition.csv",
     )  # written by a run, named by artifacts (test below)
     missing = [
         p

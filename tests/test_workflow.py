@@ -123,6 +123,29 @@ def test_every_analysis_has_outputs(demo_run):
             assert (workdir / f"results/causal/{d['name']}/{target}").is_dir()
 
 
+def test_the_run_ends_with_the_findings_page(demo_run):
+    """results/findings/findings.md covers every dataset of config.yaml, with a per-dataset folder, and the run's
+    last lines name the top findings and the page."""
+    workdir, _ = demo_run
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    record = json.loads((workdir / "results/findings/findings.json").read_text())
+    assert [d["dataset"] for d in record["datasets"]] == [d["name"] for d in cfg["datasets"]]
+    page = (workdir / "results/findings/findings.md").read_text()
+    for d in cfg["datasets"]:
+        assert f"## {d['name']}" in page
+        assert (workdir / f"results/findings/{d['name']}/decomposition.csv").is_file()
+    for dataset in record["datasets"]:
+        for finding in dataset["findings"]:
+            shares = finding["shares"]
+            assert sum(shares.values()) == pytest.approx(1.0, abs=1e-5)
+            assert finding["verdict"]["verdict"] in (
+                "explained",
+                "partly explained",
+                "not explained by recorded features",
+                "declined",
+            )
+
+
 def test_books_balance_at_every_stage(demo_run):
     """rows in = rows out + documented drops, from the source file to the top-k rows."""
     workdir, _ = demo_run
