@@ -55,7 +55,8 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
     launch_config (checked from its parts) they must cover the whole canonical table."""
     names = {c.column for c in canonical_columns(table)}
     absent = absent | ({"rank"} - set(expected))  # rank: set for Kineto traces and merged multi-rank datasets only
-    covered = set(expected) | absent | ({"launch_config"} if table == "kernels" else set())
+    derived = {"launch_config", *CALL_SITE_COLUMNS, *CONTEXT_COLUMNS} if table == "kernels" else {"launch_op", "step"}
+    covered = set(expected) | absent | derived
     assert covered == names, f"unchecked: {sorted(names - covered)}; not canonical: {sorted(covered - names)}"
     for column, values in expected.items():
         assert _values(got[column]) == _values(values), column
@@ -63,6 +64,26 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
         assert got[column].isna().all(), f"{column} should be null for this format"
     if table == "kernels":
         _check_launch_config(got)
+        _check_call_sites(got)
+
+
+# derived after the reader (tests/test_call_sites.py and tests/test_context.py check them in detail)
+CALL_SITE_COLUMNS = ("launch_op", "step", "call_index", "call_site")
+CONTEXT_COLUMNS = (
+    "ctx_copy_active",
+    "ctx_copy_bytes",
+    "ctx_memset_active",
+    "ctx_kernels_concurrent",
+    "ctx_gap_ns",
+    "ctx_step_offset_ns",
+)
+
+
+def _check_call_sites(k: pd.DataFrame) -> None:
+    """Without a step, a launch's call site is its launch configuration; with one, it names the launching op."""
+    no_step = k["step"].isna()
+    assert (k.loc[no_step, "call_site"] == k.loc[no_step, "launch_config"].fillna("?")).all()
+    assert k["call_site"].notna().all()
 
 
 def _check_launch_config(k: pd.DataFrame) -> None:

@@ -98,7 +98,7 @@ def test_saxpy_spot_check():
     assert (row["process_id"], row["stream_id"], row["device_id"]) == (58960, 7, 0)
     assert row["process_name"] == "roofline_profiler.exe" and row["host_name"] == "127.0.0.1"
     assert row["wave_size"] == 32
-    units = json.loads(out.notes[-1].split(": ", 1)[1])
+    units = json.loads(next(n for n in out.notes if n.startswith("metric units")).split(": ", 1)[1])
     assert units["gpu__time_duration.sum"] == "ns" and units["dram__bytes_op_read.sum"] == "byte"
 
 
@@ -203,7 +203,8 @@ def test_long_layout_units_na_missing_duration_and_bad_ids(tmp_path):
     notes = " | ".join(out.notes)
     assert "2 launch(es) have no gpu__time_duration.sum value" in notes
     assert "ignored 1 ==PROF==/==WARNING== report line" in notes
-    assert json.loads(out.notes[-1].split(": ", 1)[1])["dram__bytes.sum"] == "byte"
+    note = next(n for n in out.notes if n.startswith("metric units"))
+    assert json.loads(note.split(": ", 1)[1])["dram__bytes.sum"] == "byte"
     report = ingest(tmp_path / "u.csv", tmp_path / "out")
     assert report["tables"]["kernels"]["balanced"] and report["tables"]["kernels"]["rows_written"] == 4
 
