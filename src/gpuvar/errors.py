@@ -38,6 +38,16 @@ class StageError(GpuvarError):
     """A pipeline stage that cannot proceed (e.g. an MPI rank failed, an output is unwritable)."""
 
 
+def describe(exc: BaseException) -> str:
+    """An exception as the one line the CLI prints: 'PATH: reason' for an OSError (no '[Errno N]'), the message
+    of a project error, else 'Type: message' with its whitespace folded (a library's multi-line text)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    if isinstance(exc, GpuvarError | OSError):
+        return " ".join(str(exc).split())
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
 def path_problem(path: str | Path) -> str | None:
     """Why an input path cannot be opened, in words ('symlink loop', 'broken symlink', ...); None if it exists."""
     try:
