@@ -3,6 +3,8 @@ leaves neither partial files nor temporary folders, and its one-line error names
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -226,3 +228,42 @@ def test_staged_merge_moves_the_marker_last_and_stem_keeps_neighbours(tmp_path):
     with staged_stem(tmp_path / "figs" / "timeline") as stem:
         Path(f"{stem}.svg").write_text("svg")
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["timeline.svg"]
+
+
+@pytest.mark.timeout(120)
+def test_ingest_merge_disk_full_on_the_second_table_leaves_nothing(ingested, tmp_path):
+    """Issue 22 item 8: kernels.parquet used to stay behind when memcpy.parquet (or ingest.json) could not be
+    written. A previous merged result (and the per-rank ingests inside the output folder) stays as it was."""
+    out = tmp_path / "merged"
+    (out / "ranks").mkdir(parents=True)
+    (out / "ranks" / "keep").write_text("a rank's ingest")
+    for nth, failing in ((2, "memcpy.parquet"), (3, "ingest.json")):  # write_table: kernels, then memcpy
+        target = "pyarrow.parquet.write_table" if failing.endswith(".parquet") else "pathlib.Path.write_text"
+        proc = _disk_full(
+            target, nth if failing.endswith(".parquet") else 1, "ingest-merge", ingested, ingested, "-o", out
+        )
+        _one_line_naming(proc, out)
+        assert sorted(p.name for p in out.iterdir()) == ["ranks"], failing
+        assert _leftovers(tmp_path) == []
+    from gpuvar.cli import main
+
+    assert main(["ingest-merge", str(ingested), str(ingested), "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["ingest.json", "kernels.parquet", "memcpy.parquet", "ranks"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o027], ids=["022", "002", "027"])
+def test_staged_outputs_have_the_umask_mode_not_0700(tmp_path, umask):
+    """Issue 22 item 8: a staged output folder kept mkdtemp's 0700, so group members could not read results."""
+    old = os.umask(umask)
+    try:
+        with staged_folder(tmp_path / "whole") as tmp:
+            (tmp / "group").mkdir()
+        with staged_folder(tmp_path / "merged", replace=False) as tmp:
+            (tmp / "group").mkdir()
+        with staged_stem(tmp_path / "figs" / "timeline") as stem:
+            Path(f"{stem}.svg").write_text("svg")
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "whole", tmp_path / "whole" / "group", tmp_path / "merged", tmp_path / "merged" / "group"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~umask, path
+    assert stat.S_IMODE((tmp_path / "figs" / "timeline.svg").stat().st_mode) == 0o666 & ~umask

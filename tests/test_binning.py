@@ -315,7 +315,7 @@ def test_a_failing_rank_stops_the_job_promptly(demo, tmp_path, phase, victim):
     # one error, from the failing rank (lines of several ranks may interleave in mpiexec's stderr)
     assert proc.stderr.count(f"gpuvar bin: rank {victim}: error: fault injected after {phase}") == 1, proc.stderr
     assert proc.stderr.count("gpuvar bin: ") == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert len(error_lines(proc.stderr)) == 1, proc.stderr  # nor MPICH's "Abort(1) on node ..." nor a traceback
     assert time.monotonic() - t0 < 30
     assert not out.exists() or not any(out.iterdir()), "no output may be left looking complete"
 
@@ -334,6 +334,72 @@ def test_a_killed_rank_stops_the_job_promptly(demo, tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "the aborted run's staging folder is removed"
     assert (out / "bin.json").exists()
+
+
+def error_lines(stderr: str) -> list[str]:
+    """What the user reads besides the INFO log of the job's progress."""
+    return [line for line in stderr.splitlines() if line.strip() and " INFO gpuvar." not in line]
+
+
+def run_bin_patched(prelude: str, *args, ranks: int, timeout=120):
+    """`gpuvar bin ARGS` under mpiexec, with `prelude` (Python) run first on every rank to plant a fault; the
+    timeout only guards against a hang (a hung job fails the test instead of stalling the suite)."""
+    script = f"import sys\n{prelude}\nfrom gpuvar.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-c", script, "bin", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.mpi
+def test_unwritable_output_ends_every_rank_with_one_line(demo, tmp_path):
+    """Issue 22 item 2: rank 0 cannot create its staging folder (a file where the output's parent should be);
+    rank 1 used to wait forever in the job's first collective."""
+    (tmp_path / "afile").write_text("")
+    proc = run_bin_patched("", demo / "kernels.parquet", "--output", tmp_path / "afile" / "bin", ranks=2)
+    assert proc.returncode != 0
+    assert error_lines(proc.stderr) == [f"gpuvar bin: error: {tmp_path / 'afile'}: File exists"], proc.stderr
+
+
+@pytest.mark.mpi
+def test_a_rank_failing_before_the_job_ends_every_rank(demo, tmp_path):
+    """A rank that cannot read an input (a node without the file system) fails every rank, rank 0 naming it."""
+    prelude = """
+import gpuvar.binning.cli as cli
+from mpi4py import MPI
+from gpuvar.errors import InputError
+original = cli._copies
+def failing(path):
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        raise InputError(path, "cannot read file (Stale file handle)")
+    return original(path)
+cli._copies = failing
+"""
+    memcpy = demo / "memcpy.parquet"
+    out = tmp_path / "out"
+    proc = run_bin_patched(prelude, demo / "kernels.parquet", "--memcpy", memcpy, "--output", out, ranks=2)
+    assert proc.returncode != 0
+    assert error_lines(proc.stderr) == [f"gpuvar bin: error: rank 1: {memcpy}: cannot read file (Stale file handle)"], (
+        proc.stderr
+    )
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.mpi
+def test_disk_full_under_mpi_is_one_line_and_leaves_nothing(demo, tmp_path):
+    """Issue 22 item 9: rank 0's writer hits ENOSPC; the user reads one line naming the real output (not the
+    staging folder), every rank ends, and neither output nor staging folder is left."""
+    prelude = """
+import errno, os
+import pyarrow.parquet as pq
+def full(table, where, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(where))
+pq.write_table = full
+"""
+    out = tmp_path / "out"
+    proc = run_bin_patched(prelude, demo / "kernels.parquet", "--output", out, ranks=2)
+    assert proc.returncode != 0
+    lines = error_lines(proc.stderr)
+    assert lines == [f"gpuvar bin: error: cannot write {out / 'bins.parquet'}: No space left on device"], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "no output and no staging folder"
 
 
 def _tiny_files(tmp_path: Path):

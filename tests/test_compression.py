@@ -90,7 +90,22 @@ def test_truncated_gzip_is_one_line_naming_the_file(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError) as err:
         ingest(path, tmp_path / "out")
-    assert str(err.value).startswith(f"{path}: damaged gzip stream") and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"{path}: truncated or damaged gzip stream") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("suffix, kind", [("gz", "gzip"), ("bz2", "bzip2"), ("xz", "xz")])
+@pytest.mark.parametrize("keep", [8, 40, "first block"])  # 8: just past the longest magic (xz)
+def test_a_stream_cut_before_anything_decodes_is_truncated_not_empty(tmp_path, suffix, kind, keep):
+    """Issue 22 item 9: a bzip2 file cut inside its first (900 kB) block decodes to nothing and was reported as
+    'empty file'; so were gzip and xz files cut in their first bytes."""
+    data = COMPRESSORS[suffix](real_file(ROCPROF).read_bytes() * 4)
+    cut = len(data) // 2 if keep == "first block" else keep
+    path = tmp_path / f"cut.csv.{suffix}"
+    path.write_bytes(data[:cut])
+    with pytest.raises(InputError) as err:
+        ingest(path, tmp_path / "out")
+    assert str(err.value).startswith(f"{path}: truncated or damaged {kind} stream ("), str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_zstd_without_the_package_names_it(tmp_path):

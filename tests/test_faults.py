@@ -108,3 +108,17 @@ def test_interrupted_ingest_leaves_nothing_complete_looking_and_a_rerun_complete
     tables = json.loads((out / "ingest.json").read_text())["tables"]
     assert tables["kernels"]["rows_read"] == tables["kernels"]["rows_written"] == 5_000
     assert tables["memcpy"]["rows_written"] > 0
+
+
+@pytest.mark.parametrize("command", [["ingest"], ["read"], ["ingest", "--format", "ncu-csv"], ["bin"]])
+def test_a_fifo_as_input_is_refused_not_waited_on(run_cli, tmp_path, command):
+    """Issue 22 item 9: opening a FIFO nobody writes blocks forever; every input check refuses it in one line
+    (the subprocess timeout only turns a hang into a failure)."""
+    import os
+
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    proc = run_cli(command[0], fifo, *command[1:], "-o", tmp_path / "out", timeout=120)
+    _one_line_error(proc)
+    assert proc.stderr.strip() == f"gpuvar {command[0]}: error: {fifo}: not a regular file (a FIFO)"
+    assert not (tmp_path / "out").exists()

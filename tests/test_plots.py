@@ -108,6 +108,58 @@ def test_layout_is_deterministic_and_target_central(group):
     assert "idle_feature" not in pos and "registers_per_thread" not in pos
 
 
+def planted_ncu_graph(n_features=60, n_edges=450):
+    """A dense graph like DirectLiNGAM gives on a raw Nsight Compute dataset: long metric names, every feature
+    into the target, the rest feature -> feature in causal order; every edge passes the thresholds."""
+    rng = np.random.default_rng(7)
+    names = [f"sm__sass_thread_inst_executed_op_{i:02d}_pred_on.sum.per_cycle_elapsed" for i in range(n_features)]
+    edges = [(f, TARGET, float(rng.uniform(0.1, 1)), float(rng.uniform(0.011, 0.05)), 0.9) for f in names]
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+    for k in rng.choice(len(pairs), n_edges - n_features, replace=False):
+        edges.append((*pairs[k], float(rng.uniform(0.05, 2) * rng.choice([-1, 1])), float("nan"), 0.9))
+    return edges
+
+
+def test_a_dense_graph_draws_a_bounded_figure(tmp_path):
+    """Issue 22 item 6: 450 edges (a raw ncu dataset took 26 min and wrote a 440-MP PNG) draw the strongest 40
+    and the nodes they touch; the footnote points to the edge table, which keeps all 450; the PNG is bounded."""
+    import matplotlib.text
+
+    folder = write_group(tmp_path / "causal" / "ncu", planted_ncu_graph())
+    cg = causal_graph.load_group(folder)
+    fig, edges = causal_graph.draw_causal_graph(cg, edges_csv="ncu.edges.csv")
+    shown = edges[edges["status"] == "shown"]
+    ax = fig.axes[0]
+    arrows = [t for t in ax.texts if isinstance(t, matplotlib.text.Annotation)]
+    assert len(edges) == 450 and len(shown) == causal_graph.MAX_DRAWN_EDGES == len(arrows)
+    drawn_nodes = set(shown["from"]) | set(shown["to"]) | {TARGET}
+    assert set(causal_graph.shell_layout(cg, shown)) == drawn_nodes and len(drawn_nodes) <= 81
+    # the strongest: every edge into the target outranks the feature -> feature edges, by variance share
+    into = edges[edges["into_target"]].sort_values("variance_share", ascending=False)
+    assert set(shown["from"] + ">" + shown["to"]) == set(into["from"].head(40) + ">" + TARGET)
+    footnote = "\n".join(t.get_text() for t in fig.texts)
+    assert "410 more edges in ncu.edges.csv" in footnote
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+    result = causal_graph.plot_group(folder, tmp_path / "out" / "ncu", formats=["png"])
+    assert result["edges"] == 450 and result["shown"] == 40 and result["hidden"] == {"strength rank > 40": 410}
+    png = (tmp_path / "out" / "ncu.png").read_bytes()
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")  # the IHDR chunk
+    assert width * height <= 20_000_000, (width, height)
+    assert len(pd.read_csv(tmp_path / "out" / "ncu.edges.csv")) == 450
+
+
+def test_strongest_edges_by_coefficient_when_no_edge_enters_the_target(tmp_path):
+    """Without variance shares, |coefficient| decides which edges are drawn (ties by name: deterministic)."""
+    edges = [(f"f{i:03d}", f"g{i:03d}", (-1) ** i * (i + 1) / 100, float("nan"), 0.9) for i in range(100)]
+    cg = causal_graph.load_group(write_group(tmp_path / "g", edges))
+    table = causal_graph.classify_edges(cg, 0.01, 0.5, max_edges=10)
+    shown = table[table["status"] == "shown"]
+    assert sorted(shown["from"]) == [f"f{i:03d}" for i in range(90, 100)]
+
+
 def test_plot_causal_dir_selects_groups_and_lists_skipped(tmp_path):
     root = tmp_path / "causal"
     write_group(root / "k-1", EDGES)

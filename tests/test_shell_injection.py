@@ -75,6 +75,73 @@ def test_hostile_config_is_refused_before_any_shell_runs(tmp_path, trace, sectio
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["srun", "mpiexec", "srun --mpi=pmix", "mpirun -l --bind-to=core", "/opt/mpich/bin/mpiexec.hydra --verbose"],
+)
+def test_a_launcher_with_options_is_accepted_word_by_word(value):
+    from gpuvar.workflow.arguments import launcher_words
+
+    assert launcher_words(value) == value.split()
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ("srun; touch pwned", "must be one of"),
+        ("srun --mpi=pmix; touch pwned", "'--mpi=pmix;' is not an option"),
+        ("srun --mpi=$(touch pwned)", "is not an option"),
+        ("srun `touch pwned`", "is not an option"),
+        ("srun touch pwned", "'touch' is not an option"),
+        ("srun --export='A B'", "is not an option"),
+        ("srun | sh", "'|' is not an option"),
+        ("bash -c", "must be one of"),
+        ("./mpiexec", "must be one of"),
+        ("/opt/../bin/mpiexec", "must be one of"),
+        ("", "must be one of"),
+    ],
+)
+def test_a_launcher_that_is_not_a_launcher_with_options_is_refused(value, why):
+    from gpuvar.errors import ConfigError
+    from gpuvar.workflow.arguments import launcher_words
+
+    with pytest.raises(ConfigError, match="invalid config: resources mpi=") as refused:
+        launcher_words(value)
+    assert why in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("via", ["--set-resources", "profile"])
+def test_hostile_launcher_is_refused_before_any_shell_runs(tmp_path, trace, via):
+    """Issue 22 item 7: `{resources.mpi}` reached `shell:` unquoted; a profile's (or the command line's) value
+    is now validated when Snakemake builds the jobs and refused with one line, before any job runs."""
+    marker = tmp_path / "pwned"
+    value = f"mpiexec --version; touch {marker} #"  # unvalidated, the job would run both commands
+    if via == "profile":
+        profile = tmp_path / "profile"
+        profile.mkdir()
+        (profile / "config.yaml").write_text(yaml.safe_dump({"set-resources": {"bin_trace": {"mpi": value}}}))
+        extra = ["--profile", str(profile)]
+    else:
+        extra = ["--set-resources", f"bin_trace:mpi={value!r}"]
+    proc = _snakemake(REPO / "Snakefile", tmp_path / "run", _config(tmp_path, trace), *extra)
+    assert proc.returncode != 0
+    assert not marker.exists()
+    assert f"gpuvar: invalid config: resources mpi={value!r}: word '--version;' is not an option" in proc.stderr, (
+        proc.stderr[-2000:]
+    )
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "logs").exists(), "no job ran"
+
+
+def test_a_valid_launcher_reaches_the_command_as_given(tmp_path, trace):
+    """`srun --mpi=pmix` (the README's advice for clusters whose MPI needs it) is what the MPI rule runs."""
+    extra = ["-n", "-p", "--set-resources", "bin_trace:mpi='srun --mpi=pmix'"]
+    proc = _snakemake(REPO / "Snakefile", tmp_path / "run", _config(tmp_path, trace), *extra)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "srun --mpi=pmix -n 2 gpuvar bin " in proc.stdout + proc.stderr
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     "stage, rules",

@@ -1,7 +1,8 @@
 """All-or-nothing CLI outputs: a step writes into a temporary folder beside its target, and only a step that
 completed moves its files into place. A failure (disk full, bad input, Ctrl-C) removes the temporary folder
 and leaves the target as it was: never a bins.parquet without its bin.json, a 0-byte contributions.csv or a
-stray `*.tmp-<pid>` file.
+stray `*.tmp-<pid>` file. An output has the modes any folder made by the user's umask would have (group
+members on a cluster read the results), not mkdtemp's owner-only 0700.
 """
 
 from __future__ import annotations
@@ -35,6 +36,19 @@ def _remove_stale(parent: Path, name: str) -> None:
             continue
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where Linux says it (/proc), else set and put back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def _staging(parent: Path, name: str, shown: Path) -> Iterator[Path]:
     """A fresh temporary folder in `parent` for the output `name`, removed in every case; an error raised while
@@ -43,6 +57,7 @@ def _staging(parent: Path, name: str, shown: Path) -> Iterator[Path]:
     _remove_stale(parent, name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{_HOST}-{os.getpid()}-", dir=parent))
     try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would become the output's: unreadable to the group
         yield tmp
     except OSError as exc:  # disk full, quota: name the output the user asked for, not the temporary folder
         raise _renamed(exc, tmp, shown) from None

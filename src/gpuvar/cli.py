@@ -14,7 +14,7 @@ import os
 import sys
 
 from gpuvar import __version__
-from gpuvar.errors import GpuvarError
+from gpuvar.errors import GpuvarError, describe
 
 SUBCOMMANDS = {
     "ingest": ("gpuvar.ingest.cli", "read a profiler file into canonical Parquet (read + normalize)"),
@@ -66,8 +66,7 @@ def main(argv=None) -> int:
     except OSError as exc:  # unwritable output, disk full, missing directory: the environment, not a bug
         if args.verbose:
             raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"gpuvar {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"gpuvar {args.command}: error: {describe(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gpuvar {args.command}: interrupted", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 
@@ -38,11 +39,30 @@ class StageError(GpuvarError):
     """A pipeline stage that cannot proceed (e.g. an MPI rank failed, an output is unwritable)."""
 
 
+def describe(exc: BaseException) -> str:
+    """An exception as the one line the CLI prints: 'PATH: reason' for an OSError (no '[Errno N]'), the message
+    of a project error, else 'Type: message' with its whitespace folded (a library's multi-line text)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    if isinstance(exc, GpuvarError | OSError):
+        return " ".join(str(exc).split())
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
 def path_problem(path: str | Path) -> str | None:
-    """Why an input path cannot be opened, in words ('symlink loop', 'broken symlink', ...); None if it exists."""
+    """Why an input path cannot be read, in words ('symlink loop', 'broken symlink', 'not a regular file (a
+    FIFO)', ...); None for a regular file or a folder. A FIFO or device is refused because opening or reading
+    it can block forever (nobody writes the FIFO) and a reader reads its input more than once."""
     try:
-        os.stat(path)
-        return None
+        mode = os.stat(path).st_mode
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return "symlink loop"
@@ -51,3 +71,5 @@ def path_problem(path: str | Path) -> str | None:
         if exc.errno == errno.ENOENT:
             return "no such file or directory"
         return exc.strerror or str(exc)
+    kind = next((what for test, what in _SPECIAL if test(mode)), None)
+    return f"not a regular file ({kind})" if kind else None

@@ -1,5 +1,6 @@
 # The MPI binning job: per-bin statistics of the target over the trace's timeline and the top-k most
-# variable bins. `shell:` because mpiexec/srun starts the ranks; every item of params.args is quoted.
+# variable bins. `shell:` because mpiexec/srun starts the ranks; every item of params.args is quoted, and the
+# launcher (resources.mpi, which profiles set to srun) reaches it only as validated words (params.launcher).
 # Ranks: binning.ranks (config) sets both the tasks Slurm allocates and the ranks mpiexec/srun starts.
 # bin_scaling_trace is the same job once per rank count of the scaling study (scaling.smk).
 
@@ -29,10 +30,11 @@ rule bin_trace:
         runtime=30,
     params:
         ranks=CFG.binning.ranks,
+        launcher=rule_args.mpi_launcher,
         args=lambda wildcards: rule_args.binning_arguments(REG, wildcards.target),
         outdir=subpath(output.report, parent=True),
     shell:
-        "{resources.mpi} -n {params.ranks:q} gpuvar bin {input.kernels:q} --memcpy {input.memcpy:q}"
+        "{params.launcher:q} -n {params.ranks:q} gpuvar bin {input.kernels:q} --memcpy {input.memcpy:q}"
         " {params.args:q} --output {params.outdir:q} > {log:q} 2>&1"
 
 
@@ -64,4 +66,4 @@ use rule bin_trace as bin_scaling_trace with:
         mem_mb_per_cpu=2000,
         runtime=30,
     params:
-        ranks=lambda wildcards: int(wildcards.ranks),  # args and outdir: bin_trace's (params merge)
+        ranks=lambda wildcards: int(wildcards.ranks),  # launcher, args and outdir: bin_trace's (params merge)

@@ -88,14 +88,12 @@ def _copies(path: Path | None) -> Path | None:
     return path if path is not None and pq.read_metadata(path).num_rows > 0 else None
 
 
-def run(args) -> int:
-    from mpi4py import MPI
-
-    from gpuvar.atomic import staged_folder
-    from gpuvar.binning.job import BinOptions, run_rank
+def _options(args):
+    """The job's options from the command line: the input checks and memcpy metadata can fail on any rank."""
+    from gpuvar.binning.job import BinOptions
 
     _check(args)
-    opts = BinOptions(
+    return BinOptions(
         kernels=args.kernels,
         memcpy=_copies(args.memcpy),
         target=args.target,
@@ -110,12 +108,30 @@ def run(args) -> int:
         sample_bins=args.sample_bins,
         sample_seed=args.sample_seed,
     )
-    if MPI.COMM_WORLD.Get_rank() != 0:
-        return run_rank(opts)  # only rank 0 writes
-    # rank 0 writes into a temporary folder; bins, top-k rows and bin.json (last) move into OUTPUT together
-    with staged_folder(args.output, replace=False, last=(BIN_REPORT,)) as tmp:
-        opts.output = tmp
-        code = run_rank(opts)
-        if code:
-            raise SystemExit(code)
-    return code
+
+
+def run(args) -> int:
+    """Every step before the job is agreed on by all ranks (binning.job.together): a rank that cannot read an
+    input, or rank 0 that cannot create its staging folder, ends every rank at once with one line from rank 0,
+    instead of leaving the others waiting in the job's first collective (and a Slurm allocation held)."""
+    from contextlib import ExitStack
+
+    from gpuvar.atomic import staged_folder
+    from gpuvar.binning.job import Agreed, run_rank, settle, together, world
+
+    comm = world()
+    try:
+        opts = together(comm, _options, args)
+        with ExitStack() as stack:
+            # rank 0 writes into a temporary folder; bins, top-k rows and bin.json (last) move into OUTPUT together
+            staging = staged_folder(args.output, replace=False, last=(BIN_REPORT,))
+            tmp = together(comm, stack.enter_context, staging, root=0)
+            if comm.Get_rank() != 0:
+                return run_rank(opts, comm)  # only rank 0 writes
+            opts.output = tmp
+            code = run_rank(opts, comm)
+            if code:
+                raise SystemExit(code)
+            return code
+    except Agreed as agreed:
+        return settle(agreed)

@@ -20,10 +20,13 @@ axis and codes stay to the end), plus on the general path the bin id (int32) and
 it owns (12 bytes/row, about one share) during the statistics; other features add 8 bytes/row each, twice.
 Start-up: the ranks import numpy, pyarrow and mpi4py only (no pandas, no pydantic: Array.to_numpy and
 pa.array(ndarray) would import pandas, so numbers cross between numpy and Arrow through the buffers).
-Failure: any exception on a rank is logged as `rank N: error: ...` and the job is aborted (MPI Abort), so
-mpiexec/srun exits non-zero at once instead of hanging in the next collective; rank 0 writes into a staging
-folder (binning/cli.py), so an aborted job leaves no output. The job has no failure hook: tests inject faults
-by replacing a phase function of this module on one rank (tests/test_binning.py).
+Failure: a fallible step outside the collectives (the options and staging folder in binning/cli.py, the plan,
+rank 0's ranking and writes) is followed by `together`'s agreement, so every rank ends at once with exit 2 and
+rank 0 prints one line. Any other exception on a rank prints one line `rank N: error: ...` and aborts the job
+(MPI Abort; the library's own abort message is silenced), so mpiexec/srun exits non-zero at once instead of hanging
+in the next collective; rank 0 writes into a staging folder (binning/cli.py), so an aborted job leaves no
+output. The job has no failure hook: tests inject faults by replacing a phase function of this module on one
+rank (tests/test_binning.py).
 """
 
 from __future__ import annotations
@@ -45,20 +48,62 @@ from gpuvar.binning.rows import RowSource, gather_rows
 from gpuvar.binning.target import compute_target, group_means
 from gpuvar.binning.timeline import assign_bins
 from gpuvar.canonical_io import write_json
-from gpuvar.errors import GpuvarError
+from gpuvar.errors import StageError, describe
 
-__all__ = ["BinOptions", "run_job", "run_rank"]  # binning/cli.py uses BinOptions and run_rank
+__all__ = ["Agreed", "BinOptions", "run_job", "run_rank", "together", "world"]  # binning/cli.py uses these
 log = logging.getLogger("gpuvar.binning")
+
+
+class Agreed(Exception):
+    """A failure every rank learnt of in `together`: rank 0 reports `error` (its own, or one naming the failing
+    rank) on one line, the others exit 2 without a word, and nobody aborts, so cleanup (the staging folder) runs."""
+
+    def __init__(self, error: BaseException | None):
+        super().__init__(describe(error) if error is not None else "")
+        self.error = error
+
+
+def together(comm, step, *args, root: int | None = None):
+    """`step(*args)` on every rank (or on `root` only), then agree: when any rank failed, every rank raises
+    Agreed, instead of the others waiting forever in the next collective. Returns the step's result (None on
+    the ranks that did not run it). Collective."""
+    result, error = None, None
+    if root is None or comm.Get_rank() == root:
+        try:
+            result = step(*args)
+        except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
+            error = exc
+    failed = [(r, m) for r, m in enumerate(comm.allgather(None if error is None else describe(error))) if m]
+    if not failed:
+        return result
+    if comm.Get_rank() != 0:
+        raise Agreed(None)
+    raise Agreed(error if error is not None else StageError(f"rank {failed[0][0]}: {failed[0][1]}"))
+
+
+def settle(agreed: Agreed) -> int:
+    """Rank 0 re-raises the agreed error (the CLI prints it on one line, naming the real output, not the staging
+    folder); the other ranks return exit code 2."""
+    if agreed.error is None:
+        return 2
+    raise agreed.error
+
+
+def world():
+    """MPI's world communicator, with MPICH settings made before MPI starts: a rank waiting in a collective yields
+    its core instead of spinning (on a node shared with other work a spinning rank takes the time of the ranks
+    still computing; 20 M rows on this 2-core machine: 1.29 -> 1.16 s mean of 7 runs). Other MPIs ignore it."""
+    os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
 
 
 def run_job(opts: BinOptions, comm) -> dict | None:
     """Run the whole job on `comm`; returns the bin.json report on rank 0 (None elsewhere)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     timer = Timer(rank)
-    try:
-        plan = make_plan(opts)  # validation only: every rank fails the same way on a bad argument or file
-    except GpuvarError as exc:
-        raise Collective(str(exc)) from None
+    plan = together(comm, make_plan, opts)  # validation only; a file one node cannot read fails the job too
     if rank == 0:
         log.info(
             "binning %s: target %s, %s bins of %d %s, %d ranks x %d workers",
@@ -100,7 +145,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     del segments
     timer.lap("stats")
     parts = comm.gather(stats, root=0)
-    ranking = rank_bins(plan, parts, bins.gmin) if rank == 0 else None
+    ranking = together(comm, rank_bins, plan, parts, bins.gmin, root=0)
     topk = comm.bcast(ranking.topk if rank == 0 else None, root=0)
     timer.lap("rank")
     topk_rows = comm.gather(gather_rows(plan, comm, src, topk), root=0)
@@ -113,33 +158,44 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     if rank == 0:
         topk_rows = [r for r in topk_rows if r is not None]
         sample_rows = [r for r in sample_rows if r is not None]
-        write_tables(plan, ranking.table, topk_rows, sample_rows)
+    table = ranking.table if rank == 0 else None
+    together(comm, write_tables, plan, table, topk_rows, sample_rows, root=0)  # disk full: every rank ends
+    if rank == 0:
         timer.lap("write")
     seconds = comm.gather(timer.seconds, root=0)
     rss = comm.gather(peak_rss_mb(), root=0)
-    if rank != 0:
-        return None
-    got = Gathered(
-        ranking, topk_rows, sample_rows, n_in, reasons, n_valid, means.n_groups, bins.gmin, bins.n_bins, seconds, rss
-    )
-    report = build_report(plan, got)
-    write_json(report, Path(opts.output) / BIN_REPORT)
-    return report
+
+    def finish() -> dict:
+        got = Gathered(
+            ranking,
+            topk_rows,
+            sample_rows,
+            n_in,
+            reasons,
+            n_valid,
+            means.n_groups,
+            bins.gmin,
+            bins.n_bins,
+            seconds,
+            rss,
+        )
+        report = build_report(plan, got)
+        write_json(report, Path(opts.output) / BIN_REPORT)
+        return report
+
+    return together(comm, finish, root=0)  # rank 0's report; the rows accounting check can fail
 
 
-def run_rank(opts: BinOptions) -> int:
-    """Entry point on every rank: runs the job, turns a rank's exception into a prompt whole-job abort."""
-    # A rank waiting in a collective yields its core instead of spinning (MPICH reads this at MPI_Init; other
-    # MPIs ignore it): on a node shared with other work a spinning rank takes the time of the ranks still
-    # computing. 20 M rows on this 2-core machine: 1.29 -> 1.16 s mean of 7 runs, a third of the system time.
-    os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
+def run_rank(opts: BinOptions, comm=None) -> int:
+    """Entry point on every rank: runs the job; an agreed failure ends every rank with exit 2 and one line from
+    rank 0, any other exception a prompt whole-job abort with one line from the failing rank."""
+    comm = comm or world()
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
         run_job(opts, comm)
         return 0
+    except Agreed as agreed:
+        return settle(agreed)
     except Collective:
         if rank == 0 or size == 1:
             raise
@@ -147,9 +203,17 @@ def run_rank(opts: BinOptions) -> int:
     except Exception as exc:  # noqa: BLE001 - any failure must stop every rank
         if size == 1:
             raise
-        print(f"gpuvar bin: rank {rank}: error: {exc}", file=sys.stderr, flush=True)
-        log.error("rank %d: error: %s", rank, exc, exc_info=not isinstance(exc, GpuvarError))
+        print(f"gpuvar bin: rank {rank}: error: {describe(exc)}", file=sys.stderr, flush=True)
+        log.debug("rank %d: error: %s", rank, exc, exc_info=True)  # the traceback, with -v only
         sys.stderr.flush()
         time.sleep(0.5)  # let mpiexec/srun forward the message before Abort tears the job's I/O down
+        _silence_stderr()  # the MPI library's own "Abort(1) on node N ..." would be a second line
         comm.Abort(1)
         return 1
+
+
+def _silence_stderr() -> None:
+    """Point this process's stderr at /dev/null once its one-line error is out (and -v's traceback, if asked)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stderr.fileno())
+    os.close(devnull)

@@ -129,7 +129,8 @@ def _transcode(path: Path, data: bytes, encoding: str, partial: bool = False) ->
 
 def read_head(path: str | Path, size: int = 65536) -> bytes:
     """First `size` decompressed bytes, as UTF-8 when the file is UTF-16 (a damaged compressed stream gives
-    what could be decoded: the reader reports the damage)."""
+    what could be decoded: the reader reports the damage; one of which nothing could be decoded, e.g. a bzip2
+    file cut inside its first 900 kB block, is an InputError here, not an 'empty file' later)."""
     path = Path(path)
     with open_binary(path) as fh:
         out = bytearray()
@@ -139,8 +140,9 @@ def read_head(path: str | Path, size: int = 65536) -> bytes:
                 if not block:
                     break
                 out += block
-        except READ_ERRORS:
-            pass
+        except READ_ERRORS as exc:
+            if not out:
+                raise _damaged(path, exc) from None
     head = bytes(out)
     encoding = utf16_of(head)
     return _transcode(path, head, encoding, partial=True) if encoding else head
@@ -155,11 +157,17 @@ def read_bytes(path: str | Path) -> bytes:
         try:
             data = fh.read()
         except READ_ERRORS as exc:
-            raise InputError(path, f"damaged {kind} stream ({exc})") from None
+            raise _damaged(path, exc, kind) from None
         except MemoryError:
             raise InputError(path, f"{kind} stream decompresses to more than the memory available") from None
     encoding = utf16_of(data[:64])
     return _transcode(path, data, encoding) if encoding else data
+
+
+def _damaged(path: Path, exc: BaseException, kind: str | None = None) -> InputError:
+    """The one-line error of a compressed stream that stops early or does not decode."""
+    kind = kind or compression_of(read_raw_head(path))
+    return InputError(path, f"truncated or damaged {kind} stream ({exc})")
 
 
 def check_not_compressed_sqlite(path: str | Path, head: bytes) -> None:

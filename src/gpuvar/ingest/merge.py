@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from gpuvar import __version__
 from gpuvar.artifacts import INGEST_REPORT, MEMCPY_TABLE
+from gpuvar.atomic import staged_folder
 from gpuvar.canonical_io import write_canonical, write_json
 from gpuvar.errors import InputError
 from gpuvar.schema import empty_memcpy
@@ -75,9 +76,6 @@ def merge(parts: list[str | Path], output: str | Path) -> dict:
     output = Path(output)
     if not parts:
         raise InputError(output, "nothing to merge: no ingest folders given")
-    marker = output / INGEST_REPORT
-    if marker.exists():
-        marker.unlink()
     loaded = [(Path(p), *_part(Path(p))) for p in parts]
     recorded = [_recorded_rank(tables["kernels"]) for _, _, tables in loaded]
     from_file = None not in recorded and len(set(recorded)) == len(recorded)
@@ -104,48 +102,54 @@ def merge(parts: list[str | Path], output: str | Path) -> dict:
         "tables": {},
         "notes": notes,
     }
-    formats = []
-    for (folder, report, _), rank in zip(loaded, ranks):
-        summary["source"].append(report.get("source", str(folder)))
-        formats.append(report.get("format"))
-        summary["parts"].append(
-            {
-                "folder": str(folder),
-                "source": report.get("source"),
-                "format": report.get("format"),
-                "rank": rank,
-                "tables": report.get("tables", {}),
-                "notes": report.get("notes", []),
-            }
+    # written into a staging folder beside `output`: the tables and ingest.json (last) move into place together,
+    # or, on any failure (a table that cannot merge, disk full), none does and a previous result stays whole;
+    # other entries of `output` (the per-rank ingests under ranks/) are left alone
+    with staged_folder(output, replace=False, last=(INGEST_REPORT,)) as dest:
+        formats = []
+        for (folder, report, _), rank in zip(loaded, ranks):
+            summary["source"].append(report.get("source", str(folder)))
+            formats.append(report.get("format"))
+            summary["parts"].append(
+                {
+                    "folder": str(folder),
+                    "source": report.get("source"),
+                    "format": report.get("format"),
+                    "rank": rank,
+                    "tables": report.get("tables", {}),
+                    "notes": report.get("notes", []),
+                }
+            )
+        summary["format"] = (
+            formats[0] if len(set(formats)) == 1 else "mixed: " + ", ".join(sorted(set(map(str, formats))))
         )
-    summary["format"] = formats[0] if len(set(formats)) == 1 else "mixed: " + ", ".join(sorted(set(map(str, formats))))
-    meta = {"source": summary["source"], "format": summary["format"], "merged": True}
-    for name in TABLES:
-        pieces = [_with_rank(tables[name], rank) for (_, _, tables), rank in zip(loaded, ranks) if name in tables]
-        if not pieces:  # no file had copies: the table is written all the same, with no rows
-            write_canonical(empty_memcpy(), output / MEMCPY_TABLE, meta)
-            continue
-        try:
-            table = _sorted(pa.concat_tables(pieces, promote_options="permissive"))
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise InputError(output, f"cannot merge the {name} tables: {exc}") from None
-        write_canonical(table, output / f"{name}.parquet", meta)
-        dropped = Counter()
-        rows_read = 0
-        for (_, report, _), _rank in zip(loaded, ranks):
-            part = report.get("tables", {}).get(name)
-            if part:
-                rows_read += part["rows_read"]
-                dropped.update(part.get("dropped", {}))
-        balanced = rows_read == table.num_rows + sum(dropped.values())
-        summary["tables"][name] = {
-            "rows_read": rows_read,
-            "rows_written": table.num_rows,
-            "dropped": dict(sorted(dropped.items())),
-            "balanced": balanced,
-            "columns": table.num_columns,
-        }
-        if not balanced:
-            raise InputError(output, f"accounting error merging {name}: rows read {rows_read} != written + dropped")
-    write_json(summary, marker)
+        meta = {"source": summary["source"], "format": summary["format"], "merged": True}
+        for name in TABLES:
+            pieces = [_with_rank(tables[name], rank) for (_, _, tables), rank in zip(loaded, ranks) if name in tables]
+            if not pieces:  # no file had copies: the table is written all the same, with no rows
+                write_canonical(empty_memcpy(), dest / MEMCPY_TABLE, meta)
+                continue
+            try:
+                table = _sorted(pa.concat_tables(pieces, promote_options="permissive"))
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise InputError(output, f"cannot merge the {name} tables: {exc}") from None
+            write_canonical(table, dest / f"{name}.parquet", meta)
+            dropped = Counter()
+            rows_read = 0
+            for (_, report, _), _rank in zip(loaded, ranks):
+                part = report.get("tables", {}).get(name)
+                if part:
+                    rows_read += part["rows_read"]
+                    dropped.update(part.get("dropped", {}))
+            balanced = rows_read == table.num_rows + sum(dropped.values())
+            summary["tables"][name] = {
+                "rows_read": rows_read,
+                "rows_written": table.num_rows,
+                "dropped": dict(sorted(dropped.items())),
+                "balanced": balanced,
+                "columns": table.num_columns,
+            }
+            if not balanced:
+                raise InputError(output, f"accounting error merging {name}: rows read {rows_read} != written + dropped")
+        write_json(summary, dest / INGEST_REPORT)
     return summary

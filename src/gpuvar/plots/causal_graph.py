@@ -4,13 +4,16 @@ Input is one analysis group folder written by `gpuvar causal` (graph.graphml, or
 contributions.csv + bootstrap_edges.csv). Layout is a fixed shell, no random seed: the target sits in the
 centre, its direct causes on an inner ring ordered by contribution, every other feature with a shown edge
 on an outer ring in causal order. Edges below the variance-share or bootstrap-probability thresholds are
-hidden and counted in the footnote and in the edge CSV, so nothing disappears without a trace. A graph
+hidden and counted in the footnote and in the edge CSV, so nothing disappears without a trace; so are the
+edges beyond the MAX_DRAWN_EDGES strongest (the footnote says how many more the CSV lists), which with rings
+of at most MAX_RING_NODES and a pixel bound on the PNG keeps a dense graph a figure drawn in seconds. A graph
 whose assumption checks failed (causal.json `trusted: false`) carries a red banner with the failed checks,
 and edges found only in the selected bins (not in a random sample of bins) are dashed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -29,6 +32,9 @@ from gpuvar.errors import InputError
 from gpuvar.plots import style
 
 FONT = 8.0
+MAX_DRAWN_EDGES = 40  # a raw ncu dataset can give 450 edges: drawn in full it took 26 min and a 440-MP PNG
+BEYOND = "strength rank > "  # status of a shown-worthy edge left out of the figure by MAX_DRAWN_EDGES
+MAX_RING_NODES = 24  # beyond this, a ring's nodes go on further concentric rings (area ~ nodes, not nodes^2)
 EDGE_COLUMNS = [
     "from",
     "to",
@@ -216,8 +222,11 @@ def load_group(folder: str | Path) -> CausalGraph:
 
 
 # ----------------------------------------------------------------------------------------------- filtering
-def classify_edges(cg: CausalGraph, min_variance_share: float, min_probability: float) -> pd.DataFrame:
-    """One row per edge with status 'shown' or why it is hidden (probability first, then variance share)."""
+def classify_edges(
+    cg: CausalGraph, min_variance_share: float, min_probability: float, max_edges: int = MAX_DRAWN_EDGES
+) -> pd.DataFrame:
+    """One row per edge with status 'shown' or why it is hidden (probability first, then variance share, then
+    beyond the `max_edges` strongest, BEYOND: a readable figure that draws in seconds; the table keeps every edge)."""
     rows = []
     for u, v, a in cg.graph.edges(data=True):
         coef, share, prob = a.get("coefficient", np.nan), a.get("variance_share", np.nan), a.get("probability", np.nan)
@@ -243,7 +252,29 @@ def classify_edges(cg: CausalGraph, min_variance_share: float, min_probability: 
             }
         )
     frame = pd.DataFrame(rows, columns=EDGE_COLUMNS)
-    return frame.sort_values(["into_target", "from", "to"], ascending=[False, True, True], kind="stable")
+    frame = frame.sort_values(["into_target", "from", "to"], ascending=[False, True, True], kind="stable")
+    shown = frame[frame["status"] == "shown"]
+    if len(shown) > max_edges:
+        frame.loc[_weakest(shown, max_edges), "status"] = f"{BEYOND}{max_edges}"
+    return frame
+
+
+def _weakest(shown: pd.DataFrame, keep: int) -> pd.Index:
+    """Rows of `shown` beyond the `keep` strongest: edges into the target by |variance share| first (what the
+    figure is about), then the rest by |coefficient|; ties by name, so the choice is deterministic."""
+    share = shown["variance_share"].abs().where(shown["into_target"])
+    key = pd.DataFrame(
+        {
+            "no_share": share.isna(),
+            "share": -share.fillna(0.0),
+            "coef": -shown["coefficient"].abs(),
+            "from": shown["from"],
+            "to": shown["to"],
+        },
+        index=shown.index,
+    )
+    order = key.sort_values(list(key.columns), kind="stable").index
+    return order[keep:]
 
 
 def hidden_counts(edges: pd.DataFrame) -> Counter:
@@ -254,7 +285,9 @@ def hidden_counts(edges: pd.DataFrame) -> Counter:
 # ----------------------------------------------------------------------------------------------- layout
 def shell_layout(cg: CausalGraph, shown: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Positions in points: target at the origin, its shown causes on an inner ring (largest contribution
-    at 12 o'clock, clockwise), other nodes with shown edges on an outer ring in causal order. No randomness."""
+    at 12 o'clock, clockwise), other nodes with shown edges on an outer ring in causal order. No randomness.
+    A ring of more than MAX_RING_NODES continues on the next ring out, so the figure's area grows with the
+    node count rather than with its square (one long ring of 80 nodes is kilometres of staggered labels)."""
     into = shown[shown["to"] == cg.target].copy()
     into["rank"] = into["variance_share"].abs().fillna(into["coefficient"].abs())
     inner = list(into.sort_values(["rank", "from"], ascending=[False, True], kind="stable")["from"])
@@ -267,20 +300,30 @@ def shell_layout(cg: CausalGraph, shown: pd.DataFrame) -> dict[str, tuple[float,
     # between two radii so neighbouring labels are staggered rather than overlapping.
     arc = lambda names: sum(1.5 * _half_box(n)[0] + _half_box(n)[1] + 10 for n in names) / (2 * math.pi)  # noqa: E731
     stagger = lambda names: 45.0 if len(names) > 8 else 0.0  # noqa: E731
-    b1 = max(110.0, arc(inner))
-    a1 = max(_half_box(cg.target)[0] + widest(inner) + 70, 1.3 * b1)
-    b2 = max(b1 + stagger(inner) + 90, arc(outer))
-    a2 = max(a1 + stagger(inner) + widest(inner) + widest(outer) + 50, 1.3 * b2)
+    chunks = lambda names: [names[i : i + MAX_RING_NODES] for i in range(0, len(names), MAX_RING_NODES)]  # noqa: E731
+    rings = chunks(inner) or [[]]
+    rings += chunks(outer) or [[]]
     pos = {cg.target: (0.0, 0.0)}
-    for ring, (a, b), offset in ((inner, (a1, b1), 0.0), (outer, (a2, b2), 0.5)):
+    a = b = None
+    prev: list[str] = []
+    for k, ring in enumerate(rings):
+        if a is None:
+            b = max(110.0, arc(ring))
+            a = max(_half_box(cg.target)[0] + widest(ring) + 70, 1.3 * b)
+        else:
+            b = max(b + stagger(prev) + 90, arc(ring))
+            a = max(a + stagger(prev) + widest(prev) + widest(ring) + 50, 1.3 * b)
+        offset = 0.5 * (k % 2)
         for i, node in enumerate(ring):
             angle = math.pi / 2 - 2 * math.pi * (i + offset * (len(ring) > 1)) / max(len(ring), 1)
             extra = stagger(ring) * (i % 2)
             pos[node] = ((a + extra) * math.cos(angle), (b + extra) * math.sin(angle))
+        prev = ring
     return pos
 
 
 # ----------------------------------------------------------------------------------------------- drawing
+@functools.lru_cache(maxsize=4096)
 def _half_box(label: str) -> tuple[float, float]:
     """Half width/height in points of a node label box (text extent + padding)."""
     ext = TextPath((0, 0), label, size=FONT).get_extents()
@@ -383,7 +426,9 @@ def _draw_node(ax, name: str, xy, is_target: bool) -> None:
     )
 
 
-def _footnote_lines(cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str]) -> list[str]:
+def _footnote_lines(
+    cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str], edges_csv: str | None = None
+) -> list[str]:
     explained = (
         "" if cg.explained_share is None else f" Together the features explain {100 * cg.explained_share:.0f} %."
     )
@@ -413,6 +458,9 @@ def _footnote_lines(cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str])
     if hidden:
         parts = [f"{n} with {reason}" for reason, n in sorted(hidden.items())]
         lines.append(f"Hidden: {sum(hidden.values())} of {len(edges)} edges ({'; '.join(parts)}).")
+    beyond = int(edges["status"].str.startswith(BEYOND).sum())
+    if beyond:
+        lines.append(f"{beyond} more edges in {edges_csv or 'the edge table'} (only the strongest are drawn).")
     if edges["probability"].isna().all() and len(edges):
         lines.append("No bootstrap probabilities: edges not filtered by confidence.")
     idle = sorted(set(cg.graph.nodes) - shown_nodes)
@@ -422,9 +470,14 @@ def _footnote_lines(cg: CausalGraph, edges: pd.DataFrame, shown_nodes: set[str])
 
 
 def draw_causal_graph(
-    cg: CausalGraph, min_variance_share: float = 0.01, min_probability: float = 0.5, title: str | None = None
+    cg: CausalGraph,
+    min_variance_share: float = 0.01,
+    min_probability: float = 0.5,
+    title: str | None = None,
+    edges_csv: str | None = None,
 ):
-    """Figure of one causal graph; returns (figure, edge table with a status per edge)."""
+    """Figure of one causal graph; returns (figure, edge table with a status per edge). `edges_csv`: the name
+    the footnote gives the edge table, where the edges not drawn are listed."""
     edges = classify_edges(cg, min_variance_share, min_probability)
     shown = edges[edges["status"] == "shown"]
     pos = shell_layout(cg, shown)
@@ -469,7 +522,7 @@ def draw_causal_graph(
             zorder=6,
             bbox=dict(boxstyle="round,pad=0.3", fc=style.NEGATIVE, ec="none"),
         )
-    style.footnote(fig, _footnote_lines(cg, edges, set(pos)))
+    style.footnote(fig, _footnote_lines(cg, edges, set(pos), edges_csv))
     return fig, edges
 
 
@@ -498,9 +551,10 @@ def plot_group(
 ) -> dict:
     """Draw one analysis group to stem.<fmt> and its edge table (with hidden reasons) to stem.edges.csv."""
     cg = load_group(folder)
-    fig, edges = draw_causal_graph(cg, min_variance_share, min_probability, title)
+    csv = Path(f"{stem}.edges.csv")
+    fig, edges = draw_causal_graph(cg, min_variance_share, min_probability, title, csv.name)
     files = style.save_figure(fig, stem, formats, dpi)
-    files.append(style.write_csv(edges, Path(f"{stem}.edges.csv")))
+    files.append(style.write_csv(edges, csv))
     hidden = hidden_counts(edges)
     return {
         "group": cg.group,
@@ -565,7 +619,7 @@ def plot_causal_dir(
         is_whole = cg.group == ALL_GROUP
         if (which == "whole" and not is_whole) or (which == "per_kernel" and is_whole):
             continue
-        fig, edges = draw_causal_graph(cg, min_variance_share, min_probability)
+        fig, edges = draw_causal_graph(cg, min_variance_share, min_probability, edges_csv=f"{folder.name}.edges.csv")
         style.save_figure(fig, outdir / folder.name, formats, dpi)
         style.write_csv(edges, outdir / f"{folder.name}.edges.csv")
         if (folder / "graph.graphml").is_file():  # the full graph travels with the figure

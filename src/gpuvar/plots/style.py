@@ -8,6 +8,7 @@ rest, text is drawn as paths with the bundled DejaVu Sans so the host's fonts do
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,6 +48,7 @@ _METADATA = {
     "png": {"Software": None},
     "pdf": {"CreationDate": None, "ModDate": None, "Creator": "gpuvar", "Producer": None},
 }
+_RASTER = ("png",)
 
 
 def figure(width: float, height: float):
@@ -55,8 +57,20 @@ def figure(width: float, height: float):
     return plt.figure(figsize=(width, height))
 
 
+MAX_PIXELS = 20_000_000  # per raster image; Pillow refuses images above 179 MP and warns above 89 MP
+
+
+def raster_dpi(fig, dpi: float) -> float:
+    """`dpi`, lowered so that the saved (tight) image has at most MAX_PIXELS: a figure grown with its data
+    (a graph of hundreds of nodes) stays an image every viewer opens, at the cost of resolution."""
+    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches, as bbox_inches="tight" saves it
+    area = (box.width + 0.2) * (box.height + 0.2)  # + pad_inches on each side
+    return min(float(dpi), math.floor(math.sqrt(MAX_PIXELS / area))) if area > 0 else dpi
+
+
 def save_figure(fig, stem: str | Path, formats: Iterable[str] = ("svg", "png"), dpi: int = 110) -> list[Path]:
-    """Write `stem.<fmt>` for each format atomically (tmp + rename) and close the figure; returns the paths."""
+    """Write `stem.<fmt>` for each format atomically (tmp + rename) and close the figure; returns the paths.
+    Raster formats have at most MAX_PIXELS (see raster_dpi)."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     written = []
@@ -66,7 +80,8 @@ def save_figure(fig, stem: str | Path, formats: Iterable[str] = ("svg", "png"), 
                 raise ValueError(f"unsupported figure format {fmt!r}; use one of {', '.join(_METADATA)}")
             path = stem.with_name(f"{stem.name}.{fmt}")
             tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            fig.savefig(tmp, format=fmt, dpi=dpi, metadata=_METADATA[fmt], bbox_inches="tight", pad_inches=0.1)
+            res = raster_dpi(fig, dpi) if fmt in _RASTER else dpi
+            fig.savefig(tmp, format=fmt, dpi=res, metadata=_METADATA[fmt], bbox_inches="tight", pad_inches=0.1)
             os.replace(tmp, path)
             written.append(path)
     plt.close(fig)
