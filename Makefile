@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 CORES ?= 2
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env demo test test-fast lint dag clean
+.PHONY: env demo test test-fast lint dag clean mutation
 
 env: $(STAMP)
 
@@ -31,6 +31,10 @@ test-fast: $(STAMP)
 	pytest -q -x -m "not slow and not slurm" --ignore=tests/test_workflow.py --ignore=tests/test_paper.py \
 		--ignore=tests/test_slurm.py --ignore=tests/test_workflow_layer.py --ignore=tests/test_readme_commands.py \
 		--ignore=tests/test_shell_injection.py
+
+# break the code on purpose (tools/mutation_check.py): every mutation must apply and be caught (~2.5 min; CI runs it)
+mutation: $(STAMP)
+	python tools/mutation_check.py
 
 lint: $(STAMP)
 	snakemake --lint

@@ -5,12 +5,17 @@ Each mutation replaces one exact piece of source text in a temporary copy of the
 that claim to cover it (against the copy: PYTHONPATH points at its src/), and reports CAUGHT (the tests fail)
 or NOT CAUGHT (they pass on broken code: a test that cannot fail). The working tree is never modified.
 
-    .venv/bin/python tools/mutation_check.py            # every mutation (~5 minutes on 2 cores)
+First every mutation must apply (its text is found in the current code; otherwise the check stops before
+running anything: a stale mutation would otherwise look like a pass), then a baseline runs the same tests on
+the unmutated copy: they must pass, or a "caught" mutation would only show a test that fails anyway.
+
+    make mutation                                       # all of them (see README for the time it takes)
     .venv/bin/python tools/mutation_check.py --list     # names only
+    .venv/bin/python tools/mutation_check.py --check    # only that every mutation applies (instant)
     .venv/bin/python tools/mutation_check.py nsys_device_id stats_ddof   # some of them
     .venv/bin/python tools/mutation_check.py nsys_device_id --tests tests/test_ingest_nsys.py  # other tests
 
-Exit status 1 if any mutation is not caught (or its text is no longer found: update the table).
+Exit status 1 if any mutation is not caught or the baseline fails, 2 if a mutation no longer applies.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ MUTATIONS = {
         "a statistic: sample variance (ddof=1) becomes population variance",
     ),
     "causal_total_effect_sign": (
-        "src/gpuvar/causal/discover.py",
+        "src/gpuvar/causal/effects.py",
         '"sign": int(np.sign(te[k])),',
         '"sign": -int(np.sign(te[k])),',
         ["tests/test_causal_discover.py"],
@@ -65,29 +70,36 @@ MUTATIONS = {
     ),
     "shell_quoting": (
         "workflow/rules/binning.smk",
-        "--features {params.features:q}",
-        "--features {params.features}",
-        ["tests/test_shell_injection.py::test_values_past_validation_are_still_one_argument_each"],
-        "quoting of a config value in a shell command",
+        " {params.args:q} --output",
+        " {params.args} --output",
+        ["tests/test_shell_injection.py::test_values_past_validation_are_still_one_argument_each[binning-rules0]"],
+        "quoting of the config values in the MPI rule's shell command",
     ),
     "dataset_name_match": (
         "src/gpuvar/config.py",
         "if not _NAME.fullmatch(v):",
         "if not re.match(_NAME.pattern + '$', v):",
-        ["tests/test_config_fuzz.py", "tests/test_shell_injection.py::test_hostile_config_is_refused_before_any_shell_runs"],
+        [
+            "tests/test_config_fuzz.py",
+            "tests/test_shell_injection.py::test_hostile_config_is_refused_before_any_shell_runs",
+        ],
         "dataset names matched with `$` (accepts a trailing newline)",
     ),
     "config_bound": (
         "src/gpuvar/config.py",
-        "workers_per_rank: Int = Field(1, gt=0, le=64)",
-        "workers_per_rank: Int = Field(1, gt=0)",
-        ["tests/test_config_fuzz.py::test_every_field_rejects_in_one_line_or_runs"],
-        "a config bound (workers_per_rank validates, then the binning CLI refuses it)",
+        "workers_per_rank: Int = Field(1, gt=0, le=64,",
+        "workers_per_rank: Int = Field(1, gt=0,",
+        [
+            "tests/test_config_fuzz.py::test_every_field_rejects_in_one_line_or_runs",
+            "tests/test_config_fuzz.py::test_snakemake_start_up_refuses_in_one_line[binning-value4-binning."
+            "workers_per_rank: Input should be less than or equal to 64]",
+        ],
+        "a config bound (workers_per_rank accepts 10**9: the statistics would start a billion threads)",
     ),
     "atomic_bin_output": (
         "src/gpuvar/binning/cli.py",
-        "        opts.output = tmp\n",
-        "        pass\n",
+        "            opts.output = tmp\n",
+        "            pass\n",
         ["tests/test_atomic_outputs.py"],
         "atomic outputs: gpuvar bin writes straight into the target folder",
     ),
@@ -100,7 +112,7 @@ MUTATIONS = {
     ),
     "no_link_warning": (
         "src/gpuvar/binning/selection.py",
-        "if target == \"memory_stall\" and no_link and binned == 0:",
+        'if target == "memory_stall" and no_link and binned == 0:',
         "if False:",
         ["tests/test_empty_selection.py::test_bin_json_explains_and_warns"],
         "the '0 rows linked' warning in bin.json and the log",
@@ -122,21 +134,39 @@ def copy_tree(destination: Path) -> None:
         (destination / ".venv").symlink_to((REPO / ".venv").resolve())
 
 
-def run_one(name: str, timeout: int, tests: list[str] | None = None) -> tuple[str, float, str]:
-    path, original, mutated, default_tests, _ = MUTATIONS[name]
-    tests = tests or default_tests
+def stale(names) -> list[str]:
+    """The mutations whose original text is not in the current code (or whose replacement changes nothing)."""
+    out = []
+    for name in names:
+        path, original, mutated, *_ = MUTATIONS[name]
+        source = REPO / path
+        text = source.read_text() if source.is_file() else ""
+        if original == mutated or original not in text:
+            out.append(f"{name}: {path} no longer contains {original!r}")
+    return out
+
+
+def run_tests(
+    name: str, tests: list[str], timeout: int, mutation: tuple[str, str, str] | None
+) -> tuple[str, float, str]:
+    """pytest `tests` in a fresh copy of the tree, with `mutation` (path, original, mutated) applied if given."""
     with tempfile.TemporaryDirectory(prefix=f"gpuvar-mutant-{name}-") as tmp:
         root = Path(tmp)
         copy_tree(root)
-        source = root / path
-        text = source.read_text()
-        if text.count(original) < 1:
-            return "TEXT NOT FOUND", 0.0, f"{path}: {original!r}"
-        source.write_text(text.replace(original, mutated))
+        if mutation is not None:
+            path, original, mutated = mutation
+            source = root / path
+            source.write_text(source.read_text().replace(original, mutated))
         # the copy lives elsewhere: point it at the real files, and let their absence fail rather than skip
         real = os.environ.get("GPUVAR_REAL_DATA", str(REPO.parent / "shared" / "data" / "real"))
-        env = {**os.environ, "PYTHONPATH": str(root / "src"), "GPUVAR_FUZZ_EXAMPLES": "40", "GPUVAR_REAL_DATA": real,
-               "GPUVAR_REQUIRE_REAL_DATA": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(root / "src"),
+            "GPUVAR_FUZZ_EXAMPLES": "40",
+            "GPUVAR_REAL_DATA": real,
+            "GPUVAR_REQUIRE_REAL_DATA": "1",
+            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        }
         t0 = time.perf_counter()
         try:
             proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
@@ -146,9 +176,9 @@ def run_one(name: str, timeout: int, tests: list[str] | None = None) -> tuple[st
         seconds = time.perf_counter() - t0
         summary = (proc.stdout.strip().splitlines() or [""])[-1]
         if proc.returncode == 0:
-            return "NOT CAUGHT", seconds, summary
-        if proc.returncode in (1,):
-            return "CAUGHT", seconds, summary
+            return "PASSED", seconds, summary
+        if proc.returncode == 1:
+            return "FAILED", seconds, summary
         return f"ERROR (pytest exit {proc.returncode})", seconds, summary
 
 
@@ -156,9 +186,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
-    parser.add_argument("--timeout", type=int, default=900, help="seconds per mutation's test run")
-    parser.add_argument("--tests", nargs="+", default=None,
-                        help="run these tests instead of each mutation's own (e.g. to show an older suite missed it)")
+    parser.add_argument("--check", action="store_true", help="only check that every mutation applies")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per test run")
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        default=None,
+        help="run these tests instead of each mutation's own (e.g. to show an older suite missed it)",
+    )
     args = parser.parse_args()
     if args.list:
         for name, (path, *_, what) in MUTATIONS.items():
@@ -167,13 +202,32 @@ def main() -> int:
     unknown = set(args.names) - set(MUTATIONS)
     if unknown:
         parser.error(f"unknown mutation(s): {', '.join(sorted(unknown))}")
-    failed = 0
+    names = args.names or list(MUTATIONS)
+    problems = stale(names)
+    if problems:
+        for line in problems:
+            print(f"mutation_check: stale mutation {line}: update MUTATIONS", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"all {len(names)} mutations apply")
+        return 0
+    test_sets = {name: args.tests or MUTATIONS[name][3] for name in names}
+    everything = list(dict.fromkeys(t for tests in test_sets.values() for t in tests))
+    t0 = time.perf_counter()
     print(f"{'mutation':28} {'result':12} {'seconds':>8}  tests")
-    for name in args.names or MUTATIONS:
-        result, seconds, summary = run_one(name, args.timeout, args.tests)
+    result, seconds, summary = run_tests("baseline", everything, args.timeout, None)
+    print(f"{'(baseline, unmutated)':28} {result:12} {seconds:8.1f}  {' '.join(everything)} -> {summary}", flush=True)
+    if result != "PASSED":
+        print("mutation_check: the tests fail without any mutation: fix them first", file=sys.stderr)
+        return 1
+    failed = 0
+    for name in names:
+        path, original, mutated, *_ = MUTATIONS[name]
+        result, seconds, summary = run_tests(name, test_sets[name], args.timeout, (path, original, mutated))
+        result = {"FAILED": "CAUGHT", "PASSED": "NOT CAUGHT"}.get(result, result)
         failed += result != "CAUGHT"
-        tests = " ".join(args.tests or MUTATIONS[name][3])
-        print(f"{name:28} {result:12} {seconds:8.1f}  {tests} -> {summary}", flush=True)
+        print(f"{name:28} {result:12} {seconds:8.1f}  {' '.join(test_sets[name])} -> {summary}", flush=True)
+    print(f"{len(names) - failed} of {len(names)} caught in {time.perf_counter() - t0:.0f} s")
     return 1 if failed else 0
 
 
