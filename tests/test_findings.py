@@ -101,7 +101,8 @@ def test_findings_cli_writes_the_page(tmp_path, run_cli):
     assert set(table["kernel"]) == {"planted_scaled_kernel", "planted_elementwise_kernel"}
     again = run_cli("findings", str(ingest), "--name", "planted", "-o", str(tmp_path / "again"))
     assert again.returncode == 0
-    for name in ("findings.json", "findings.md", "decomposition.csv"):
+    assert record["findings"][0]["evidence"]["figure"] == "figures/01.png"
+    for name in ("findings.json", "findings.md", "decomposition.csv", "figures/01.png"):
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
 
 

@@ -136,6 +136,7 @@ def test_the_run_ends_with_the_findings_page(demo_run):
         assert (workdir / f"results/findings/{d['name']}/decomposition.csv").is_file()
     for dataset in record["datasets"]:
         for finding in dataset["findings"]:
+            assert (workdir / "results/findings" / finding["evidence"]["figure"]).is_file()  # the page's link works
             shares = finding["shares"]
             assert sum(shares.values()) == pytest.approx(1.0, abs=1e-5)
             assert finding["verdict"]["verdict"] in (

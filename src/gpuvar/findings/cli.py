@@ -25,16 +25,24 @@ def configure(p):
 
 def run(args) -> int:
     from gpuvar.errors import GpuvarError
-    from gpuvar.findings.run import analyse_dataset, console_summary, load_dataset_record, write_dataset, write_index
+    from gpuvar.findings.run import (
+        analyse_dataset,
+        console_summary,
+        load_dataset_record,
+        rebase_figures,
+        write_dataset,
+        write_index,
+    )
 
     if args.combine:
-        write_index([load_dataset_record(p) for p in args.inputs], args.output)
+        records = [rebase_figures(load_dataset_record(p), p.parent, args.output) for p in args.inputs]
+        write_index(records, args.output)
         return 0
     if len(args.inputs) != 1:
         raise GpuvarError("give one ingest folder (or --combine with findings.json files)")
     folder = args.inputs[0]
     name = args.name or folder.name
-    record, table = analyse_dataset(name, folder, args.causal, args.plots, args.seed)
-    write_dataset(record, table, args.output)
+    record, table, kernels = analyse_dataset(name, folder, args.causal, args.plots, args.seed)
+    write_dataset(record, table, args.output, kernels)
     print(console_summary([record]))
     return 0

@@ -96,8 +96,8 @@ def run(args) -> int:
             + ["--target", target, *arguments(cfg, CONFIG_OPTIONS), "-o", str(causal)],
         )
     _progress("findings: variance decomposition and verdicts per kernel", t0)
-    record, table = analyse_dataset(name, ingest, causal, plots)
-    write_dataset(record, table, out / "findings")
+    record, table, kernels = analyse_dataset(name, ingest, causal, plots)
+    write_dataset(record, table, out / "findings", kernels)
     _progress("done", t0)
     print(console_summary([record], args.top))
     print(f"findings page: {out / 'findings' / 'findings.md'}")

@@ -63,7 +63,7 @@ def _finding(f: dict) -> list[str]:
             f"  steps with the most excess time: {', '.join(map(str, f['evidence']['steps_with_most_excess']))}"
         )
     if f["evidence"].get("figure"):
-        lines.append(f"  figure: `{f['evidence']['figure']}`")
+        lines.append(f"  figure: [{f['evidence']['figure']}]({f['evidence']['figure']})")
     lines += [f"- **Do**: {f['action']}", f"- **Check**: {f['verify']}"]
     if f["alternatives"]:
         lines.append(f"- **Could also be**: {'; '.join(f['alternatives'])}")

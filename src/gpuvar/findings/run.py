@@ -31,6 +31,7 @@ from gpuvar.findings.page import render
 from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings
 
 log = logging.getLogger("gpuvar.findings")
+FIGURES_FOLDER = "figures"  # one PNG per finding: its launches against the top driver, per call site
 
 
 def thresholds() -> dict:
@@ -88,8 +89,8 @@ def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | No
 
 def analyse_dataset(
     name: str, ingest_dir: Path, causal_dir: Path | None = None, plots_dir: Path | None = None, seed: int = 0
-) -> tuple[dict, pd.DataFrame]:
-    """(findings record, decomposition table) of one dataset."""
+) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """(findings record, decomposition table, the kernels table it was computed from) of one dataset."""
     kernels = read_kernels(ingest_dir)
     decompositions = decompose(kernels, seed)
     pooled = (
@@ -119,7 +120,7 @@ def analyse_dataset(
             }
         )
     table = pd.DataFrame(rows, columns=list(rows[0]) if rows else ["kernel"])
-    return record, table
+    return record, table, kernels
 
 
 def _round_floats(table: pd.DataFrame) -> pd.DataFrame:
@@ -131,16 +132,46 @@ def _round_floats(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def write_dataset(record: dict, table: pd.DataFrame, folder: Path) -> None:
+def _draw_figures(record: dict, kernels: pd.DataFrame, tmp: Path, folder: Path) -> None:
+    """figures/NN.png per finding (its evidence), the path recorded in the finding."""
+    from gpuvar.findings.decompose import call_sites
+    from gpuvar.findings.figures import finding_figure
+
+    rows = kernels[pd.to_numeric(kernels["duration"], errors="coerce").notna()]
+    names = rows["kernel_name"].astype("string").fillna("?")
+    for finding in record["findings"]:
+        part = rows[(names == finding["kernel"]).to_numpy()]
+        stem = f"{FIGURES_FOLDER}/{finding['rank']:02d}"
+        finding_figure(part, call_sites(part).to_numpy(), finding, tmp / stem)
+        finding["evidence"]["figure"] = f"{stem}.png"  # relative to the findings folder: the page links it
+
+
+def write_dataset(record: dict, table: pd.DataFrame, folder: Path, kernels: pd.DataFrame | None = None) -> None:
+    """findings.json, findings.md, decomposition.csv and, given the kernels, one evidence figure per finding."""
     from gpuvar.atomic import staged_folder
     from gpuvar.canonical_io import write_json
 
     with staged_folder(folder) as tmp:
+        if kernels is not None:
+            _draw_figures(record, kernels, tmp, folder)
         _round_floats(table).to_csv(tmp / DECOMPOSITION_TABLE, index=False)
         (tmp / FINDINGS_PAGE).write_text(render([record], __version__), encoding="utf-8")
         write_json(
             {"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": [record]}, tmp / FINDINGS_RECORD
         )
+
+
+def rebase_figures(record: dict, source_folder: Path, folder: Path) -> dict:
+    """The record with its figure paths relative to `folder` (where the combined page is) instead of its own."""
+    import copy
+    import os
+
+    record = copy.deepcopy(record)
+    for finding in record["findings"]:
+        figure = finding["evidence"].get("figure")
+        if figure:
+            finding["evidence"]["figure"] = os.path.relpath(Path(source_folder) / figure, Path(folder))
+    return record
 
 
 def write_index(records: list[dict], folder: Path) -> None:

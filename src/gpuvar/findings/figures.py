@@ -1,0 +1,66 @@
+"""One evidence figure per finding: the kernel's launches against what explains them, one colour per call site.
+
+With a driver: duration against the top driver (a launch parameter or a context flag), so the claim "explained
+by grid_x" or "slower when a copy runs beside it" can be seen, not only read. Without one: duration over the
+launch order (the step where known), so the user sees whether the spread is drift, bursts or noise. The
+median of each call site is drawn as a line. Byte-identical reruns (gpuvar.plots.style)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+MAX_CALL_SITES = 8  # colours; the rest are drawn grey as "other call sites"
+MAX_POINTS = 20_000  # per figure: a deterministic subsample beyond that
+
+
+def finding_figure(part: pd.DataFrame, sites: np.ndarray, finding: dict, stem: Path) -> Path:
+    """Draw `finding` (its launches in `part`, call site per row in `sites`) to stem.png; returns the path."""
+    from gpuvar.plots import style
+
+    d = pd.to_numeric(part["duration"], errors="coerce").to_numpy(dtype=np.float64) / 1e3  # µs
+    driver = finding["drivers"][0]["feature"] if finding["drivers"] else None
+    if driver is not None and driver in part.columns:
+        x = pd.to_numeric(part[driver], errors="coerce").to_numpy(dtype=np.float64)
+        xlabel = finding["drivers"][0]["label"]
+    else:
+        axis = "step" if "step" in part.columns and part["step"].notna().all() else None
+        x = pd.to_numeric(part[axis]).to_numpy(dtype=np.float64) if axis else np.arange(len(part), dtype=np.float64)
+        xlabel = "step" if axis else "launch (in order)"
+    rows = np.arange(len(d))
+    if len(rows) > MAX_POINTS:
+        rows = np.sort(np.random.default_rng(0).choice(rows, MAX_POINTS, replace=False))
+    order = pd.Series(sites).value_counts(sort=True)
+    ranked = sorted(order.index, key=lambda s: (-order[s], str(s)))[:MAX_CALL_SITES]
+    fig = style.figure(6.4, 3.8)
+    ax = fig.add_subplot(1, 1, 1)
+    site_series = pd.Series(sites)
+    others = ~site_series.isin(ranked).to_numpy()
+    if others[rows].any():
+        r = rows[others[rows]]
+        ax.scatter(x[r], d[r], s=6, color="#bbbbbb", label="other call sites", linewidths=0)
+    colours = style.plt.get_cmap("tab10")
+    for k, site in enumerate(ranked):
+        mask = (site_series == site).to_numpy()
+        r = rows[mask[rows]]
+        ax.scatter(x[r], d[r], s=6, color=colours(k % 10), label=str(site)[:40], linewidths=0)
+        ax.axhline(float(np.median(d[mask])), color=colours(k % 10), lw=0.6, alpha=0.6)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("duration (µs)")
+    short = finding["short_name"]
+    claim = finding["headline"][len(short) + 2 :] if finding["headline"].startswith(short) else finding["headline"]
+    ax.set_title(f"{short}\n{claim[:110]}", fontsize=8)
+    if len(ranked) > 1 or others.any():
+        ax.legend(loc="best", fontsize=6, markerscale=2, frameon=False)
+    v = finding["verdict"]
+    style.footnote(
+        fig,
+        [
+            f"{finding['launches']} launches at {finding['call_sites']} call site(s); lines: each call site's median. "
+            f"Verdict: {v['verdict']} (cross-validated share {v['share']:.2f} of the within-call-site variance).",
+        ],
+    )
+    (png,) = style.save_figure(fig, stem, ("png",), dpi=100)
+    return Path(png)
