@@ -97,3 +97,15 @@ def test_outputs_are_byte_identical_on_rerun(tmp_path):
     assert names == ["ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_ingest_without_host_round_trips_says_lateness_cannot_be_compared(tmp_path):
+    import pandas as pd
+
+    folders, _ = write_planted(tmp_path / "job", steps=30)
+    for f in folders:  # keep the DtoH copies only: no collective is visible from the device
+        m = pd.read_parquet(f / "memcpy.parquet")
+        m[m["copy_kind_name"] == "DtoH"].to_parquet(f / "memcpy.parquet", index=False)
+    result = analyze(from_ingest(folders))
+    assert result.summary["collectives_compared"] == 0
+    assert result.findings == ["no collective is seen on every rank: lateness cannot be compared"]
