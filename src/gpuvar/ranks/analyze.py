@@ -1,0 +1,224 @@
+"""Per step and rank: time, busy, idle, wait in the collective, arrival, lateness; the straggler and its driver.
+
+Definitions (docs/ranks.md): a rank's step spans its launches of that step (first start to last end); busy
+is the union of its kernel and copy intervals in the step; idle = time - busy; wait is the time the rank
+spends inside the step's collective; arrival is when it enters the collective, so the last rank to arrive
+is the late one and its lateness is how long after the next-to-last rank it came. Collectives are matched
+across ranks by order (every rank of a process group issues them in the same order)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpuvar.findings.verdict import share_test
+from gpuvar.ranks.load import RankInput
+
+HOST_GAPS = "host gaps"
+
+
+@dataclass
+class RankAnalysis:
+    steps: pd.DataFrame  # one row per (step, rank)
+    summary: dict
+    findings: list[str]
+
+
+def union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of intervals: overlapping kernels and copies count once."""
+    if len(start) == 0:
+        return 0
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > reach[:-1]]  # an interval starting after everything before it: a new block
+    block = np.cumsum(new) - 1
+    return int((pd.Series(reach).groupby(block).max().to_numpy() - s[new]).sum())
+
+
+def _launches(data: RankInput) -> pd.DataFrame:
+    k = data.kernels.assign(kind="kernel")
+    m = data.copies.assign(kind="copy")
+    both = pd.concat([k, m], ignore_index=True)
+    both = both[both["step"].notna()].copy()
+    both["step"] = both["step"].astype(np.int64)
+    return both
+
+
+def _step_table(data: RankInput, launches: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (rank, step), g in launches.groupby(["rank", "step"], sort=True):
+        start, end = g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64)
+        s0, s1 = int(start.min()), int(end.max())
+        busy = union_ns(start, end)
+        rows.append((int(step), int(rank), s0, s1, s1 - s0, busy, s1 - s0 - busy))
+    steps = pd.DataFrame(rows, columns=["step", "rank", "start_ns", "end_ns", "time_ns", "busy_ns", "idle_ns"])
+    # the step each collective belongs to: the step of the rank's last launch starting before it
+    col = data.collectives.copy()
+    col["step"] = -1
+    for rank, g in col.groupby("rank"):
+        mine = launches[launches["rank"] == rank].sort_values("start", kind="stable")
+        idx = np.searchsorted(mine["start"].to_numpy(), g["start"].to_numpy(), side="right") - 1
+        col.loc[g.index, "step"] = np.where(idx >= 0, mine["step"].to_numpy()[np.maximum(idx, 0)], -1)
+    return steps, col[col["step"] >= 0]
+
+
+def _arrivals(col: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
+    """Per collective (seq) present on every rank: the last rank and how late it came."""
+    wide = col.pivot_table(index="seq", columns="rank", values="start", aggfunc="first").reindex(columns=ranks)
+    wide = wide.dropna()
+    a = wide.to_numpy(np.float64)
+    order = np.argsort(-a, axis=1, kind="stable")  # ties: the lower rank counts as last
+    last = np.array(ranks)[order[:, 0]]
+    top = np.take_along_axis(a, order[:, :2], axis=1)
+    return pd.DataFrame(
+        {"seq": wide.index.to_numpy(), "last_rank": last, "late_by_ns": (top[:, 0] - top[:, 1]).astype(np.int64)}
+    ), wide.sub(wide.min(axis=1), axis=0)
+
+
+def _driver(steps: pd.DataFrame, launches: pd.DataFrame, rank: int, seed: int) -> dict:
+    """Which of the straggler's kernel groups (by launch op) varies with its time to the collective."""
+    mine = steps[(steps["rank"] == rank) & steps["arrival_ns"].notna()].sort_values("step")
+    mine = mine[mine["step"] > mine["step"].min()] if len(mine) > 1 else mine  # the first step holds start-up
+    if mine.empty:
+        return {"target": None, "candidates": []}
+    y = (mine["arrival_ns"] - mine["start_ns"]).to_numpy(np.float64)
+    k = launches[(launches["rank"] == rank) & (launches["kind"] == "kernel")].copy()
+    k["op"] = k["launch_op"].fillna("(no launch op)").astype(str)
+    k["t"] = k["end"] - k["start"]
+    per_op = k.pivot_table(index="step", columns="op", values="t", aggfunc="sum", fill_value=0)
+    per_op = per_op.reindex(mine["step"].to_numpy(), fill_value=0)
+    features = {op: per_op[op].to_numpy(np.float64) for op in sorted(per_op.columns)}
+    features[HOST_GAPS] = mine["pre_idle_ns"].to_numpy(np.float64)
+    candidates = []
+    for name, x in features.items():
+        test = share_test(x.reshape(-1, 1), y, [name], seed=seed)
+        candidates.append(
+            {
+                "feature": name,
+                "r2": round(float(test.share), 6),
+                "p_value": None if test.p_value is None else round(float(test.p_value), 6),
+                "verdict": test.verdict,
+                "mean_ns_per_step": int(round(float(x.mean()))),
+                "sd_ns": int(round(float(x.std()))),
+            }
+        )
+    candidates.sort(key=lambda c: (-c["r2"], c["feature"]))
+    return {
+        "target": "time to the collective (step start to arrival), ns; the first step (start-up) left out",
+        "steps": int(len(y)),
+        "target_sd_ns": int(round(float(y.std()))),
+        "candidates": candidates,
+    }
+
+
+def _pre_idle(steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
+    """Device-idle time between step start and arrival: the host gaps before the collective."""
+    out = np.full(len(steps), np.nan)
+    grouped = {key: g for key, g in launches.groupby(["rank", "step"])}
+    for i, row in enumerate(steps.itertuples(index=False)):
+        if np.isnan(row.arrival_ns):
+            continue
+        g = grouped[(row.rank, row.step)]
+        s = g["start"].to_numpy(np.int64)
+        e = np.minimum(g["end"].to_numpy(np.int64), int(row.arrival_ns))
+        keep = s < row.arrival_ns
+        out[i] = (row.arrival_ns - row.start_ns) - union_ns(s[keep], e[keep])
+    return out
+
+
+def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
+    launches = _launches(data)
+    ranks = sorted(int(r) for r in launches["rank"].unique())
+    if len(ranks) < 2:
+        summary = {"ranks": ranks, "result": "one rank: nothing to compare"}
+        return RankAnalysis(pd.DataFrame(), summary, [f"one rank ({ranks[0]}): nothing to compare"])
+    steps, col = _step_table(data, launches)
+    arrivals, skew = _arrivals(col, ranks)
+    first = (
+        col.sort_values(["rank", "seq"])
+        .groupby(["rank", "step"], as_index=False)
+        .agg(arrival_ns=("start", "first"), seq=("seq", "first"), collectives=("seq", "size"))
+    )
+    col = col.assign(wait=col["end"] - col["start"])
+    waits = col.groupby(["rank", "step"], as_index=False)["wait"].sum().rename(columns={"wait": "wait_ns"})
+    steps = steps.merge(first, on=["rank", "step"], how="left").merge(waits, on=["rank", "step"], how="left")
+    steps["wait_ns"] = steps["wait_ns"].fillna(0).astype(np.int64)
+    steps["collectives"] = steps["collectives"].fillna(0).astype(np.int64)
+    late = skew.stack().rename("late_ns").reset_index().rename(columns={"level_1": "rank"})
+    late = late.merge(arrivals[["seq", "last_rank"]], on="seq")
+    steps = steps.merge(late, on=["seq", "rank"], how="left")
+    steps["last"] = (steps["last_rank"] == steps["rank"]).astype(np.int64)
+    steps["pre_idle_ns"] = _pre_idle(steps, launches)
+    steps = steps.drop(columns=["last_rank"]).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+    n = len(arrivals)
+    per_rank = {}
+    for r in ranks:
+        mine = steps[steps["rank"] == r]
+        span = data.span[r][1] - data.span[r][0]
+        wait = int(mine["wait_ns"].sum())
+        last = int((arrivals["last_rank"] == r).sum())
+        per_rank[str(r)] = {
+            "steps": int(len(mine)),
+            "last_steps": last,
+            "last_share": round(last / n, 6) if n else None,
+            "late_by_ns_when_last": int(arrivals.loc[arrivals["last_rank"] == r, "late_by_ns"].sum()),
+            "profiled_ns": int(span),
+            "step_time_ns": int(mine["time_ns"].sum()),
+            "busy_ns": int(mine["busy_ns"].sum()),
+            "idle_ns": int(mine["idle_ns"].sum()),
+            "wait_ns": wait,
+            "wait_share": round(wait / span, 6) if span else None,
+            "wait_share_of_steps": round(wait / int(mine["time_ns"].sum()), 6) if len(mine) else None,
+            "step_time_sd_ns": int(round(float(mine["time_ns"].std(ddof=0)))) if len(mine) else 0,
+        }
+    straggler = max(ranks, key=lambda r: (per_rank[str(r)]["last_steps"], -r))
+    driver = _driver(steps, launches, straggler, seed)
+    summary = {
+        "ranks": ranks,
+        "collective_source": data.collective_source,
+        "collectives_compared": int(n),
+        "straggler": straggler,
+        "per_rank": per_rank,
+        "driver": driver,
+        "late_by_ns": {
+            "median": int(np.median(arrivals["late_by_ns"])) if n else 0,
+            "max": int(arrivals["late_by_ns"].max()) if n else 0,
+        },
+    }
+    return RankAnalysis(steps, summary, _sentences(summary))
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f} %"
+
+
+def _sentences(summary: dict) -> list[str]:
+    ranks, per, s = summary["ranks"], summary["per_rank"], summary["straggler"]
+    n = summary["collectives_compared"]
+    if n == 0:
+        return ["no collective is seen on every rank: lateness cannot be compared"]
+    me = per[str(s)]
+    out = [f"rank {s} is last in {_pct(me['last_share'])} of steps ({me['last_steps']} of {n})"]
+    for r in ranks:
+        out.append(
+            f"rank {r} waits {_pct(per[str(r)]['wait_share'])} of its time in collectives "
+            f"({per[str(r)]['wait_ns'] / 1e6:.0f} ms of {per[str(r)]['profiled_ns'] / 1e6:.0f} ms)"
+        )
+    cands = summary["driver"]["candidates"]
+    if cands:
+        top = cands[0]
+        gaps = next(c for c in cands if c["feature"] == HOST_GAPS)
+        what = (
+            "host gaps (device idle before the collective)"
+            if top["feature"] == HOST_GAPS
+            else f"its {top['feature']} kernel time"
+        )
+        out.append(
+            f"rank {s}'s time to the collective varies with {what} (R² {top['r2']:.2f}, {top['verdict']})"
+            + ("" if top is gaps else f"; host gaps R² {gaps['r2']:.2f}")
+        )
+    return out

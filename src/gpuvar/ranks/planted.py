@@ -1,0 +1,71 @@
+"""A planted two-rank job in canonical tables (seeded): the answer `gpuvar ranks` must find is known.
+
+Each step both ranks run GEMMs (launch_op aten::mm) then ReLUs, copy a result to the host (DtoH), meet in a host
+collective and copy back (HtoD). Rank 0's GEMMs always take GEMM_NS; rank 1's take GEMM_NS * U(0.4, 2.0), so
+rank 1 is late exactly in the steps where its GEMMs are longer, and its GEMM time is what makes it late."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+GEMM_NS = 1_000_000
+RELU_NS = 50_000
+COPY_NS = 2_000
+GAP_NS = 20_000  # host gap before each launch
+EXCHANGE_NS = 100_000  # the collective's own transfer time, after the last rank arrives
+
+
+def planted_job(steps: int = 60, gemms: int = 4, seed: int = 0) -> dict:
+    """Per rank (kernels, copies) DataFrames plus the truth: the last rank per step and the waits."""
+    rng = np.random.default_rng(seed)
+    scale = {0: np.ones(steps), 1: rng.uniform(0.4, 2.0, steps)}
+    tables = {r: ([], []) for r in (0, 1)}
+    t = {0: 10_000_000, 1: 10_000_000}
+    truth = {"last": [], "wait_ns": {0: 0, 1: 0}}
+    for s in range(steps):
+        arrival = {}
+        for r in (0, 1):
+            kernels, copies = tables[r]
+            now = t[r]
+            for i in range(gemms):
+                now += GAP_NS
+                d = int(GEMM_NS * scale[r][s])
+                kernels.append((r, s, now, now + d, "aten::mm", f"aten::mm#{i} b256x1x1 r202", "sgemm"))
+                now += d + GAP_NS
+                kernels.append(
+                    (r, s, now, now + RELU_NS, "aten::clamp_min", f"aten::clamp_min#{i} b128x1x1 r28", "relu")
+                )
+                now += RELU_NS
+            now += GAP_NS
+            copies.append((r, s, now, now + COPY_NS, "aten::copy_", "DtoH"))
+            arrival[r] = now + COPY_NS
+        done = max(arrival.values()) + EXCHANGE_NS
+        truth["last"].append(max((0, 1), key=lambda r: (arrival[r], -r)))
+        for r in (0, 1):
+            truth["wait_ns"][r] += done - arrival[r]
+            tables[r][1].append((r, s, done, done + COPY_NS, "aten::copy_", "HtoD"))
+            t[r] = done + COPY_NS + GAP_NS
+    out = {}
+    for r, (kernels, copies) in tables.items():
+        k = pd.DataFrame(kernels, columns=["rank", "step", "start", "end", "launch_op", "call_site", "kernel_name"])
+        m = pd.DataFrame(copies, columns=["rank", "step", "start", "end", "launch_op", "copy_kind_name"])
+        k["duration"] = k["end"] - k["start"]
+        m["duration"] = m["end"] - m["start"]
+        out[r] = (k, m)
+    return {"ranks": out, "truth": truth}
+
+
+def write_planted(folder: str | Path, **kwargs) -> tuple[list[Path], dict]:
+    """One ingest-like folder per rank (kernels.parquet, memcpy.parquet); returns the folders and the truth."""
+    job = planted_job(**kwargs)
+    folders = []
+    for r, (k, m) in job["ranks"].items():
+        path = Path(folder) / f"rank{r}"
+        path.mkdir(parents=True, exist_ok=True)
+        k.to_parquet(path / "kernels.parquet", index=False)
+        m.to_parquet(path / "memcpy.parquet", index=False)
+        folders.append(path)
+    return folders, job["truth"]

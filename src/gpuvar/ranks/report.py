@@ -1,0 +1,116 @@
+"""Outputs of `gpuvar ranks`: ranks.json, steps.csv, ranks.md, timeline.png, skew.png (byte-identical on rerun)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuvar.atomic import staged_folder
+from gpuvar.canonical_io import write_json
+from gpuvar.plots import style
+from gpuvar.ranks.analyze import RankAnalysis
+from gpuvar.ranks.load import RankInput
+
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+TIMELINE_STEPS = 4
+MAX_TIMELINE_RANKS = 16
+
+
+def _page(result: RankAnalysis) -> str:
+    s = result.summary
+    lines = ["# Ranks", ""] + [f"- {f}" for f in result.findings]
+    if "per_rank" in s:
+        lines += ["", f"Collectives: {s['collective_source']}; {s['collectives_compared']} compared on every rank.", ""]
+        lines += ["| rank | last in | wait | wait share | busy | idle (in steps) |", "|---|---|---|---|---|---|"]
+        for r, p in s["per_rank"].items():
+            lines.append(
+                f"| {r} | {p['last_steps']} of {s['collectives_compared']} | {p['wait_ns'] / 1e6:.1f} ms "
+                f"| {100 * p['wait_share']:.1f} % | {p['busy_ns'] / 1e6:.1f} ms | {p['idle_ns'] / 1e6:.1f} ms |"
+            )
+        cands = s["driver"]["candidates"]
+        if cands:
+            lines += ["", f"What varies with rank {s['straggler']}'s {s['driver']['target']}:", ""]
+            lines += ["| feature | R² (cross-validated) | p | verdict |", "|---|---|---|---|"]
+            lines += [f"| {c['feature']} | {c['r2']:.3f} | {c['p_value']} | {c['verdict']} |" for c in cands]
+        lines += [
+            "",
+            "Figures: timeline.png (busy, idle, wait per rank), skew.png (arrival after the first rank).",
+            "Definitions: docs/ranks.md.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _timeline(result: RankAnalysis, data: RankInput, stem: Path) -> None:
+    steps = result.steps
+    ranks = result.summary["ranks"][:MAX_TIMELINE_RANKS]
+    lateness = steps.groupby("step")["late_ns"].max().fillna(0)
+    lateness = lateness[lateness.index > lateness.index.min()]  # the start-up step dwarfs the rest
+    centre = int(lateness.idxmax()) if len(lateness) else int(steps["step"].min())
+    shown = [s for s in sorted(steps["step"].unique()) if centre - 1 <= s < centre - 1 + TIMELINE_STEPS]
+    part = steps[steps["step"].isin(shown) & steps["rank"].isin(ranks)]
+    t0 = int(part["start_ns"].min())
+    fig = style.figure(8, 0.6 + 0.55 * len(ranks))
+    ax = fig.add_subplot(111)
+    launches = []
+    for frame in (data.kernels, data.copies):
+        launches.append(frame[frame["step"].isin(shown) & frame["rank"].isin(ranks)][["rank", "start", "end"]])
+    col = data.collectives[data.collectives["rank"].isin(ranks)]
+    t1 = int(part["end_ns"].max())
+    for y, r in enumerate(ranks):
+        mine = part[part["rank"] == r]
+        ax.broken_barh(
+            [((a - t0) / 1e6, (b - a) / 1e6) for a, b in zip(mine["start_ns"], mine["end_ns"])],
+            (y - 0.3, 0.6),
+            facecolors="#dddddd",
+            label="idle (in step)" if y == 0 else None,
+        )
+        busy = [f[f["rank"] == r] for f in launches]
+        ax.broken_barh(
+            [((a - t0) / 1e6, (b - a) / 1e6) for f in busy for a, b in zip(f["start"], f["end"])],
+            (y - 0.3, 0.6),
+            facecolors="#1f77b4",
+            label="busy" if y == 0 else None,
+        )
+        w = col[(col["rank"] == r) & (col["end"] > t0) & (col["start"] < t1)]
+        ax.broken_barh(
+            [((a - t0) / 1e6, (b - a) / 1e6) for a, b in zip(w["start"], w["end"])],
+            (y - 0.12, 0.24),
+            facecolors="#d62728",
+            label="wait (in collective)" if y == 0 else None,
+        )
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.set_xlabel("ms from the first shown step's start")
+    ax.set_title(f"steps {shown[0]}-{shown[-1]} (around the step with the latest arrival)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), fontsize=7, ncol=3, frameon=False)
+    hidden = len(result.summary["ranks"]) - len(ranks)
+    style.footnote(fig, [f"{hidden} ranks not drawn" if hidden else ""])
+    style.save_figure(fig, stem, formats=("png",))
+
+
+def _skew(result: RankAnalysis, stem: Path) -> None:
+    steps = result.steps
+    ranks = result.summary["ranks"]
+    fig = style.figure(8, 3.2)
+    ax = fig.add_subplot(111)
+    for i, r in enumerate(ranks[:MAX_TIMELINE_RANKS]):
+        mine = steps[(steps["rank"] == r) & steps["late_ns"].notna()]
+        ax.plot(mine["step"], mine["late_ns"] / 1e6, ".", ms=3, color=COLOURS[i % len(COLOURS)], label=f"rank {r}")
+    ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("arrival after the first rank (ms)")
+    ax.legend(fontsize=7)
+    hidden = len(ranks) - min(len(ranks), MAX_TIMELINE_RANKS)
+    style.footnote(fig, ["symlog scale: linear below 0.1 ms", f"{hidden} ranks not drawn" if hidden else ""])
+    style.save_figure(fig, stem, formats=("png",))
+
+
+def write_outputs(result: RankAnalysis, data: RankInput, out: str | Path) -> Path:
+    out = Path(out)
+    with staged_folder(out) as tmp:
+        record = dict(result.summary, findings=result.findings, sources=data.sources)
+        (tmp / "ranks.md").write_text(_page(result))
+        if not result.steps.empty:
+            style.write_csv(result.steps, tmp / "steps.csv")
+            _timeline(result, data, tmp / "timeline")
+            _skew(result, tmp / "skew")
+        write_json(record, tmp / "ranks.json")
+    return out

@@ -1,0 +1,111 @@
+"""`gpuvar ranks`: the late rank per step, waiting in collectives, and what makes the late rank late."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuvar.cli import main
+from gpuvar.ranks.analyze import analyze
+from gpuvar.ranks.load import from_ingest
+from gpuvar.ranks.planted import write_planted
+
+GLOO = Path("/work/shared/data/real/pytorch-kineto-trace/h100-2rank-gloo")
+TRACES = [GLOO / "rank0.pt.trace.json.gz", GLOO / "rank1.pt.trace.json.gz"]
+
+
+def _independent(path: Path) -> tuple[np.ndarray, float, float]:
+    """From the raw JSON alone: gloo:all_reduce starts, their summed duration and the rank's profiled span (µs)."""
+    events = json.load(gzip.open(path))["traceEvents"]
+    timed = [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
+    gloo = sorted((e["ts"], e["dur"]) for e in events if e.get("name") == "gloo:all_reduce")
+    span = max(e["ts"] + e["dur"] for e in timed) - min(e["ts"] for e in timed)
+    return np.array([g[0] for g in gloo]), float(sum(g[1] for g in gloo)), span
+
+
+@pytest.mark.skipif(not GLOO.is_dir(), reason="real gloo traces not available")
+def test_real_gloo_pair_names_rank1_and_matches_the_raw_json(tmp_path):
+    out = tmp_path / "out"
+    assert main(["ranks", "--traces", *map(str, TRACES), "-o", str(out)]) == 0
+    record = json.loads((out / "ranks.json").read_text())
+    assert record["straggler"] == 1
+    (a0, w0, span0), (a1, _, _) = _independent(TRACES[0]), _independent(TRACES[1])
+    raw_last1 = float((a1 > a0).mean())
+    raw_wait0 = w0 / span0
+    got = record["per_rank"]
+    assert abs(got["1"]["last_share"] - raw_last1) <= 0.05
+    assert abs(got["0"]["wait_share"] - raw_wait0) <= 0.05
+    assert abs(got["1"]["last_share"] - 87 / 150) <= 0.05  # PROVENANCE: rank 1 late in 87 of 150 steps
+    assert abs(got["0"]["wait_share"] - 0.26) <= 0.05  # PROVENANCE: ~245 ms, ~26 % of rank 0's time
+    assert abs(got["0"]["wait_ns"] / 1e6 - 245) <= 10
+    assert record["findings"][0].startswith("rank 1 is last in 58 % of steps (87 of 150)")
+    for name in ("steps.csv", "ranks.md", "timeline.png", "skew.png"):
+        assert (out / name).stat().st_size > 0
+
+
+def test_planted_straggler_its_waits_and_its_driver_are_found(tmp_path):
+    folders, truth = write_planted(tmp_path / "job", steps=60, seed=3)
+    result = analyze(from_ingest(folders))
+    s = result.summary
+    assert s["straggler"] == 1
+    last = result.steps[result.steps["last"] == 1].sort_values("step")["rank"].to_numpy()
+    assert last.tolist() == truth["last"]
+    assert {int(r): p["wait_ns"] for r, p in s["per_rank"].items()} == truth["wait_ns"]
+    top = s["driver"]["candidates"][0]
+    assert top["feature"] == "aten::mm" and top["r2"] > 0.9
+    gaps = next(c for c in s["driver"]["candidates"] if c["feature"] == "host gaps")
+    assert gaps["r2"] < 0.1
+
+
+def test_planted_job_merged_into_one_folder_gives_the_same_answer(tmp_path):
+    import pandas as pd
+
+    folders, truth = write_planted(tmp_path / "job", steps=40, seed=5)
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    for name in ("kernels.parquet", "memcpy.parquet"):
+        pd.concat([pd.read_parquet(f / name) for f in folders]).to_parquet(merged / name, index=False)
+    s = analyze(from_ingest([merged])).summary
+    assert s["per_rank"]["1"]["last_steps"] == truth["last"].count(1)
+
+
+def test_one_rank_says_nothing_to_compare(tmp_path, capsys):
+    folders, _ = write_planted(tmp_path / "job", steps=30)
+    out = tmp_path / "out"
+    assert main(["ranks", str(folders[0]), "-o", str(out)]) == 0
+    assert json.loads((out / "ranks.json").read_text())["result"] == "one rank: nothing to compare"
+    assert "nothing to compare" in (out / "ranks.md").read_text()
+
+
+def test_bad_input_is_one_line_error(tmp_path, capsys):
+    assert main(["ranks", str(tmp_path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no kernels.parquet" in err and str(tmp_path) in err
+    assert main(["ranks", "-o", str(tmp_path / "out")]) == 2
+
+
+def test_outputs_are_byte_identical_on_rerun(tmp_path):
+    folders, _ = write_planted(tmp_path / "job", steps=40, seed=1)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["ranks", *map(str, folders), "-o", str(a)]) == 0
+    assert main(["ranks", *map(str, folders), "-o", str(b)]) == 0
+    names = sorted(p.name for p in a.iterdir())
+    assert names == ["ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_ingest_without_host_round_trips_says_lateness_cannot_be_compared(tmp_path):
+    import pandas as pd
+
+    folders, _ = write_planted(tmp_path / "job", steps=30)
+    for f in folders:  # keep the DtoH copies only: no collective is visible from the device
+        m = pd.read_parquet(f / "memcpy.parquet")
+        m[m["copy_kind_name"] == "DtoH"].to_parquet(f / "memcpy.parquet", index=False)
+    result = analyze(from_ingest(folders))
+    assert result.summary["collectives_compared"] == 0
+    assert result.findings == ["no collective is seen on every rank: lateness cannot be compared"]
