@@ -40,6 +40,7 @@ def test_every_path_the_page_names_exists():
         "findings.json",
         "findings.md",
         "decomposition.csv",
+        "steps.csv",
     )  # written by a run, named by artifacts (test below)
     missing = [
         p

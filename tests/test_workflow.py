@@ -147,6 +147,16 @@ def test_the_run_ends_with_the_findings_page(demo_run):
             )
 
 
+def test_merged_datasets_get_a_per_rank_analysis(demo_run):
+    workdir, _ = demo_run
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    merged = [d["name"] for d in cfg["datasets"] if d.get("merge")]
+    assert merged
+    for name in merged:
+        record = json.loads((workdir / f"results/ranks/{name}/ranks.json").read_text())
+        assert record["findings"] and (workdir / f"results/ranks/{name}/ranks.md").is_file()
+
+
 def test_books_balance_at_every_stage(demo_run):
     """rows in = rows out + documented drops, from the source file to the top-k rows."""
     workdir, _ = demo_run

@@ -36,6 +36,7 @@ CAUSAL_DIR = "results/causal/{dataset}/{target}"
 PLOT_DIR = "results/plots/{dataset}/{target}"
 CHECKS_TABLE = f"results/causal/{CAUSAL_CHECKS}"
 FINDINGS_DIR = "results/findings"
+RANKS_DIR = "results/ranks/{dataset}"  # gpuvar ranks of a merged (multi-rank) dataset: ranks.md, ranks.json, ...
 DATASET_FINDINGS_DIR = "results/findings/{dataset}"
 
 

@@ -52,3 +52,26 @@ rule summarise_findings:
         ),
     script:
         f"{SCRIPTS}/find_actionable_kernels.py"
+
+
+rule analyse_ranks:
+    input:
+        unpack(REG.ranks_inputs),
+    output:
+        directory(files.RANKS_DIR),
+    log:
+        "logs/analyse_ranks/{dataset}.log",
+    benchmark:
+        "benchmarks/analyse_ranks/{dataset}.tsv"
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=15,
+    params:
+        args=lambda wildcards, input, output: rule_args.ranks_arguments(
+            input, output[0], CFG.causal.seed
+        ),
+    script:
+        f"{SCRIPTS}/analyse_ranks.py"

@@ -3,7 +3,7 @@ column), bin its timeline, run causal discovery on the most variable windows (ke
 defaults) and write the findings; prints progress, then the top findings and where the page is.
 
 OUTPUT/ingest (kernels.parquet, ...), OUTPUT/bin, OUTPUT/causal, OUTPUT/findings/{findings.md,findings.json,
-decomposition.csv}: the same files the workflow writes for one dataset, so `gpuvar plot`, `gpuvar compare`
+decomposition.csv, figures/}, and with several files OUTPUT/ranks (gpuvar ranks: stragglers, waits): the same files the workflow writes for one dataset, so `gpuvar plot`, `gpuvar compare`
 and `gpuvar causal-checks` read them as they read the workflow's."""
 
 from __future__ import annotations
@@ -44,6 +44,18 @@ def _quiet(fn, *a):
 
     with contextlib.redirect_stdout(io.StringIO()):
         return fn(*a)
+
+
+def _ranks(traces, folder: Path) -> list[str]:
+    """`gpuvar ranks --traces` on the job's files (exact waits from the host collective ops); its findings."""
+    from gpuvar.ranks.analyze import analyze
+    from gpuvar.ranks.load import from_traces
+    from gpuvar.ranks.report import write_outputs
+
+    data = from_traces([str(t) for t in traces])
+    result = analyze(data)
+    write_outputs(result, data, str(folder))
+    return list(result.findings)
 
 
 def run(args) -> int:
@@ -95,10 +107,18 @@ def run(args) -> int:
             ["causal", str(bins / "topk_rows.parquet"), "--random-rows", str(bins / "sample_rows.parquet")]
             + ["--target", target, *arguments(cfg, CONFIG_OPTIONS), "-o", str(causal)],
         )
+    rank_lines = []
+    if len(args.traces) > 1:
+        _progress(f"ranks: stragglers and waits across {len(args.traces)} ranks", t0)
+        rank_lines = _ranks(args.traces, out / "ranks")
     _progress("findings: variance decomposition and verdicts per kernel", t0)
     record, table, kernels = analyse_dataset(name, ingest, causal, plots)
     write_dataset(record, table, out / "findings", kernels)
     _progress("done", t0)
     print(console_summary([record], args.top))
+    for line in rank_lines:
+        print(f"  ranks: {line}")
+    if rank_lines:
+        print(f"ranks page: {out / 'ranks' / 'ranks.md'}")
     print(f"findings page: {out / 'findings' / 'findings.md'}")
     return 0

@@ -231,3 +231,9 @@ def mpi_launcher(wildcards, resources) -> list[str]:
         return launcher_words(resources.mpi)
     except ConfigError as error:
         raise SystemExit(f"gpuvar: {error}") from None
+
+
+def ranks_arguments(inputs, output, seed: int) -> list[str]:
+    """`gpuvar ranks`: the rank traces (--traces) or the merged ingest folder."""
+    source = ["--traces", *map(str, inputs.traces)] if "traces" in inputs.keys() else [folder(inputs.kernels)]
+    return [*source, "--seed", str(seed), "-o", str(output)]

@@ -20,6 +20,7 @@ from gpuvar.artifacts import (
     INGEST_REPORT,
     KERNELS_TABLE,
     RANK_INGEST_DIR,
+    RANKS_DIR,
     bin_file,
     ingest_file,
 )
@@ -65,13 +66,27 @@ class Registry:
             inputs["causal"] = CAUSAL_DIR.format(dataset=wildcards.dataset, target="kernel_variability")
         return inputs
 
+    @property
+    def ranks_datasets(self) -> list[str]:
+        """config.yaml's datasets combined from rank files (`merge: true`): each gets a per-rank analysis."""
+        return [d.name for d in self.cfg.datasets if d.merge]
+
+    def ranks_inputs(self, wildcards) -> dict[str, list[str] | str]:
+        """The rank files when they are Kineto traces (host collective ops give exact waits), else the merged
+        ingest's kernels table (waits estimated from copies; docs/ranks.md)."""
+        sources = [str(s) for s in self.datasets[wildcards.dataset].sources]
+        if all(s.endswith((".json", ".json.gz")) for s in sources):
+            return {"traces": sources}
+        return {"kernels": ingest_file(KERNELS_TABLE).format(dataset=wildcards.dataset)}
+
     def analysis_outputs(self) -> list[str]:
         """Everything `all` analyses: per dataset and target the binning and causal results, and the checks."""
         outputs = []
         for dataset, target in self.analyses:
             outputs.append(bin_file(BIN_REPORT).format(dataset=dataset, target=target))
             outputs.append(CAUSAL_DIR.format(dataset=dataset, target=target))
-        return outputs + [CHECKS_TABLE, f"{FINDINGS_DIR}/{FINDINGS_RECORD}"]
+        ranks = [RANKS_DIR.format(dataset=name) for name in self.ranks_datasets]
+        return outputs + [CHECKS_TABLE, f"{FINDINGS_DIR}/{FINDINGS_RECORD}", *ranks]
 
     def names(self, merged: bool | None = None) -> list[str]:
         """Dataset names; merged=True/False: only datasets combined from rank files, or only single files."""
