@@ -152,10 +152,11 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def independent_branches(dot: str) -> int:
-    """Connected components of the job DAG once the aggregating nodes are removed: `all` and the run-wide table
-    of causal checks (`summarise_causal_checks` reads every branch's result, after the branches are done)."""
+    """Connected components of the job DAG once the aggregating nodes are removed: `all` and the run-wide tables
+    (`summarise_causal_checks` and `summarise_findings` read every branch's result, after the branches are done)."""
     labels = dict(re.findall(r'^\s*(\d+)\[label = "([^"\\]+)', dot, re.M))
-    parent = {n: n for n, label in labels.items() if label not in ("all", "summarise_causal_checks")}
+    aggregating = ("all", "summarise_causal_checks", "summarise_findings")
+    parent = {n: n for n, label in labels.items() if label not in aggregating}
 
     def find(n):
         while parent[n] != n:
