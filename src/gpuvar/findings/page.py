@@ -23,7 +23,7 @@ def _shares(s: dict) -> str:
     )
 
 
-def _finding(f: dict) -> list[str]:
+def _finding(f: dict, sites_are_configs: bool = False) -> list[str]:
     v = f["verdict"]
     low, high = f["recoverable_interval_ns"]
     lines = [
@@ -31,7 +31,9 @@ def _finding(f: dict) -> list[str]:
         "",
         f"- **Time above the call site's median**: {_ms(f['recoverable_ns'])} "
         f"(90 % interval {_ms(low)}–{_ms(high)}), {_pct(f['recoverable_share_of_kernel_time'])} of kernel time",
-        f"- **Launches**: {f['launches']} at {f['call_sites']} call site(s); CV {_pct(f['cv'])}, "
+        f"- **Launches**: {f['launches']} at {f['call_sites']} call site(s)"
+        + (" (launch configurations)" if sites_are_configs else "")
+        + f"; CV {_pct(f['cv'])}, "
         f"within call sites {_pct(f['cv_within_call_site'])}",
         f"- **Where its variance comes from**: {_shares(f['shares'])}",
     ]
@@ -85,6 +87,11 @@ def dataset_section(rec: dict) -> list[str]:
         f"Spread of kernel durations, all kernels: between call sites {_pct(p['between'])}, problem size / "
         f"launch configuration {_pct(p['size'])}, context {_pct(p['context'])}, unexplained {_pct(p['unexplained'])}."
     )
+    if not rec.get("steps"):
+        lines.append(
+            "This trace has no step markers, so a call site is a launch configuration: launches of one kernel on "
+            "different grids count as different call sites, and what the grid explains is in the between share."
+        )
     lines.append("")
     if rec["nothing_actionable"]:
         lines += [
@@ -93,7 +100,7 @@ def dataset_section(rec: dict) -> list[str]:
             "",
         ]
     for f in rec["findings"]:
-        lines += _finding(f)
+        lines += _finding(f, not rec.get("steps"))
     if rec["more_findings"]:
         lines += [f"{rec['more_findings']} more in findings.json.", ""]
     if rec["call_site_differences"]:
