@@ -15,4 +15,5 @@ ruff format --check src tests workflow/scripts
 pytest -q -m "not slow" --timeout=900 "$@"
 # Each mutation must still apply and be caught, after a baseline run of the same tests unmutated
 # (`make mutation`; 142 s wall, 112+18 s CPU on the 2-core dev machine, 2026-11-24). Skipped for a subset run.
-if [ "$#" -eq 0 ]; then python tools/mutation_check.py; fi
+# The suite above ran every mutation's tests unmutated (none is marked slow), so the tool's own baseline is skipped.
+if [ "$#" -eq 0 ]; then python tools/mutation_check.py --baseline-passed; fi
