@@ -22,6 +22,7 @@ import pytest
 from conftest import REPO, real_file
 
 from gpuvar.ingest import ingest
+from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
 from gpuvar.schema import canonical_columns, short_kernel_name
 
 NSYS = [
@@ -69,14 +70,6 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
 
 # derived after the reader (tests/test_call_sites.py and tests/test_context.py check them in detail)
 CALL_SITE_COLUMNS = ("launch_op", "step", "call_index", "call_site")
-CONTEXT_COLUMNS = (
-    "ctx_copy_active",
-    "ctx_copy_bytes",
-    "ctx_memset_active",
-    "ctx_kernels_concurrent",
-    "ctx_gap_ns",
-    "ctx_step_offset_ns",
-)
 
 
 def _check_call_sites(k: pd.DataFrame) -> None:

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 from gpuvar.findings.decompose import STABLE_CV
-from gpuvar.findings.report import MIN_RECOVERABLE_SHARE
-
-
-def _pct(x) -> str:
-    if x is None:
-        return "n/a"
-    return f"{100 * x:.0f} %" if abs(x) >= 0.01 or x == 0 else f"{100 * x:.1f} %"
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3g} ms" if ns >= 1e5 else f"{ns / 1e3:.3g} µs"
+from gpuvar.findings.report import MIN_RECOVERABLE_SHARE, duration_text, percent
 
 
 def _shares(s: dict) -> str:
     return (
-        f"between call sites {_pct(s['between_call_sites'])}, problem size / launch configuration "
-        f"{_pct(s['size_launch_config'])}, context {_pct(s['context'])}, unexplained {_pct(s['unexplained'])}"
+        f"between call sites {percent(s['between_call_sites'])}, problem size / launch configuration "
+        f"{percent(s['size_launch_config'])}, context {percent(s['context'])}, unexplained {percent(s['unexplained'])}"
     )
 
 
@@ -29,12 +19,12 @@ def _finding(f: dict, sites_are_configs: bool = False) -> list[str]:
     lines = [
         f"### {f['rank']}. {f['headline']}",
         "",
-        f"- **Time above the call site's median**: {_ms(f['recoverable_ns'])} "
-        f"(90 % interval {_ms(low)}–{_ms(high)}), {_pct(f['recoverable_share_of_kernel_time'])} of kernel time",
+        f"- **Time above the call site's median**: {duration_text(f['recoverable_ns'])} "
+        f"(90 % interval {duration_text(low)}–{duration_text(high)}), {percent(f['recoverable_share_of_kernel_time'])} of kernel time",
         f"- **Launches**: {f['launches']} at {f['call_sites']} call site(s)"
         + (" (launch configurations)" if sites_are_configs else "")
-        + f"; CV {_pct(f['cv'])}, "
-        f"within call sites {_pct(f['cv_within_call_site'])}",
+        + f"; CV {percent(f['cv'])}, "
+        f"within call sites {percent(f['cv_within_call_site'])}",
         f"- **Where its variance comes from**: {_shares(f['shares'])}",
     ]
     verdict = f"- **Verdict**: {v['verdict']}"
@@ -49,14 +39,14 @@ def _finding(f: dict, sites_are_configs: bool = False) -> list[str]:
     lines.append(verdict)
     if f["drivers"]:
         drivers = ", ".join(
-            f"{d['label']} ({'+' if d['sign'] > 0 else '−'}, {_pct(d['share_of_within'])} alone)"
+            f"{d['label']} ({'+' if d['sign'] > 0 else '−'}, {percent(d['share_of_within'])} alone)"
             for d in f["drivers"][:4]
         )
         lines.append(f"- **Drivers**: {drivers}")
     ev = f["evidence"]["slowest_launch"]
     where = ", ".join(f"{k} {ev[k]}" for k in ("step", "rank", "start") if k in ev)
     lines.append(
-        f"- **Evidence**: slowest launch {_ms(ev['duration_ns'])} = {ev['ratio']:.2f}× its call site's median"
+        f"- **Evidence**: slowest launch {duration_text(ev['duration_ns'])} = {ev['ratio']:.2f}× its call site's median"
         + (f" ({where})" if where else "")
         + f", call site `{ev['call_site']}`"
     )
@@ -80,12 +70,12 @@ def dataset_section(rec: dict) -> list[str]:
     lines = [f"## {rec['dataset']}", ""]
     steps = f", {rec['steps']} steps" if rec.get("steps") else ""
     lines.append(
-        f"{rec['launches']} launches of {rec['kernel_names']} kernels, {_ms(rec['kernel_time_ns'])} of kernel time{steps}."
+        f"{rec['launches']} launches of {rec['kernel_names']} kernels, {duration_text(rec['kernel_time_ns'])} of kernel time{steps}."
     )
     p = rec["pooled_shares"]
     lines.append(
-        f"Spread of kernel durations, all kernels: between call sites {_pct(p['between'])}, problem size / "
-        f"launch configuration {_pct(p['size'])}, context {_pct(p['context'])}, unexplained {_pct(p['unexplained'])}."
+        f"Spread of kernel durations, all kernels: between call sites {percent(p['between'])}, problem size / "
+        f"launch configuration {percent(p['size'])}, context {percent(p['context'])}, unexplained {percent(p['unexplained'])}."
     )
     if not rec.get("steps"):
         lines.append(
@@ -95,8 +85,8 @@ def dataset_section(rec: dict) -> list[str]:
     lines.append("")
     if rec["nothing_actionable"]:
         lines += [
-            f"**Nothing actionable.** Every kernel is stable within its call sites (CV < {_pct(STABLE_CV)}), differs "
-            f"only between call sites, or its variability costs < {_pct(MIN_RECOVERABLE_SHARE)} of kernel time.",
+            f"**Nothing actionable.** Every kernel is stable within its call sites (CV < {percent(STABLE_CV)}), differs "
+            f"only between call sites, or its variability costs < {percent(MIN_RECOVERABLE_SHARE)} of kernel time.",
             "",
         ]
     for f in rec["findings"]:
@@ -108,13 +98,15 @@ def dataset_section(rec: dict) -> list[str]:
         for e in rec["call_site_differences"]:
             lines.append(
                 f"- {e['short_name']}: {e['launches']} launches at {e['call_sites']} call sites, "
-                f"{_pct(e['between_call_sites'])} of its variance between them; CV within call sites {_pct(e['cv_within'])}"
+                f"{percent(e['between_call_sites'])} of its variance between them; CV within call sites {percent(e['cv_within'])}"
             )
         lines.append("")
     if rec["stable"]:
-        lines += [f"**Stable** (CV within call sites < {_pct(STABLE_CV)}, or too little time to matter):", ""]
+        lines += [f"**Stable** (CV within call sites < {percent(STABLE_CV)}, or too little time to matter):", ""]
         for e in rec["stable"]:
-            lines.append(f"- {e['short_name']}: {e['launches']} launches, CV within call sites {_pct(e['cv_within'])}")
+            lines.append(
+                f"- {e['short_name']}: {e['launches']} launches, CV within call sites {percent(e['cv_within'])}"
+            )
         lines.append("")
     return lines
 

@@ -79,11 +79,14 @@ def _recoverable(d: np.ndarray, sites: np.ndarray, steps: np.ndarray | None, see
     return value, [float(low), float(high)]
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f} %" if x >= 0.01 or x == 0 else f"{100 * x:.1f} %"
+def percent(x: float | None) -> str:
+    """A share as the page and the headlines show it: whole percent, one decimal below 1 %."""
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.0f} %" if abs(x) >= 0.01 or x == 0 else f"{100 * x:.1f} %"
 
 
-def _ms(ns: float) -> str:
+def duration_text(ns: float) -> str:
     return f"{ns / 1e6:.3g} ms" if ns >= 1e5 else f"{ns / 1e3:.3g} µs"
 
 
@@ -108,15 +111,15 @@ def _headline(dec: Decomposition, short: str) -> str:
     if v.verdict == DECLINED:
         return f"{short}: declined ({v.reason})"
     if v.verdict == NOT_EXPLAINED:
-        return f"{short}: varies {_pct(dec.cv_within)} (CV within call sites), not explained by recorded features"
+        return f"{short}: varies {percent(dec.cv_within)} (CV within call sites), not explained by recorded features"
     drivers = ", ".join(f"{d.label} {_sign(d.sign)}" for d in dec.drivers[:2]) or "the recorded features"
-    return f"{short}: {v.verdict} {_pct(v.share)} by {drivers}"
+    return f"{short}: {v.verdict} {percent(v.share)} by {drivers}"
 
 
 def _action(dec: Decomposition) -> tuple[str, str, list[str]]:
     """(suggested action, verification experiment, what else could explain it)."""
     top = dec.drivers[0] if dec.drivers else None
-    remain = _pct(dec.unexplained / max(1e-12, 1 - dec.between)) if dec.between < 1 else "0 %"
+    remain = percent(dec.unexplained / max(1e-12, 1 - dec.between)) if dec.between < 1 else "0 %"
     if dec.verdict.verdict in (EXPLAINED, PARTLY) and top is not None and top.kind == "context":
         feature = top.feature
         if feature.startswith("ctx_copy"):
@@ -124,7 +127,7 @@ def _action(dec: Decomposition) -> tuple[str, str, list[str]]:
                 "Launches that overlap a memory copy on the same GPU are slower (bandwidth contention): issue the "
                 "copy outside this phase of the step, or make it smaller / pinned and asynchronous earlier.",
                 f"Re-run with the concurrent copies removed or moved; expect this kernel's CV within call sites to "
-                f"fall from {_pct(dec.cv_within)} towards the unexplained remainder ({remain} of its variance).",
+                f"fall from {percent(dec.cv_within)} towards the unexplained remainder ({remain} of its variance).",
                 ["anything else that happens in the same steps as the copies (inputs, allocator activity)"],
             )
         if feature.startswith("ctx_kernels"):
@@ -159,7 +162,7 @@ def _action(dec: Decomposition) -> tuple[str, str, list[str]]:
             "To make steps predictable, bucket or pad sizes to a few fixed shapes; to make it faster, tune "
             "this kernel for the sizes that cost most.",
             f"Re-run with {top.feature} fixed (one input size); expect the CV within call sites to fall from "
-            f"{_pct(dec.cv_within)} to about the unexplained remainder ({remain} of its variance).",
+            f"{percent(dec.cv_within)} to about the unexplained remainder ({remain} of its variance).",
             [
                 "anything that scales with the same size (memory traffic, the kernel variant the library picks)",
                 "unrecorded causes of the remainder (clocks, contention)",
@@ -169,7 +172,7 @@ def _action(dec: Decomposition) -> tuple[str, str, list[str]]:
         "No recorded launch parameter or context explains it: check GPU clocks and throttling, other processes "
         "on the GPU, and collect counters for this kernel (Nsight Compute) to see which unit stalls.",
         "Re-run with locked clocks (nvidia-smi -lgc) and nothing else on the GPU; if the CV within call sites "
-        f"({_pct(dec.cv_within)}) stays, profile the slowest launches with Nsight Compute.",
+        f"({percent(dec.cv_within)}) stays, profile the slowest launches with Nsight Compute.",
         ["clock or power changes", "other work on the GPU or the host", "data-dependent control flow"],
     )
 

@@ -12,7 +12,6 @@ import json
 import logging
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from gpuvar import __version__
@@ -123,15 +122,6 @@ def analyse_dataset(
     return record, table, kernels
 
 
-def _round_floats(table: pd.DataFrame) -> pd.DataFrame:
-    """12 significant digits: the last bits of a float sum depend on the CPU's SIMD path, not on the data."""
-    out = table.copy()
-    for column in out.columns:
-        if pd.api.types.is_float_dtype(out[column]):
-            out[column] = [float(f"{v:.12g}") if np.isfinite(v) else v for v in out[column]]
-    return out
-
-
 def _draw_figures(record: dict, kernels: pd.DataFrame, tmp: Path, folder: Path) -> None:
     """figures/NN.png per finding (its evidence), the path recorded in the finding."""
     from gpuvar.findings.decompose import call_sites
@@ -144,6 +134,18 @@ def _draw_figures(record: dict, kernels: pd.DataFrame, tmp: Path, folder: Path) 
         stem = f"{FIGURES_FOLDER}/{finding['rank']:02d}"
         finding_figure(part, call_sites(part).to_numpy(), finding, tmp / stem)
         finding["evidence"]["figure"] = f"{stem}.png"  # relative to the findings folder: the page links it
+
+
+def _round_floats(table: pd.DataFrame) -> pd.DataFrame:
+    """Floats at 12 significant digits, as every causal output (gpuvar.causal.discover.stable_float): the last
+    bits of a float sum depend on the CPU's SIMD path, not on the data."""
+    from gpuvar.causal.discover import stable_float
+
+    out = table.copy()
+    for column in out.columns:
+        if pd.api.types.is_float_dtype(out[column]):
+            out[column] = [stable_float(v) for v in out[column]]
+    return out
 
 
 def write_dataset(record: dict, table: pd.DataFrame, folder: Path, kernels: pd.DataFrame | None = None) -> None:

@@ -16,18 +16,6 @@ from gpuvar.artifacts import INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.errors import AccountingError, InputError, path_problem
 
 log = logging.getLogger("gpuvar.ingest")
-# columns computed from a launch's neighbours (gpuvar.ingest.call_sites, gpuvar.ingest.context): two records of one
-# launch differ there (the second's gap, call index), so exact duplicates are judged on the recorded columns
-DERIVED_COLUMNS = (
-    "call_index",
-    "call_site",
-    "ctx_copy_active",
-    "ctx_copy_bytes",
-    "ctx_memset_active",
-    "ctx_kernels_concurrent",
-    "ctx_gap_ns",
-    "ctx_step_offset_ns",
-)
 
 
 def reader_for(source: Path, fmt: str = "auto"):
@@ -115,6 +103,8 @@ def write_ingest(source: str, output: Path, out, kernels, memcpy, t_read: float,
     binning rule always declares it) and ingest.json, each atomically, ingest.json last: it marks a complete
     ingest, so an interrupted run never leaves new tables beside an old report."""
     from gpuvar.canonical_io import write_canonical, write_json
+    from gpuvar.ingest.call_sites import DERIVED as CALL_SITE_DERIVED
+    from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
     from gpuvar.ingest.sanity import duplicate_rows, require_kernels
     from gpuvar.schema import empty_memcpy
 
@@ -139,7 +129,10 @@ def write_ingest(source: str, output: Path, out, kernels, memcpy, t_read: float,
             )
         if name == "kernels":
             require_kernels(source, table, rows_read, dropped)
-        duplicates = duplicate_rows(table.drop_columns([c for c in DERIVED_COLUMNS if c in table.column_names]))
+        # columns computed from a launch's neighbours (call index, context) differ between two records of one
+        # launch (the second's gap, call index): exact duplicates are judged on the recorded columns
+        derived = [c for c in (*CALL_SITE_DERIVED, *CONTEXT_COLUMNS) if c in table.column_names]
+        duplicates = duplicate_rows(table.drop_columns(derived))
         report["tables"][name] = {
             "rows_read": rows_read,
             "rows_written": table.num_rows,

@@ -39,6 +39,7 @@ EMIT_NVTX_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes|input_op_ids)\s*=.*$", re
 SYNC_NAME = re.compile(r"^cudaDeviceSynchronize(?:_v\d+)?$")
 NVTX_PUSHPOP, NVTX_STARTEND = 59, 60
 _MISSING = np.iinfo(np.int64).min
+DERIVED = ("call_index", "call_site")  # computed from the launch's neighbours in its step, not recorded
 
 
 @dataclass

@@ -156,18 +156,24 @@ def json_value(raw):
         return None
 
 
-def _decode_args(raws: list) -> list:
-    """Args objects of one piece's events in one decode call; an event whose args do not fit gets None."""
+def _decode_each(decoder, raws: list) -> list:
+    """Raw JSON objects of one piece decoded by `decoder` (a list decoder) in one call; when that fails, one by
+    one, and an object that does not fit gets None."""
     try:
-        return _ARGS.decode(b"[" + b",".join(raws) + b"]")
+        return decoder.decode(b"[" + b",".join(raws) + b"]")
     except _DECODE_ERRORS:
         out = []
         for raw in raws:
             try:
-                out.append(_ARGS.decode(b"[" + bytes(raw) + b"]")[0])
+                out.append(decoder.decode(b"[" + bytes(raw) + b"]")[0])
             except _DECODE_ERRORS:
                 out.append(None)
         return out
+
+
+def _decode_args(raws: list) -> list:
+    """Args objects of one piece's events in one decode call; an event whose args do not fit gets None."""
+    return _decode_each(_ARGS, raws)
 
 
 def decode_names(raws: list) -> list:
@@ -314,16 +320,7 @@ def _scatter(n: int, parts: list[tuple]) -> np.ndarray:
 
 def _host_args(raws: list) -> list:
     """The linking args (External id, correlation) of host events; an event whose args do not fit gets None."""
-    try:
-        return _HOST_ARGS.decode(b"[" + b",".join(raws) + b"]")
-    except _DECODE_ERRORS:
-        out = []
-        for raw in raws:
-            try:
-                out.append(_HOST_ARGS.decode(b"[" + bytes(raw) + b"]")[0])
-            except _DECODE_ERRORS:
-                out.append(None)
-        return out
+    return _decode_each(_HOST_ARGS, raws)
 
 
 def _host_columns(events: list, cat: np.ndarray, keys: tuple) -> dict:
