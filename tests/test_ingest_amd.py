@@ -281,6 +281,16 @@ KERNEL_TRACE_HEADER = [
     "Grid_Size_Y",
     "Grid_Size_Z",
 ]
+# a rocprofv3 *_memory_copy_trace.csv header (also used by test_raw_amd.py)
+MEMORY_COPY_TRACE_HEADER = [
+    "Kind",
+    "Direction",
+    "Stream_Id",
+    "Source_Agent_Id",
+    "Destination_Agent_Id",
+    "Start_Timestamp",
+    "End_Timestamp",
+]
 
 
 def _write(path, header, rows):
@@ -306,16 +316,11 @@ def test_rocprofv3_processes_are_joined_separately(tmp_path):
         cc,
         [[1, "Agent 2", "k", "SQ_WAVES", 5], [1, "Agent 2", "k", "SQ_WAVES", 7]],
     )
-    mc = [
-        "Kind",
-        "Direction",
-        "Stream_Id",
-        "Source_Agent_Id",
-        "Destination_Agent_Id",
-        "Start_Timestamp",
-        "End_Timestamp",
-    ]
-    _write(host / "123_memory_copy_trace.csv", mc, [["MEMORY_COPY", "MEMORY_COPY_DEVICE_TO_HOST", 0, 2, 0, 10, 20]])
+    _write(
+        host / "123_memory_copy_trace.csv",
+        MEMORY_COPY_TRACE_HEADER,
+        [["MEMORY_COPY", "MEMORY_COPY_DEVICE_TO_HOST", 0, 2, 0, 10, 20]],
+    )
     out, k, m = kernels_of(tmp_path)
     k = k.set_index("process_id")
     assert k.loc[123, "sq_waves"] == 12 and pd.isna(k.loc[456, "sq_waves"])  # summed instances, own process
@@ -466,18 +471,9 @@ def test_rocprofv3_csv_bad_timestamps_in_kernels_and_copies(tmp_path):
     kernels = [["KERNEL_DISPATCH", 2, 0, i, "k", b, e, 64, 1, 1, 640, 1, 1] for i, (b, e) in enumerate(times)]
     kernels[5][6], kernels[9][5] = "inf", "NaN"
     _write(tmp_path / "1_kernel_trace.csv", KERNEL_TRACE_HEADER, kernels)
-    mc = [
-        "Kind",
-        "Direction",
-        "Stream_Id",
-        "Source_Agent_Id",
-        "Destination_Agent_Id",
-        "Start_Timestamp",
-        "End_Timestamp",
-    ]
     copies = [["MEMORY_COPY", "MEMORY_COPY_HOST_TO_DEVICE", 0, 0, 2, b, e] for b, e in times[:10]]
     copies[3][5] = "-99999999999999999999"
-    _write(tmp_path / "1_memory_copy_trace.csv", mc, copies)
+    _write(tmp_path / "1_memory_copy_trace.csv", MEMORY_COPY_TRACE_HEADER, copies)
     out, k, m = load(tmp_path)
     assert out.dropped == {"kernels": {amd_common.BAD_TIMESTAMP: 2}, "memcpy": {amd_common.BAD_TIMESTAMP: 1}}
     good = [t for i, t in enumerate(times) if i not in (5, 9)]

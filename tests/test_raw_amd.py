@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from conftest import real_file
 from pandas.testing import assert_frame_equal
-from test_ingest_amd import KERNEL_TRACE_HEADER, _write
+from test_ingest_amd import KERNEL_TRACE_HEADER, MEMORY_COPY_TRACE_HEADER, _write
 
 from gpuvar.demo.rocprof_writer import write_rocprof_demo
 from gpuvar.errors import InputError
@@ -25,7 +25,6 @@ PERPASS = f"{ROCPROF}/omniperf2022-mixbench-mi100-perpass"
 OMNI = "omniperf-pmc-perf"
 V3 = "rocprofv3-csv/rocprofiler-sdk-docs-vectorops-newer"
 CC = ["Dispatch_Id", "Agent_Id", "Kernel_Name", "Counter_Name", "Counter_Value"]
-MC = ["Kind", "Direction", "Stream_Id", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp", "End_Timestamp"]
 
 
 def assert_split_is_read(module, path, tmp_path):
@@ -103,7 +102,11 @@ def test_rocprofv3_processes_get_numbered_raw_tables(tmp_path):
         [[1, "Agent 2", "k", "SQ_WAVES", 5], [1, "Agent 2", "k", "SQ_WAVES", 7]],
     )
     _write(host / "789_counter_collection.csv", CC, [[3, "Agent 2", "c", "SQ_WAVES", 1]])
-    _write(host / "123_memory_copy_trace.csv", MC, [["MEMORY_COPY", "MEMORY_COPY_DEVICE_TO_HOST", 0, 2, 0, 10, 20]])
+    _write(
+        host / "123_memory_copy_trace.csv",
+        MEMORY_COPY_TRACE_HEADER,
+        [["MEMORY_COPY", "MEMORY_COPY_DEVICE_TO_HOST", 0, 2, 0, 10, 20]],
+    )
     raw = rocprofv3.read_raw(tmp_path)
     assert set(raw.tables) == {
         "kernel_trace_0",
