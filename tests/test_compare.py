@@ -23,7 +23,7 @@ def durations(rng, spec: dict[str, tuple[int, float]]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def test_kernel_table_flags_a_slowdown_orders_by_impact_and_lists_added_removed():
+def test_kernel_table_flags_a_slowdown_orders_by_delta_time_and_lists_added_removed():
     rng = np.random.default_rng(1)
     base = durations(rng, {"gemm": (400, 50_000), "add": (2000, 3_000), "old": (50, 9_000)})
     cand = durations(rng, {"gemm": (400, 55_000), "add": (2000, 3_000), "new": (60, 7_000)})
@@ -31,11 +31,25 @@ def test_kernel_table_flags_a_slowdown_orders_by_impact_and_lists_added_removed(
     assert t.loc["gemm", "verdict"] == "slower" and t.loc["gemm", "ci_low"] > 1.05 and t.loc["gemm", "ci_high"] < 1.15
     assert t.loc["add", "verdict"] == "unchanged" and t.loc["add", "ci_low"] < 1 < t.loc["add", "ci_high"]
     assert t.loc["old", "verdict"] == "removed" and t.loc["new", "verdict"] == "added"
-    assert t.loc["gemm", "impact_ns"] == pytest.approx(
-        (t.loc["gemm", "median_ns_c"] - t.loc["gemm", "median_ns_b"]) * 400
-    )
-    assert list(t.index)[0] == "gemm"  # largest |Δ median × launches| first
+    # Δ time is the plain difference of totals, split exactly into per-launch and launch-count change
+    for key in t.index:
+        assert t.loc[key, "delta_total_ns"] == pytest.approx(t.loc[key, "total_ns_c"] - t.loc[key, "total_ns_b"])
+        assert t.loc[key, "delta_rate_ns"] + t.loc[key, "delta_count_ns"] == pytest.approx(t.loc[key, "delta_total_ns"])
+    assert t.loc["old", "delta_total_ns"] < 0 < t.loc["new", "delta_total_ns"]  # the sign is the time's
+    deltas = list(t["delta_total_ns"].abs())
+    assert list(t.index)[0] == "gemm" and deltas == sorted(deltas, reverse=True)
     assert t.loc["new", "launches_b"] == 0 and t.loc["old", "launches_c"] == 0
+
+
+def test_minimum_effect_keeps_a_significant_but_tiny_change_out_of_slower():
+    """A 0.5 % change with a tight interval is real but not worth acting on: `negligible` at the default 2 %
+    floor, `slower` with the floor off."""
+    rng = np.random.default_rng(5)
+    base = pd.DataFrame({"key": "k", "duration": 10_000 * (1 + rng.normal(0, 0.002, 3000))})
+    cand = pd.DataFrame({"key": "k", "duration": 10_050 * (1 + rng.normal(0, 0.002, 3000))})
+    row = kernels.compare_kernels(base, cand, bootstrap=400).iloc[0]
+    assert row["ci_low"] > 1 and row["q_value"] < 0.05 and row["verdict"] == "negligible"
+    assert kernels.compare_kernels(base, cand, bootstrap=400, min_effect=0).iloc[0]["verdict"] == "slower"
 
 
 def test_intervals_are_seeded_and_independent_of_other_kernels():
@@ -59,12 +73,34 @@ def test_few_launches_are_untested_not_judged():
     assert row["verdict"] == "untested" and np.isnan(row["q_value"]) and row["ratio"] == 10.0
 
 
-def test_exact_bootstrap_law_matches_resampling_for_large_kernels(monkeypatch):
-    x = np.round(np.random.default_rng(3).exponential(100, 6001) + 1000)
-    exact = kernels.bootstrap_medians(x, 4000, np.random.default_rng(4))
-    monkeypatch.setattr(kernels, "EXACT_FROM", 10**9)
-    resampled = kernels.bootstrap_medians(x, 4000, np.random.default_rng(4))
-    assert np.percentile(exact, [2.5, 97.5]) == pytest.approx(np.percentile(resampled, [2.5, 97.5]), abs=1.0)
+def test_cluster_bootstrap_draws_whole_units_and_takes_the_lower_median():
+    """Against a direct implementation on the same draws: resample units, pool their launches, lower median."""
+    rng = np.random.default_rng(3)
+    units = np.repeat(np.arange(12), rng.integers(1, 6, 12))
+    values = np.round(rng.exponential(100, len(units)) + 1000)
+    got = kernels.cluster_medians(values, units, 300, np.random.default_rng(4))
+    draws = np.random.default_rng(4).integers(0, 12, size=(300, 12))
+    want = [
+        np.sort(np.concatenate([values[units == u] for u in row]))[(sum((units == u).sum() for u in row) - 1) // 2]
+        for row in draws
+    ]
+    assert np.array_equal(got, want)
+
+
+def test_step_correlated_noise_is_not_a_slowdown():
+    """The trap of launch-level resampling: a step's contention slows all its launches together. Two runs of one
+    program (planted.step_noise_pair) differ only by which steps drew contention; resampling launches calls many
+    of them slower or faster, resampling steps almost never."""
+    flagged_steps, flagged_launches = 0, 0
+    for seed in range(20):
+        base, cand = planted.step_noise_pair(seed)
+        steps = kernels.compare_kernels(base, cand, bootstrap=300, seed=seed, min_effect=0)
+        launches = kernels.compare_kernels(
+            base.drop(columns="unit"), cand.drop(columns="unit"), bootstrap=300, seed=seed, min_effect=0
+        )
+        flagged_steps += int(steps["verdict"].isin(["slower", "faster"]).sum())
+        flagged_launches += int(launches["verdict"].isin(["slower", "faster"]).sum())
+    assert flagged_steps <= 2 and flagged_launches >= 10, (flagged_steps, flagged_launches)
 
 
 def test_benjamini_hochberg_matches_the_textbook_values():
@@ -250,6 +286,8 @@ def test_outputs_are_strict_json_and_byte_identical_on_rerun(pair_outputs):
         "causal_diff.png",
         "causal_diff.svg",
         "compare.json",
+        "delta_time.png",
+        "delta_time.svg",
         "distributions.png",
         "distributions.svg",
         "forest.png",

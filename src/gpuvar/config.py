@@ -253,6 +253,12 @@ class Comparison(Strict):
     name: str = Field(description="identifier used in output paths")
     baseline: str = Field(description="dataset name of the run before")
     candidate: str = Field(description="dataset name of the run after")
+    key: Literal["kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site"] = Field(
+        "kernel_name", description="what kernels are matched by across the runs (docs/compare.md)"
+    )
+    min_effect: float = Field(
+        0.02, ge=0, lt=1, description="smallest change of a median called slower/faster (0.02 = 2 %)"
+    )
 
 
 class Config(Strict):

@@ -28,6 +28,15 @@ rule compare_runs:
             subcategory="{comparison}",
             labels={"comparison": "{comparison}", "figure": "kernel ratios"},
         ),
+        delta_time=plot_paths.figure_files(
+            "results/compare/{comparison}/delta_time",
+            PLOT_FORMATS,
+            REPORT_FORMAT,
+            caption="../report/compare_delta_time.rst",
+            category="Comparisons",
+            subcategory="{comparison}",
+            labels={"comparison": "{comparison}", "figure": "where the time went"},
+        ),
         distributions=plot_paths.figure_files(
             "results/compare/{comparison}/distributions",
             PLOT_FORMATS,

@@ -10,6 +10,7 @@ are dataset names of a workflow's results folder and every target found for both
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY
@@ -41,14 +42,26 @@ def configure(p):
     p.add_argument("--names", help="labels of the two runs, 'A,B' (default: the folder or dataset names)")
     p.add_argument(
         "--key",
-        choices=("kernel_name", "kernel_short_name", "launch_config"),
+        choices=("kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site"),
         default="kernel_name",
-        help="match kernels by name (default), short name, or name + launch configuration",
+        help="match kernels by name (default: kernel_name), short name, name + launch configuration, or launching "
+        "op / call site + name (keeps aten::gelu's elementwise kernel apart from aten::add's)",
     )
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the ratio interval")
+    p.add_argument(
+        "--bootstrap", type=int, default=2000, help="bootstrap resamples of steps for the ratio interval (default 2000)"
+    )
     p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
-    p.add_argument("--alpha", type=float, default=0.05, help="false-discovery rate for the verdicts")
-    p.add_argument("--min-launches", type=int, default=5, help="launches needed in both runs to test a kernel")
+    p.add_argument("--alpha", type=float, default=0.05, help="false-discovery rate for the verdicts (default 0.05)")
+    p.add_argument(
+        "--min-launches", type=int, default=5, help="launches needed in both runs to test a kernel (default 5)"
+    )
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.02,
+        help="smallest change of a median called slower/faster; smaller significant changes are 'negligible' "
+        "(default 0.02 = 2 %%)",
+    )
     add_options(
         p,
         (
@@ -117,11 +130,14 @@ def run(args) -> int:
         args.confidence,
         args.alpha,
         args.min_launches,
+        args.min_effect,
         args.seed,
         formats,
         args.dpi,
         min_probability=args.min_probability,
     )
     record = compare_runs(base, cand, args.output, options)
+    for warning in record["warnings"]:
+        print(f"gpuvar compare: warning: {warning}", file=sys.stderr)
     print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
     return 0

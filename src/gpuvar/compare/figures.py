@@ -2,6 +2,9 @@
 
 * forest: ratio of medians (candidate / baseline) per kernel with its bootstrap interval, log scale,
   regressions red, improvements blue, unchanged grey; the kernels that cost the run most, top first.
+* delta_time: where the time went -- Δ total time per kernel, copy kind and memset, added and removed ones
+  included (they are often most of a change), split into per-launch change and launch-count change; the
+  bars add up to the run's Δ total, which the title states.
 * distributions: violins of the top regressed kernels' durations in both runs, relative to the baseline
   median (kernels of very different lengths share one axis).
 * causal diff: per kernel group with the most changes, the union of both graphs: kept edges grey, added
@@ -20,13 +23,99 @@ from gpuvar.plots import style
 
 SLOWER, FASTER, UNCHANGED = style.NEGATIVE, "#2e86c1", "#7f8c8d"
 ADDED, REMOVED, KEPT = "#1e8449", "#7f8c8d", "#b3b6b7"
-COLORS = {"slower": SLOWER, "faster": FASTER, "unchanged": UNCHANGED, "untested": UNCHANGED}
+COLORS = {
+    "slower": SLOWER,
+    "faster": FASTER,
+    "negligible": UNCHANGED,
+    "unchanged": UNCHANGED,
+    "untested": UNCHANGED,
+    "added": SLOWER,
+    "removed": FASTER,
+}
+LABEL_WIDTH = 64
 NICE_TICKS = (0.1, 0.2, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 5.0, 10.0)
 VIOLIN_POINTS = 4000  # per kernel and run: evenly spaced quantiles keep the shape, bound the KDE cost
 
 
 def short(label: str, width: int = 48) -> str:
+    """Cut on the right: for group and feature names (kernel labels come shortened from the left, names.py)."""
     return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def _duration_axis(values: np.ndarray) -> tuple[float, str]:
+    """(divisor, unit) so the largest |value| in ns reads in ns, µs, ms or s."""
+    top = float(np.nanmax(np.abs(values))) if len(values) else 0.0
+    for divisor, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
+        if top >= divisor:
+            return divisor, unit
+    return 1.0, "ns"
+
+
+def delta_time(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str], max_rows: int = 30) -> list:
+    """Horizontal bars of Δ total time per row of kernels.csv (largest |Δ| first), stacked as per-launch change
+    and launch-count change; coloured by verdict; the rows not drawn are summed in the footnote."""
+    data = table.head(max_rows).reset_index(drop=True)
+    fig = style.figure(8.5, 1.4 + 0.28 * max(len(data), 1))
+    ax = fig.add_subplot(111)
+    total = float(table["delta_total_ns"].sum()) if not table.empty else 0.0
+    divisor, unit = _duration_axis(np.concatenate([data[c].to_numpy(float) for c in DELTA_PARTS] + [[total]]))
+    if data.empty:
+        ax.text(0.5, 0.5, "no kernel, copy or memset in either run", ha="center", va="center")
+        ax.set_axis_off()
+    else:
+        y = np.arange(len(data))
+        rate, count = (data[c].to_numpy(float) / divisor for c in DELTA_PARTS)
+        colors = [COLORS[v] for v in data["verdict"]]
+        ax.barh(y, rate, color=colors, height=0.7, edgecolor="none")
+        ax.barh(
+            y,
+            count,
+            left=np.where(np.sign(count) == np.sign(rate), rate, 0),
+            color=colors,
+            height=0.7,
+            alpha=0.45,
+            hatch="///",
+            edgecolor="white",
+            linewidth=0,
+        )
+        ax.axvline(0, color="#333333", linewidth=0.8)
+        tags = [
+            f"{i + 1}. {lab}" + ("" if st == "both" else f" [{st}]")
+            for i, (lab, st) in enumerate(zip(data["label"], data["status"]))
+        ]
+        ax.set_yticks(y, tags, fontsize=6.5)
+        ax.set_ylim(len(data) - 0.5, -0.5)
+        ax.set_xlabel(
+            f"Δ total time {names[1]} − {names[0]} ({unit}); solid: per-launch change, hatched: launch-count change"
+        )
+        ax.set_title(
+            f"where the time went: Δ total {total / divisor:+.3g} {unit} ({_ratio_text(table)}), largest changes first"
+        )
+        from matplotlib.patches import Patch
+
+        shown = list(dict.fromkeys(data["verdict"]))
+        ax.legend(
+            handles=[Patch(color=COLORS[v], label=v) for v in shown], loc="lower right", frameon=False, fontsize=7
+        )
+    rest = table.iloc[len(data) :]
+    style.footnote(
+        fig,
+        [
+            "N. = row N of kernels.csv (full names, every number)",
+            f"{len(rest)} more row(s), Δ {rest['delta_total_ns'].sum() / divisor:+.3g} {unit} together"
+            if len(rest)
+            else "",
+        ],
+    )
+    return style.save_figure(fig, stem, formats, dpi)
+
+
+DELTA_PARTS = ("delta_rate_ns", "delta_count_ns")
+
+
+def _ratio_text(table: pd.DataFrame) -> str:
+    b, c = float(table["total_ns_b"].sum()), float(table["total_ns_c"].sum())
+    return f"×{c / b:.3f}" if b > 0 else "new"
 
 
 def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str], max_rows: int = 30) -> list:
@@ -40,7 +129,7 @@ def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str],
         ax.text(0.5, 0.5, "no kernel has enough launches in both runs for an interval", ha="center", va="center")
         ax.set_axis_off()
     else:
-        data = data.assign(label=[f"{i + 1}. {short(k)}" for i, k in zip(data.index, data["key"])]).reset_index(
+        data = data.assign(label=[f"{i + 1}. {lab}" for i, lab in zip(data.index, data["label"])]).reset_index(
             drop=True
         )
         y = np.arange(len(data))
@@ -58,12 +147,14 @@ def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str],
             edgecolor="none",
         )
         ax.axvline(1.0, color="#333333", linewidth=0.8, linestyle=":")
-        ax.set_yticks(y, data["label"])
+        ax.set_yticks(y, data["label"], fontsize=6.5)
         ax.set_ylim(len(data) - 0.5, -0.5)
         ax.set_xscale("log")
         lo, hi = _limits(data)
         ax.set_xlim(lo, hi)
         ticks = [t for t in NICE_TICKS if lo <= t <= hi]
+        if len(ticks) < 3:  # a narrow range (changes of a few %): evenly spaced ticks with 3 decimals
+            ticks = sorted(set(np.round(np.geomspace(lo, hi, 6)[1:-1], 3)) | {1.0})
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         cut = int(((data["ci_low"] < lo) | (data["ci_high"] > hi)).sum())
@@ -74,9 +165,9 @@ def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str],
                 f"{cut} interval(s) extend beyond the axis" if cut else "",
             ],
         )
-        ax.set_xlabel(f"median duration ratio {names[1]} / {names[0]} (95 % bootstrap interval)")
+        ax.set_xlabel(f"median duration ratio {names[1]} / {names[0]} (bootstrap interval over steps)")
         ax.legend(title=None, loc="lower right", frameon=False)
-        ax.set_title(f"per-kernel change, {names[0]} → {names[1]} (ordered by Δ time × launches)")
+        ax.set_title(f"per-kernel change, {names[0]} → {names[1]} (ordered by |Δ total time|)")
     return style.save_figure(fig, stem, formats, dpi)
 
 
@@ -96,9 +187,11 @@ def _quantile_sample(values: np.ndarray) -> np.ndarray:
 
 
 def top_regressed(table: pd.DataFrame, k: int = 6) -> list[str]:
-    """Kernels judged slower, by impact; if none, the kernels in both runs with the largest impact."""
+    """Kernels judged slower, by |Δ time|; if none, those in both runs whose per-launch change cost most."""
     slower = table[table["verdict"] == "slower"]
-    pool = slower if not slower.empty else table[(table["status"] == "both") & (table["impact_ns"] > 0)]
+    pool = slower if not slower.empty else table[(table["status"] == "both") & (table["delta_rate_ns"] > 0)]
+    if slower.empty:
+        pool = pool.sort_values(["delta_rate_ns", "key"], ascending=[False, True], kind="mergesort")
     return list(pool["key"].head(k))
 
 
@@ -109,12 +202,13 @@ def distributions(table, baseline: pd.DataFrame, candidate: pd.DataFrame, stem, 
     keys = top_regressed(table)
     parts = []
     med = table.set_index("key")["median_ns_b"]
+    shown = table.set_index("key")["label"]
     for i, key in enumerate(keys):
         for name, frame in zip(names, (baseline, candidate)):
             d = frame.loc[frame["key"] == key, "duration"].to_numpy(dtype=np.float64)
             rel = _quantile_sample(d) / med[key]
             row = int(np.flatnonzero(table["key"].to_numpy() == key)[0]) + 1
-            parts.append(pd.DataFrame({"kernel": f"{row}. {short(key, 40)}", "run": name, "relative": rel}))
+            parts.append(pd.DataFrame({"kernel": f"{row}. {shown[key]}", "run": name, "relative": rel}))
     fig = style.figure(7.5, 1.2 + 0.7 * max(len(keys), 1))
     ax = fig.add_subplot(111)
     if not parts:

@@ -14,20 +14,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, CAUSAL_SUMMARY, KERNELS_TABLE
+from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, CAUSAL_SUMMARY, INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
+from gpuvar.compare.names import ARROW
 from gpuvar.errors import InputError
 
-KEYS = ("kernel_name", "kernel_short_name", "launch_config")
+KEYS = ("kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site")
+MIN_STEPS = 10  # fewer recorded steps than this: resample time blocks instead
+MAX_BLOCKS, BLOCK_LAUNCHES = 100, 20  # time blocks: at most 100, of at least 20 launches each
 
 
 @dataclass
 class Kernels:
-    """Durations (ns, float64) per launch with their comparison key; `dropped` counts rows left out, by reason."""
+    """Per launch (kernels, then copies and memsets): comparison key, duration (ns, float64), resampling unit,
+    launching op and kind; `dropped` counts rows left out, by reason; `units` says how units were formed."""
 
     path: Path
-    frame: pd.DataFrame  # columns: key, duration
+    frame: pd.DataFrame  # columns: key, duration, unit, op, kind, work (grid blocks / bytes), config
     rows_in: int
     dropped: dict[str, int] = field(default_factory=dict)
+    units: dict = field(default_factory=dict)
+    report: dict = field(default_factory=dict)  # the ingest.json beside the tables ({} when absent)
+    devices: pd.DataFrame | None = None  # distinct (rank, device_id) pairs that ran kernels
 
 
 @dataclass
@@ -68,37 +75,100 @@ def kernels_file(path: str | Path) -> Path:
 
 
 def comparison_key(frame: pd.DataFrame, key: str) -> pd.Series:
-    """The label kernels are matched by across runs: the kernel name, or name + launch configuration."""
+    """The label kernels are matched by across runs: the kernel name, its short name, name + launch
+    configuration, or the launching op / call site + name (so `aten::gelu`'s elementwise kernel is not pooled
+    with every other op's)."""
     if key == "launch_config":
         return frame["kernel_name"].astype(str) + " [" + frame["launch_config"].astype(str) + "]"
+    if key in ("launch_op", "call_site"):
+        prefix = frame[key].astype(object).where(frame[key].notna(), "?").astype(str)
+        return prefix + ARROW + frame["kernel_name"].astype(str)
     return frame[key].astype(str)
 
 
-def read_kernels(path: str | Path, key: str = "kernel_name") -> Kernels:
-    """Key and duration of every launch; launches without a name or a finite positive duration are dropped
-    and counted (rows in = rows kept + dropped)."""
-    if key not in KEYS:
-        raise InputError(path, f"unknown comparison key {key!r} (allowed: {', '.join(KEYS)})")
-    file = kernels_file(path)
-    if not file.is_file():
-        raise InputError(file, "file not found (expected an ingest folder or its kernels.parquet)")
-    need = ["kernel_name", "duration"] + (["launch_config"] if key == "launch_config" else [])
-    need = list(dict.fromkeys(need + ([key] if key != "launch_config" else [])))
+def _columns_needed(key: str) -> list[str]:
+    need = ["kernel_name", "duration"]
+    if key != "kernel_name":
+        need.append(key)
+    return need
+
+
+def _read_table(file: Path, need: list[str], optional: tuple[str, ...], what: str) -> pd.DataFrame:
+    """`need` (an InputError names the missing ones) and whichever of `optional` the file has."""
     try:
         import pyarrow.parquet as pq
 
         names = pq.read_schema(file).names
         missing = [c for c in need if c not in names]
         if missing:
-            raise InputError(file, f"not a canonical kernels table: column(s) {', '.join(missing)} missing")
-        frame = pd.read_parquet(file, columns=need)
+            raise InputError(file, f"not a canonical {what} table: column(s) {', '.join(missing)} missing")
+        return pd.read_parquet(file, columns=need + [c for c in optional if c in names and c not in need])
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - any reader failure is a bad input file
-        raise InputError(file, f"cannot read kernels: {type(exc).__name__}: {exc}") from exc
+        raise InputError(file, f"cannot read {what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _positive(values: pd.Series) -> np.ndarray:
+    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _copies(file: Path, dropped: dict[str, int]) -> tuple[pd.DataFrame, int]:
+    """Copies and memsets of memcpy.parquet keyed by kind (`[memcpy DtoD]`, `[memset]`), like kernels."""
+    if not file.is_file():
+        return pd.DataFrame(), 0
+    frame = _read_table(file, ["duration"], ("copy_kind_name", "name", "start", "step", "launch_op", "bytes"), "copies")
+    rows = len(frame)
+    duration = _positive(frame["duration"])
+    bad = ~np.isfinite(duration) | (duration <= 0)
+    if bad.any():
+        dropped["copy_no_positive_duration"] = int(bad.sum())
+    frame = frame[~bad]
+    kind_name = frame.get("copy_kind_name", pd.Series(None, index=frame.index, dtype=object)).astype(object)
+    name = frame.get("name", pd.Series("", index=frame.index, dtype=object)).astype(object).fillna("")
+    memset = kind_name.fillna("").str.lower().eq("memset") | name.str.contains("memset", case=False)
+    kind = np.where(memset, "memset", "copy")
+    key = np.where(memset, "[memset]", "[memcpy " + kind_name.fillna("?").astype(str) + "]")
+    out = pd.DataFrame({"key": key, "duration": duration[~bad], "kind": kind})
+    for c in ("start", "step"):
+        out[c] = _positive(frame[c]) if c in frame.columns else np.nan
+    out["op"] = frame["launch_op"].to_numpy() if "launch_op" in frame.columns else None
+    out["work"] = _positive(frame["bytes"]) if "bytes" in frame.columns else np.nan
+    out["config"] = out["work"].map(lambda b: f"{b:.0f} B" if np.isfinite(b) else None)
+    return out, rows
+
+
+def resampling_units(start: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Units of dependence in one run for the cluster bootstrap: its recorded steps (Kineto ProfilerStep /
+    synchronize-delimited iterations, nsys NVTX), when it has at least MIN_STEPS; else contiguous time blocks of
+    equal launch count (at most MAX_BLOCKS, of at least BLOCK_LAUNCHES). Launches outside any step fall in the
+    time block around them."""
+    n = len(start)
+    order = np.argsort(np.where(np.isfinite(start), start, np.inf), kind="stable")
+    blocks = np.empty(n, dtype=np.int64)
+    n_blocks = max(1, min(MAX_BLOCKS, n // BLOCK_LAUNCHES))
+    blocks[order] = np.arange(n) * n_blocks // max(n, 1)
+    has_step = np.isfinite(step)
+    steps = np.unique(step[has_step])
+    if len(steps) >= MIN_STEPS:
+        unit = np.where(has_step, step, -1 - blocks).astype(np.int64)
+        return unit, {"unit": "step", "count": int(len(np.unique(unit))), "steps": int(len(steps))}
+    return blocks, {"unit": "time block", "count": int(len(np.unique(blocks)))}
+
+
+def read_kernels(path: str | Path, key: str = "kernel_name") -> Kernels:
+    """Key, duration, resampling unit, launching op and kind of every launch and copy; rows without a name or a
+    finite positive duration are dropped and counted (rows in = rows kept + dropped)."""
+    if key not in KEYS:
+        raise InputError(path, f"unknown comparison key {key!r} (allowed: {', '.join(KEYS)})")
+    file = kernels_file(path)
+    if not file.is_file():
+        raise InputError(file, "file not found (expected an ingest folder or its kernels.parquet)")
+    optional = ("start", "step", "launch_op", "device_id", "rank", "launch_config", "grid_size")
+    frame = _read_table(file, _columns_needed(key), optional, "kernels")
     rows_in = len(frame)
-    duration = pd.to_numeric(frame["duration"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    no_name = frame[key if key != "launch_config" else "kernel_name"].isna().to_numpy()
+    duration = _positive(frame["duration"])
+    no_name = frame["kernel_name" if key in ("launch_config", "launch_op", "call_site") else key].isna().to_numpy()
     bad_duration = ~np.isfinite(duration) | (duration <= 0)
     dropped = {}
     if no_name.any():
@@ -108,8 +178,30 @@ def read_kernels(path: str | Path, key: str = "kernel_name") -> Kernels:
     keep = ~(no_name | bad_duration)
     if not keep.any():
         raise InputError(file, f"no kernel launch with a name and a positive duration to compare ({rows_in} rows)")
-    out = pd.DataFrame({"key": comparison_key(frame[keep], key).to_numpy(), "duration": duration[keep]})
-    return Kernels(file, out, rows_in, dropped)
+    kept = frame[keep]
+    out = pd.DataFrame({"key": comparison_key(kept, key).to_numpy(), "duration": duration[keep], "kind": "kernel"})
+    for c in ("start", "step"):
+        out[c] = _positive(kept[c]) if c in kept.columns else np.nan
+    out["op"] = kept["launch_op"].to_numpy() if "launch_op" in kept.columns else None
+    out["work"] = _positive(kept["grid_size"]) if "grid_size" in kept.columns else np.nan
+    out["config"] = kept["launch_config"].to_numpy() if "launch_config" in kept.columns else None
+    copies, copy_rows = _copies(file.with_name(MEMCPY_TABLE), dropped)
+    if len(copies):
+        out = pd.concat([out, copies], ignore_index=True)
+    unit, units = resampling_units(out["start"].to_numpy(np.float64), out["step"].to_numpy(np.float64))
+    out = out.assign(unit=unit)[["key", "duration", "unit", "op", "kind", "work", "config"]]
+    report = _optional_json(file.with_name(INGEST_REPORT))
+    devices = kept[[c for c in ("rank", "device_id") if c in kept.columns]].drop_duplicates()
+    return Kernels(file, out, rows_in + copy_rows, dropped, units, report, devices)
+
+
+def _optional_json(path: Path) -> dict:
+    """ingest.json when present and readable; a comparison of bare kernels.parquet files works without it."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _json(path: Path) -> dict:

@@ -65,3 +65,24 @@ def write_pair(outdir: str | Path, rows: int, seed: int) -> dict:
     for side, draw, change in (("baseline", DRAWS[0], None), ("candidate", DRAWS[1], CHANGE)):
         written[f"pair_{side}"] = write_nsys_demo(outdir / f"pair_{side}.sqlite", rows, seed, draw=draw, change=change)
     return {"files": written, "planted": planted()}
+
+
+STEP_KERNELS = {"gemm": 80_000.0, "softmax": 12_000.0, "add": 3_000.0}  # median ns per launch
+
+
+def step_noise_pair(seed: int, steps: int = 60, launches: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two runs of one program whose launches are *not* independent: in each step every kernel shares the
+    step's slowdown (a side copy in 30 % of steps costs +25 %, and a per-step load factor of ~5 %), on top of
+    1 % launch noise. Nothing changed between the runs: a comparison must flag nothing. Columns: key,
+    duration, unit (= step)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 23]))
+    runs = []
+    for _ in range(2):
+        step_factor = np.where(rng.random(steps) < 0.3, 1.25, 1.0) * rng.lognormal(0.0, 0.05, steps)
+        parts = []
+        for name, median in STEP_KERNELS.items():
+            unit = np.repeat(np.arange(steps), launches)
+            noise = rng.lognormal(0.0, 0.01, steps * launches)
+            parts.append(pd.DataFrame({"key": name, "duration": median * step_factor[unit] * noise, "unit": unit}))
+        runs.append(pd.concat(parts, ignore_index=True))
+    return runs[0], runs[1]

@@ -1,7 +1,8 @@
 """Assemble a comparison of two runs and write it: compare.json, kernels.csv, causal_diff.csv, figures.
 
 compare.json holds every number (strict JSON: NaN becomes null, keys sorted) so a rerun is byte-identical
-and other tools can read it; kernels.csv is the per-kernel table in the same order (largest |impact| first).
+and other tools can read it; kernels.csv is the per-kernel table in the same order (largest |Δ time| first);
+`warnings` leads the record when the runs differ in GPUs, ranks or program.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuvar.compare import causal_diff, figures, inputs, kernels, windows
+from gpuvar.compare import causal_diff, environment, figures, inputs, kernels, windows
 from gpuvar.errors import GpuvarError, InputError
 from gpuvar.plots import style
 
@@ -37,6 +38,7 @@ class Options:
     confidence: float = 0.95
     alpha: float = 0.05
     min_launches: int = 5
+    min_effect: float = 0.02
     seed: int = 0
     formats: tuple[str, ...] = ("svg", "png")
     dpi: int = 110
@@ -52,9 +54,11 @@ class Options:
             raise GpuvarError("--confidence and --alpha must lie strictly between 0 and 1")
         if self.min_launches < 2:
             raise GpuvarError(f"--min-launches must be at least 2, got {self.min_launches}")
+        if not 0 <= self.min_effect < 1:
+            raise GpuvarError(f"--min-effect must lie in [0, 1) (0.02 = 2 %), got {self.min_effect}")
 
 
-OPTION_KEYS = ("key", "bootstrap", "confidence", "alpha", "min_launches", "seed", "min_probability")
+OPTION_KEYS = ("key", "bootstrap", "confidence", "alpha", "min_launches", "min_effect", "seed", "min_probability")
 
 
 def clean(obj):
@@ -85,35 +89,45 @@ def _by_target(folders: list[Path], reader, what: str) -> dict:
 
 
 def _side(run: Run, k: inputs.Kernels) -> dict:
+    kinds = k.frame.groupby("kind")["duration"].sum()
     return {
         "name": run.name,
         "kernels_file": str(k.path),
         "rows_in": k.rows_in,
         "rows_used": int(len(k.frame)),
         "rows_dropped": dict(sorted(k.dropped.items())),
-        "kernels": int(k.frame["key"].nunique()),
+        "kernels": int(k.frame.loc[k.frame["kind"] == "kernel", "key"].nunique()),
         "total_ns": float(k.frame["duration"].sum()),
+        "kernel_ns": float(kinds.get("kernel", 0.0)),
+        "copy_ns": float(kinds.get("copy", 0.0)),
+        "memset_ns": float(kinds.get("memset", 0.0)),
     }
 
 
 def summarise(table: pd.DataFrame, sides: tuple[dict, dict]) -> dict:
+    """Counts per verdict and the time books: delta_total_ns is the sum of the rows' Δ time, which is the
+    difference of the two runs' total kernel + copy + memset time (nothing is left out of the books)."""
     counts = table["verdict"].value_counts() if not table.empty else pd.Series(dtype=int)
     total_b, total_c = sides[0]["total_ns"], sides[1]["total_ns"]
     both = table[table["status"] == "both"] if not table.empty else table
+
+    def delta(mask) -> float:
+        return float(table.loc[mask, "delta_total_ns"].sum()) if not table.empty else 0.0
+
     return {
-        "kernels": int(len(table)),
+        "rows": int(len(table)),
         "in_both": int(len(both)),
         "tested": int(np.isfinite(table["p_value"]).sum()) if not table.empty else 0,
-        **{v: int(counts.get(v, 0)) for v in ("slower", "faster", "unchanged", "untested", "added", "removed")},
+        **{v: int(counts.get(v, 0)) for v in kernels.VERDICTS},
         "total_ns_baseline": total_b,
         "total_ns_candidate": total_c,
+        "delta_total_ns": float(table["delta_total_ns"].sum()) if not table.empty else 0.0,
         "total_time_ratio": total_c / total_b if total_b > 0 else None,
-        "impact_of_slower_ns": (
-            float(table.loc[table["verdict"] == "slower", "impact_ns"].sum()) if not table.empty else 0.0
-        ),
-        "impact_of_faster_ns": (
-            float(table.loc[table["verdict"] == "faster", "impact_ns"].sum()) if not table.empty else 0.0
-        ),
+        **{f"delta_{v}_ns": delta(table["verdict"] == v) if not table.empty else 0.0 for v in kernels.VERDICTS},
+        **{
+            f"delta_{kind}_ns": delta(table["kind"] == kind) if not table.empty else 0.0
+            for kind in ("kernel", "copy", "memset")
+        },
     }
 
 
@@ -132,6 +146,7 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
         confidence=options.confidence,
         alpha=options.alpha,
         min_launches=options.min_launches,
+        min_effect=options.min_effect,
         seed=options.seed,
     )
     bins_b, bins_c = (_by_target(r.bins, inputs.read_bins, "bin") for r in (baseline, candidate))
@@ -148,9 +163,18 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     )
     diffs = diffs[["target", *causal_diff.DIFF_COLUMNS]]
     sides = (_side(baseline, kb), _side(candidate, kc))
+    names = (baseline.name, candidate.name)
+    envs = (environment.describe(kb), environment.describe(kc))
     record = {
-        "baseline": sides[0] | {"bin": [str(p) for p in baseline.bins], "causal": [str(p) for p in baseline.causal]},
-        "candidate": sides[1] | {"bin": [str(p) for p in candidate.bins], "causal": [str(p) for p in candidate.causal]},
+        "warnings": environment.warnings(*envs, table, names),
+        "baseline": sides[0]
+        | {"environment": envs[0], "bin": [str(p) for p in baseline.bins], "causal": [str(p) for p in baseline.causal]},
+        "candidate": sides[1]
+        | {
+            "environment": envs[1],
+            "bin": [str(p) for p in candidate.bins],
+            "causal": [str(p) for p in candidate.causal],
+        },
         "options": {k: getattr(options, k) for k in OPTION_KEYS},
         "summary": summarise(table, sides),
         "kernels": table.to_dict("records"),
@@ -161,10 +185,15 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
             "causes": sorted(set(causal_b) ^ set(causal_c)),
         },
         "definitions": {
-            "ratio": "median candidate / median baseline; ci_low/ci_high: percentile bootstrap interval",
-            "p_value": "Mann-Whitney U, two-sided; q_value: Benjamini-Hochberg over the tested kernels",
-            "impact_ns": "(median candidate - median baseline) x launches in the candidate; sort key",
-            "verdict": "slower/faster: q < alpha and the interval excludes 1",
+            "ratio": "median candidate / median baseline; ci_low/ci_high: percentile bootstrap interval, "
+            "resampling whole steps (or time blocks) of each run",
+            "p_value": "Wald test of log(ratio) with the bootstrap standard error; q_value: Benjamini-Hochberg "
+            "over the tested kernels",
+            "delta_total_ns": "total time candidate - baseline (sort key); = delta_rate_ns + delta_count_ns",
+            "delta_rate_ns": "(mean candidate - mean baseline) x launches in the candidate: the per-launch change",
+            "delta_count_ns": "mean baseline x (launches candidate - launches baseline): the launch-count change",
+            "verdict": "slower/faster: q < alpha, the interval excludes 1 and the ratio is beyond 1 +/- min_effect; "
+            "negligible: significant but within min_effect",
             "delta_cv": "coefficient of variation (std/mean) candidate - baseline",
             "variance_share": "fraction of the target's variance a feature accounts for (causal contributions.csv)",
         },
@@ -174,8 +203,8 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     _write_json(record, outdir / "compare.json")
     style.write_csv(table, outdir / "kernels.csv")
     style.write_csv(diffs, outdir / "causal_diff.csv")
-    names = (baseline.name, candidate.name)
     figures.forest(table, outdir / "forest", options.formats, options.dpi, names, options.forest_rows)
+    figures.delta_time(table, outdir / "delta_time", options.formats, options.dpi, names, options.forest_rows)
     figures.distributions(table, kb.frame, kc.frame, outdir / "distributions", options.formats, options.dpi, names)
     figures.causal_diff(causes, diffs, outdir / "causal_diff", options.formats, options.dpi)
     return record

@@ -4,7 +4,7 @@ target both datasets analyse, their binning and causal outputs."""
 
 from __future__ import annotations
 
-FIGURES = ("forest", "distributions", "causal_diff")
+FIGURES = ("forest", "delta_time", "distributions", "causal_diff")
 
 
 def common_targets(comparison, datasets: dict) -> list[str]:
@@ -20,6 +20,8 @@ def comparison_inputs(comparison, datasets: dict) -> dict[str, list[str] | str]:
     for side in ("baseline", "candidate"):
         name = getattr(comparison, side)
         inputs[f"{side}_kernels"] = f"results/ingest/{name}/kernels.parquet"
+        inputs[f"{side}_copies"] = f"results/ingest/{name}/memcpy.parquet"
+        inputs[f"{side}_report"] = f"results/ingest/{name}/ingest.json"
         inputs[f"{side}_bins"] = [f"results/bin/{name}/{t}/bin.json" for t in targets]
         inputs[f"{side}_causal"] = [f"results/causal/{name}/{t}" for t in targets]
     return inputs

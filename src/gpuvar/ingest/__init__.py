@@ -117,6 +117,8 @@ def write_ingest(source: str, output: Path, out, kernels, memcpy, t_read: float,
         "tables": {},
         "notes": out.notes,
     }
+    if out.devices:
+        report["devices"] = out.devices
     for name, table in tables.items():  # the books are checked before anything is written
         dropped = dict(sorted(out.dropped.get(name, {}).items()))
         rows_read = out.rows_read.get(name, table.num_rows + sum(dropped.values()))

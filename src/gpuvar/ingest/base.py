@@ -31,6 +31,7 @@ class ReaderOutput:
     rows_read: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, Counter] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    devices: list[dict] = field(default_factory=list)  # GPUs as recorded: id, name, sm_count, clock_hz (if known)
 
     def drop(self, table: str, reason: str, count: int) -> None:
         if count:

@@ -493,6 +493,10 @@ def _notes(info: dict, out: ReaderOutput) -> tuple[dict[int, int], int | None]:
             if isinstance(p.get("warpSize"), int) and p["warpSize"] > 0:
                 warp[p["id"]] = p["warpSize"]
             names.append(f"{p['id']}: {p.get('name', '?')}")
+            device = {"id": p["id"], "name": str(p.get("name", "?"))}
+            if isinstance(p.get("numSms"), int):
+                device["sm_count"] = p["numSms"]
+            out.devices.append(device)
     if names:
         out.notes.append("GPUs (deviceProperties): " + "; ".join(names))
     dist = top.get("distributedInfo")

@@ -277,6 +277,13 @@ def _metadata(con: sqlite3.Connection, tables: dict[str, list[str]]) -> dict:
             key = _quote(id_col) if id_col in cols else "rowid"
             rows = con.execute(f'SELECT {key}, name FROM "{table}" ORDER BY 1').fetchall()
             info[f"{table}.name"] = [[_plain(i), _plain(n)] for i, n in rows]
+            if "devices" not in info:  # structured, for comparisons: the first table naming GPUs
+                extra = [(c, f) for c, f in (("smCount", "sm_count"), ("clockRate", "clock_hz")) if c in cols]
+                select = ", ".join([key, "name", *(_quote(c) for c, _ in extra)])
+                info["devices"] = [
+                    {"id": _plain(r[0]), "name": _plain(r[1]), **{f: _plain(v) for (_, f), v in zip(extra, r[2:])}}
+                    for r in con.execute(f'SELECT {select} FROM "{table}" ORDER BY 1').fetchall()
+                ]
         elif table == "TARGET_INFO_CUDA_DEVICE" and {"cudaId", "numMultiprocessors"} <= set(cols):
             rows = con.execute("SELECT cudaId, numMultiprocessors FROM TARGET_INFO_CUDA_DEVICE ORDER BY 1").fetchall()
             info[f"{table}.numMultiprocessors"] = [[_plain(i), _plain(n)] for i, n in rows]
@@ -556,6 +563,7 @@ def normalize(raw: RawTrace) -> ReaderOutput:
     keep = bool(raw.info.get("keep_vendor_columns", True))
     out = raw.start_output(None)
     out.notes.extend(_metadata_notes(raw.info))
+    out.devices = [d for d in raw.info.get("devices", []) if isinstance(d, dict)]
     not_read = raw.info.get("columns_not_read", {})
     for table, skipped in ((t, not_read[t]) for t in (KERNEL_TABLE, MEMCPY_TABLE) if not_read.get(t)):
         out.notes.append(

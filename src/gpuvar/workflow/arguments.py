@@ -155,6 +155,10 @@ def compare_arguments(reg, comparison, baseline_kernels, candidate_kernels, outp
         reg.cfg.causal.seed,
         "--min-probability",
         reg.cfg.plots.min_probability,
+        "--key",
+        comparison.key,
+        "--min-effect",
+        comparison.min_effect,
     ]
 
 
