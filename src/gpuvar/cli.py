@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "normalize": ("gpuvar.ingest.normalize_cli", "ingest step 2: Table 1 and the canonical schema over `gpuvar read`"),
     "ingest-merge": ("gpuvar.ingest.merge_cli", "combine per-rank ingests into one dataset with a rank column"),
     "demo-data": ("gpuvar.demo.cli", "write deterministic synthetic traces in real profiler formats"),
+    "split-kineto": ("gpuvar.demo.kineto_split", "two runs of one program from one Kineto trace (a known answer)"),
     "bin": ("gpuvar.binning.cli", "MPI binning: per-bin statistics and top-k variable windows"),
     "causal": ("gpuvar.causal.cli", "DirectLiNGAM causal discovery on the top-k rows"),
     "causal-checks": ("gpuvar.causal.checks_table", "one table of every causal graph and its assumption checks"),

@@ -81,3 +81,30 @@ def split(
         "factor": factor,
         "launches_slowed": slowed,
     }
+
+
+def configure(p):
+    p.add_argument("trace", help="a Kineto trace (.json or .json.gz) with ProfilerStep ranges or per-step syncs")
+    p.add_argument("--output", "-o", required=True, help="folder for baseline.json.gz and candidate.json.gz")
+    p.add_argument("--slow-kernel", help="slow the candidate's kernels whose name contains this text (default: none)")
+    p.add_argument(
+        "--factor", type=float, default=1.0, help="duration factor of the slowed kernels (default 1.0; 1.03 = +3 %%)"
+    )
+
+
+def run(args) -> int:
+    from gpuvar.errors import GpuvarError
+
+    if not 0.1 <= args.factor <= 10:
+        raise GpuvarError(f"--factor must lie between 0.1 and 10, got {args.factor}")
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    plan = split(
+        args.trace,
+        out / "baseline.json.gz",
+        out / "candidate.json.gz",
+        slow_kernel=args.slow_kernel,
+        factor=args.factor,
+    )
+    print(json.dumps(plan, sort_keys=True))
+    return 0
