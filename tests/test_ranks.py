@@ -61,6 +61,18 @@ def test_planted_straggler_its_waits_and_its_driver_are_found(tmp_path):
     assert gaps["r2"] < 0.1
 
 
+def test_planted_nccl_job_waits_inside_the_collective_kernels(tmp_path):
+    """Ranks that meet in a device-side NCCL all-reduce (no host copies): arrival is the kernel's start, the wait
+    is the kernel time beyond the shortest rank's (the shared transfer is not waiting)."""
+    folders, truth = write_planted(tmp_path / "job", steps=50, seed=4, collective="nccl")
+    data = from_ingest(folders)
+    assert data.collective_source == "NCCL kernels"
+    s = analyze(data).summary
+    assert s["straggler"] == 1 and s["per_rank"]["1"]["last_steps"] == truth["last"].count(1)
+    assert {int(r): p["wait_ns"] for r, p in s["per_rank"].items()} == truth["wait_ns"]
+    assert s["driver"]["candidates"][0]["feature"] == "aten::mm"
+
+
 def test_planted_job_merged_into_one_folder_gives_the_same_answer(tmp_path):
     import pandas as pd
 

@@ -5,10 +5,17 @@ CPU-side op or annotation of the communication backend (gloo:/nccl: first, then 
 record_param_comms), because only the host sees a rank *waiting* inside a host collective such as gloo's.
 An ingest folder has device activity only; there a collective is the host round trip the device shows: from
 the end of a step's last device-to-host copy to the start of the host-to-device copy after it (this also
-counts the host's copy and sync overhead, so it overstates the wait slightly; docs/ranks.md)."""
+counts the host's copy and sync overhead, so it overstates the wait slightly; docs/ranks.md).
+
+Where the job communicates through NCCL, the collectives are its NCCL kernels (`ncclDevKernel_*`,
+`ncclKernel_*`), from either input: the host op of an NCCL collective only enqueues it, and the waiting happens
+on the device, inside the kernel. A rank arrives when its kernel starts; it waits for the others inside it, so
+its wait is its kernel time minus the shortest rank's kernel time for that collective (the transfer every rank
+shares), as HolisticTraceAnalysis counts it."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +24,8 @@ import pandas as pd
 
 from gpuvar.errors import InputError
 
-KERNEL_COLUMNS = ["rank", "step", "start", "end", "launch_op", "call_site"]
+KERNEL_COLUMNS = ["rank", "step", "start", "end", "launch_op", "call_site", "kernel_name"]
+NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl(?:Dev)?Kernel")
 COPY_COLUMNS = ["rank", "step", "start", "end", "launch_op", "copy_kind_name"]
 # host collective ops, most specific first: the first tier a rank has is used for that rank
 COLLECTIVE_TIERS = (("gloo:", "nccl:", "mpi:", "ucc:"), ("c10d::",), ("record_param_comms",))
@@ -39,7 +47,8 @@ def _frame(table, columns: list[str], source) -> pd.DataFrame:
     if table is None:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("rank", "start", "end") else object) for c in columns})
     frame = table.to_pandas() if hasattr(table, "to_pandas") else table
-    missing = [c for c in columns if c not in frame.columns and c not in ("call_site", "launch_op", "copy_kind_name")]
+    optional = ("call_site", "launch_op", "copy_kind_name", "kernel_name")
+    missing = [c for c in columns if c not in frame.columns and c not in optional]
     if missing:
         raise InputError(
             source, f"no {', '.join(missing)} column: re-run `gpuvar ingest` (steps need a current ingest)"
@@ -97,7 +106,26 @@ def from_ingest(folders: list[str | Path]) -> RankInput:
     _check(kernels, sources)
     if len(folders) > 1 and kernels.groupby("rank").ngroups < len(folders):
         raise InputError(", ".join(sources), "two folders record the same rank; merge them with `gpuvar ingest-merge`")
+    nccl = nccl_collectives(kernels)
+    if not nccl.empty:
+        return RankInput(kernels, copies, nccl, _span(kernels, copies), "NCCL kernels", sources)
     return RankInput(kernels, copies, copy_round_trips(copies), _span(kernels, copies), "copies", sources)
+
+
+def nccl_collectives(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The ranks' NCCL kernels as collectives; `end` - `start` is the wait: the kernel's time minus the shortest
+    rank's for the same collective (matched by order on each rank)."""
+    names = kernels["kernel_name"].astype(str)
+    hit = kernels[names.str.match(NCCL_KERNEL)]
+    out = _sequence(
+        pd.DataFrame({"rank": hit["rank"], "start": hit["start"], "end": hit["end"], "name": names[hit.index]})
+    )
+    if out.empty:
+        return out
+    duration = out["end"] - out["start"]
+    transfer = duration.groupby(out["seq"]).transform("min")
+    out["end"] = out["start"] + (duration - transfer)
+    return out
 
 
 def copy_round_trips(copies: pd.DataFrame) -> pd.DataFrame:
@@ -165,7 +193,8 @@ def from_traces(paths: list[str | Path]) -> RankInput:
         if rank in spans:
             raise InputError(path, f"rank {rank} is given twice")
         k, m = _assign_rank(k, rank), _assign_rank(m, rank)
-        collectives.append(host_collectives(raw.tables["cpu_ops"], path, rank))
+        nccl = nccl_collectives(k)
+        collectives.append(nccl if not nccl.empty else host_collectives(raw.tables["cpu_ops"], path, rank))
         device = _span(k, m)[rank]
         host = _host_span(raw, rank) or device
         spans[rank] = (min(device[0], host[0]), max(device[1], host[1]))
@@ -176,5 +205,9 @@ def from_traces(paths: list[str | Path]) -> RankInput:
     copies = pd.concat(copies, ignore_index=True)
     _check(kernels, sources)
     names = sorted(set(pd.concat(collectives)["name"]))
-    label = "host ops " + ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
-    return RankInput(kernels, copies, _sequence(pd.concat(collectives, ignore_index=True)), spans, label, sources)
+    what = "NCCL kernels " if all(NCCL_KERNEL.match(n) for n in names) else "host ops "
+    label = what + ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
+    joined = pd.concat(collectives, ignore_index=True)
+    if what == "NCCL kernels ":  # waits need every rank's kernel of a collective: computed over all ranks
+        return RankInput(kernels, copies, nccl_collectives(kernels), spans, label, sources)
+    return RankInput(kernels, copies, _sequence(joined), spans, label, sources)

@@ -2,7 +2,11 @@
 
 Each step both ranks run GEMMs (launch_op aten::mm) then ReLUs, copy a result to the host (DtoH), meet in a host
 collective and copy back (HtoD). Rank 0's GEMMs always take GEMM_NS; rank 1's take GEMM_NS * U(0.4, 2.0), so
-rank 1 is late exactly in the steps where its GEMMs are longer, and its GEMM time is what makes it late."""
+rank 1 is late exactly in the steps where its GEMMs are longer, and its GEMM time is what makes it late.
+
+With collective="nccl" the ranks meet in a device-side NCCL all-reduce kernel instead (as PyTorch jobs on NCCL
+do): each rank's kernel starts when the rank arrives and ends when the last rank has arrived plus the transfer,
+so a rank waits max(arrival) - its arrival inside the kernel; no host copies."""
 
 from __future__ import annotations
 
@@ -18,7 +22,10 @@ GAP_NS = 20_000  # host gap before each launch
 EXCHANGE_NS = 100_000  # the collective's own transfer time, after the last rank arrives
 
 
-def planted_job(steps: int = 60, gemms: int = 4, seed: int = 0) -> dict:
+NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def planted_job(steps: int = 60, gemms: int = 4, seed: int = 0, collective: str = "copies") -> dict:
     """Per rank (kernels, copies) DataFrames plus the truth: the last rank per step and the waits."""
     rng = np.random.default_rng(seed)
     scale = {0: np.ones(steps), 1: rng.uniform(0.4, 2.0, steps)}
@@ -40,14 +47,22 @@ def planted_job(steps: int = 60, gemms: int = 4, seed: int = 0) -> dict:
                 )
                 now += RELU_NS
             now += GAP_NS
-            copies.append((r, s, now, now + COPY_NS, "aten::copy_", "DtoH"))
-            arrival[r] = now + COPY_NS
+            if collective == "copies":
+                copies.append((r, s, now, now + COPY_NS, "aten::copy_", "DtoH"))
+                now += COPY_NS
+            arrival[r] = now
         done = max(arrival.values()) + EXCHANGE_NS
         truth["last"].append(max((0, 1), key=lambda r: (arrival[r], -r)))
         for r in (0, 1):
-            truth["wait_ns"][r] += done - arrival[r]
-            tables[r][1].append((r, s, done, done + COPY_NS, "aten::copy_", "HtoD"))
-            t[r] = done + COPY_NS + GAP_NS
+            if collective == "nccl":
+                truth["wait_ns"][r] += max(arrival.values()) - arrival[r]
+                call = "c10d::allreduce_#0 b512x1x1 r96"
+                tables[r][0].append((r, s, arrival[r], done, "c10d::allreduce_", call, NCCL_KERNEL))
+                t[r] = done + GAP_NS
+            else:
+                truth["wait_ns"][r] += done - arrival[r]
+                tables[r][1].append((r, s, done, done + COPY_NS, "aten::copy_", "HtoD"))
+                t[r] = done + COPY_NS + GAP_NS
     out = {}
     for r, (kernels, copies) in tables.items():
         k = pd.DataFrame(kernels, columns=["rank", "step", "start", "end", "launch_op", "call_site", "kernel_name"])
