@@ -286,6 +286,7 @@ def test_outputs_are_strict_json_and_byte_identical_on_rerun(pair_outputs):
         "causal_diff.png",
         "causal_diff.svg",
         "compare.json",
+        "compare.md",
         "delta_time.png",
         "delta_time.svg",
         "distributions.png",
@@ -296,6 +297,8 @@ def test_outputs_are_strict_json_and_byte_identical_on_rerun(pair_outputs):
     ]
     for name in files:
         assert (tmp / "out1" / name).read_bytes() == (tmp / "out2" / name).read_bytes(), name
+    page = (tmp / "out1" / "compare.md").read_text()
+    assert "1 slower" in page and record["kernels"][0]["label"] in page
     text = (tmp / "out1" / "compare.json").read_text()
     assert "NaN" not in text and json.loads(text)["summary"]["slower"] == 1
     assert record["summary"]["in_both"] == 6 and record["causes"][TARGET]["groups_compared"] == 7

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuvar.compare import causal_diff, environment, figures, inputs, kernels, windows
+from gpuvar.compare import causal_diff, environment, figures, inputs, kernels, page, windows
 from gpuvar.errors import GpuvarError, InputError
 from gpuvar.plots import style
 
@@ -201,6 +201,7 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     record = clean(record)
     outdir.mkdir(parents=True, exist_ok=True)
     _write_json(record, outdir / "compare.json")
+    _write_text(page.render(record), outdir / "compare.md")
     style.write_csv(table, outdir / "kernels.csv")
     style.write_csv(diffs, outdir / "causal_diff.csv")
     figures.forest(table, outdir / "forest", options.formats, options.dpi, names, options.forest_rows)
@@ -208,6 +209,12 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     figures.distributions(table, kb.frame, kc.frame, outdir / "distributions", options.formats, options.dpi, names)
     figures.causal_diff(causes, diffs, outdir / "causal_diff", options.formats, options.dpi)
     return record
+
+
+def _write_text(text: str, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _write_json(obj, path: Path) -> None:

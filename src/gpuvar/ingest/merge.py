@@ -121,7 +121,9 @@ def merge(parts: list[str | Path], output: str | Path) -> dict:
                 }
             )
             for device in report.get("devices", []) if isinstance(report.get("devices"), list) else []:
-                summary.setdefault("devices", []).append({**device, "rank": rank} if isinstance(device, dict) else device)
+                summary.setdefault("devices", []).append(
+                    {**device, "rank": rank} if isinstance(device, dict) else device
+                )
         summary["format"] = (
             formats[0] if len(set(formats)) == 1 else "mixed: " + ", ".join(sorted(set(map(str, formats))))
         )
