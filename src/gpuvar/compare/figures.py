@@ -26,7 +26,7 @@ ADDED, REMOVED, KEPT = "#1e8449", "#7f8c8d", "#b3b6b7"
 COLORS = {
     "slower": SLOWER,
     "faster": FASTER,
-    "negligible": UNCHANGED,
+    "negligible": "#d4ac0d",  # significant but under the minimum effect: amber, not a finding
     "unchanged": UNCHANGED,
     "untested": UNCHANGED,
     "added": SLOWER,
