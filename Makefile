@@ -51,8 +51,11 @@ lint: $(STAMP)
 	ruff check src tests workflow/scripts
 	ruff format --check src tests workflow/scripts
 
+# the steps as a Graphviz file; drawing it needs Graphviz's `dot` (apt-get install graphviz), not installed here
 dag: $(STAMP)
-	snakemake --rulegraph | tee results/rulegraph.dot
+	@mkdir -p results
+	snakemake --rulegraph > results/rulegraph.dot
+	@echo "wrote results/rulegraph.dot; draw it with: dot -Tpng results/rulegraph.dot > dag.png (apt-get install graphviz)"
 
 clean:
 	rm -rf results logs benchmarks resources/demo .snakemake
