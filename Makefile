@@ -1,6 +1,7 @@
-# The two commands of the README:
-#   make demo   build the environment and run the whole workflow on the embedded demo
-#   make test   build the environment and run the test suite (what CI runs, via .ci/run)
+# The commands of the README:
+#   make demo                 build the environment and run the whole workflow on the embedded demo
+#   make test                 build the environment and run the test suite (what CI runs, via .ci/run)
+#   make run CONFIG=my.yaml   run the workflow on your own config, in runs/my/ (never over the demo's results/)
 # Only python3 (3.11+), pip and Debian packages are needed; everything else is installed here.
 
 PYTHON ?= python3
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.installed
 CORES ?= 2
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env demo test test-fast lint dag clean mutation
+.PHONY: env demo run test test-fast lint dag clean mutation
 
 env: $(STAMP)
 
@@ -19,9 +20,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[mpich,bench,test,ncurep]'
 	touch $@
+	@echo "gpuvar, snakemake and mpiexec are in $(VENV)/bin: 'source $(VENV)/bin/activate' puts them on PATH"
 
 demo: $(STAMP)
 	snakemake --profile profiles/local --cores $(CORES)
+
+# a --configfile is the whole config (not layered over the demo's config/config.yaml); --directory keeps the
+# run's results/, logs/, benchmarks/ and .snakemake/ in runs/<config name>/
+$(if $(filter run,$(MAKECMDGOALS)),$(if $(CONFIG),,$(error make run: name your config file, e.g. make run CONFIG=my.yaml)))
+run: $(STAMP)
+	snakemake --profile profiles/local --cores $(CORES) --configfile $(CONFIG) \
+		--directory runs/$(basename $(notdir $(CONFIG)))
 
 test: $(STAMP)
 	bash .ci/test.sh
@@ -42,8 +51,11 @@ lint: $(STAMP)
 	ruff check src tests workflow/scripts
 	ruff format --check src tests workflow/scripts
 
+# the steps as a Graphviz file; drawing it needs Graphviz's `dot` (apt-get install graphviz), not installed here
 dag: $(STAMP)
-	snakemake --rulegraph | tee results/rulegraph.dot
+	@mkdir -p results
+	snakemake --rulegraph > results/rulegraph.dot
+	@echo "wrote results/rulegraph.dot; draw it with: dot -Tpng results/rulegraph.dot > dag.png (apt-get install graphviz)"
 
 clean:
 	rm -rf results logs benchmarks resources/demo .snakemake

@@ -10,12 +10,15 @@ import sys
 
 from gpuvar.config import yaml_mapping_problem
 
-# an empty or non-mapping config/config.yaml: say which file and why (Snakemake's message names neither)
-if yaml_mapping_problem("config/config.yaml"):
-    sys.exit(f"gpuvar: {yaml_mapping_problem('config/config.yaml')}")
+# The config: config/config.yaml (the demo's) when no --configfile is given. A --configfile is the whole config
+# (keys it leaves out take the defaults of src/gpuvar/config.py), never layered over the demo's, so a user's
+# config needs none of the demo's dataset names (comparisons, scaling). `--config key=value` still layers.
+if not workflow.overwrite_configfiles:
+    # an empty or non-mapping config/config.yaml: say which file and why (Snakemake's message names neither)
+    if yaml_mapping_problem("config/config.yaml"):
+        sys.exit(f"gpuvar: {yaml_mapping_problem('config/config.yaml')}")
 
-
-configfile: "config/config.yaml"
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

@@ -54,10 +54,11 @@ def _model(section: str) -> type[BaseModel]:
     return Config.model_fields[section].annotation
 
 
-def help_text(section: str, name: str) -> str:
-    """The field's description, its default and the config key it mirrors."""
+def help_text(section: str, name: str, description: str | None = None) -> str:
+    """The field's description (or `description`: what the value does in this command), its default and the
+    config key it mirrors."""
     field = _field(_model(section), name)
-    return f"{field.description} (default: {comma_list(field.default)}; config: {section}.{name})"
+    return f"{description or field.description} (default: {comma_list(field.default)}; config: {section}.{name})"
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ConfigOption:
     section: str
     name: str
     split_commas: bool = False  # a list in the config, comma-separated on the command line
+    description: str | None = None  # what the value does in this command, when the field's description says more
 
 
 def add_options(parser, options) -> None:
@@ -82,11 +84,13 @@ def add_options(parser, options) -> None:
                 option.flag,
                 action=argparse.BooleanOptionalAction,
                 default=default,
-                help=help_text(option.section, option.name),
+                help=help_text(option.section, option.name, option.description),
             )
             continue
         convert = _converter(model, option.name, option.flag, option.split_commas)
-        parser.add_argument(option.flag, type=convert, default=default, help=help_text(option.section, option.name))
+        parser.add_argument(
+            option.flag, type=convert, default=default, help=help_text(option.section, option.name, option.description)
+        )
 
 
 def arguments(cfg, options) -> list[str]:

@@ -34,19 +34,30 @@ TOLERANCE = 1e-9
 
 
 def configure_binning(p):
-    p.add_argument("--rows", type=int, default=10_000_000, help="kernel launches in the demo trace")
-    p.add_argument("--ranks", type=int, default=2, help="MPI ranks for gpuvar, threads for DuckDB")
-    p.add_argument("--bin-width", default="10ms", help="bin width (default 10ms)")
+    p.add_argument(
+        "--rows", type=int, default=10_000_000, help="kernel launches in the demo trace (default: %(default)s)"
+    )
+    p.add_argument(
+        "--ranks", type=int, default=2, help="MPI ranks for gpuvar, threads for DuckDB (default: %(default)s)"
+    )
+    p.add_argument("--bin-width", default="10ms", help="bin width (default: %(default)s)")
     p.add_argument(
         "--data-dir",
         type=Path,
         default=Path(tempfile.gettempdir()) / "gpuvar-bench-binning",
-        help="cache of generated traces (one folder per rows+seed)",
+        help="cache of generated traces, one folder per rows+seed (default: %(default)s)",
     )
-    p.add_argument("--seed", type=int, default=0, help="demo trace seed")
-    p.add_argument("--workers-per-rank", type=int, default=1, help="gpuvar threads per rank for the statistics")
-    p.add_argument("--engines", default="gpuvar,polars,duckdb,pandas", help="comma-separated subset to run")
-    p.add_argument("--top-k", type=int, default=20, help="top-k bins (gpuvar and polars)")
+    p.add_argument("--seed", type=int, default=0, help="demo trace seed (default: %(default)s)")
+    p.add_argument(
+        "--workers-per-rank",
+        type=int,
+        default=1,
+        help="gpuvar threads per rank for the statistics (default: %(default)s)",
+    )
+    p.add_argument(
+        "--engines", default="gpuvar,polars,duckdb,pandas", help="comma-separated subset to run (default: %(default)s)"
+    )
+    p.add_argument("--top-k", type=int, default=20, help="top-k bins (gpuvar and polars) (default: %(default)s)")
 
 
 def demo_trace(data_dir: Path, rows: int, seed: int) -> tuple[Path, float | None]:

@@ -24,9 +24,9 @@ def synthetic_sem(p: int, n: int, seed: int) -> np.ndarray:
 
 
 def configure_causal(p):
-    p.add_argument("--p", type=int, default=74, help="variables")
-    p.add_argument("--n", type=int, default=1000, help="samples")
-    p.add_argument("--seed", type=int, default=0, help="data seed")
+    p.add_argument("--p", type=int, default=74, help="variables (default: %(default)s)")
+    p.add_argument("--n", type=int, default=1000, help="samples (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="data seed (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="fast engine threads (default: usable cores)")
     p.add_argument("--no-sink", action="store_true", help="no prior knowledge (plain DirectLiNGAM)")
 

@@ -6,6 +6,7 @@ its first findings)."""
 from __future__ import annotations
 
 import importlib
+import re
 
 BENCHES = {
     "binning": ("gpuvar.bench.binning", "configure_binning", "run_binning"),
@@ -27,9 +28,18 @@ def configure(p):
             if exc.name == module_name:
                 continue
             raise
-        bp = sub.add_parser(name, help=(module.__doc__ or name).strip().splitlines()[0])
+        doc = (module.__doc__ or name).strip()
+        bp = sub.add_parser(name, help=first_sentence(doc), description=doc)
         getattr(module, configure_name)(bp)
         bp.set_defaults(_bench_run=getattr(module, run_name))
+
+
+def first_sentence(doc: str) -> str:
+    """The docstring's first sentence on one line: the subcommand's line in `gpuvar bench --help` (a docstring's
+    first line may stop mid-sentence)."""
+    text = " ".join(doc.split("\n\n")[0].split())
+    match = re.search(r"[.;](\s|$)", text)
+    return text[: match.start()] + "." if match else text
 
 
 def run(args) -> int:

@@ -55,10 +55,17 @@ def timeline(rows: int, copies: int, seed: int) -> tuple[pd.DataFrame, pd.DataFr
 
 
 def configure_context(p):
-    p.add_argument("--rows", type=int, default=1_000_000, help="kernel launches")
+    p.add_argument("--rows", type=int, default=1_000_000, help="kernel launches (default: %(default)s)")
     p.add_argument("--copies", type=int, default=None, help="copies and memsets (default: rows / 2)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the generated launches and copies (default: %(default)s)"
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="timed calls; best and median wall time are reported (default: %(default)s)",
+    )
 
 
 def run_context(args) -> int:

@@ -35,7 +35,7 @@ def repo_root() -> Path:
 
 
 def configure_demo(p):
-    p.add_argument("--cores", type=int, default=2, help="snakemake --cores (default 2)")
+    p.add_argument("--cores", type=int, default=2, help="snakemake --cores (default: %(default)s)")
     p.add_argument("--configfile", default=None, help="config to run (default: the checkout's config/config.yaml)")
     p.add_argument("--workdir", default=None, help="folder to run in (default: a fresh temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")

@@ -43,9 +43,15 @@ print(json.dumps(out))
 
 
 def configure_ingest(p):
-    p.add_argument("--rows", type=int, default=1_000_000, help="kernel launches in the demo trace")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", default=str(Path(tempfile.gettempdir()) / "gpuvar-bench-ingest"))
+    p.add_argument(
+        "--rows", type=int, default=1_000_000, help="kernel launches in the demo trace (default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="demo trace seed (default: %(default)s)")
+    p.add_argument(
+        "--data-dir",
+        default=str(Path(tempfile.gettempdir()) / "gpuvar-bench-ingest"),
+        help="cache of generated traces (default: %(default)s)",
+    )
 
 
 def floor_columns(source: Path, everything: bool = False) -> dict[str, list[str]]:

@@ -23,10 +23,16 @@ from gpuvar.artifacts import INGEST_REPORT
 
 
 def configure_kineto(p):
-    p.add_argument("--events", type=int, default=1_000_000, help="kernel events in the generated trace")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--events", type=int, default=1_000_000, help="kernel events in the generated trace (default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="trace seed (default: %(default)s)")
     p.add_argument("--gzip", action="store_true", help="gzip the trace (as PyTorch writes .pt.trace.json.gz)")
-    p.add_argument("--data-dir", default=str(Path(tempfile.gettempdir()) / "gpuvar-bench-kineto"))
+    p.add_argument(
+        "--data-dir",
+        default=str(Path(tempfile.gettempdir()) / "gpuvar-bench-kineto"),
+        help="cache of generated traces (default: %(default)s)",
+    )
 
 
 def run_kineto(args) -> int:

@@ -22,7 +22,8 @@ CONFIG_OPTIONS = (
     ConfigOption("--launch-bin-width", "binning", "launch_bin_width"),
     ConfigOption("--top-k", "binning", "top_k"),
     ConfigOption("--workers-per-rank", "binning", "workers_per_rank"),
-    ConfigOption("--sample-seed", "causal", "seed"),
+    # the config's causal.seed also seeds the causal step's bootstrap; `gpuvar bin` only draws the random bins
+    ConfigOption("--sample-seed", "causal", "seed", description="seed of the random bin sample (--sample-bins)"),
 )
 
 
@@ -36,12 +37,17 @@ def configure(p):
         help="canonical memcpy.parquet: links each kernel to a copy (needed for memory_stall); one "
         "without rows counts as none",
     )
-    p.add_argument("--target", default="kernel_variability", choices=TARGETS, help="kernel_variability or memory_stall")
+    p.add_argument(
+        "--target",
+        default="kernel_variability",
+        choices=TARGETS,
+        help="kernel_variability or memory_stall (default: %(default)s)",
+    )
     p.add_argument(
         "--features",
         default="auto",
         help="columns to also compute per-bin statistics of: 'auto' (duration; top-k rows keep every "
-        "column), 'none', or f1,f2 (top-k rows keep identification columns and these)",
+        "column), 'none', or f1,f2 (top-k rows keep identification columns and these; default: %(default)s)",
     )
     p.add_argument("--output", "-o", type=Path, required=True, help="output folder")
     add_options(p, CONFIG_OPTIONS)

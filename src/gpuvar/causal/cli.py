@@ -23,8 +23,17 @@ CONFIG_OPTIONS = (
 def configure(p):
     p.add_argument("rows", help="top-k rows (Parquet or CSV) with feature columns and the target column")
     p.add_argument("--target", required=True, help="target column, e.g. kernel_variability, memory_stall")
-    p.add_argument("--group-by", default="kernel_name", help="group column ('' or 'none': only all rows)")
-    p.add_argument("--features", default="auto", help="'auto' (numeric, non-id columns) or a,b,c")
+    p.add_argument(
+        "--group-by",
+        default="kernel_name",
+        help="group column, one graph per group besides all rows ('' or 'none': only all rows; default: "
+        "%(default)s; config: datasets[].group_by)",
+    )
+    p.add_argument(
+        "--features",
+        default="auto",
+        help="'auto' (numeric, non-id columns) or a,b,c (default: %(default)s; config: datasets[].features)",
+    )
     add_options(p, CONFIG_OPTIONS)
     p.add_argument(
         "--random-rows",

@@ -35,7 +35,12 @@ def configure(p):
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--rows", type=int, default=None, help="kernel launches per dataset (default: per format)")
     p.add_argument("--format", choices=SET_FORMATS, default="set", help="what to write (default: the demo set)")
-    p.add_argument("--variant", type=int, default=0, help="dataset variant (shifts the kernel mix), single formats")
+    p.add_argument(
+        "--variant",
+        type=int,
+        default=0,
+        help="dataset variant (shifts the kernel mix), single formats (default: %(default)s)",
+    )
     p.add_argument("--workers", type=int, default=None, help="processes for --format canonical (default 2)")
 
 

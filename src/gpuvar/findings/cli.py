@@ -19,7 +19,12 @@ def configure(p):
     p.add_argument("--name", default=None, help="dataset name shown on the page (default: the folder's name)")
     p.add_argument("--causal", type=Path, default=None, help="the dataset's kernel_variability causal folder")
     p.add_argument("--plots", type=Path, default=None, help="the dataset's kernel_variability plot folder")
-    p.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds, permutations, bootstrap")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the cross-validation folds, permutations, bootstrap (default: %(default)s; config: causal.seed)",
+    )
     p.add_argument("--combine", action="store_true", help="combine datasets' findings.json into one page")
 
 

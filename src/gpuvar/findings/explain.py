@@ -17,9 +17,9 @@ def configure(p):
     p.add_argument("traces", nargs="+", type=Path, help="profiler file(s); several = ranks of one job")
     p.add_argument("--output", "-o", type=Path, required=True, help="output folder")
     p.add_argument("--name", default=None, help="dataset name on the findings page (default: the first file's stem)")
-    p.add_argument("--format", default="auto", help="format name or 'auto' (default: detect by content)")
+    p.add_argument("--format", default="auto", help="format name or 'auto': detect by content (default: %(default)s)")
     p.add_argument("--no-causal", action="store_true", help="skip binning and causal graphs: findings only (fastest)")
-    p.add_argument("--top", type=int, default=5, help="findings printed (default 5; all are in findings.md)")
+    p.add_argument("--top", type=int, default=5, help="findings printed (default: %(default)s; all are in findings.md)")
 
 
 def _progress(message: str, t0: float) -> None:

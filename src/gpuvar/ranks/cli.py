@@ -12,7 +12,12 @@ def configure(parser) -> None:
     parser.add_argument("inputs", nargs="*", metavar="INGEST_DIR", help="a merged ingest or one ingest per rank")
     parser.add_argument("--traces", nargs="+", metavar="TRACE", help="the original traces, one per rank")
     parser.add_argument("-o", "--output", required=True, help="output folder")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation and permutations")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the cross-validation and permutations (default: %(default)s; config: causal.seed)",
+    )
 
 
 def run(args) -> int:

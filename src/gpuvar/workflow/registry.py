@@ -114,8 +114,11 @@ def build_registry(config: dict, basedir: str | Path, paper_yaml: str | Path | N
     return Registry(cfg, merged, paper, names)
 
 
-def print_run_summary(findings: str | Path = f"{FINDINGS_DIR}/{FINDINGS_RECORD}") -> None:
-    """After a run: the top findings of every dataset and where the page is (results/findings/findings.md)."""
+def print_run_summary(
+    findings: str | Path = f"{FINDINGS_DIR}/{FINDINGS_RECORD}", checks: str | Path = CHECKS_TABLE
+) -> None:
+    """After a run: the top findings of every dataset, then (secondary) how many causal graphs failed an
+    assumption check, and last where the findings page is (results/findings/findings.md)."""
     import json
 
     from gpuvar.findings.run import console_summary
@@ -124,5 +127,26 @@ def print_run_summary(findings: str | Path = f"{FINDINGS_DIR}/{FINDINGS_RECORD}"
     if not path.is_file():
         return
     records = json.loads(path.read_text()).get("datasets", [])
+    print("gpuvar: what was found (top 3 per dataset):")
     print(console_summary(records, top=3))
-    print(f"gpuvar: findings page {path.with_name(FINDINGS_PAGE)}")
+    flagged = flagged_graphs(checks)
+    if flagged:
+        print(
+            f"gpuvar: {flagged[0]} of {flagged[1]} causal graphs failed an assumption check: read those graphs as "
+            f"hypotheses ({checks}, docs/causal.md)"
+        )
+    print(f"gpuvar: every kernel, its verdict and what to do: {path.with_name(FINDINGS_PAGE)}")
+
+
+def flagged_graphs(checks: str | Path = CHECKS_TABLE) -> tuple[int, int] | None:
+    """(graphs that failed an assumption check, graphs fitted) from checks.tsv; None when it is absent or none
+    failed."""
+    import csv
+
+    path = Path(checks)
+    if not path.is_file():
+        return None
+    with path.open(newline="") as handle:
+        trusted = [row.get("trusted") for row in csv.DictReader(handle, delimiter="\t")]
+    failed = trusted.count("no")
+    return (failed, failed + trusted.count("yes")) if failed else None

@@ -1,0 +1,121 @@
+"""A first run on one's own trace: a user's config names only its own datasets (no demo names), and what the
+run prints at the end puts the findings first.
+
+- The config model: `comparisons` and `scaling.dataset` are optional; without them `all` has no comparison
+  and `snakemake scaling` nothing to time.
+- The Snakefile: a `--configfile` is the whole config, not layered over config/config.yaml (the demo's, whose
+  `comparisons` and `scaling.dataset` name demo datasets), so a user's config or config/paper.yaml runs as is.
+- The end of a run: the top findings, then (secondary) how many causal graphs failed a check, then the page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+
+from gpuvar.artifacts import CHECKS_TABLE
+from gpuvar.compare.workflow import comparison_outputs
+from gpuvar.config import validate_config
+from gpuvar.plots.snakemake_helpers import scaling_outputs
+from gpuvar.workflow.registry import build_registry, print_run_summary
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def _user_config(tmp_path: Path) -> Path:
+    """A user's config: one trace of theirs, every other key left to the defaults."""
+    trace = tmp_path / "traces" / "train.rank0.sqlite"
+    trace.parent.mkdir()
+    trace.write_bytes(b"")  # a dry run checks that the source exists; it does not read it
+    config = tmp_path / "my.yaml"
+    config.write_text(yaml.safe_dump({"datasets": [{"name": "train", "source": str(trace)}]}))
+    return config
+
+
+def test_a_config_without_comparisons_or_scaling_plans_neither(tmp_path):
+    raw = yaml.safe_load(_user_config(tmp_path).read_text())
+    cfg = validate_config(raw, tmp_path)
+    assert cfg.comparisons == [] and cfg.scaling.dataset is None
+    assert comparison_outputs(cfg) == []
+    assert scaling_outputs(cfg, {d.name: d for d in cfg.datasets}) == []
+    registry = build_registry(raw, tmp_path)
+    assert list(registry.datasets) == ["train"] and registry.analysis_outputs()
+
+
+def _dry_run(config: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run(
+        [SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(config), *extra],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.mark.timeout(600)
+def test_a_users_configfile_is_not_layered_over_the_demo_config(tmp_path):
+    """From the repository root, as the README says: the demo's comparison (pair_baseline, pair_candidate)
+    and scaling dataset (rank0) do not leak into a user's run."""
+    proc = _dry_run(_user_config(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wildcards: dataset=train" in proc.stdout
+    assert "compare_runs" not in proc.stdout and "pair_baseline" not in proc.stdout
+    assert "make_demo_data" not in proc.stdout  # no demo dataset, so the demo traces are not written
+
+
+@pytest.mark.timeout(600)
+def test_the_paper_config_runs_as_an_ordinary_config():
+    """docs/paper.md: `snakemake --configfile config/paper.yaml` runs the everyday workflow on the paper's
+    datasets (its two sections name no comparison)."""
+    proc = _dry_run(REPO / "config" / "paper.yaml")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wildcards: dataset=sw4lite" in proc.stdout and "compare_runs" not in proc.stdout
+
+
+def _record(dataset: str) -> dict:
+    return {
+        "dataset": dataset,
+        "launches": 1000,
+        "kernel_names": 3,
+        "pooled_shares": {"between": 0.2, "size": 0.5, "context": 0.1, "unexplained": 0.2},
+        "nothing_actionable": False,
+        "findings": [{"rank": 1, "headline": "gemm_kernel: explained 90 % by grid_x +", "recoverable_ns": 5e6}],
+        "stable": [],
+    }
+
+
+def test_the_run_ends_with_the_findings_then_the_checks_then_the_page(tmp_path, capsys):
+    findings = tmp_path / "results" / "findings" / "findings.json"
+    findings.parent.mkdir(parents=True)
+    findings.write_text(json.dumps({"datasets": [_record("train")]}))
+    checks = tmp_path / CHECKS_TABLE
+    checks.parent.mkdir(parents=True)
+    rows = ["dataset\ttarget\tgroup\tstatus\tverdict\tshare\ttrusted\texplained_share\trows\twarnings"]
+    rows += [f"train\tkernel_variability\tg{i}\tok\texplained\t0.9\t{t}\t0.9\t100\t" for i, t in enumerate("yyn")]
+    rows += ["train\tkernel_variability\tsmall\tskipped\t\t\t\t\t3\ttoo few rows"]
+    checks.write_text("\n".join(r.replace("\ty\t", "\tyes\t").replace("\tn\t", "\tno\t") for r in rows) + "\n")
+
+    print_run_summary(findings, checks)
+    lines = capsys.readouterr().out.splitlines()
+    first_finding = next(i for i, line in enumerate(lines) if "gemm_kernel" in line)
+    failed = next(i for i, line in enumerate(lines) if "failed an assumption check" in line)
+    assert "1 of 3 causal graphs" in lines[failed] and str(checks) in lines[failed]
+    assert first_finding < failed < len(lines) - 1
+    assert lines[-1].endswith(str(findings.with_name("findings.md")))
+
+
+def test_no_failed_graph_no_checks_line(tmp_path, capsys):
+    findings = tmp_path / "findings.json"
+    findings.write_text(json.dumps({"datasets": [_record("train")]}))
+    print_run_summary(findings, tmp_path / "absent.tsv")
+    out = capsys.readouterr().out
+    assert "gemm_kernel" in out and "assumption check" not in out
