@@ -193,10 +193,11 @@ def _rows_of(rows, bins: np.ndarray):
     """The rows (gather_rows' table, in file order) of the given bins; None when there are none."""
     if rows is None or not len(bins):
         return None
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    picked = rows.filter(pc.is_in(rows.column("bin"), value_set=pa.array(bins, type=rows.schema.field("bin").type)))
+    from gpuvar.canonical_io import from_numpy  # (pa.array(ndarray) would import pandas)
+
+    picked = rows.filter(pc.is_in(rows.column("bin"), value_set=from_numpy(np.asarray(bins, dtype=np.int64))))
     return picked if picked.num_rows else None
 
 
