@@ -49,6 +49,8 @@ def test_bench_binning_polars_agrees_with_gpuvar(tmp_path, run_cli):
         "1ms",
         "--top-k",
         "5",
+        "--repeat",
+        "1",
         "--data-dir",
         tmp_path,
         "--engines",
@@ -64,3 +66,5 @@ def test_bench_binning_polars_agrees_with_gpuvar(tmp_path, run_cli):
     if "polars" in engines:
         assert out["polars_same_top_k"] is True and out["polars_threads"] == 2
         assert out["gpuvar_over_polars"] == pytest.approx(out["gpuvar_s"] / out["polars_s"], rel=0.05)
+        assert out["gpuvar_runs_s"] == [out["gpuvar_s"]] and out["polars_runs_s"] == [out["polars_s"]]
+        assert out["gpuvar_fixed_s"] < out["gpuvar_s"] and out["sample_bins"] == 0

@@ -11,6 +11,8 @@ POLARS_MAX_THREADS = --ranks; its top-k bins and row count must equal gpuvar's. 
 runs it (`mpiexec -n R gpuvar bin`, start-up included) doing the same job (--sample-bins 0: polars draws no
 random bins; --sample-bins N adds the workflow's random-bin rows to gpuvar's side); the others from their
 query's start, imports excluded (polars_import_s: what importing polars took in its subprocess).
+gpuvar and polars run --repeat times, interleaved (the first run after an idle spell is up to 2x slower on a
+shared VM); their fastest runs are compared, every run is listed (gpuvar_runs_s, polars_runs_s).
 gpuvar_fixed_s: gpuvar's wall time minus its phases (each phase's slowest rank, bin.json), i.e. mpiexec, the
 interpreters, imports, MPI start and exit: the fixed cost of a run.
 machine_2proc_speedup: what 2 CPU-bound processes get over 1 at that moment (2.0 on idle cores), the ceiling
@@ -51,6 +53,9 @@ def configure_binning(p):
     p.add_argument("--workers-per-rank", type=int, default=1, help="gpuvar threads per rank for the statistics")
     p.add_argument("--engines", default="gpuvar,polars,duckdb,pandas", help="comma-separated subset to run")
     p.add_argument("--top-k", type=int, default=20, help="top-k bins (gpuvar and polars)")
+    p.add_argument(
+        "--repeat", type=int, default=2, help="runs of gpuvar and polars, interleaved (the fastest of each is reported)"
+    )
     p.add_argument(
         "--sample-bins",
         type=int,
@@ -266,13 +271,28 @@ def run_binning(args) -> int:
     }
     outputs = {}
     report = None
-    if "gpuvar" in engines:
-        with tempfile.TemporaryDirectory(prefix="gpuvar-bench-") as tmp:
-            wall, report, outputs["gpuvar"] = run_gpuvar(
-                path, args.ranks, args.bin_width, args.workers_per_rank, Path(tmp), args.top_k, args.sample_bins
-            )
+    runs: dict[str, list[float]] = {"gpuvar": [], "polars": []}
+    best: dict[str, tuple] = {}
+    for _ in range(max(1, args.repeat)):  # interleaved; each engine's fastest run is reported
+        if "gpuvar" in engines:
+            with tempfile.TemporaryDirectory(prefix="gpuvar-bench-") as tmp:
+                got = run_gpuvar(
+                    path, args.ranks, args.bin_width, args.workers_per_rank, Path(tmp), args.top_k, args.sample_bins
+                )
+            runs["gpuvar"].append(round(got[0], 3))
+            if "gpuvar" not in best or got[0] < best["gpuvar"][0]:
+                best["gpuvar"] = got
+        if "polars" in engines:
+            with tempfile.TemporaryDirectory(prefix="gpuvar-bench-") as tmp:
+                got = run_polars(path, args.ranks, width, args.top_k, Path(tmp))
+            runs["polars"].append(round(got[0]["seconds"], 3))
+            if "polars" not in best or got[0]["seconds"] < best["polars"][0]["seconds"]:
+                best["polars"] = got
+    if "gpuvar" in best:
+        wall, report, outputs["gpuvar"] = best["gpuvar"]
         result.update(
             gpuvar_s=round(wall, 3),
+            gpuvar_runs_s=runs["gpuvar"],
             gpuvar_phase_s=report["seconds"],
             gpuvar_fixed_s=round(wall - sum(report["seconds"].values()), 3),
             sample_bins=args.sample_bins,
@@ -280,11 +300,11 @@ def run_binning(args) -> int:
             bins=report["non_empty_bins"],
             workers_per_rank=args.workers_per_rank,
         )
-    if "polars" in engines:
-        with tempfile.TemporaryDirectory(prefix="gpuvar-bench-") as tmp:
-            ref, outputs["polars"] = run_polars(path, args.ranks, width, args.top_k, Path(tmp))
+    if "polars" in best:
+        ref, outputs["polars"] = best["polars"]
         result.update(
             polars_s=round(ref["seconds"], 3),
+            polars_runs_s=runs["polars"],
             polars_stats_s=round(ref["stats_s"], 3),
             polars_import_s=round(ref["import_s"], 3),
             polars_threads=args.ranks,
