@@ -8,19 +8,29 @@ import json
 import pytest
 
 
-def test_bench_ingest_reports_the_sqlite_floor(tmp_path, run_cli):
-    result = run_cli("bench", "ingest", "--rows", "3000", "--data-dir", tmp_path)
+def test_bench_ingest_reports_arrow_native_readers_and_the_sqlite_engine(tmp_path, run_cli):
+    result = run_cli("bench", "ingest", "--rows", "3000", "--repeat", "1", "--data-dir", tmp_path)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["kernel_rows"] == 3000 and out["memcpy_rows"] > 0
-    # the floor scans the columns gpuvar needs: 18 kernel + 8 copy columns of the 2024.6 layout
-    assert out["floor_columns"] == {"CUPTI_ACTIVITY_KIND_KERNEL": 18, "CUPTI_ACTIVITY_KIND_MEMCPY": 8}
-    assert out["floor_s"] == min(out["floor_fetchall_s"], out["floor_cursor_loop_s"]) > 0
-    assert out["ratio_vs_floor"] == pytest.approx(out["wall_s"] / out["floor_s"], rel=0.1)
+    # the references read what gpuvar reads: every column by default, 18 kernel + 8 copy columns without vendor ones
+    assert out["columns_read"] == {"CUPTI_ACTIVITY_KIND_KERNEL": 28, "CUPTI_ACTIVITY_KIND_MEMCPY": 20}
+    assert out["columns_read_no_vendor_columns"] == {"CUPTI_ACTIVITY_KIND_KERNEL": 18, "CUPTI_ACTIVITY_KIND_MEMCPY": 8}
+    readers = ["connectorx", "connectorx_2_partitions"] + (
+        ["adbc"] if importlib.util.find_spec("adbc_driver_sqlite") else []
+    )
+    for suffix in ("", "_no_vendor_columns"):
+        times = {r: out[f"{r}_s{suffix}"] for r in readers}
+        assert times[out[f"arrow_native_fastest{suffix}"]] == min(times.values())  # (rounded: ties possible)
+        assert out[f"arrow_native_s{suffix}"] == min(times.values()) > 0
+        assert out[f"sqlite_engine_s{suffix}"] > 0
+    assert out["ratio_vs_arrow_native"] == pytest.approx(out["wall_s"] / out["arrow_native_s"], rel=0.1)
+    assert out["ratio_scan_vs_arrow_native"] == pytest.approx(out["scan_s"] / out["arrow_native_s"], rel=0.1)
+    assert 0 < out["scan_s"] <= out["read_s"] <= out["wall_s"]
+    assert "floor_s" not in out  # no Python cursor loop as a "floor"
     assert (
         out["kernel_columns_written"] > out["kernel_columns_written_no_vendor_columns"] == 39
     )  # canonical (with rank) + launch_op, step, call_index, call_site + 6 ctx_* columns
-    assert out["connectorx_s"] > 0 and out["sqlite_engine_s"] > 0
 
 
 @pytest.mark.mpi
@@ -39,6 +49,8 @@ def test_bench_binning_polars_agrees_with_gpuvar(tmp_path, run_cli):
         "1ms",
         "--top-k",
         "5",
+        "--repeat",
+        "1",
         "--data-dir",
         tmp_path,
         "--engines",
@@ -54,3 +66,5 @@ def test_bench_binning_polars_agrees_with_gpuvar(tmp_path, run_cli):
     if "polars" in engines:
         assert out["polars_same_top_k"] is True and out["polars_threads"] == 2
         assert out["gpuvar_over_polars"] == pytest.approx(out["gpuvar_s"] / out["polars_s"], rel=0.05)
+        assert out["gpuvar_runs_s"] == [out["gpuvar_s"]] and out["polars_runs_s"] == [out["polars_s"]]
+        assert out["gpuvar_fixed_s"] < out["gpuvar_s"] and out["sample_bins"] == 0

@@ -75,7 +75,9 @@ Features = Annotated[Literal["auto"] | list[str], BeforeValidator(_feature_names
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: a model's validator is built when it first validates, not at import (every `gpuvar bin` rank
+    # imports this module for its option defaults and never validates a config)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Dataset(Strict):
@@ -262,14 +264,15 @@ class Comparison(Strict):
 
 
 class Config(Strict):
-    demo: Demo = Demo()
+    # sections default through factories: an instance made at import would build every validator there
+    demo: Demo = Field(default_factory=Demo)
     datasets: list[Dataset] = Field(min_length=1)
-    ingest: Ingest = Ingest()
-    targets: Targets = Targets()
-    binning: Binning = Binning()
-    causal: Causal = Causal()
-    plots: Plots = Plots()
-    scaling: Scaling = Scaling()
+    ingest: Ingest = Field(default_factory=Ingest)
+    targets: Targets = Field(default_factory=Targets)
+    binning: Binning = Field(default_factory=Binning)
+    causal: Causal = Field(default_factory=Causal)
+    plots: Plots = Field(default_factory=Plots)
+    scaling: Scaling = Field(default_factory=Scaling)
     comparisons: list[Comparison] = []
 
     @field_validator("comparisons")

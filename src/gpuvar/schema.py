@@ -287,6 +287,11 @@ def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
             fields.append(pa.field(str(extra), bulk[extra].type))
             continue
         values = df[extra]
+        if isinstance(values.dtype, pd.ArrowDtype) and pa.types.is_integer(values.dtype.pyarrow_dtype):
+            arr = _arrow_integers(values)
+            arrays.append(arr)
+            fields.append(pa.field(str(extra), arr.type))
+            continue
         if _text_categorical(values):  # names etc.: strings through the dictionary, not 1 Python object per row
             arr = _string_arrow(values)
             arrays.append(arr)
@@ -305,6 +310,14 @@ def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
         arrays.append(arr)
         fields.append(pa.field(str(extra), arr.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _arrow_integers(values: pd.Series) -> pa.Array:
+    """An Arrow-backed integer extra column as it is (no copy); with nulls as int64, which is what the numpy path
+    (a nullable Int64 column) gives."""
+    column = values.array.__arrow_array__()
+    column = column.cast(pa.int64()) if column.null_count and column.type != pa.int64() else column
+    return column.combine_chunks()  # one chunk, as a numpy column gives: the Parquet pages are then the same bytes
 
 
 def _numeric_block(df: pd.DataFrame, extras: list) -> dict:

@@ -1,45 +1,32 @@
-"""Ingest throughput: `gpuvar ingest` on a demo Nsight Systems SQLite of N kernel launches, against the floor.
+"""Ingest throughput: `gpuvar ingest` on a demo Nsight Systems SQLite of N kernel launches, against the readers
+that turn the same SQLite tables into Arrow, measured in the same process and minute.
 
-The floor is SQLite itself: the `sqlite3` module fetching the columns the canonical schema is derived from
-(19 kernel + 8 copy columns of the 2024.6 layout), fully, as Python rows (the faster of fetchall and a cursor
-loop). Measured in the same run, beside it: SQLite's own decode of those cells without making Python objects
-(max() of every column: what one core can do at best), and connectorx on the same query (1 and 2 rowid
-partitions), which is what gpuvar uses. gpuvar is timed twice: default (every vendor column kept) and
---no-keep-vendor-columns (the floor's columns only). The demo file is cached by (rows, seed) in --data-dir.
-Prints one JSON object; ratio_vs_floor = gpuvar wall / floor; ratio_vs_floor_all_columns compares the
-default with sqlite3 fetching every column of the two tables, which is what the default reads.
+References (each reads the columns gpuvar reads: every column of the kernel and memcpy tables by default, only
+the canonical ones with --no-keep-vendor-columns):
+  * Arrow-native readers: connectorx (one query per table, and 2 rowid partitions, its parallel mode) and, where
+    installed, the ADBC SQLite driver (`adbc-driver-sqlite`, fetch_arrow_table). arrow_native_s is the fastest.
+  * SQLite's own engine: `SELECT count(*), max(c1), max(c2), ...` over the same columns through sqlite3, which
+    decodes every cell inside SQLite without building any value outside it: what one core can do at best.
+gpuvar is timed through `gpuvar.ingest.ingest` with its modules already imported (import_s: their first import,
+once): scan_s is its read of the source tables into Arrow (seconds.scan of ingest.json), read_s adds the
+canonical columns, call sites and context columns, wall_s adds the checks and the Parquet encoding.
+Every contender runs --repeat times, interleaved; each figure is the fastest run (the machine is shared).
+Ratios: ratio_scan_vs_arrow_native = scan_s / arrow_native_s, ratio_vs_arrow_native = wall_s / arrow_native_s,
+*_vs_sqlite_engine likewise; the _no_vendor_columns figures compare with the references on the needed columns.
+The demo file is cached by (rows, seed) in --data-dir. Prints one JSON object.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import resource
-import subprocess
-import sys
+import sqlite3
 import tempfile
 import time
 from pathlib import Path
 
 TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY")
-
-# run in a fresh interpreter so that its Python rows do not count in gpuvar's peak memory
-_FLOOR = r"""
-import json, sqlite3, sys, time
-path, spec = sys.argv[1], json.loads(sys.argv[2])
-con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-out = {"fetchall_s": 0.0, "cursor_loop_s": 0.0, "sqlite_engine_s": 0.0}
-for table, cols in spec.items():
-    sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}"'
-    t = time.perf_counter(); rows = con.execute(sql).fetchall(); out["fetchall_s"] += time.perf_counter() - t
-    del rows
-    t = time.perf_counter()
-    for row in con.execute(sql):
-        pass
-    out["cursor_loop_s"] += time.perf_counter() - t
-    agg = "SELECT " + ", ".join(f'max("{c}")' for c in cols) + f' FROM "{table}"'
-    t = time.perf_counter(); con.execute(agg).fetchall(); out["sqlite_engine_s"] += time.perf_counter() - t
-print(json.dumps(out))
-"""
 
 
 def configure_ingest(p):
@@ -48,15 +35,18 @@ def configure_ingest(p):
     )
     p.add_argument("--seed", type=int, default=0, help="demo trace seed (default: %(default)s)")
     p.add_argument(
+        "--repeat", type=int, default=2, help="runs of every contender (the fastest is reported) (default: %(default)s)"
+    )
+    p.add_argument(
         "--data-dir",
         default=str(Path(tempfile.gettempdir()) / "gpuvar-bench-ingest"),
         help="cache of generated traces (default: %(default)s)",
     )
 
 
-def floor_columns(source: Path, everything: bool = False) -> dict[str, list[str]]:
-    """Per table, the columns gpuvar needs (those --no-keep-vendor-columns reads), in table order; or every
-    column (what the default, --keep-vendor-columns, reads)."""
+def read_columns(source: Path, everything: bool = True) -> dict[str, list[str]]:
+    """Per table, the columns gpuvar reads: every column (the default, vendor columns kept), or only those the
+    canonical schema is derived from (--no-keep-vendor-columns), in table order."""
     from gpuvar.ingest import nsys
 
     con = nsys._connect(source)
@@ -68,37 +58,73 @@ def floor_columns(source: Path, everything: bool = False) -> dict[str, list[str]
     return {t: [c for c in catalog[t] if everything or c in needed[t]] for t in TABLES if t in catalog}
 
 
-def time_floor(source: Path, spec: dict[str, list[str]]) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", _FLOOR, str(source), json.dumps(spec)], capture_output=True, text=True, check=True
-    )
-    return json.loads(proc.stdout)
+def _select(cols: list[str]) -> str:
+    return ", ".join(f'"{c}"' for c in cols)
+
+
+def time_sqlite_engine(source: Path, spec: dict[str, list[str]]) -> float:
+    """SQLite decoding every cell of the columns (max() of each) without making a value outside the engine."""
+    con = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        t = time.perf_counter()
+        for table, cols in spec.items():
+            con.execute("SELECT count(*), " + ", ".join(f'max("{c}")' for c in cols) + f' FROM "{table}"').fetchall()
+        return time.perf_counter() - t
+    finally:
+        con.close()
 
 
 def time_connectorx(source: Path, spec: dict[str, list[str]], partitions: int) -> float:
     import connectorx as cx
 
-    total = 0.0
+    t = time.perf_counter()
     for table, cols in spec.items():
-        select = ", ".join(f'"{c}"' for c in cols)
-        t = time.perf_counter()
         if partitions > 1:
-            sql = f'SELECT rowid AS "__rowid", {select} FROM "{table}"'
+            sql = f'SELECT rowid AS "__rowid", {_select(cols)} FROM "{table}"'
             cx.read_sql(
                 f"sqlite://{source}", sql, return_type="arrow", partition_on="__rowid", partition_num=partitions
             )
         else:
-            cx.read_sql(f"sqlite://{source}", f'SELECT {select} FROM "{table}"', return_type="arrow")
-        total += time.perf_counter() - t
-    return total
+            cx.read_sql(f"sqlite://{source}", f'SELECT {_select(cols)} FROM "{table}"', return_type="arrow")
+    return time.perf_counter() - t
 
 
-def time_gpuvar(source: Path, out: Path, keep: bool) -> tuple[float, float, dict]:
+def time_adbc(source: Path, spec: dict[str, list[str]]) -> float:
+    import adbc_driver_sqlite.dbapi as adbc
+
+    t = time.perf_counter()
+    with adbc.connect(f"file:{source}?mode=ro") as con, con.cursor() as cur:
+        for table, cols in spec.items():
+            cur.execute(f'SELECT {_select(cols)} FROM "{table}"')
+            cur.fetch_arrow_table()
+    return time.perf_counter() - t
+
+
+def time_gpuvar(source: Path, out: Path, keep: bool) -> dict:
     from gpuvar.ingest import ingest
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     report = ingest(source, out, keep_vendor_columns=keep)
-    return time.perf_counter() - wall0, time.process_time() - cpu0, report
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    return {"wall": wall, "cpu": cpu, "scan": report["seconds"]["scan"], "read": report["seconds"]["read"], **report}
+
+
+def _import_gpuvar() -> float:
+    """Import what an ingest of an nsys export uses (readers, Arrow, pandas, connectorx), so that no contender's
+    first run pays for it; returns the seconds it took."""
+    t = time.perf_counter()
+    import connectorx  # noqa: F401
+
+    from gpuvar.ingest import call_sites, context, detect, nsys, sanity  # noqa: F401
+    from gpuvar.schema import canonical_columns
+
+    detect.formats()
+    canonical_columns("kernels")
+    return time.perf_counter() - t
+
+
+def _fastest(runs: list[dict]) -> dict:
+    return min(runs, key=lambda r: r["wall"])
 
 
 def run_ingest(args) -> int:
@@ -113,47 +139,68 @@ def run_ingest(args) -> int:
     with open(source, "rb") as fh:  # page cache warm for every contender
         while fh.read(1 << 24):
             pass
-    spec = floor_columns(source)
-    floor = time_floor(source, spec)
-    floor_s = min(floor["fetchall_s"], floor["cursor_loop_s"])
-    every = time_floor(source, floor_columns(source, everything=True))
-    floor_all_s = min(every["fetchall_s"], every["cursor_loop_s"])
-    cx1, cx2 = time_connectorx(source, spec, 1), time_connectorx(source, spec, 2)
-    wall, cpu, report = time_gpuvar(source, data / f"out-{args.rows}-{args.seed}", keep=True)
+    import_s = _import_gpuvar()
+    specs = {"all": read_columns(source, everything=True), "needed": read_columns(source, everything=False)}
+    readers = {
+        "connectorx": lambda spec: time_connectorx(source, spec, 1),
+        "connectorx_2_partitions": lambda spec: time_connectorx(source, spec, 2),
+    }
+    if importlib.util.find_spec("adbc_driver_sqlite") is not None:
+        readers["adbc"] = lambda spec: time_adbc(source, spec)
+    ref: dict[str, dict[str, float]] = {k: {} for k in specs}
+    engine: dict[str, float] = {}
+    runs: dict[bool, list[dict]] = {True: [], False: []}
+    for _ in range(max(1, args.repeat)):
+        for which, spec in specs.items():
+            engine[which] = min(engine.get(which, float("inf")), time_sqlite_engine(source, spec))
+            for name, reader in readers.items():
+                ref[which][name] = min(ref[which].get(name, float("inf")), reader(spec))
+        for keep in (True, False):
+            out = data / f"out-{args.rows}-{args.seed}" if keep else data / f"out-{args.rows}-{args.seed}-needed"
+            runs[keep].append(time_gpuvar(source, out, keep))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    wall_n, cpu_n, report_n = time_gpuvar(source, data / f"out-{args.rows}-{args.seed}-needed", keep=False)
-    kernels = report["tables"]["kernels"]["rows_written"]
-    memcpy = report["tables"].get("memcpy", {}).get("rows_written", 0)
-    print(
-        json.dumps(
-            {
-                "bench": "ingest",
-                "format": report["format"],
-                "kernel_rows": kernels,
-                "memcpy_rows": memcpy,
-                "floor_columns": {t: len(c) for t, c in spec.items()},
-                "floor_s": round(floor_s, 3),
-                "floor_fetchall_s": round(floor["fetchall_s"], 3),
-                "floor_cursor_loop_s": round(floor["cursor_loop_s"], 3),
-                "sqlite_engine_s": round(floor["sqlite_engine_s"], 3),
-                "connectorx_s": round(cx1, 3),
-                "connectorx_2_partitions_s": round(cx2, 3),
-                "wall_s": round(wall, 3),
-                "cpu_s": round(cpu, 3),
-                "read_s": report["seconds"]["read"],
-                "ratio_vs_floor": round(wall / floor_s, 2),
-                "floor_all_columns_s": round(floor_all_s, 3),
-                "ratio_vs_floor_all_columns": round(wall / floor_all_s, 2),
-                "wall_s_no_vendor_columns": round(wall_n, 3),
-                "read_s_no_vendor_columns": report_n["seconds"]["read"],
-                "ratio_vs_floor_no_vendor_columns": round(wall_n / floor_s, 2),
-                "kernel_columns_written": report["tables"]["kernels"]["columns"],
-                "kernel_columns_written_no_vendor_columns": report_n["tables"]["kernels"]["columns"],
-                "kernel_rows_per_s": round(kernels / wall),
-                "all_rows_per_s": round((kernels + memcpy) / wall),
-                "peak_rss_mb": round(rss),
-            },
-            sort_keys=True,
-        )
-    )
+    full, lean = _fastest(runs[True]), _fastest(runs[False])
+    arrow = {k: min(v.values()) for k, v in ref.items()}
+    fastest = {k: min(v, key=v.get) for k, v in ref.items()}
+    kernels = full["tables"]["kernels"]["rows_written"]
+    memcpy = full["tables"].get("memcpy", {}).get("rows_written", 0)
+    result = {
+        "bench": "ingest",
+        "format": full["format"],
+        "kernel_rows": kernels,
+        "memcpy_rows": memcpy,
+        "repeat": max(1, args.repeat),
+        "columns_read": {t: len(c) for t, c in specs["all"].items()},
+        "columns_read_no_vendor_columns": {t: len(c) for t, c in specs["needed"].items()},
+        "import_s": round(import_s, 3),
+        "wall_s": round(full["wall"], 3),
+        "cpu_s": round(full["cpu"], 3),
+        "scan_s": round(full["scan"], 3),
+        "read_s": round(full["read"], 3),
+        "arrow_native_s": round(arrow["all"], 3),
+        "arrow_native_fastest": fastest["all"],
+        "sqlite_engine_s": round(engine["all"], 3),
+        "ratio_scan_vs_arrow_native": round(full["scan"] / arrow["all"], 2),
+        "ratio_vs_arrow_native": round(full["wall"] / arrow["all"], 2),
+        "ratio_scan_vs_sqlite_engine": round(full["scan"] / engine["all"], 2),
+        "ratio_vs_sqlite_engine": round(full["wall"] / engine["all"], 2),
+        "wall_s_no_vendor_columns": round(lean["wall"], 3),
+        "scan_s_no_vendor_columns": round(lean["scan"], 3),
+        "read_s_no_vendor_columns": round(lean["read"], 3),
+        "arrow_native_s_no_vendor_columns": round(arrow["needed"], 3),
+        "arrow_native_fastest_no_vendor_columns": fastest["needed"],
+        "sqlite_engine_s_no_vendor_columns": round(engine["needed"], 3),
+        "ratio_scan_vs_arrow_native_no_vendor_columns": round(lean["scan"] / arrow["needed"], 2),
+        "ratio_vs_arrow_native_no_vendor_columns": round(lean["wall"] / arrow["needed"], 2),
+        "vendor_columns_extra_wall_s": round(full["wall"] - lean["wall"], 3),
+        "kernel_columns_written": full["tables"]["kernels"]["columns"],
+        "kernel_columns_written_no_vendor_columns": lean["tables"]["kernels"]["columns"],
+        "kernel_rows_per_s": round(kernels / full["wall"]),
+        "all_rows_per_s": round((kernels + memcpy) / full["wall"]),
+        "peak_rss_mb": round(rss),
+    }
+    for which, suffix in (("all", ""), ("needed", "_no_vendor_columns")):
+        for name, seconds in ref[which].items():
+            result[f"{name}_s{suffix}"] = round(seconds, 3)
+    print(json.dumps(result, sort_keys=True))
     return 0

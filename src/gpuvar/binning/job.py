@@ -10,7 +10,8 @@ named; every rank calls every phase):
                gpuvar.binning.exchange: rows to their bin's owner (alltoall / Alltoallv).
  5. stats    - gpuvar.binning.per_bin: the owner computes every statistic of its bins; gather on rank 0.
  6. ranking  - gpuvar.binning.ranking (rank 0): bins by the target's variance, top-k, random sample; bcast.
- 7. rows     - gpuvar.binning.rows: the rows of the top-k and the sampled bins, gathered on rank 0.
+ 7. rows     - gpuvar.binning.rows: the rows of the top-k and the sampled bins, gathered on rank 0 in one pass
+               (row groups holding both are decoded once; timed as topk_rows, the split as sample_rows).
  8. report   - gpuvar.binning.report (rank 0): bins.parquet, topk_rows.parquet, sample_rows.parquet, then bin.json.
 Determinism: the rows of a bin reach its owner in file order whatever the rank count and floating sums are
 done by that owner only, so bins.parquet and topk_rows.parquet are byte-identical for any number of ranks.
@@ -36,6 +37,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from gpuvar.artifacts import BIN_REPORT
 from gpuvar.binning.exchange import TARGET, exchange_rows
@@ -146,12 +149,12 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     timer.lap("stats")
     parts = comm.gather(stats, root=0)
     ranking = together(comm, rank_bins, plan, parts, bins.gmin, root=0)
-    topk = comm.bcast(ranking.topk if rank == 0 else None, root=0)
+    topk, sample = comm.bcast((ranking.topk, ranking.sample) if rank == 0 else None, root=0)
     timer.lap("rank")
-    topk_rows = comm.gather(gather_rows(plan, comm, src, topk), root=0)
+    # the rows of the top-k and of the random bins in one pass: a chosen bin's row group is decoded once
+    rows = gather_rows(plan, comm, src, np.union1d(topk, sample).astype(np.int64))
     timer.lap("topk_rows")
-    sample = comm.bcast(ranking.sample if rank == 0 else None, root=0)
-    sample_rows = comm.gather(gather_rows(plan, comm, src, sample), root=0)
+    topk_rows, sample_rows = ([_rows_of(rows, topk)], [_rows_of(rows, sample)]) if rank == 0 else (None, None)
     timer.lap("sample_rows")
     reasons = comm.gather(target.reasons, root=0)
     n_in = comm.gather(rows_in, root=0)
@@ -184,6 +187,18 @@ def run_job(opts: BinOptions, comm) -> dict | None:
         return report
 
     return together(comm, finish, root=0)  # rank 0's report; the rows accounting check can fail
+
+
+def _rows_of(rows, bins: np.ndarray):
+    """The rows (gather_rows' table, in file order) of the given bins; None when there are none."""
+    if rows is None or not len(bins):
+        return None
+    import pyarrow.compute as pc
+
+    from gpuvar.canonical_io import from_numpy  # (pa.array(ndarray) would import pandas)
+
+    picked = rows.filter(pc.is_in(rows.column("bin"), value_set=from_numpy(np.asarray(bins, dtype=np.int64))))
+    return picked if picked.num_rows else None
 
 
 def run_rank(opts: BinOptions, comm=None) -> int:

@@ -71,10 +71,13 @@ def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True
     keep_vendor_columns=False skips the source columns the canonical schema does not use, where a reader can
     (Nsight Systems SQLite); the other formats' extra columns are their hardware counters and always kept.
     cache_dir: where a reader that converts its input first (nsys-rep: `nsys export`) keeps the conversion."""
+    return normalize_trace(read_source(source, fmt, _options(keep_vendor_columns, cache_dir)))
+
+
+def _options(keep_vendor_columns: bool, cache_dir):
     from gpuvar.ingest.raw import ReadOptions
 
-    options = ReadOptions(keep_vendor_columns, Path(cache_dir) if cache_dir is not None else None)
-    return normalize_trace(read_source(source, fmt, options))
+    return ReadOptions(keep_vendor_columns, Path(cache_dir) if cache_dir is not None else None)
 
 
 def normalize_folder(raw_folder: str | Path, output: str | Path) -> dict:
@@ -94,11 +97,16 @@ def ingest(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendo
     t0 = time.perf_counter()
     output = Path(output)
     (output / INGEST_REPORT).unlink(missing_ok=True)
-    loaded = load(source, fmt, keep_vendor_columns, cache_dir=output)
-    return write_ingest(str(Path(source)), output, *loaded, t_read=time.perf_counter() - t0, t0=t0)
+    raw = read_source(source, fmt, _options(keep_vendor_columns, output))
+    t_scan = time.perf_counter() - t0
+    loaded = normalize_trace(raw)
+    del raw  # the source's tables: freed before the Parquet encoding needs memory
+    return write_ingest(str(Path(source)), output, *loaded, t_read=time.perf_counter() - t0, t0=t0, t_scan=t_scan)
 
 
-def write_ingest(source: str, output: Path, out, kernels, memcpy, t_read: float, t0: float) -> dict:
+def write_ingest(
+    source: str, output: Path, out, kernels, memcpy, t_read: float, t0: float, t_scan: float | None = None
+) -> dict:
     """Check the books, then write kernels.parquet, memcpy.parquet (empty when the source has no copies: the
     binning rule always declares it) and ingest.json, each atomically, ingest.json last: it marks a complete
     ingest, so an interrupted run never leaves new tables beside an old report."""
@@ -152,6 +160,9 @@ def write_ingest(source: str, output: Path, out, kernels, memcpy, t_read: float,
         pending = pool.submit(write_canonical, copies, output / MEMCPY_TABLE, meta)
         write_canonical(kernels, output / KERNELS_TABLE, meta)
         pending.result()
+    # scan: the source's tables read as stored (read_source); read: scan + canonical columns, call sites, context
     report["seconds"] = {"read": round(t_read, 6), "total": round(time.perf_counter() - t0, 6)}
+    if t_scan is not None:
+        report["seconds"]["scan"] = round(t_scan, 6)
     write_json(report, output / INGEST_REPORT)
     return report

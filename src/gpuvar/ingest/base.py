@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,3 +166,23 @@ def connect_sqlite_readonly(path: Path, **kwargs) -> sqlite3.Connection:
     con = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, **kwargs)
     con.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     return con
+
+
+_SAFE_URI_PATH = re.compile(r"^[A-Za-z0-9/_.\-]+$")
+
+
+def select_arrow(path: Path, sql: str) -> pa.Table:
+    """A query on a SQLite file as Arrow through connectorx (Rust, no Python object per cell: ~20x faster than
+    sqlite3 rows at a million rows). Raises whatever connectorx raises where it cannot read the file or a value
+    is not of its column's declared type: callers fall back to sqlite3 then.
+
+    connectorx takes a URI and does not decode it the same way everywhere (a path with a space silently opened a
+    new empty database next to it), so it is given a symlink with a plain name: any path works."""
+    import connectorx as cx
+
+    with tempfile.TemporaryDirectory(prefix="gpuvar-sqlite-") as tmp:
+        link = Path(tmp) / "source.db"
+        link.symlink_to(Path(path).resolve())
+        if not _SAFE_URI_PATH.match(str(link)):
+            raise ValueError(f"temporary path {link} is not URI-safe")
+        return cx.read_sql(f"sqlite://{link}", sql, return_type="arrow")

@@ -418,14 +418,18 @@ def _process_ids(column: pa.ChunkedArray):
 
 
 def _frame(table: pa.Table, rename: dict[str, str], skip=()) -> dict:
-    """Columns as pandas arrays under canonical names (extras keep their source name)."""
+    """Columns as pandas arrays under canonical names (extras keep their source name).
+
+    Integer vendor columns (every column not renamed: contextId, launchType, cluster*, ...) stay Arrow-backed,
+    without a copy: schema.finalize hands them to the canonical table as they are, so keeping them costs no
+    conversion to numpy and back."""
     cols = {}
     for name, column in zip(table.column_names, table.columns):
         if name in skip:
             continue
         target = rename.get(name, name)
         if pa.types.is_integer(column.type):
-            cols[target] = _int_array(column)
+            cols[target] = _int_array(column) if name in rename else pd.arrays.ArrowExtensionArray(column)
         else:
             cols[target] = column.to_pandas()
     return cols

@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sqlite3
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +41,11 @@ import pyarrow as pa
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common, rocprofv3
-from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly
+from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly, select_arrow
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "rocpd-sqlite"
 log = logging.getLogger(__name__)
-_SAFE_URI_PATH = re.compile(r"^[A-Za-z0-9/_.\-]+$")
 SQLITE_MAGIC = b"SQLite format 3\x00"
 DISPATCH = "rocpd_kernel_dispatch"
 # relations of the rocprofiler-sdk rocpd schema (the older rocTracer RPD format has rocpd_op / rocpd_api instead)
@@ -141,20 +138,6 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------- read
-def _select_connectorx(path: Path, sql: str) -> pa.Table:
-    """The query through connectorx (Arrow, ~20x faster than sqlite3 rows at a million dispatches).
-
-    connectorx takes a URI: it is given a symlink with a plain name, so any path works (as in the nsys reader)."""
-    import connectorx as cx
-
-    with tempfile.TemporaryDirectory(prefix="gpuvar-rocpd-") as tmp:
-        link = Path(tmp) / "rocpd.db"
-        link.symlink_to(Path(path).resolve())
-        if not _SAFE_URI_PATH.match(str(link)):
-            raise ValueError(f"temporary path {link} is not URI-safe")
-        return cx.read_sql(f"sqlite://{link}", sql, return_type="arrow")
-
-
 def _arrow(frame: pd.DataFrame) -> pa.Table:
     """sqlite3 rows as Arrow; a column mixing types (text in an integer column of a damaged file) becomes text,
     which the mapping parses as the CSV readers do."""
@@ -171,7 +154,7 @@ def _select(path: Path, con: sqlite3.Connection, sql: str) -> pa.Table:
     """Query result as Arrow: connectorx where it reads the file, sqlite3 otherwise (damaged files, values of
     another type than the column declares)."""
     try:
-        return _select_connectorx(path, sql)
+        return select_arrow(path, sql)
     except BaseException as exc:  # noqa: BLE001 - any connectorx failure falls back to the reference reader
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise  # (a Rust panic on a damaged file is a BaseException too: pyo3's PanicException)

@@ -1,11 +1,14 @@
 """rocprof v1 `results.db`: SQLite with one table KERN holding exactly the results.csv columns.
 
 Same mapping as the CSV (amd_common); KernelName is stored with its CSV quotes ('"name"'), which are
-removed. Opened read-only, so a profile on a read-only share can be ingested.
+removed. Opened read-only, so a profile on a read-only share can be ingested. KERN is read as Arrow through
+connectorx (typed by the declared column types); sqlite3 rows are the fallback where connectorx cannot read the
+file (a column mixing types, which is then kept as text: raw.info["mixed_type_columns"]).
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -14,13 +17,14 @@ import pyarrow as pa
 
 from gpuvar.errors import InputError
 from gpuvar.ingest import amd_common
-from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly
+from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly, select_arrow
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "rocprof-db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 TABLE = "KERN"
 RAW_TABLE = "kern"
+log = logging.getLogger(__name__)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -88,11 +92,37 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     """The KERN table as stored (raw table `kern`, rocprof's column names, KernelName still quoted)."""
     path = Path(path)
     raw = RawTrace(FORMAT, str(path), {})
-    df = _query(path)
-    amd_common.require_kernel_name(path, df.columns)
-    raw.rows_read["kernels"] = len(df)
-    raw.tables[RAW_TABLE] = _to_arrow(df, raw)
+    table = _arrow_native(path)
+    if table is None:
+        df = _query(path)
+        amd_common.require_kernel_name(path, df.columns)
+        table = _to_arrow(df, raw)
+    amd_common.require_kernel_name(path, table.column_names)
+    raw.rows_read["kernels"] = table.num_rows
+    raw.tables[RAW_TABLE] = table
     return raw
+
+
+def _arrow_native(path: Path) -> pa.Table | None:
+    """KERN through connectorx; None where it cannot be read that way (no KERN table, a damaged file, a value of
+    another type than its column declares, an undeclared column type): the sqlite3 path then reads it or says
+    why it cannot. A column with no declared type is left to sqlite3, which types it by its values."""
+    try:
+        con = _connect(path)
+        try:
+            declared = [r[2] for r in con.execute(f'PRAGMA table_info("{TABLE}")')]
+            count = con.execute(f'SELECT count(*) FROM "{TABLE}"').fetchone()[0] if declared else 0
+        finally:
+            con.close()
+        if not declared or not all(declared):
+            return None
+        table = select_arrow(path, f'SELECT * FROM "{TABLE}"')
+    except BaseException as exc:  # noqa: BLE001 - any failure falls back to the sqlite3 reader
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise  # (a Rust panic on a damaged file is a BaseException too: pyo3's PanicException)
+        log.debug("%s: connectorx could not read %s (%s); using sqlite3", path, TABLE, exc)
+        return None
+    return table if table.num_rows == count else None
 
 
 def normalize(raw: RawTrace) -> ReaderOutput:
