@@ -96,16 +96,13 @@ def entry() -> None:
 
     Arrow's C++ thread pools can abort the interpreter at shutdown ("terminate called without an active
     exception", apache/arrow#34314) after all work is done, turning a finished command into exit -6. Once
-    output is flushed nothing is left to clean up, so the process ends with os._exit. An MPI rank finalizes
-    MPI first (what mpi4py's atexit hook would do, and what mpiexec waits for), then leaves the same way: the
-    interpreter's teardown of a rank's modules and arrays cost ~0.1 s of every `gpuvar bin` run.
+    output is flushed nothing is left to clean up, so the process ends with os._exit. MPI ranks exit
+    normally instead: mpi4py finalizes MPI in an atexit hook that mpiexec waits for (finalizing by hand and
+    leaving with os._exit saved ~0.1 s a run but made `mpiexec -n 3` exit 9 now and then under load).
     """
     code = main()
     if "mpi4py.MPI" in sys.modules:
-        from mpi4py import MPI
-
-        if MPI.Is_initialized() and not MPI.Is_finalized():
-            MPI.Finalize()
+        sys.exit(code)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
