@@ -20,14 +20,13 @@ def describe(k: Kernels) -> dict:
     """Format, GPU names / SM counts / clocks (as recorded), number of ranks and of devices that ran kernels."""
     devices = k.report.get("devices") or []
     ranks = k.devices["rank"].dropna().nunique() if "rank" in k.devices.columns else 0
-    pairs = k.devices.drop_duplicates() if not k.devices.empty else k.devices
     return {
         "format": k.report.get("format"),
         "gpu_names": sorted({str(d.get("name")) for d in devices if d.get("name")}),
         "sm_counts": sorted({int(d["sm_count"]) for d in devices if isinstance(d.get("sm_count"), int)}),
         "clocks_hz": sorted({int(d["clock_hz"]) for d in devices if isinstance(d.get("clock_hz"), int)}),
         "ranks": int(max(ranks, 1)),
-        "gpus_used": int(len(pairs)) if "device_id" in pairs.columns else None,
+        "gpus_used": int(len(k.devices)) if "device_id" in k.devices.columns else None,  # distinct pairs
         "resampling": k.units,
     }
 

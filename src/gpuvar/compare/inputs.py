@@ -130,12 +130,18 @@ def _copies(file: Path, dropped: dict[str, int]) -> tuple[pd.DataFrame, int]:
     kind = np.where(memset, "memset", "copy")
     key = np.where(memset, "[memset]", "[memcpy " + kind_name.fillna("?").astype(str) + "]")
     out = pd.DataFrame({"key": key, "duration": duration[~bad], "kind": kind})
+    _when_and_what(out, frame, work="bytes")
+    out["config"] = out["work"].map(lambda b: f"{b:.0f} B" if np.isfinite(b) else None)
+    return out, rows
+
+
+def _when_and_what(out: pd.DataFrame, frame: pd.DataFrame, work: str) -> None:
+    """Add start, step, launching op and work per launch (`work`: grid_size, bytes) from `frame`'s columns,
+    NaN / None where the table lacks them."""
     for c in ("start", "step"):
         out[c] = _positive(frame[c]) if c in frame.columns else np.nan
     out["op"] = frame["launch_op"].to_numpy() if "launch_op" in frame.columns else None
-    out["work"] = _positive(frame["bytes"]) if "bytes" in frame.columns else np.nan
-    out["config"] = out["work"].map(lambda b: f"{b:.0f} B" if np.isfinite(b) else None)
-    return out, rows
+    out["work"] = _positive(frame[work]) if work in frame.columns else np.nan
 
 
 def resampling_units(start: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -180,10 +186,7 @@ def read_kernels(path: str | Path, key: str = "kernel_name") -> Kernels:
         raise InputError(file, f"no kernel launch with a name and a positive duration to compare ({rows_in} rows)")
     kept = frame[keep]
     out = pd.DataFrame({"key": comparison_key(kept, key).to_numpy(), "duration": duration[keep], "kind": "kernel"})
-    for c in ("start", "step"):
-        out[c] = _positive(kept[c]) if c in kept.columns else np.nan
-    out["op"] = kept["launch_op"].to_numpy() if "launch_op" in kept.columns else None
-    out["work"] = _positive(kept["grid_size"]) if "grid_size" in kept.columns else np.nan
+    _when_and_what(out, kept, work="grid_size")
     out["config"] = kept["launch_config"].to_numpy() if "launch_config" in kept.columns else None
     copies, copy_rows = _copies(file.with_name(MEMCPY_TABLE), dropped)
     if len(copies):

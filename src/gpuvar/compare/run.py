@@ -106,28 +106,25 @@ def _side(run: Run, k: inputs.Kernels) -> dict:
 
 def summarise(table: pd.DataFrame, sides: tuple[dict, dict]) -> dict:
     """Counts per verdict and the time books: delta_total_ns is the sum of the rows' Δ time, which is the
-    difference of the two runs' total kernel + copy + memset time (nothing is left out of the books)."""
-    counts = table["verdict"].value_counts() if not table.empty else pd.Series(dtype=int)
+    difference of the two runs' total kernel + copy + memset time (nothing is left out of the books). An empty
+    table (compare_kernels keeps its columns) gives zeros."""
+    counts = table["verdict"].value_counts()
     total_b, total_c = sides[0]["total_ns"], sides[1]["total_ns"]
-    both = table[table["status"] == "both"] if not table.empty else table
 
     def delta(mask) -> float:
-        return float(table.loc[mask, "delta_total_ns"].sum()) if not table.empty else 0.0
+        return float(table.loc[mask, "delta_total_ns"].sum())
 
     return {
         "rows": int(len(table)),
-        "in_both": int(len(both)),
-        "tested": int(np.isfinite(table["p_value"]).sum()) if not table.empty else 0,
+        "in_both": int((table["status"] == "both").sum()),
+        "tested": int(table["p_value"].notna().sum()),  # untested rows have no p-value
         **{v: int(counts.get(v, 0)) for v in kernels.VERDICTS},
         "total_ns_baseline": total_b,
         "total_ns_candidate": total_c,
-        "delta_total_ns": float(table["delta_total_ns"].sum()) if not table.empty else 0.0,
+        "delta_total_ns": float(table["delta_total_ns"].sum()),
         "total_time_ratio": total_c / total_b if total_b > 0 else None,
-        **{f"delta_{v}_ns": delta(table["verdict"] == v) if not table.empty else 0.0 for v in kernels.VERDICTS},
-        **{
-            f"delta_{kind}_ns": delta(table["kind"] == kind) if not table.empty else 0.0
-            for kind in ("kernel", "copy", "memset")
-        },
+        **{f"delta_{v}_ns": delta(table["verdict"] == v) for v in kernels.VERDICTS},
+        **{f"delta_{kind}_ns": delta(table["kind"] == kind) for kind in ("kernel", "copy", "memset")},
     }
 
 
@@ -218,6 +215,5 @@ def _write_text(text: str, path: Path) -> None:
 
 
 def _write_json(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    """Strict JSON (NaN refused: `clean` turned it into null), sorted keys, written atomically."""
+    _write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n", path)

@@ -178,10 +178,11 @@ def _host_span(raw, rank: int) -> tuple[int, int] | None:
 
 
 def from_traces(paths: list[str | Path]) -> RankInput:
-    """The original profiler traces, one per rank: read and normalized in memory, collectives from host ops."""
+    """The original profiler traces, one per rank: read and normalized in memory; collectives from the NCCL
+    kernels when every rank has them, else from host ops."""
     from gpuvar.ingest import normalize_trace, read_source
 
-    kernels, copies, collectives, spans, sources = [], [], [], {}, []
+    kernels, copies, host_ops, spans, sources = [], [], [], {}, []
     for position, path in enumerate(paths):
         raw = read_source(path)
         if "cpu_ops" not in raw.tables:
@@ -193,8 +194,7 @@ def from_traces(paths: list[str | Path]) -> RankInput:
         if rank in spans:
             raise InputError(path, f"rank {rank} is given twice")
         k, m = _assign_rank(k, rank), _assign_rank(m, rank)
-        nccl = nccl_collectives(k)
-        collectives.append(nccl if not nccl.empty else host_collectives(raw.tables["cpu_ops"], path, rank))
+        host_ops.append((raw.tables["cpu_ops"], path, rank))
         device = _span(k, m)[rank]
         host = _host_span(raw, rank) or device
         spans[rank] = (min(device[0], host[0]), max(device[1], host[1]))
@@ -204,10 +204,10 @@ def from_traces(paths: list[str | Path]) -> RankInput:
     kernels = pd.concat(kernels, ignore_index=True)
     copies = pd.concat(copies, ignore_index=True)
     _check(kernels, sources)
-    names = sorted(set(pd.concat(collectives)["name"]))
-    what = "NCCL kernels " if all(NCCL_KERNEL.match(n) for n in names) else "host ops "
+    collectives, what = nccl_collectives(kernels), "NCCL kernels "
+    if set(collectives["rank"]) != set(spans):  # not every rank runs NCCL: the host ops of the backend
+        hosts = [host_collectives(ops, path, rank) for ops, path, rank in host_ops]
+        collectives, what = _sequence(pd.concat(hosts, ignore_index=True)), "host ops "
+    names = sorted(set(collectives["name"]))
     label = what + ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
-    joined = pd.concat(collectives, ignore_index=True)
-    if what == "NCCL kernels ":  # waits need every rank's kernel of a collective: computed over all ranks
-        return RankInput(kernels, copies, nccl_collectives(kernels), spans, label, sources)
-    return RankInput(kernels, copies, _sequence(joined), spans, label, sources)
+    return RankInput(kernels, copies, collectives, spans, label, sources)
