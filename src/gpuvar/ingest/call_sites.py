@@ -322,11 +322,16 @@ def _call_index(names: np.ndarray, p: Placed, corr: np.ndarray) -> np.ndarray:
 def _call_site_labels(table: pa.Table, p: Placed, index: np.ndarray) -> pa.Array:
     """'{op}#{index} b{bx}x{by}x{bz} r{regs}' where the step is known, else launch_config, else '?'."""
     n = table.num_rows
+    known = index != _MISSING
+    if not known.any():  # every label is the launch configuration: taken in Arrow, no Python string per row
+        fallback = table.column("launch_config")
+        fallback = fallback.combine_chunks() if isinstance(fallback, pa.ChunkedArray) else fallback
+        if pa.types.is_string(fallback.type):
+            return pc.fill_null(fallback, "?")
     fallback = table.column("launch_config").to_pandas().to_numpy(dtype=object)
     parts = [p.op_code, index] + [
         _ints(table.column(c), _MISSING) for c in ("block_x", "block_y", "block_z", "registers_per_thread")
     ]
-    known = index != _MISSING
     key = np.zeros(n, dtype=np.int64)
     uniques = []
     for values in parts:
@@ -385,13 +390,16 @@ def add_call_sites(raw, out, kernels: pa.Table, memcpy: pa.Table | None) -> tupl
         if count:
             how = f"{count} steps from cudaDeviceSynchronize ({len(host.syncs)} calls)"
     k = placed[0]
-    names, _ = _codes_of(kernels.column("kernel_name"))
-    corr = (
-        _ints(kernels.column("correlation_id"))
-        if "correlation_id" in kernels.column_names
-        else np.full(kernels.num_rows, -1)
-    )
-    index = _call_index(names, k, corr)
+    if (k.step != _MISSING).any():
+        names, _ = _codes_of(kernels.column("kernel_name"))
+        corr = (
+            _ints(kernels.column("correlation_id"))
+            if "correlation_id" in kernels.column_names
+            else np.full(kernels.num_rows, -1)
+        )
+        index = _call_index(names, k, corr)
+    else:  # no launch has a step (an export without step markers): what _call_index gives, without its inputs
+        index = np.full(kernels.num_rows, _MISSING, dtype=np.int64)
     sites = _call_site_labels(kernels, k, index)
     kernels = _set(kernels, "launch_op", _op_array(k))
     kernels = _set(kernels, "step", _nullable(k.step))
