@@ -1,4 +1,9 @@
-"""Shared fixtures: where the real profiler files live, the repository root, a CLI runner."""
+"""Shared fixtures: where the real profiler files live, the repository root, a CLI runner, and the workflow runs
+that the workflow, paper and layer tests share (the demo workflow runs once per session, not once per module).
+
+Under pytest-xdist (`-n 2`, as .ci/test.sh runs it) tests are sent to the workers in groups (`--dist loadgroup`):
+the tests of one module stay together (so a module-scoped fixture is built once), the tests that read the shared
+workflow runs form one group (so the runs are made once, on one worker), and the end-to-end runs start first."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from workflow_runs import copy_run, data_digests, run_workflow, small_config
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATA = Path(os.environ.get("GPUVAR_REAL_DATA", REPO.parent / "shared" / "data" / "real"))
@@ -48,3 +54,97 @@ def run_cli():
         )
 
     return _run
+
+
+# ----------------------------------------------------------------------------------- shared workflow runs
+# Each is made once per session and only read by the tests (a test that builds more in a run copies it first,
+# with copy_run). Under xdist every test using one of them is put in the group SHARED_RUNS (see below).
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> tuple[Path, Path]:
+    """`snakemake` (target all) on the small demo config: (run directory, config file)."""
+    tmp = tmp_path_factory.mktemp("demo")
+    config = small_config(tmp)
+    workdir = tmp / "run"
+    proc = run_workflow(workdir, config)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return workdir, config
+
+
+@pytest.fixture(scope="session")
+def demo_report(demo_run, tmp_path_factory) -> Path:
+    """`snakemake --report` of the demo run: the one HTML file."""
+    workdir, config = demo_run
+    report = tmp_path_factory.mktemp("report") / "report.html"
+    proc = run_workflow(workdir, config, "--report", str(report))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return report
+
+
+def paper_targets() -> list[str]:
+    """Every figure of `snakemake paper` and its data file, except Fig. 5b: it plots measured binning times,
+    which differ on every run by nature."""
+    from gpuvar.config import load_config
+    from gpuvar.plots import snakemake_helpers as paths
+    from gpuvar.plots.paper import load_paper_config, merge_datasets
+
+    paper = load_paper_config(REPO / "config" / "paper.yaml", REPO)
+    _, names = merge_datasets(paper, {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets})
+    return [p for p in paths.paper_outputs(paper, ["svg", "png"], names) if "/scaling" not in p]
+
+
+@pytest.fixture(scope="session")
+def paper_run(demo_run, tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
+    """The paper's figures (paper_targets) built in a copy of the demo run, whose datasets they share:
+    (run directory, config file, digests of every data output right after the build)."""
+    source, config = demo_run
+    workdir = copy_run(source, tmp_path_factory.mktemp("paper") / "run")
+    proc = run_workflow(workdir, config, *paper_targets())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return workdir, config, data_digests(workdir)
+
+
+SHARED_RUNS = "shared_workflow_runs"
+_SHARED_FIXTURES = {"demo_run", "demo_report", "paper_run"}
+# modules of independent tests (no module-scoped fixture worth sharing, several slow end-to-end tests): their
+# tests are spread over the workers one by one
+_SPREAD = {"test_config_fuzz.py", "test_readme_commands.py", "test_shell_injection.py", "test_workflow_layer.py"}
+# started first, in this order (xdist hands out the groups in collection order with --no-loadscope-reorder): the
+# longest runs, so that neither worker is left with one of them at the end
+_FIRST = (
+    SHARED_RUNS,
+    "test_slurm.py",
+    "test_readme_commands.py",
+    "test_empty_selection.py",
+    "test_shell_injection.py",
+    "test_workflow_layer.py",
+    "test_config_fuzz.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under xdist: group the tests (xdist_group marks, read by `--dist loadgroup`) and put the longest groups
+    first. Without xdist nothing changes."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    groups = {}
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        module = item.path.name
+        if _SHARED_FIXTURES & set(item.fixturenames):
+            groups[item.nodeid] = SHARED_RUNS
+        elif module not in _SPREAD:
+            groups[item.nodeid] = module
+        if item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+
+    def rank(item) -> int:
+        for key in (groups.get(item.nodeid), item.path.name):
+            if key in _FIRST:
+                return _FIRST.index(key)
+        return len(_FIRST)
+
+    items.sort(key=rank)  # stable: the collection order within each rank
