@@ -7,7 +7,10 @@ workflow runs form one group (so the runs are made once, on one worker), and the
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,29 +60,61 @@ def run_cli():
 
 
 # ----------------------------------------------------------------------------------- shared workflow runs
-# Each is made once per session and only read by the tests (a test that builds more in a run copies it first,
-# with copy_run). Under xdist every test using one of them is put in the group SHARED_RUNS (see below).
+# Each is made once per test run, even with several xdist workers (_once), and only read by the tests (a test
+# that builds more in a run copies it first, with copy_run). Under xdist the tests using them form the group
+# SHARED_RUNS (below), so one worker builds them while the other runs other tests.
+
+
+def _once(tmp_path_factory, name: str, build):
+    """BUILD(folder) -> a JSON value, run once per test run: the first worker to ask builds it under a lock in
+    the folder all xdist workers share (the run's base temp folder), the others wait for it and read the
+    record. A failed build is recorded too, and fails every test that asks for it with the same message."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, record = root / name, root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this worker dies
+        if not record.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # left by a worker that died while building it
+            folder.mkdir()
+            try:
+                value = {"value": build(folder)}
+            except BaseException as exc:  # an assert, pytest.fail, or pytest-timeout's stop
+                record.write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"[-6000:]}))
+                raise
+            record.write_text(json.dumps(value))
+    value = json.loads(record.read_text())
+    if "error" in value:
+        pytest.fail(f"building {name} failed (in another test or worker): {value['error']}", pytrace=False)
+    return value["value"]
 
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> tuple[Path, Path]:
     """`snakemake` (target all) on the small demo config: (run directory, config file)."""
-    tmp = tmp_path_factory.mktemp("demo")
-    config = small_config(tmp)
-    workdir = tmp / "run"
-    proc = run_workflow(workdir, config)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return workdir, config
+
+    def build(folder: Path) -> list[str]:
+        config, workdir = small_config(folder), folder / "run"
+        proc = run_workflow(workdir, config)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return [str(workdir), str(config)]
+
+    workdir, config = _once(tmp_path_factory, "demo_run", build)
+    return Path(workdir), Path(config)
 
 
 @pytest.fixture(scope="session")
 def demo_report(demo_run, tmp_path_factory) -> Path:
     """`snakemake --report` of the demo run: the one HTML file."""
     workdir, config = demo_run
-    report = tmp_path_factory.mktemp("report") / "report.html"
-    proc = run_workflow(workdir, config, "--report", str(report))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return report
+
+    def build(folder: Path) -> str:
+        report = folder / "report.html"
+        proc = run_workflow(workdir, config, "--report", str(report))
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return str(report)
+
+    return Path(_once(tmp_path_factory, "demo_report", build))
 
 
 def paper_targets() -> list[str]:
@@ -99,13 +134,19 @@ def paper_run(demo_run, tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
     """The paper's figures (paper_targets) built in a copy of the demo run, whose datasets they share:
     (run directory, config file, digests of every data output right after the build)."""
     source, config = demo_run
-    workdir = copy_run(source, tmp_path_factory.mktemp("paper") / "run")
-    proc = run_workflow(workdir, config, *paper_targets())
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return workdir, config, data_digests(workdir)
+
+    def build(folder: Path) -> list:
+        workdir = copy_run(source, folder / "run")
+        proc = run_workflow(workdir, config, *paper_targets())
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return [str(workdir), data_digests(workdir)]
+
+    workdir, digests = _once(tmp_path_factory, "paper_run", build)
+    return Path(workdir), config, digests
 
 
 SHARED_RUNS = "shared_workflow_runs"
+FRESH_RERUN = "fresh_rerun"  # test_workflow.py's second run from scratch: beside the shared runs, on another worker
 _SHARED_FIXTURES = {"demo_run", "demo_report", "paper_run"}
 # modules of independent tests (no module-scoped fixture worth sharing, several slow end-to-end tests): their
 # tests are spread over the workers one by one
@@ -114,6 +155,7 @@ _SPREAD = {"test_config_fuzz.py", "test_readme_commands.py", "test_shell_injecti
 # longest runs, so that neither worker is left with one of them at the end
 _FIRST = (
     SHARED_RUNS,
+    FRESH_RERUN,
     "test_slurm.py",
     "test_readme_commands.py",
     "test_empty_selection.py",
@@ -131,13 +173,14 @@ def pytest_collection_modifyitems(config, items):
         return
     groups = {}
     for item in items:
-        if item.get_closest_marker("xdist_group"):
+        marked = item.get_closest_marker("xdist_group")
+        if marked:  # the test's own group (FRESH_RERUN)
+            groups[item.nodeid] = marked.args[0] if marked.args else marked.kwargs.get("name", "default")
             continue
-        module = item.path.name
         if _SHARED_FIXTURES & set(item.fixturenames):
             groups[item.nodeid] = SHARED_RUNS
-        elif module not in _SPREAD:
-            groups[item.nodeid] = module
+        elif item.path.name not in _SPREAD:
+            groups[item.nodeid] = item.path.name
         if item.nodeid in groups:
             item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
 

@@ -13,8 +13,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REPO, paper_targets
-from workflow_runs import SNAKEMAKE, assert_recorded_bytes, data_digests, run_workflow
+from conftest import FRESH_RERUN, REPO, paper_targets
+from workflow_runs import SNAKEMAKE, assert_recorded_bytes, data_digests, run_workflow, small_config
 
 
 def test_results_are_the_recorded_bytes(demo_run):
@@ -91,19 +91,22 @@ def test_books_balance_at_every_stage(demo_run):
                 assert record["rows_in"] == topk, record_path  # the causal step sees every top-k row
 
 
-def test_rerun_is_byte_identical(demo_run, paper_run, tmp_path):
+@pytest.mark.timeout(1800)  # the longest test: a whole run of all + the paper's figures
+@pytest.mark.xdist_group(FRESH_RERUN)
+def test_rerun_is_byte_identical(request, tmp_path):
     """A second run from scratch, in another directory, writes the same bytes: every data output of `all` (the
     demo run), and in the same run the paper's figures and their datasets (the paper run, built on a copy of the
-    demo run), so one fresh run checks both."""
-    workdir, config = demo_run
-    first = data_digests(workdir)
-    _, _, with_paper = paper_run
-    assert {k: with_paper[k] for k in first} == first  # building the paper's figures rewrote none of `all`
+    demo run), so one fresh run checks both. Under xdist it runs while another worker builds the shared runs,
+    which it reads afterwards (request.getfixturevalue: built by then, or waited for)."""
     again = tmp_path / "again"
-    proc = run_workflow(again, config, "all", *paper_targets())
+    proc = run_workflow(again, small_config(tmp_path), "all", *paper_targets())
     assert proc.returncode == 0, proc.stderr[-4000:]
     rerun = data_digests(again)
+    workdir, _ = request.getfixturevalue("demo_run")
+    first = data_digests(workdir)
     assert {k: rerun.get(k) for k in first} == first
+    _, _, with_paper = request.getfixturevalue("paper_run")
+    assert {k: with_paper[k] for k in first} == first  # building the paper's figures rewrote none of `all`
     assert rerun == with_paper
 
 
