@@ -145,14 +145,15 @@ def paper_run(demo_run, tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
     return Path(workdir), config, digests
 
 
-SHARED_RUNS = "shared_workflow_runs"
-FRESH_RERUN = "fresh_rerun"  # test_workflow.py's second run from scratch: beside the shared runs, on another worker
-_SHARED_FIXTURES = {"demo_run", "demo_report", "paper_run"}
+SHARED_RUNS = "shared_workflow_runs"  # the modules whose tests read the shared runs
+_SHARED_MODULES = {"test_workflow.py", "test_paper.py"}
+# test_workflow.py's second run from scratch: its own group, so it runs beside the shared runs on another worker
+FRESH_RERUN = "tests/test_workflow.py::test_rerun_is_byte_identical"
 # modules of independent tests (no module-scoped fixture worth sharing, several slow end-to-end tests): their
 # tests are spread over the workers one by one
 _SPREAD = {"test_config_fuzz.py", "test_readme_commands.py", "test_shell_injection.py", "test_workflow_layer.py"}
-# started first, in this order (xdist hands out the groups in collection order with --no-loadscope-reorder): the
-# longest runs, so that neither worker is left with one of them at the end
+# started first, in this order (the scheduler hands out the groups in collection order): the longest runs, so
+# that neither worker is left with one of them at the end
 _FIRST = (
     SHARED_RUNS,
     FRESH_RERUN,
@@ -165,29 +166,43 @@ _FIRST = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)
+def xdist_group(nodeid: str) -> str:
+    """The group a test is sent to a worker with: its module, the shared runs' group, or itself alone."""
+    module = nodeid.split("::")[0].rsplit("/", 1)[-1]
+    if nodeid == FRESH_RERUN:
+        return FRESH_RERUN
+    if module in _SHARED_MODULES:
+        return SHARED_RUNS
+    return nodeid if module in _SPREAD else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup`: our groups (xdist_group), in collection order. pytest-xdist's own loadgroup reads
+    xdist_group marks through a node id suffix that pytest 9.2 no longer takes, so the grouping is done here."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    config.option.loadscopereorder = False  # keep the order below: the longest groups first
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under xdist: group the tests (xdist_group marks, read by `--dist loadgroup`) and put the longest groups
-    first. Without xdist nothing changes."""
+    """Under xdist: the longest groups first (stable: the collection order otherwise). Without xdist nothing
+    changes."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    groups = {}
-    for item in items:
-        marked = item.get_closest_marker("xdist_group")
-        if marked:  # the test's own group (FRESH_RERUN)
-            groups[item.nodeid] = marked.args[0] if marked.args else marked.kwargs.get("name", "default")
-            continue
-        if _SHARED_FIXTURES & set(item.fixturenames):
-            groups[item.nodeid] = SHARED_RUNS
-        elif item.path.name not in _SPREAD:
-            groups[item.nodeid] = item.path.name
-        if item.nodeid in groups:
-            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
 
     def rank(item) -> int:
-        for key in (groups.get(item.nodeid), item.path.name):
+        group = xdist_group(item.nodeid)
+        for key in (group, item.path.name):
             if key in _FIRST:
                 return _FIRST.index(key)
         return len(_FIRST)
 
-    items.sort(key=rank)  # stable: the collection order within each rank
+    items.sort(key=rank)

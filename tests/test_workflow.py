@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import FRESH_RERUN, REPO, paper_targets
+from conftest import REPO, paper_targets
 from workflow_runs import SNAKEMAKE, assert_recorded_bytes, data_digests, run_workflow, small_config
 
 
@@ -92,7 +92,6 @@ def test_books_balance_at_every_stage(demo_run):
 
 
 @pytest.mark.timeout(1800)  # the longest test: a whole run of all + the paper's figures
-@pytest.mark.xdist_group(FRESH_RERUN)
 def test_rerun_is_byte_identical(request, tmp_path):
     """A second run from scratch, in another directory, writes the same bytes: every data output of `all` (the
     demo run), and in the same run the paper's figures and their datasets (the paper run, built on a copy of the
