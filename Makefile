@@ -9,6 +9,9 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
+# pytest-xdist: two workers, tests sent in groups (tests/conftest.py); TEST_WORKERS=0 runs in one process
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 export PATH := $(BIN):$(PATH)
 
 .PHONY: env demo run test test-fast lint dag clean mutation
@@ -33,11 +36,11 @@ run: $(STAMP)
 		--directory runs/$(basename $(notdir $(CONFIG)))
 
 test: $(STAMP)
-	bash .ci/test.sh
+	GPUVAR_TEST_WORKERS=$(TEST_WORKERS) bash .ci/test.sh
 
-# the inner loop: unit and real-data tests, without the workflow, paper and Slurm end-to-end runs (~3 min)
+# the inner loop: unit and real-data tests, without the workflow, paper and Slurm end-to-end runs
 test-fast: $(STAMP)
-	pytest -q -x -m "not slow and not slurm" --ignore=tests/test_workflow.py --ignore=tests/test_paper.py \
+	pytest -q -x $(XDIST) -m "not slow and not slurm" --ignore=tests/test_workflow.py --ignore=tests/test_paper.py \
 		--ignore=tests/test_slurm.py --ignore=tests/test_workflow_layer.py --ignore=tests/test_readme_commands.py \
 		--ignore=tests/test_shell_injection.py
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import paper_targets
 
 from gpuvar.config import load_config
 from gpuvar.errors import ConfigError
@@ -150,24 +151,25 @@ def test_snakemake_paper_target_builds_every_figure(tmp_path):
         assert f"{rule} " in jobs and any(line.split() == [rule, str(count)] for line in jobs.splitlines()), rule
 
 
-def test_paper_figures_rerun_byte_identical(tmp_path):
-    """`snakemake <paper figures> --forceall` twice: every figure and its data file has the same bytes.
+def test_paper_figures_rerun_byte_identical(paper_run, tmp_path):
+    """The paper's figures (Fig. 5b left out: it plots measured binning times, which differ on every run by
+    nature): their bytes are the recorded ones, and drawing them again over the finished run writes the same bytes.
 
-    Fig. 5b is left out: it plots measured binning times, which differ on every run by nature.
+    The figures are built in a copy of the demo run (the paper_run fixture: its rank datasets are the demo's);
+    a from-scratch second run of them is test_workflow.py::test_rerun_is_byte_identical.
     """
-    from test_workflow import assert_recorded_bytes, data_digests, run_workflow, small_config
+    from workflow_runs import assert_recorded_bytes, copy_run, data_digests, run_workflow
 
-    paper = load_paper_config(PAPER_YAML, REPO)
-    _, names = merge_datasets(paper, {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets})
-    targets = [p for p in paths.paper_outputs(paper, ["svg", "png"], names) if "/scaling" not in p]
-    assert len(targets) >= 9
-    config, workdir = small_config(tmp_path), tmp_path / "run"
-    first = run_workflow(workdir, config, *targets)
-    assert first.returncode == 0, first.stderr[-4000:]
-    before = {k: v for k, v in data_digests(workdir).items() if k.startswith("results/paper/")}
+    assert len(paper_targets()) >= 9
+    source, config, built = paper_run
+    before = {k: v for k, v in built.items() if k.startswith("results/paper/")}
     assert sum(k.endswith(".png") for k in before) >= 20 and any(k.endswith(".graphml") for k in before)
-    assert_recorded_bytes(workdir, paper=True)  # the same bytes as recorded before the issue 16 refactor
-    again = run_workflow(workdir, config, "--forceall", *targets)
+    assert_recorded_bytes(source, paper=True)  # the same bytes as recorded before the issue 16 refactor
+    workdir = copy_run(source, tmp_path / "run")  # the shared run stays as it was built
+    rules = ["plot_paper_causal_graphs", "plot_paper_parallel_coordinates"]  # every job writing results/paper/
+    again = run_workflow(workdir, config, "--forcerun", *rules, "--", *paper_targets())
     assert again.returncode == 0, again.stderr[-4000:]
+    ran = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", again.stdout + again.stderr, re.M)}
+    assert ran.get("plot_paper_causal_graphs") == 9 and ran.get("plot_paper_parallel_coordinates") == 2, ran
     after = {k: v for k, v in data_digests(workdir).items() if k.startswith("results/paper/")}
     assert after == before

@@ -3,110 +3,18 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REPO
-
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-
-
-def small_config(tmp_path: Path) -> Path:
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    cfg["demo"]["rows"] = 3000
-    cfg["causal"]["bootstrap"] = 8
-    cfg["causal"]["min_rows"] = 20
-    cfg["binning"]["top_k"] = 10
-    cfg["binning"]["bin_width"] = "5ms"
-    cfg["scaling"]["rows"] = 20000
-    path = tmp_path / "small.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def run_workflow(
-    workdir: Path, config: Path, *extra: str, snakefile: Path = REPO / "Snakefile"
-) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run(
-        [
-            SNAKEMAKE,
-            "-s",
-            str(snakefile),
-            "-d",
-            str(workdir),
-            "--configfile",
-            str(config),
-            "--cores",
-            "2",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
-
-
-def data_digests(workdir: Path) -> dict[str, str]:
-    """Hashes of every data output (JSON logs with timings excluded)."""
-    out = {}
-    for path in sorted((workdir / "results").rglob("*")):
-        if path.is_file() and path.suffix in {".parquet", ".csv", ".graphml", ".svg", ".png"}:
-            out[str(path.relative_to(workdir))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
-GOLDEN = REPO / "tests" / "data" / "golden" / "small_config_digests.json"
-
-
-def assert_recorded_bytes(workdir: Path, paper: bool) -> None:
-    """The data outputs of the small-config run equal the bytes recorded in tests/data/golden (made before the
-    workflow-layer refactor of issue 16, so the refactor changed no result). paper: check results/paper/, else
-    every other recorded file. After a deliberate change of results, GPUVAR_UPDATE_GOLDEN=1 rewrites the record
-    (review the diff: every changed file is a changed result)."""
-    import json
-
-    actual = data_digests(workdir)
-    recorded = json.loads(GOLDEN.read_text())
-    own = {d["name"] for d in yaml.safe_load((REPO / "config" / "config.yaml").read_text())["datasets"]}
-
-    def in_all(key: str) -> bool:  # built by `snakemake` (all): not a paper figure, not a paper-only dataset
-        parts = key.split("/")
-        return parts[1] != "paper" and (parts[1] not in ("ingest", "bin", "causal", "plots") or parts[2] in own)
-
-    if paper:  # the paper's figures, and whatever else the paper run built (its datasets' tables and graphs)
-        selected = {k: v for k, v in recorded.items() if k.startswith("results/paper/") or k in actual}
-    else:
-        selected = {k: v for k, v in recorded.items() if in_all(k)}
-    if os.environ.get("GPUVAR_UPDATE_GOLDEN") == "1":
-        keep = {k: v for k, v in recorded.items() if k.startswith("results/paper/") != paper}
-        fresh = {k: v for k, v in actual.items() if k.startswith("results/paper/") == paper and "/raw/" not in k}
-        GOLDEN.write_text(json.dumps(keep | fresh, indent=1, sort_keys=True) + "\n")
-        return
-    assert selected, "nothing recorded"
-    missing = sorted(k for k in selected if k not in actual)
-    changed = sorted(k for k in selected if k in actual and actual[k] != selected[k])
-    assert not missing and not changed, {"missing": missing[:20], "changed": changed[:20], "of": len(selected)}
-
-
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("wf")
-    config = small_config(tmp)
-    workdir = tmp / "run"
-    proc = run_workflow(workdir, config)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return workdir, config
+from conftest import REPO, paper_targets
+from workflow_runs import SNAKEMAKE, assert_recorded_bytes, data_digests, run_workflow, small_config
 
 
 def test_results_are_the_recorded_bytes(demo_run):
@@ -183,13 +91,22 @@ def test_books_balance_at_every_stage(demo_run):
                 assert record["rows_in"] == topk, record_path  # the causal step sees every top-k row
 
 
-def test_rerun_is_byte_identical(demo_run, tmp_path):
-    workdir, config = demo_run
-    first = data_digests(workdir)
+@pytest.mark.timeout(1800)  # the longest test: a whole run of all + the paper's figures
+def test_rerun_is_byte_identical(request, tmp_path):
+    """A second run from scratch, in another directory, writes the same bytes: every data output of `all` (the
+    demo run), and in the same run the paper's figures and their datasets (the paper run, built on a copy of the
+    demo run), so one fresh run checks both. Under xdist it runs while another worker builds the shared runs,
+    which it reads afterwards (request.getfixturevalue: built by then, or waited for)."""
     again = tmp_path / "again"
-    proc = run_workflow(again, config)
+    proc = run_workflow(again, small_config(tmp_path), "all", *paper_targets())
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert data_digests(again) == first
+    rerun = data_digests(again)
+    workdir, _ = request.getfixturevalue("demo_run")
+    first = data_digests(workdir)
+    assert {k: rerun.get(k) for k in first} == first
+    _, _, with_paper = request.getfixturevalue("paper_run")
+    assert {k: with_paper[k] for k in first} == first  # building the paper's figures rewrote none of `all`
+    assert rerun == with_paper
 
 
 def _contributions(workdir: Path, dataset: str, target: str, group_prefix: str) -> dict[str, tuple[float, int]]:
@@ -218,13 +135,10 @@ def test_demo_graphs_recover_the_planted_causes(demo_run):
         assert not used & {"gpu__time_duration.sum", "sm__cycles_elapsed.avg", "sq_cycles", "DispatchNs"}, used
 
 
-def test_report_is_one_self_contained_html_with_every_figure(demo_run, tmp_path):
+def test_report_is_one_self_contained_html_with_every_figure(demo_run, demo_report):
     """`snakemake --report`: one HTML file embedding every PNG figure with its labels and caption."""
-    workdir, config = demo_run
-    report = tmp_path / "report.html"
-    proc = run_workflow(workdir, config, "--report", str(report))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    html = report.read_text()
+    workdir, _ = demo_run
+    html = demo_report.read_text()
     figures = sorted((workdir / "results/plots").rglob("*.png"))
     assert len(figures) >= 30
     for figure in figures:
@@ -237,17 +151,14 @@ def test_report_is_one_self_contained_html_with_every_figure(demo_run, tmp_path)
     assert embedded in html  # the image bytes themselves, not a link to them
 
 
-def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_run, tmp_path):
+def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_run, demo_report):
     """config `comparisons`: the planted pair's slowed kernel is the one flagged, its figures reach the report."""
-    workdir, config = demo_run
+    workdir, _ = demo_run
     record = json.loads((workdir / "results/compare/planted_pair/compare.json").read_text())
     planted = json.loads((workdir / "resources/demo/demo.json").read_text())["planted_comparison"]
     flagged = [k for k in record["kernels"] if k["verdict"] in ("slower", "faster")]
     assert [k["key"] for k in flagged] == [planted["kernel"]] and flagged[0]["ci_low"] > 1
-    report = tmp_path / "report.html"
-    proc = run_workflow(workdir, config, "--report", str(report))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    html = report.read_text()
+    html = demo_report.read_text()
     assert '"Comparisons"' in html and "results/compare/planted_pair/forest.png" in html
 
 

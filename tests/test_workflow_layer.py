@@ -3,7 +3,6 @@ no copied rule bodies, the Slurm rank count, a scaling study on an Nsight Comput
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import shutil
@@ -13,13 +12,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import REPO, run_workflow, small_config
+from conftest import REPO
+from workflow_runs import run_workflow, small_config
 
 RULE_FILES = sorted((REPO / "workflow" / "rules").glob("*.smk"))
 
 
-def _dry_run(workdir: Path, config: Path, *extra: str, snakefile: Path = REPO / "Snakefile"):
-    return run_workflow(workdir, config, "-n", *extra, snakefile=snakefile)
+def _dry_run(workdir: Path, config: Path, *extra: str, snakefile: Path = REPO / "Snakefile", env: dict | None = None):
+    return run_workflow(workdir, config, "-n", *extra, snakefile=snakefile, env=env)
 
 
 def _jobs(stdout: str) -> dict[str, int]:
@@ -49,22 +49,25 @@ def test_rule_graph_is_the_papers_chain(tmp_path):
 
 def test_changed_mapping_reruns_normalization_not_the_read(tmp_path):
     """Editing Table 1 (src/gpuvar/data/table1.csv) reruns normalize_columns and what follows, never the slow
-    read of the profiler file."""
+    read of the profiler file. The edit is made in a private copy of the package, which every run of this test
+    imports (PYTHONPATH): the repository's file is never touched, so tests running beside this one (pytest-xdist)
+    read it unchanged."""
+    import gpuvar
     from gpuvar.workflow.arguments import mapping_files
 
+    package = Path(gpuvar.__file__).parent
+    src = tmp_path / "src"
+    shutil.copytree(package, src / "gpuvar", ignore=shutil.ignore_patterns("__pycache__"))
+    table1 = src / "gpuvar" / Path(mapping_files()[0]).relative_to(package)
+    assert table1.name == "table1.csv" and table1.is_file()
+    env = {"PYTHONPATH": str(src)}
     config, workdir = small_config(tmp_path), tmp_path / "run"
-    done = run_workflow(workdir, config, "results/bin/rank0/kernel_variability/bin.json")
+    done = run_workflow(workdir, config, "results/bin/rank0/kernel_variability/bin.json", env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _jobs(_dry_run(workdir, config, "results/bin/rank0/kernel_variability/bin.json").stdout) == {}
-    table1 = Path(mapping_files()[0])
-    assert table1.name == "table1.csv"
-    original, stat = table1.read_bytes(), table1.stat()
-    try:  # an edit of the mapping (Snakemake compares content, so a touch alone would not count)
-        table1.write_bytes(original + b"\n")
-        jobs = _jobs(_dry_run(workdir, config, "results/bin/rank0/kernel_variability/bin.json").stdout)
-    finally:
-        table1.write_bytes(original)
-        os.utime(table1, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert _jobs(_dry_run(workdir, config, "results/bin/rank0/kernel_variability/bin.json", env=env).stdout) == {}
+    # an edit of the mapping (Snakemake compares content, so a touch alone would not count)
+    table1.write_bytes(table1.read_bytes() + b"\n")
+    jobs = _jobs(_dry_run(workdir, config, "results/bin/rank0/kernel_variability/bin.json", env=env).stdout)
     assert jobs.get("normalize_columns") == 1 and jobs.get("bin_trace") == 1, jobs
     assert "ingest_trace" not in jobs and "make_demo_data" not in jobs, jobs
 

@@ -14,6 +14,7 @@ the unmutated copy: they must pass, or a "caught" mutation would only show a tes
     .venv/bin/python tools/mutation_check.py --check    # only that every mutation applies (instant)
     .venv/bin/python tools/mutation_check.py nsys_device_id stats_ddof   # some of them
     .venv/bin/python tools/mutation_check.py nsys_device_id --tests tests/test_ingest_nsys.py  # other tests
+    .venv/bin/python tools/mutation_check.py --jobs 2                  # two mutations at a time
 
 Exit status 1 if any mutation is not caught or the baseline fails, 2 if a mutation no longer applies.
 """
@@ -21,6 +22,7 @@ Exit status 1 if any mutation is not caught or the baseline fails, 2 if a mutati
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -195,6 +197,12 @@ def main() -> int:
         help="run these tests instead of each mutation's own (e.g. to show an older suite missed it)",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="mutations tested at once (each in its own copy of the tree; .ci/test.sh runs 2 on 2 cores)",
+    )
+    parser.add_argument(
         "--baseline-passed",
         action="store_true",
         help="skip the baseline run: the same tests just passed unmutated in this checkout (.ci/test.sh runs the "
@@ -229,13 +237,17 @@ def main() -> int:
     if result != "PASSED":
         print("mutation_check: the tests fail without any mutation: fix them first", file=sys.stderr)
         return 1
-    failed = 0
-    for name in names:
+
+    def mutant(name: str) -> tuple[str, float, str]:
         path, original, mutated, *_ = MUTATIONS[name]
-        result, seconds, summary = run_tests(name, test_sets[name], args.timeout, (path, original, mutated))
-        result = {"FAILED": "CAUGHT", "PASSED": "NOT CAUGHT"}.get(result, result)
-        failed += result != "CAUGHT"
-        print(f"{name:28} {result:12} {seconds:8.1f}  {' '.join(test_sets[name])} -> {summary}", flush=True)
+        return run_tests(name, test_sets[name], args.timeout, (path, original, mutated))
+
+    failed = 0
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each run is a pytest subprocess
+        for name, (result, seconds, summary) in zip(names, pool.map(mutant, names)):  # printed in order
+            result = {"FAILED": "CAUGHT", "PASSED": "NOT CAUGHT"}.get(result, result)
+            failed += result != "CAUGHT"
+            print(f"{name:28} {result:12} {seconds:8.1f}  {' '.join(test_sets[name])} -> {summary}", flush=True)
     print(f"{len(names) - failed} of {len(names)} caught in {time.perf_counter() - t0:.0f} s")
     return 1 if failed else 0
 
