@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from gpuvar.causal.discover import discover_all, total_effects
+from gpuvar.causal.options import causal_options as opts
 from gpuvar.causal.prepare import ALL_GROUP, group_slug
 from gpuvar.errors import GpuvarError
 
@@ -35,7 +36,7 @@ def planted(n=300, seed=0):
 
 
 def test_planted_drivers_are_top_two(tmp_path):
-    summary = discover_all(planted(), "kernel_variability", "kernel_name", "auto", 30, 0, 1, 0, "fast", tmp_path)
+    summary = discover_all(planted(), opts(target="kernel_variability", bootstrap=0), tmp_path)
     assert summary["n_ok"] == 3 and summary["n_skipped"] == 0
     for group in ("gemm", "axpy", ALL_GROUP):
         out = tmp_path / group_slug(group)
@@ -80,7 +81,7 @@ def test_total_effect_includes_indirect_paths():
 def test_small_groups_are_skip_records(tmp_path):
     df = planted(80)
     df.loc[df.index[:3], "kernel_name"] = "tiny"
-    summary = discover_all(df, "kernel_variability", "kernel_name", "grid_x,grid_y", 30, 0, 1, 0, "fast", tmp_path)
+    summary = discover_all(df, opts(target="kernel_variability", features="grid_x,grid_y", bootstrap=0), tmp_path)
     tiny = next(g for g in summary["groups"] if g["group"] == "tiny")
     assert tiny["status"] == "skipped" and "min_rows" in tiny["skip_reason"]
     rec = json.loads((tmp_path / tiny["slug"] / "causal.json").read_text())
@@ -89,16 +90,19 @@ def test_small_groups_are_skip_records(tmp_path):
 
 def test_bad_arguments(tmp_path):
     with pytest.raises(GpuvarError, match="target column"):
-        discover_all(planted(), "missing", outdir=tmp_path, bootstrap=0)
+        discover_all(planted(), opts(target="missing", bootstrap=0), tmp_path)
     with pytest.raises(GpuvarError, match="engine"):
-        discover_all(planted(), "kernel_variability", engine="gpu", outdir=tmp_path, bootstrap=0)
+        opts(target="kernel_variability", engine="gpu")
+    # the config's bounds hold for a library caller too (a threshold of 0.3 would merge unrelated features)
+    with pytest.raises(GpuvarError, match="collinear_threshold"):
+        opts(target="kernel_variability", collinear_threshold=0.3)
 
 
 def test_bootstrap_identical_bytes_for_any_worker_count(tmp_path):
     df = planted(120, seed=3)
-    args = ("kernel_variability", None, "grid_x,grid_y,block_x", 30, 12)
-    discover_all(df, *args, workers=1, seed=5, engine="fast", outdir=tmp_path / "w1")
-    discover_all(df, *args, workers=2, seed=5, engine="fast", outdir=tmp_path / "w2")
+    args = dict(target="kernel_variability", group_by=None, features="grid_x,grid_y,block_x", bootstrap=12, seed=5)
+    discover_all(df, opts(**args, workers=1), tmp_path / "w1")
+    discover_all(df, opts(**args, workers=2), tmp_path / "w2")
     slug = group_slug(ALL_GROUP)
     b1 = (tmp_path / "w1" / slug / "bootstrap_edges.csv").read_bytes()
     assert b1 == (tmp_path / "w2" / slug / "bootstrap_edges.csv").read_bytes()
@@ -117,7 +121,9 @@ def test_lingam_engine_matches_fast(tmp_path):
     pytest.importorskip("lingam")
     df = planted(150, seed=4)
     for engine in ("fast", "lingam"):
-        discover_all(df, "kernel_variability", None, "auto", 30, 0, 1, 0, engine, tmp_path / engine)
+        discover_all(
+            df, opts(target="kernel_variability", group_by=None, bootstrap=0, engine=engine), tmp_path / engine
+        )
     slug = group_slug(ALL_GROUP)
     for name in ("edges.csv", "contributions.csv", "order.json", "adjacency.csv"):
         assert (tmp_path / "fast" / slug / name).read_bytes() == (tmp_path / "lingam" / slug / name).read_bytes()
@@ -139,7 +145,11 @@ def test_bootstrap_logs_progress(tmp_path, caplog):
     import logging
 
     with caplog.at_level(logging.INFO, logger="gpuvar.causal"):
-        discover_all(planted(90), "kernel_variability", None, "grid_x,grid_y", 30, 10, 1, 0, "fast", tmp_path)
+        discover_all(
+            planted(90),
+            opts(target="kernel_variability", group_by=None, features="grid_x,grid_y", bootstrap=10, workers=1),
+            tmp_path,
+        )
     msgs = [r.getMessage() for r in caplog.records if "bootstrap" in r.getMessage()]
     assert msgs[-1] == "bootstrap 10/10 resamples (100%)" and len(msgs) == 10
 
@@ -161,7 +171,7 @@ def test_bench_causal_prints_one_json(capsys):
 def test_causal_checks_table_lists_every_graph_and_flags(tmp_path, run_cli):
     df = planted(300)
     root = tmp_path / "results" / "causal" / "demo" / "kernel_variability"
-    discover_all(df, "kernel_variability", "kernel_name", "auto", 30, 0, 1, 0, "fast", root)
+    discover_all(df, opts(target="kernel_variability", bootstrap=0), root)
     res = run_cli("causal-checks", root, "-o", tmp_path / "checks.tsv")
     assert res.returncode == 0, res.stderr
     table = pd.read_csv(tmp_path / "checks.tsv", sep="\t", keep_default_na=False)

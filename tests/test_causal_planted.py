@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.causal.discover import discover_all
+from gpuvar.causal.options import causal_options as opts
 from gpuvar.causal.prepare import ALL_GROUP, group_slug
 from gpuvar.demo import planted
 from gpuvar.ingest import ingest
@@ -39,19 +40,7 @@ def run_chain(source, out, top_k=20, bin_width="10ms", bootstrap=0, sample=True)
     subprocess.run(cmd, check=True, capture_output=True)
     rows = pd.read_parquet(out / "bin" / "topk_rows.parquet")
     random_rows = pd.read_parquet(out / "bin" / "sample_rows.parquet") if sample else None
-    discover_all(
-        rows,
-        "kernel_variability",
-        "kernel_name",
-        "auto",
-        30,
-        bootstrap,
-        1,
-        0,
-        "fast",
-        out / "causal",
-        random_rows=random_rows,
-    )
+    discover_all(rows, opts(target="kernel_variability", bootstrap=bootstrap, workers=1), out / "causal", random_rows)
     return out / "causal"
 
 

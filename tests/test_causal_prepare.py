@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpuvar.causal.options import causal_options as opts
 from gpuvar.causal.prepare import ALL_GROUP, group_slug, prepare_all, prepare_group, select_features
 from gpuvar.errors import GpuvarError
 
@@ -72,7 +73,7 @@ def test_explicit_features_keep_order_and_reject_non_numeric():
 
 
 def test_groups_and_all():
-    preps, _ = prepare_all(frame(120), "kernel_variability", "kernel_name", "auto", min_rows=30)
+    preps, _ = prepare_all(frame(120), opts(target="kernel_variability"))
     assert [p.group for p in preps] == ["k<a>(int)", "k_b", ALL_GROUP]
     assert all(p.data is not None and list(p.data.columns)[-1] == "kernel_variability" for p in preps)
     z = preps[-1].data.to_numpy()
@@ -81,7 +82,7 @@ def test_groups_and_all():
 
 def test_missing_target_is_an_error():
     with pytest.raises(GpuvarError, match="target column 'nope'"):
-        prepare_all(frame(), "nope")
+        prepare_all(frame(), opts(target="nope"))
 
 
 def test_one_row_is_a_skip():
@@ -175,7 +176,7 @@ def test_whole_trace_group_is_centred_within_kernels():
         {"kernel_name": kernel, "dynamic_shared_memory": x, "registers_per_thread": np.where(kernel == "a", 32.0, 64.0)}
     )
     df["kernel_variability"] = (x - np.where(kernel == "a", 0.5, 50.5)) + rng.exponential(0.2, n)
-    preps, _ = prepare_all(df, "kernel_variability", "kernel_name", "auto", min_rows=30)
+    preps, _ = prepare_all(df, opts(target="kernel_variability"))
     whole = preps[-1]
     assert whole.group == ALL_GROUP and whole.centred_within == 2
     assert whole.features == ["dynamic_shared_memory"]
@@ -187,14 +188,11 @@ def test_copy_columns_left_out_of_kernel_variability():
     df = frame(80)
     df["linked_copy_bytes"] = np.where(np.arange(80) % 4 == 0, np.nan, 1024.0 * np.arange(80))
     df["linked_copy_kind"] = np.where(np.arange(80) % 4 == 0, np.nan, 1.0)
-    preps, rejected = prepare_all(df, "kernel_variability", None, "auto", min_rows=30)
+    preps, rejected = prepare_all(df, opts(target="kernel_variability", group_by=None))
     assert "memory_stall only" in rejected["linked_copy_bytes"] and preps[-1].rows_used == 80
     preps, rejected = prepare_all(
         df.rename(columns={"kernel_variability": "x"}).assign(memory_stall=df["kernel_variability"]),
-        "memory_stall",
-        None,
-        "linked_copy_bytes,grid_x",
-        min_rows=30,
+        opts(target="memory_stall", group_by=None, features="linked_copy_bytes,grid_x"),
     )
     assert preps[-1].rows_dropped == {"non_finite": 20}
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import real_file
 
 from gpuvar.causal.discover import discover_all
+from gpuvar.causal.options import causal_options as opts
 from gpuvar.ingest import ingest
 
 CASES = [
@@ -45,9 +46,7 @@ def test_real_graphs_carry_checks_and_no_unflagged_blow_up(tmp_path, relative, t
     subprocess.run(cmd, check=True, capture_output=True)
     rows = pd.read_parquet(tmp_path / "bin" / "topk_rows.parquet")
     sample = pd.read_parquet(tmp_path / "bin" / "sample_rows.parquet")
-    summary = discover_all(
-        rows, target, "kernel_name", "auto", 30, 0, 1, 0, "fast", tmp_path / "causal", random_rows=sample
-    )
+    summary = discover_all(rows, opts(target=target, bootstrap=0), tmp_path / "causal", random_rows=sample)
     ok = [g for g in summary["groups"] if g["status"] == "ok"]
     assert ok, "the real trace should give at least one graph"
     assert set(summary["flagged"]) == {g["group"] for g in ok if not g["trusted"]}

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from gpuvar.causal.discover import discover_all
+from gpuvar.causal.options import causal_options
 from gpuvar.compare import causal_diff, inputs, kernels, planted, windows
 from gpuvar.compare.run import Options, Run, compare_runs
 from gpuvar.errors import InputError
@@ -135,7 +136,7 @@ def _causal_run(frame: pd.DataFrame, outdir) -> inputs.Causal:
     rows = frame.assign(
         kernel_variability=frame["duration"] - frame.groupby("kernel_name")["duration"].transform("mean")
     )
-    discover_all(rows.drop(columns=["start", "duration"]), TARGET, "kernel_name", bootstrap=0, outdir=outdir)
+    discover_all(rows.drop(columns=["start", "duration"]), causal_options(target=TARGET, bootstrap=0), outdir)
     return inputs.read_causal(outdir)
 
 

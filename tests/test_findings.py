@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from conftest import real_file
 
+from gpuvar.causal.options import causal_options
 from gpuvar.demo.planted_findings import CALL_SITE_NS, call_site_mix, heteroscedastic
 from gpuvar.findings.decompose import decompose, pooled_shares
 from gpuvar.findings.report import category_of, dataset_findings, short_name
@@ -156,7 +157,7 @@ def test_causal_outputs_are_written_at_a_machine_stable_precision(tmp_path):
     frame = heteroscedastic()
     frame["kernel_variability"] = frame["duration"] - frame["duration"].mean()
     frame["bin"] = np.arange(len(frame)) // 10
-    discover_all(frame, "kernel_variability", group_by=None, bootstrap=0, outdir=tmp_path)
+    discover_all(frame, causal_options(target="kernel_variability", group_by=None, bootstrap=0), tmp_path)
     number = re.compile(r"(\d+)\.(\d+)")
     seen = 0
     for path in tmp_path.rglob("*"):

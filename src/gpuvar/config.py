@@ -404,6 +404,15 @@ def validate_config(raw: dict, base: str | Path = ".", origin: str = "config") -
         raise ConfigError("invalid config: " + "; ".join(lines)) from None
 
 
+def validated(model: type[BaseModel], values: dict, origin: str):
+    """`model` built from `values` (a stage's settings object): the config's own defaults and bounds; a bad value
+    is one GpuvarError line naming `origin` and the key, as for a config file."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(f"{origin}: " + "; ".join(_describe(e) for e in exc.errors())) from None
+
+
 def yaml_mapping_problem(path: str | Path) -> str | None:
     """Why a config file that exists is not a YAML mapping (empty, a list, bad YAML), naming the file; else None.
     Snakemake's own message for these names neither the file nor the problem."""

@@ -35,6 +35,10 @@ class ConfigError(GpuvarError):
     """An invalid configuration value: names the key path, the bad value and what is allowed."""
 
 
+class RowsError(GpuvarError):
+    """A rows table that lacks what an analysis needs (a column, a numeric type); the command names the file."""
+
+
 class StageError(GpuvarError):
     """A pipeline stage that cannot proceed (e.g. an MPI rank failed, an output is unwritable)."""
 

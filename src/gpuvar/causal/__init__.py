@@ -1,6 +1,7 @@
 """Causal stage: DirectLiNGAM per kernel group with the target as a sink (fast numpy engine by default).
 
-Public API: discover_all (gpuvar.causal.discover), prepare_all, pwling.fit. Imports are lazy so that
+Public API: discover_all (gpuvar.causal.discover) with its settings from gpuvar.causal.options.causal_options,
+prepare_all, pwling.fit. Imports are lazy so that
 `import gpuvar.causal` stays cheap.
 """
 

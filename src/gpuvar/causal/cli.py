@@ -117,14 +117,26 @@ def write_skip(outdir, target: str, group_by, reason: str) -> dict:
     return summary
 
 
+def _group_by(args) -> str | None:
+    return None if args.group_by.strip().lower() in ("", "none") else args.group_by
+
+
+def options(args):
+    """CausalOptions from the command line: the options of CONFIG_OPTIONS were checked by the config's fields."""
+    from gpuvar.causal.options import causal_options
+
+    settings = {o.name: getattr(args, o.flag.removeprefix("--").replace("-", "_")) for o in CONFIG_OPTIONS}
+    return causal_options(target=args.target, group_by=_group_by(args), features=args.features, **settings)
+
+
 def run(args) -> int:
     from gpuvar.atomic import staged_folder
     from gpuvar.causal.discover import discover_all
-    from gpuvar.errors import GpuvarError, InputError
+    from gpuvar.errors import InputError, RowsError
 
     df = read_rows(args.rows)
     random_rows = read_rows(args.random_rows) if args.random_rows else None
-    group_by = None if args.group_by.strip().lower() in ("", "none") else args.group_by
+    group_by = _group_by(args)
     skip = empty_selection_reason(args.rows, df)
     # every file goes into a temporary folder that replaces OUTPUT only once complete
     with staged_folder(args.output, replace=True) as tmp:
@@ -132,25 +144,9 @@ def run(args) -> int:
             summary = write_skip(tmp, args.target, group_by, skip)
         else:
             try:
-                summary = discover_all(
-                    df,
-                    args.target,
-                    group_by,
-                    args.features,
-                    args.min_rows,
-                    args.bootstrap,
-                    args.workers,
-                    args.seed,
-                    args.engine,
-                    tmp,
-                    args.prior,
-                    args.collinear_threshold,
-                    random_rows,
-                )
-            except GpuvarError as exc:
-                if "not in the rows" in str(exc) and not isinstance(exc, InputError):
-                    raise InputError(args.rows, str(exc)) from exc
-                raise
+                summary = discover_all(df, options(args), tmp, random_rows)
+            except RowsError as exc:  # the rows lack a column the options name: the file is the problem
+                raise InputError(args.rows, str(exc)) from exc
     keys = ("target", "engine", "n_ok", "n_skipped", "flagged", "elapsed_s") + (("skip_reason",) if skip else ())
     print(json.dumps({k: summary.get(k) for k in keys}, sort_keys=True))
     return 0

@@ -28,12 +28,12 @@ from gpuvar.causal.bootstrap import bootstrap_adjacencies, fit_adjacency, make_p
 from gpuvar.causal.checks import assumption_checks
 from gpuvar.causal.effects import contributions, total_effects
 from gpuvar.causal.encode import sibling_groups
+from gpuvar.causal.options import CausalOptions
 from gpuvar.causal.prepare import Prepared, group_slug, prepare_all, prepare_group
-from gpuvar.causal.prior import MODES, prior_knowledge, tiers
+from gpuvar.causal.prior import prior_knowledge, tiers
 from gpuvar.causal.verdict import graph_verdict
 
 log = logging.getLogger("gpuvar.causal")
-ENGINES = ("fast", "lingam")
 # Derived floats are written at 12 significant digits: the last bits of a BLAS result depend on the CPU's SIMD
 # path, so 17 digits made reruns on another machine of the same kind differ (issue 22 item 10).
 FLOAT_FORMAT = "%.12g"
@@ -122,13 +122,12 @@ def selection_flags(edges: pd.DataFrame, names: list[str], random_fit: tuple[lis
 
 
 def fit_random_bins(
-    sample: pd.DataFrame | None, prep: Prepared, group_by: str | None, engine: str, pk_mode: str, min_rows: int
+    sample: pd.DataFrame | None, prep: Prepared, opts: CausalOptions
 ) -> tuple[list[str], np.ndarray] | None:
     """The same group, same features, fitted on the rows of randomly chosen bins (None if not possible)."""
     if sample is None or prep.data is None:
         return None
-    rows = sample
-    within = None
+    rows, within, group_by = sample, None, opts.group_by
     if group_by and group_by in sample.columns:
         keys = sample[group_by].astype("string").fillna("<missing>")
         if prep.centred_within is None:
@@ -140,30 +139,29 @@ def fit_random_bins(
     if prep.target not in rows.columns or any(c not in rows.columns for c in originals):
         return None
     # no merging: the random fit must keep the variables of the selected fit
-    other = prepare_group(rows, prep.group, prep.target, originals, min_rows, collinear_threshold=1.01, within=within)
+    other = prepare_group(
+        rows, prep.group, prep.target, originals, opts.min_rows, collinear_threshold=1.01, within=within
+    )
     if other.data is None:
         return None
     names = list(other.data.columns)
     target = len(names) - 1
-    pk = prior_knowledge(names, target, pk_mode, sibling_groups(other.categories))
+    pk = prior_knowledge(names, target, opts.prior_knowledge, sibling_groups(other.categories))
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
-        return names, fit_adjacency(other.data.to_numpy(dtype=np.float64), pk, engine)[1]
+        return names, fit_adjacency(other.data.to_numpy(dtype=np.float64), pk, opts.engine)[1]
 
 
-def discover_group(
-    prep: Prepared,
-    outdir: Path,
-    bootstrap: int,
-    workers: int,
-    seed: int,
-    engine: str,
-    pool=None,
-    pk_mode: str = "tiers",
-    random_fit=None,
-) -> dict:
+def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None, random_fit=None) -> dict:
     """Fit one prepared group, check it, and write its files; returns the causal.json record."""
+    engine, seed, bootstrap, workers, pk_mode = (
+        opts.engine,
+        opts.seed,
+        opts.bootstrap,
+        opts.workers,
+        opts.prior_knowledge,
+    )
     import networkx as nx
     from threadpoolctl import threadpool_limits
 
@@ -243,39 +241,19 @@ def discover_group(
 
 
 def discover_all(
-    df: pd.DataFrame,
-    target: str,
-    group_by: str | None = "kernel_name",
-    features="auto",
-    min_rows: int = 30,
-    bootstrap: int = 100,
-    workers: int = 1,
-    seed: int = 0,
-    engine: str = "fast",
-    outdir: str | Path = "causal",
-    prior: str = "tiers",
-    collinear_threshold: float = 0.95,
-    random_rows: pd.DataFrame | None = None,
+    df: pd.DataFrame, opts: CausalOptions, outdir: str | Path, random_rows: pd.DataFrame | None = None
 ) -> dict:
     """Causal discovery for every group and for all rows; writes OUTDIR/<slug>/... and OUTDIR/summary.json.
 
     Returns the summary dict (also written): one entry per group with status ok/skipped and its reason,
-    whether its checks passed, and the list of flagged graphs.
+    whether its checks passed, and the list of flagged graphs. `opts` (gpuvar.causal.options) was validated
+    when built, so its values are within the config's bounds.
     """
-    from gpuvar.errors import GpuvarError
-
-    if engine not in ENGINES:
-        raise GpuvarError(f"unknown causal engine {engine!r} (allowed: {', '.join(ENGINES)})")
-    if prior not in MODES:
-        raise GpuvarError(f"unknown prior knowledge mode {prior!r} (allowed: {', '.join(MODES)})")
-    if bootstrap < 0 or workers < 1 or min_rows < 1:
-        raise GpuvarError("bootstrap must be >= 0, workers >= 1, min_rows >= 1")
-    if not 0 < collinear_threshold <= 1:
-        raise GpuvarError(f"collinear threshold must be in (0, 1], got {collinear_threshold}")
+    target, bootstrap, workers = opts.target, opts.bootstrap, opts.workers
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    prepared, rejected = prepare_all(df, target, group_by, features, min_rows, collinear_threshold)
+    prepared, rejected = prepare_all(df, opts)
     groups = []
     need_pool = workers > 1 and bootstrap > 0 and any(p.data is not None for p in prepared)
     pool = make_pool(workers) if need_pool else None  # one pool for all groups: spawning is the slow part
@@ -283,8 +261,8 @@ def discover_all(
         for prep in prepared:
             slug = group_slug(prep.group)
             log.info("causal: group %s (%s): %s", prep.group[:60], slug, prep.skip_reason or f"{prep.rows_used} rows")
-            random_fit = fit_random_bins(random_rows, prep, group_by, engine, prior, min_rows)
-            rec = discover_group(prep, outdir / slug, bootstrap, workers, seed, engine, pool, prior, random_fit)
+            random_fit = fit_random_bins(random_rows, prep, opts)
+            rec = discover_group(prep, outdir / slug, opts, pool, random_fit)
             groups.append(
                 {
                     k: rec.get(k)
@@ -309,14 +287,14 @@ def discover_all(
             pool.shutdown()
     summary = {
         "target": target,
-        "group_by": group_by,
-        "engine": engine,
-        "prior_knowledge": prior,
-        "collinear_threshold": collinear_threshold,
-        "seed": seed,
+        "group_by": opts.group_by,
+        "engine": opts.engine,
+        "prior_knowledge": opts.prior_knowledge,
+        "collinear_threshold": opts.collinear_threshold,
+        "seed": opts.seed,
         "bootstrap": bootstrap,
         "bootstrap_unit": "bin",
-        "min_rows": min_rows,
+        "min_rows": opts.min_rows,
         "random_bins_compared": random_rows is not None,
         "rejected_features": rejected,
         "groups": groups,

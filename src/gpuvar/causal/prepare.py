@@ -18,8 +18,9 @@ import pandas as pd
 from gpuvar.artifacts import ALL_GROUP  # noqa: F401 (re-exported: the causal package's group name)
 from gpuvar.causal.collinear import condition_number, drop_derived, merge_near_duplicates
 from gpuvar.causal.encode import centre_within, encode_categoricals
+from gpuvar.causal.options import CausalOptions
 from gpuvar.causal.roles import role_of
-from gpuvar.errors import GpuvarError
+from gpuvar.errors import RowsError
 
 # Identifiers and timestamps: numeric, but not causes of variability.
 EXCLUDED_COLUMNS = (
@@ -150,7 +151,7 @@ def select_features(df: pd.DataFrame, target: str, group_by: str | None, feature
     names = list(dict.fromkeys(n for n in names if n))
     missing = [n for n in names if n not in df.columns]
     if missing:
-        raise GpuvarError(f"feature column(s) not in the rows: {', '.join(missing)}")
+        raise RowsError(f"feature column(s) not in the rows: {', '.join(missing)}")
     chosen = []
     for name in names:
         if name == target:
@@ -310,23 +311,22 @@ def prepare_group(
     return prep
 
 
-def prepare_all(
-    df: pd.DataFrame,
-    target: str,
-    group_by: str | None = "kernel_name",
-    features="auto",
-    min_rows: int = 30,
-    collinear_threshold: float = 0.95,
-) -> tuple[list[Prepared], dict]:
+def prepare_all(df: pd.DataFrame, opts: CausalOptions) -> tuple[list[Prepared], dict]:
     """Prepared tables for every group (sorted by name) then `__all__` (centred within groups when grouped);
     plus rejected requested features."""
+    target, group_by, min_rows, collinear_threshold = (
+        opts.target,
+        opts.group_by,
+        opts.min_rows,
+        opts.collinear_threshold,
+    )
     if target not in df.columns:
-        raise GpuvarError(f"target column {target!r} not in the rows (columns: {', '.join(map(str, df.columns))})")
+        raise RowsError(f"target column {target!r} not in the rows (columns: {', '.join(map(str, df.columns))})")
     if not (pd.api.types.is_numeric_dtype(df[target]) or pd.api.types.is_bool_dtype(df[target])):
-        raise GpuvarError(f"target column {target!r} is not numeric (dtype {df[target].dtype})")
+        raise RowsError(f"target column {target!r} is not numeric (dtype {df[target].dtype})")
     if group_by and group_by not in df.columns:
-        raise GpuvarError(f"group column {group_by!r} not in the rows")
-    chosen, rejected = select_features(df, target, group_by, features)
+        raise RowsError(f"group column {group_by!r} not in the rows")
+    chosen, rejected = select_features(df, target, group_by, opts.features)
     out = []
     if group_by:
         keys = df[group_by].astype("string").fillna("<missing>")

@@ -15,15 +15,11 @@ import numpy as np
 
 from gpuvar.causal.roles import TARGET_TIER, role_of
 
-MODES = ("tiers", "sink", "none")
-
 
 def prior_knowledge(
     names: list[str], target: int, mode: str = "tiers", siblings: list[list[str]] = ()
 ) -> np.ndarray | None:
-    """The (p, p) prior-knowledge matrix for `mode`, or None for 'none'."""
-    if mode not in MODES:
-        raise ValueError(f"unknown prior knowledge mode {mode!r} (allowed: {', '.join(MODES)})")
+    """The (p, p) prior-knowledge matrix for `mode` (config causal.prior_knowledge), or None for 'none'."""
     p = len(names)
     if mode == "none":
         return None
