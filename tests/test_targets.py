@@ -59,3 +59,17 @@ def test_device_link_ignores_the_stream():
 def test_unknown_choice_is_a_one_line_error():
     with pytest.raises(GpuvarError, match="unknown link 'correlation'"):
         T.check_choice("correlation", T.LINKS, "link")
+
+
+def test_every_target_the_config_accepts_is_described_once():
+    """The config's target names and the Target objects agree; only memory_stall needs a copy link, and a
+    column target of a paper dataset is a plain column."""
+    from gpuvar.artifacts import TARGETS
+    from gpuvar.targets import LINKED_COPY_COLUMNS, target
+
+    assert {t: target(t).links_copies for t in TARGETS} == {"kernel_variability": False, "memory_stall": True}
+    assert [column for column, _ in target("memory_stall").not_features] == ["linked_copy_duration"]
+    assert set(dict(target("kernel_variability").not_features)) == set(LINKED_COPY_COLUMNS)
+    assert target("perf_variability").links_copies is False
+    assert target("kernel_variability").variance_unit == "ns²"
+

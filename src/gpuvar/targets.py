@@ -16,10 +16,52 @@ The MPI job (gpuvar.binning.job) calls these on each rank's share; they are equa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from gpuvar.artifacts import TARGETS  # noqa: F401 (defined once there; re-exported for the binning job)
 from gpuvar.errors import GpuvarError
+
+LINKED_COPY_COLUMNS = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")  # a kernel's linked copy
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the stages need to know about a target, in one place instead of `if target == ...` in each."""
+
+    name: str
+    definition: str
+    links_copies: bool  # needs each kernel linked to a memcpy: start times and a memcpy table
+    unit: str = "ns"  # of its values; its variance is in unit²
+    # columns `features: auto` leaves out of a causal graph of this target, with why
+    not_features: tuple[tuple[str, str], ...] = tuple(
+        (c, "copy-link column: used by memory_stall only (kernels without a linked copy would be lost)")
+        for c in LINKED_COPY_COLUMNS
+    )
+
+    @property
+    def variance_unit(self) -> str:
+        return f"{self.unit}²"
+
+
+_TARGETS = {
+    "kernel_variability": Target(
+        "kernel_variability", "duration - mean duration of the launch's group over the whole trace", False
+    ),
+    "memory_stall": Target(
+        "memory_stall",
+        "|kernel duration - duration of the linked memcpy|",
+        True,
+        not_features=(("linked_copy_duration", "part of memory_stall's definition (|kernel - copy duration|)"),),
+    ),
+}
+
+
+def target(name: str) -> Target:
+    """The Target called `name`; another column (a paper dataset's perf_variability) is analysed like a
+    kernel_variability: a plain column with no copy link."""
+    return _TARGETS.get(name) or Target(name, f"the column {name}", False)
+
 
 GROUPS = ("kernel", "launch_config", "call_site")
 GROUP_COLUMN = {"launch_config": "launch_config", "call_site": "call_site"}  # the column a group adds to the name

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuvar import targets as T
 from gpuvar.artifacts import BIN_REPORT
 from gpuvar.binning.exchange import TARGET, exchange_rows
 from gpuvar.binning.per_bin import bin_statistics
@@ -122,8 +123,8 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     timer.lap("read")
     means = group_means(comm, share)
     timer.lap("means")
-    if opts.target == "memory_stall" and plan.axis != "start":
-        raise Collective("memory_stall needs kernel start times: give --bin-width with a time unit (e.g. 10ms)")
+    if T.target(opts.target).links_copies and plan.axis != "start":
+        raise Collective(f"{opts.target} needs kernel start times: give --bin-width with a time unit (e.g. 10ms)")
     target = compute_target(plan, comm, share, means)
     timer.lap("target")
     bins = assign_bins(plan, comm, share, target.ok)

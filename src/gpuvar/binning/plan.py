@@ -12,12 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpuvar import targets as T
+from gpuvar.artifacts import TARGETS
 from gpuvar.binning.columns import open_parquet
 from gpuvar.binning.partition import bin_width
 from gpuvar.errors import GpuvarError, InputError
 
 log = logging.getLogger("gpuvar.binning")
-LINKED = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
+LINKED = T.LINKED_COPY_COLUMNS
 ID_COLUMNS = (
     "kernel_name",
     "kernel_short_name",
@@ -108,7 +109,7 @@ def feature_list(opts: BinOptions, names: list[str], link: bool) -> tuple[str, .
 def make_plan(opts: BinOptions) -> Plan:
     """Check the options and the input files' columns; a one-line GpuvarError for anything wrong."""
     width, unit = bin_width(opts.bin_width)
-    T.check_choice(opts.target, T.TARGETS, "target")
+    T.check_choice(opts.target, TARGETS, "target")
     T.check_choice(opts.group, T.GROUPS, "group")
     T.check_choice(opts.link, T.LINKS, "link")
     if opts.top_k < 1:
@@ -127,8 +128,8 @@ def make_plan(opts: BinOptions) -> Plan:
         width, unit = bin_width(str(int(opts.launch_bin_width)))
     axis = "start" if unit == "ns" else "launch_id"
     schema = open_parquet(opts.kernels, read_dictionary=[c for c in DICTIONARY_COLUMNS if c in names]).schema_arrow
-    if opts.target == "memory_stall" and opts.memcpy is None:
-        raise GpuvarError("--target memory_stall needs --memcpy MEMCPY.parquet")
+    if T.target(opts.target).links_copies and opts.memcpy is None:
+        raise GpuvarError(f"--target {opts.target} needs --memcpy MEMCPY.parquet")
     link = opts.memcpy is not None
     if link:
         open_parquet(opts.memcpy)

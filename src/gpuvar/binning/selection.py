@@ -14,19 +14,20 @@ log = logging.getLogger("gpuvar.binning")
 def explain_selection(report: dict) -> dict:
     """{'warnings': [...], 'empty_selection': reason or None} for a bin.json report; warnings are also logged."""
     target, rows_in, binned = report["target"], report["rows_in"], report["rows_binned"]
+    links_copies = T.target(target).links_copies
     dropped = report["rows_without_target"]
     no_link = sum(n for reason, n in dropped.items() if reason in T.NO_LINK_REASON.values())
     warnings, why = [], None
-    if target == "memory_stall" and no_link and binned == 0:
+    if links_copies and no_link and binned == 0:
         where = "device and stream" if report.get("link") == "stream" else "device"
         warnings.append(
             f"0 rows linked: none of the {rows_in} kernels has an earlier copy on the same {where}, so "
-            "memory_stall is empty (check device_id/stream_id of the kernel and memcpy tables, or try "
+            f"{target} is empty (check device_id/stream_id of the kernel and memcpy tables, or try "
             "link: device)"
         )
     if rows_in == 0:
         why = "the kernel table has no rows"
-    elif binned == 0 and target == "memory_stall" and no_link == sum(dropped.values()):
+    elif binned == 0 and links_copies and no_link == sum(dropped.values()):
         reason = T.NO_LINK_REASON[report.get("link") or "stream"]
         why = f"no kernel linked to a copy ({no_link} of {rows_in} kernels: {reason})"
     elif binned == 0:

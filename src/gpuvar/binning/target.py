@@ -56,15 +56,16 @@ def compute_target(plan: Plan, comm, share: Share, means: Means) -> Target:
     linked = link_copies(plan, comm, share.kstart, share.kkey) if plan.link else {}
     dur = share.duration
     values = np.empty(len(dur), np.float64)
+    links_copies = T.target(plan.opts.target).links_copies
     for a in range(0, len(dur), CHUNK):  # chunk by chunk: no full-size temporary
         sl = slice(a, a + CHUNK)
-        if plan.opts.target == "kernel_variability":  # the group means gathered into the output: no temporary
+        if not links_copies:  # the group means gathered into the output: no temporary
             np.take(means.lut, share.codes[sl], out=values[sl], mode="clip")  # (codes index lut: clip never acts)
             np.subtract(dur[sl], values[sl], out=values[sl])
         else:
             values[sl] = np.abs(dur[sl] - linked["linked_copy_duration"][sl])
     ok, reasons = share.ok, share.reasons
-    if plan.opts.target == "memory_stall":
+    if links_copies:
         ok, counter = ok.copy(), Counter(reasons)
         drop(counter, ok, np.isnan(linked["linked_copy_duration"]), T.NO_LINK_REASON[plan.opts.link])
         reasons = dict(counter)

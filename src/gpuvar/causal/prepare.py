@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gpuvar import targets
 from gpuvar.artifacts import ALL_GROUP  # noqa: F401 (re-exported: the causal package's group name)
 from gpuvar.causal.collinear import condition_number, drop_derived, merge_near_duplicates
 from gpuvar.causal.encode import centre_within, encode_categoricals
@@ -58,7 +59,6 @@ def leak_reason(name: str) -> str | None:
 
 
 COLLINEAR_TOL = 1e-12  # |corr| within this of 1 counts as perfectly collinear
-LINKED_COPY_COLUMNS = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")
 
 
 @dataclass
@@ -128,7 +128,7 @@ def select_features(df: pd.DataFrame, target: str, group_by: str | None, feature
     rejected: dict[str, str] = {}
     if features is None or (isinstance(features, str) and features.strip() == "auto"):
         chosen = []
-        per_target = _target_columns(target)
+        per_target = dict(targets.target(target).not_features)  # listing them explicitly keeps them
         for col in df.columns:
             name = str(col)
             if name in (target, group_by):
@@ -197,16 +197,6 @@ def _dependent_columns(values: np.ndarray, names: list[str], target: str) -> dic
         basis.append(v / np.sqrt(v @ v))
         kept.append(k)
     return dropped
-
-
-def _target_columns(target: str) -> dict[str, str]:
-    """Columns 'auto' leaves out for this target, with why (listing them explicitly keeps them)."""
-    if target == "memory_stall":
-        return {"linked_copy_duration": "part of memory_stall's definition (|kernel - copy duration|)"}
-    return {
-        c: "copy-link column: used by memory_stall only (kernels without a linked copy would be lost)"
-        for c in LINKED_COPY_COLUMNS
-    }
 
 
 def prepare_group(
