@@ -267,3 +267,18 @@ def test_staged_outputs_have_the_umask_mode_not_0700(tmp_path, umask):
     for path in (tmp_path / "whole", tmp_path / "whole" / "group", tmp_path / "merged", tmp_path / "merged" / "group"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~umask, path
     assert stat.S_IMODE((tmp_path / "figs" / "timeline.svg").stat().st_mode) == 0o666 & ~umask
+
+
+def test_compare_disk_full_on_its_page_leaves_the_previous_result(ingested, tmp_path, run_cli):
+    """compare writes through the staging folder like every command: a failure after compare.json (here on
+    compare.md) leaves the earlier complete comparison, not a new compare.json beside an old page."""
+    out = tmp_path / "cmp"
+    args = ["compare", ingested, ingested, "--names", "a,b", "--bootstrap", "100", "--formats", "png", "-o", out]
+    assert run_cli(*args).returncode == 0, "the first comparison runs"
+    before = sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file())
+    assert {"compare.json", "compare.md"} <= {str(p) for p, _ in before}
+    proc = _disk_full("gpuvar.canonical_io.write_text", 2, *[a if a != "a,b" else "c,d" for a in args])
+    _one_line_naming(proc, out)
+    after = sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file())
+    assert after == before
+    assert _leftovers(tmp_path) == []

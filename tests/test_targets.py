@@ -72,4 +72,3 @@ def test_every_target_the_config_accepts_is_described_once():
     assert set(dict(target("kernel_variability").not_features)) == set(LINKED_COPY_COLUMNS)
     assert target("perf_variability").links_copies is False
     assert target("kernel_variability").variance_unit == "ns²"
-

@@ -10,6 +10,7 @@ Files are written to a temporary name and renamed, so an interrupted run never l
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -125,22 +126,35 @@ def write_canonical(
             tmp.unlink()
 
 
-def write_json(obj, path: str | Path) -> None:
-    """Deterministic JSON (sorted keys, trailing newline), written atomically."""
+def json_ready(obj, float_value=float):
+    """JSON-ready, recursively: numpy scalars to Python, NaN/inf to null (strict JSON has neither), Paths to
+    text, keys to text; each finite float through `float_value` (causal: 12 significant digits)."""
+    if isinstance(obj, dict):
+        return {str(k): json_ready(v, float_value) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_ready(v, float_value) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return float_value(obj) if math.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_text(text: str, path: str | Path) -> None:
+    """`text` written atomically: a reader sees the old file or the new one, never a part."""
     path = Path(path)
     _make_parent(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+        tmp.write_text(text)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise StageError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+def write_json(obj, path: str | Path, float_value=float) -> None:
+    """The one JSON writer of every stage: strict JSON (json_ready), sorted keys, trailing newline, atomic."""
+    write_text(json.dumps(json_ready(obj, float_value), indent=2, sort_keys=True, allow_nan=False) + "\n", path)

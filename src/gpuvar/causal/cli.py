@@ -82,6 +82,7 @@ def write_skip(outdir, target: str, group_by, reason: str) -> dict:
     """The whole-dataset group recorded as skipped, and a summary saying so: 'no rows' is a result, not a failure."""
     from pathlib import Path
 
+    from gpuvar.canonical_io import write_json
     from gpuvar.causal.prepare import ALL_GROUP, group_slug
 
     outdir = Path(outdir)
@@ -100,7 +101,7 @@ def write_skip(outdir, target: str, group_by, reason: str) -> dict:
         "slug": group_slug(ALL_GROUP),
     }
     (outdir / record["slug"]).mkdir(parents=True)
-    (outdir / record["slug"] / CAUSAL_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    write_json(record, outdir / record["slug"] / CAUSAL_RECORD)
     summary = {
         "target": target,
         "group_by": group_by,
@@ -113,7 +114,7 @@ def write_skip(outdir, target: str, group_by, reason: str) -> dict:
         "skip_reason": reason,
         "groups": [{k: record[k] for k in ("group", "slug", "status", "skip_reason", "rows_used", "features")}],
     }
-    (outdir / CAUSAL_SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    write_json(summary, outdir / CAUSAL_SUMMARY)
     return summary
 
 

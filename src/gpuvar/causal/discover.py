@@ -15,7 +15,6 @@ bootstrap_edges.csv (when bootstrapping), causal.json (everything above plus the
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.artifacts import CAUSAL_RECORD, CAUSAL_SUMMARY
+from gpuvar.canonical_io import write_json
 from gpuvar.causal.bootstrap import bootstrap_adjacencies, fit_adjacency, make_pool, summarise_edges
 from gpuvar.causal.checks import assumption_checks
 from gpuvar.causal.effects import contributions, total_effects
@@ -87,23 +87,6 @@ def build_graph(names, target, edges: pd.DataFrame, contrib: pd.DataFrame, label
             attrs["in_random_bins"] = bool(r["in_random_bins"])
         g.add_edge(r["from"], r["to"], **attrs)
     return g
-
-
-def _write_json(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
-
-
-def _clean(value):
-    """JSON-safe: NaN/inf -> None, numpy scalars -> Python."""
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        return stable_float(value) if np.isfinite(value) else None
-    return value
 
 
 def selection_flags(edges: pd.DataFrame, names: list[str], random_fit: tuple[list[str], np.ndarray] | None):
@@ -174,7 +157,7 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
         "prior_knowledge": pk_mode,
     }
     if prep.data is None:
-        _write_json(outdir / CAUSAL_RECORD, _clean(record))
+        write_json(record, outdir / CAUSAL_RECORD, stable_float)
         return record
     names = list(prep.data.columns)
     target = len(names) - 1
@@ -213,7 +196,7 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
     ]
     edges["in_random_bins"] = selection_flags(edges, names, random_fit)
     selection_only = [f"{r['from']} -> {r['to']}" for r in edges.to_dict("records") if r["in_random_bins"] is False]
-    _write_json(outdir / "order.json", {"causal_order": [names[k] for k in order], "target": names[target]})
+    write_json({"causal_order": [names[k] for k in order], "target": names[target]}, outdir / "order.json")
     adj = pd.DataFrame(B, index=names, columns=names)
     adj.index.name = "to"
     adj.to_csv(outdir / "adjacency.csv", float_format=FLOAT_FORMAT)
@@ -236,7 +219,7 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
     )
     if not (contrib["variance_share"] > 0).any():
         record["note"] = "no feature has a directed path to the target (all total effects are zero)"
-    _write_json(outdir / CAUSAL_RECORD, _clean(record))
+    write_json(record, outdir / CAUSAL_RECORD, stable_float)
     return record
 
 
@@ -306,5 +289,5 @@ def discover_all(
     for g in groups:
         if g["status"] == "ok" and not g["trusted"]:
             log.warning("causal: graph %s flagged: %s", g["group"][:60], "; ".join(g["warnings"]))
-    _write_json(outdir / CAUSAL_SUMMARY, _clean(summary))
+    write_json(summary, outdir / CAUSAL_SUMMARY, stable_float)
     return summary

@@ -96,6 +96,7 @@ def runs_from_results(root: Path, baseline: str, candidate: str):
 
 
 def run(args) -> int:
+    from gpuvar.atomic import staged_folder
     from gpuvar.compare.run import Options, Run, compare_runs
     from gpuvar.errors import GpuvarError
 
@@ -136,7 +137,8 @@ def run(args) -> int:
         args.dpi,
         min_probability=args.min_probability,
     )
-    record = compare_runs(base, cand, args.output, options)
+    with staged_folder(args.output, replace=True) as tmp:  # the folder appears complete or not at all
+        record = compare_runs(base, cand, tmp, options)
     for warning in record["warnings"]:
         print(f"gpuvar compare: warning: {warning}", file=sys.stderr)
     print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))

@@ -7,15 +7,12 @@ and other tools can read it; kernels.csv is the per-kernel table in the same ord
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
+from gpuvar.canonical_io import json_ready, write_json, write_text
 from gpuvar.compare import causal_diff, environment, figures, inputs, kernels, page, windows
 from gpuvar.errors import GpuvarError, InputError
 from gpuvar.plots import style
@@ -59,23 +56,6 @@ class Options:
 
 
 OPTION_KEYS = ("key", "bootstrap", "confidence", "alpha", "min_launches", "min_effect", "seed", "min_probability")
-
-
-def clean(obj):
-    """JSON-ready: numpy scalars to Python, NaN/inf to None, recursively."""
-    if isinstance(obj, dict):
-        return {str(k): clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [clean(v) for v in obj]
-    if isinstance(obj, np.bool_ | bool):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, float | np.floating):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
 
 
 def _by_target(folders: list[Path], reader, what: str) -> dict:
@@ -195,10 +175,10 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
             "variance_share": "fraction of the target's variance a feature accounts for (causal contributions.csv)",
         },
     }
-    record = clean(record)
+    record = json_ready(record)
     outdir.mkdir(parents=True, exist_ok=True)
-    _write_json(record, outdir / "compare.json")
-    _write_text(page.render(record), outdir / "compare.md")
+    write_json(record, outdir / "compare.json")
+    write_text(page.render(record), outdir / "compare.md")
     style.write_csv(table, outdir / "kernels.csv")
     style.write_csv(diffs, outdir / "causal_diff.csv")
     figures.forest(table, outdir / "forest", options.formats, options.dpi, names, options.forest_rows)
@@ -206,14 +186,3 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     figures.distributions(table, kb.frame, kc.frame, outdir / "distributions", options.formats, options.dpi, names)
     figures.causal_diff(causes, diffs, outdir / "causal_diff", options.formats, options.dpi)
     return record
-
-
-def _write_text(text: str, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _write_json(obj, path: Path) -> None:
-    """Strict JSON (NaN refused: `clean` turned it into null), sorted keys, written atomically."""
-    _write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n", path)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpuvar.artifacts import RAW_MANIFEST
+from gpuvar.canonical_io import write_json
 from gpuvar.errors import InputError
 
 _TABLE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -87,7 +88,7 @@ def write_raw(raw: RawTrace, folder: str | Path) -> None:
         "notes": raw.notes,
         "info": raw.info,
     }
-    (folder / RAW_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_json(manifest, folder / RAW_MANIFEST)
 
 
 def load_raw(folder: str | Path) -> RawTrace:
