@@ -120,12 +120,14 @@ def demo_report(demo_run, tmp_path_factory) -> Path:
 def paper_targets() -> list[str]:
     """Every figure of `snakemake paper` and its data file, except Fig. 5b: it plots measured binning times,
     which differ on every run by nature."""
-    from gpuvar.config import load_config
+    from gpuvar.config import read_yaml_mapping, validate_config
     from gpuvar.plots import snakemake_helpers as paths
     from gpuvar.plots.paper import load_paper_config, merge_datasets
 
     paper = load_paper_config(REPO / "config" / "paper.yaml", REPO)
-    _, names = merge_datasets(paper, {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets})
+    _, names = merge_datasets(
+        paper, {d.name: d for d in validate_config(read_yaml_mapping(REPO / "config" / "config.yaml"), REPO).datasets}
+    )
     return [p for p in paths.paper_outputs(paper, ["svg", "png"], names) if "/scaling" not in p]
 
 

@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpuvar.artifacts import ALL_GROUP
 from gpuvar.causal.discover import discover_all, total_effects
 from gpuvar.causal.options import causal_options as opts
-from gpuvar.causal.prepare import ALL_GROUP, group_slug
+from gpuvar.causal.prepare import group_slug
 from gpuvar.errors import GpuvarError
 
 

@@ -10,9 +10,10 @@ import sys
 import numpy as np
 import pandas as pd
 
+from gpuvar.artifacts import ALL_GROUP
 from gpuvar.causal.discover import discover_all
 from gpuvar.causal.options import causal_options as opts
-from gpuvar.causal.prepare import ALL_GROUP, group_slug
+from gpuvar.causal.prepare import group_slug
 from gpuvar.demo import planted
 from gpuvar.ingest import ingest
 

@@ -11,8 +11,9 @@ import pytest
 
 from gpuvar.causal.discover import discover_all
 from gpuvar.causal.options import causal_options
-from gpuvar.compare import causal_diff, inputs, kernels, planted, windows
+from gpuvar.compare import causal_diff, inputs, kernels, windows
 from gpuvar.compare.run import Options, Run, compare_runs
+from gpuvar.demo import planted_pair as planted
 from gpuvar.errors import InputError
 
 TARGET = "kernel_variability"

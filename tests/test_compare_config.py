@@ -6,7 +6,7 @@ import pytest
 from conftest import REPO
 
 from gpuvar.compare.workflow import comparison_inputs, comparison_outputs, side_arguments
-from gpuvar.config import load_config, validate_config
+from gpuvar.config import read_yaml_mapping, validate_config
 from gpuvar.errors import ConfigError
 
 DATASETS = [
@@ -56,7 +56,7 @@ def test_workflow_inputs_use_the_targets_both_datasets_analyse():
 
 
 def test_demo_config_compares_the_planted_pair():
-    cfg = load_config(REPO / "config" / "config.yaml")
+    cfg = validate_config(read_yaml_mapping(REPO / "config" / "config.yaml"), REPO)
     names = {d.name for d in cfg.datasets}
     assert [(c.baseline, c.candidate) for c in cfg.comparisons] == [("pair_baseline", "pair_candidate")]
     assert {"pair_baseline", "pair_candidate"} <= names

@@ -9,8 +9,9 @@ import pytest
 import yaml
 from conftest import REPO
 
-from gpuvar.config import load_config, parse_bin_width, validate_config
+from gpuvar.config import read_yaml_mapping, validate_config
 from gpuvar.errors import ConfigError
+from gpuvar.units import parse_bin_width
 
 BASE = {"datasets": [{"name": "a", "source": "trace.sqlite"}]}
 
@@ -100,7 +101,7 @@ def test_bin_width_units():
 
 def test_shipped_configs_are_valid():
     for path in sorted((REPO / "config").glob("*.yaml")):
-        load_config(path)
+        validate_config(read_yaml_mapping(path), REPO)
 
 
 def test_snakemake_stops_on_bad_config_with_one_line(tmp_path):

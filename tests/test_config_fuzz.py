@@ -17,6 +17,7 @@ from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuvar.binning.cli import workflow_arguments
 from gpuvar.config import Config, validate_config
 from gpuvar.errors import ConfigError, GpuvarError
 
@@ -138,15 +139,15 @@ def _accepted_by_the_clis(cfg: Config) -> None:
     """The arguments the workflow's rules build from this config (gpuvar.workflow.arguments) parse with every
     command's own parser: a config that validates never fails at the command line."""
     from gpuvar.cli import build_parser
-    from gpuvar.config import parse_bin_width
     from gpuvar.plots.snakemake_helpers import report_format
+    from gpuvar.units import parse_bin_width
     from gpuvar.workflow import arguments as rule_args
     from gpuvar.workflow.registry import Registry
 
     parser = build_parser()
     reg = Registry(cfg, {d.name: d for d in cfg.datasets})
     for target in ("kernel_variability", "memory_stall"):
-        parser.parse_args(["bin", "k.parquet", *rule_args.binning_arguments(reg, target), "-o", "out"])
+        parser.parse_args(["bin", "k.parquet", *workflow_arguments(reg.cfg, target), "-o", "out"])
     parse_bin_width(cfg.binning.bin_width)
     assert shlex.split(cfg.binning.bin_width) == [cfg.binning.bin_width]  # one shell token
     for d in cfg.datasets:

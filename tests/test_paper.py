@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import paper_targets
 
-from gpuvar.config import load_config
+from gpuvar.config import read_yaml_mapping, validate_config
 from gpuvar.errors import ConfigError
 from gpuvar.plots import snakemake_helpers as paths
 from gpuvar.plots.paper import FIGURES, load_paper_config, merge_datasets, parse_paper_config, same_dataset
@@ -66,7 +66,7 @@ def test_paper_config_mistakes_are_one_line_errors(change, figures, message):
 
 
 def test_paper_yaml_is_also_a_valid_main_config():
-    cfg = load_config(PAPER_YAML)
+    cfg = validate_config(read_yaml_mapping(PAPER_YAML), REPO)
     assert [d.name for d in cfg.datasets][:4] == ["rank0", "rank1", "rank2", "rank3"]
     assert all(set(d.targets) == {"kernel_variability", "memory_stall"} for d in cfg.datasets[:4])  # Table 2
 
@@ -80,7 +80,7 @@ def test_same_dataset_ignores_targets_only():
 
 def test_merge_shares_identical_and_renames_conflicting_datasets():
     paper = load_paper_config(PAPER_YAML, REPO)
-    main = {d.name: d for d in load_config(REPO / "config" / "config.yaml").datasets}
+    main = {d.name: d for d in validate_config(read_yaml_mapping(REPO / "config" / "config.yaml"), REPO).datasets}
     main["rank3"] = main["rank3"].model_copy(update={"source": "my/own/rank3.sqlite"})
     before = dict(main)
     merged, names = merge_datasets(paper, main)
@@ -105,7 +105,7 @@ def test_scaling_uses_a_big_demo_trace_only_for_demo_datasets():
 
 
 def test_all_excludes_the_timing_dependent_scaling_figure():
-    cfg = load_config(REPO / "config" / "config.yaml")
+    cfg = validate_config(read_yaml_mapping(REPO / "config" / "config.yaml"), REPO)
     analyses = [(d.name, t) for d in cfg.datasets for t in d.targets]
     outputs = paths.plot_outputs(analyses, cfg)
     assert (

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
 from test_ingest_nsys import REAL_FILES, minimal_export, sql
 
-from gpuvar.compare.planted import write_pair
 from gpuvar.demo import planted
 from gpuvar.demo.nsys_writer import write_nsys_demo
+from gpuvar.demo.planted_pair import write_pair
 from gpuvar.errors import GpuvarError
 from gpuvar.ingest import nsys, nsys_rep
 from gpuvar.ingest.raw import ReadOptions, roundtrip

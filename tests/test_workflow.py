@@ -166,6 +166,7 @@ def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_ru
 def test_causal_rows_option_reaches_the_commands(rows):
     """causal.rows: top-k bins checked against random bins (default), a random sample, or every bin; what the
     rules hand `gpuvar bin` and `gpuvar causal` (gpuvar.workflow.arguments, the rules' params)."""
+    from gpuvar.binning.cli import workflow_arguments
     from gpuvar.workflow import arguments
     from gpuvar.workflow.registry import build_registry
 
@@ -173,7 +174,7 @@ def test_causal_rows_option_reaches_the_commands(rows):
     cfg["causal"]["rows"] = rows
     reg = build_registry(cfg, REPO)
     causal = arguments.causal_arguments(reg, "rank0", "kernel_variability", "top.parquet", "sample.parquet", "o", 2)
-    binning = arguments.binning_arguments(reg, "kernel_variability")
+    binning = workflow_arguments(reg.cfg, "kernel_variability")
     sample_bins = binning[binning.index("--sample-bins") + 1]
     if rows == "top_k":
         assert causal[:3] == ["top.parquet", "--random-rows", "sample.parquet"] and sample_bins == "20"

@@ -33,6 +33,7 @@ SUBCOMMANDS = {
     "compare": ("gpuvar.compare.cli", "compare two runs: slower kernels, moved windows, changed causes"),
     "bench": ("gpuvar.bench.cli", "benchmarks printing JSON"),
     "schema": ("gpuvar.schema_cli", "print the canonical schema as Markdown"),
+    "config-reference": ("gpuvar.config_reference", "print every config key (type, default, bounds) as Markdown"),
 }
 
 

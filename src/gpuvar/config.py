@@ -1,5 +1,6 @@
-"""Typed workflow configuration. The Snakefile validates config/config.yaml with `load_config` at start-up,
-so a wrong key or value stops the run before any job, with the key path, the bad value and what is allowed.
+"""Typed workflow configuration. At start-up the workflow validates its config with `validate_config`
+(gpuvar.workflow.registry), so a wrong key or value stops the run before any job, with the key path, the bad
+value and what is allowed. A stage's settings object (gpuvar.causal.options) is built from these models.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pydantic import (
 
 from gpuvar.artifacts import TARGETS
 from gpuvar.errors import ConfigError
-from gpuvar.units import MAX_BIN_NS, MAX_LAUNCHES, format_bin_width, parse_bin_width  # noqa: F401
+from gpuvar.units import MAX_LAUNCHES, format_bin_width
 
 FORMATS = (
     "auto",
@@ -413,32 +414,32 @@ def validated(model: type[BaseModel], values: dict, origin: str):
         raise ConfigError(f"{origin}: " + "; ".join(_describe(e) for e in exc.errors())) from None
 
 
-def yaml_mapping_problem(path: str | Path) -> str | None:
-    """Why a config file that exists is not a YAML mapping (empty, a list, bad YAML), naming the file; else None.
-    Snakemake's own message for these names neither the file nor the problem."""
+def read_yaml_mapping(path: str | Path, what: str = "config") -> dict:
+    """The YAML mapping in `path` (a config or paper config file); ConfigError naming the file when it cannot be
+    read, is not YAML, is empty or is not a mapping (Snakemake's own message names neither)."""
     path = Path(path)
-    if not path.is_file():
-        return None
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError) as exc:
-        return f"{path}: cannot read config ({getattr(exc, 'strerror', None) or exc})"
-    except yaml.YAMLError as exc:
-        return f"{path}: not valid YAML ({str(exc).splitlines()[0]})"
-    if raw is None:
-        return f"{path}: empty; expected a mapping with at least `datasets`"
-    if not isinstance(raw, dict):
-        return f"{path}: expected a mapping of keys (demo, datasets, binning, ...), got a {type(raw).__name__}"
-    return None
-
-
-def load_config(path: str | Path) -> Config:
-    """Read and validate a YAML config file."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+        raise ConfigError(f"{path}: cannot read {what} ({getattr(exc, 'strerror', None) or exc})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return validate_config(raw, path.parent.parent if path.parent.name == "config" else path.parent, str(path))
+    if raw is None:
+        raise ConfigError(f"{path}: empty; expected a mapping with at least `datasets`")
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of keys (demo, datasets, binning, ...), got a {type(raw).__name__}"
+        )
+    return raw
+
+
+def yaml_mapping_problem(path: str | Path) -> str | None:
+    """Why a config file that exists is not a YAML mapping, naming the file; None when it is one or is absent
+    (the Snakefile's check before Snakemake reads the file)."""
+    if not Path(path).is_file():
+        return None
+    try:
+        read_yaml_mapping(path)
+    except ConfigError as exc:
+        return str(exc)
+    return None

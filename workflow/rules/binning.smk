@@ -31,7 +31,7 @@ rule bin_trace:
     params:
         ranks=CFG.binning.ranks,
         launcher=rule_args.mpi_launcher,
-        args=lambda wildcards: rule_args.binning_arguments(REG, wildcards.target),
+        args=lambda wildcards: bin_settings(CFG, wildcards.target),
         outdir=subpath(output.report, parent=True),
     shell:
         "{params.launcher:q} -n {params.ranks:q} gpuvar bin {input.kernels:q} --memcpy {input.memcpy:q}"

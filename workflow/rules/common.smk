@@ -7,6 +7,7 @@ from pathlib import Path
 
 import gpuvar.artifacts as files
 import gpuvar.workflow.arguments as rule_args
+from gpuvar.binning.cli import workflow_arguments as bin_settings
 from gpuvar.errors import ConfigError
 from gpuvar.workflow.registry import build_registry, names_regex, print_run_summary
 from gpuvar.workflow_env import put_own_bin_first_on_path

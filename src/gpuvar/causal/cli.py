@@ -82,8 +82,9 @@ def write_skip(outdir, target: str, group_by, reason: str) -> dict:
     """The whole-dataset group recorded as skipped, and a summary saying so: 'no rows' is a result, not a failure."""
     from pathlib import Path
 
+    from gpuvar.artifacts import ALL_GROUP
     from gpuvar.canonical_io import write_json
-    from gpuvar.causal.prepare import ALL_GROUP, group_slug
+    from gpuvar.causal.prepare import group_slug
 
     outdir = Path(outdir)
     record = {

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar import targets
-from gpuvar.artifacts import ALL_GROUP  # noqa: F401 (re-exported: the causal package's group name)
+from gpuvar.artifacts import ALL_GROUP
 from gpuvar.causal.collinear import condition_number, drop_derived, merge_near_duplicates
 from gpuvar.causal.encode import centre_within, encode_categoricals
 from gpuvar.causal.options import CausalOptions

@@ -3,7 +3,7 @@
 The default `--format set` writes the datasets the default config analyses: four Nsight Systems SQLite
 "ranks" (as in the paper's workflow datasets), one Nsight Compute CSV (a PerfCounter dataset) and one rocprof
 counter CSV, a planted comparison pair (pair_baseline/pair_candidate.sqlite: the candidate slows one kernel by
-10 % and removes one of its causal drivers; gpuvar.compare.planted), plus demo.json describing the planted
+10 % and removes one of its causal drivers; gpuvar.demo.planted_pair), plus demo.json describing the planted
 causal structure. `--format pair` writes only the pair. `--format canonical` writes canonical
 Parquet directly, for benchmarks of any size.
 """
@@ -50,10 +50,10 @@ def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
     from pathlib import Path
 
     from gpuvar.canonical_io import write_json
-    from gpuvar.compare.planted import write_pair
     from gpuvar.demo.kineto_writer import write_kineto_demo
     from gpuvar.demo.ncu_writer import write_ncu_demo
     from gpuvar.demo.nsys_writer import write_nsys_demo
+    from gpuvar.demo.planted_pair import write_pair
     from gpuvar.demo.rocprof_writer import write_rocprof_demo
 
     outdir = Path(outdir)
@@ -89,7 +89,7 @@ def run(args) -> int:
     if args.format == "set":
         result = write_demo_set(args.output, args.seed, args.rows)
     elif args.format == "pair":
-        from gpuvar.compare.planted import write_pair
+        from gpuvar.demo.planted_pair import write_pair
 
         result = write_pair(args.output, args.rows or 5_000, args.seed)
     elif args.format == "canonical":

@@ -18,7 +18,7 @@ Planted structure (per kernel launch j of kernel i, on one device, `STREAMS` str
     chunks are generated at t0 = 0 and shifted, in parallel.
 Noise is non-Gaussian (exponential / uniform), as LiNGAM requires.
 
-A `Change` (used by the planted comparison pair, gpuvar.compare.planted) alters one kernel of a second run:
+A `Change` (used by the planted comparison pair, gpuvar.demo.planted_pair) alters one kernel of a second run:
 its durations are scaled (a slowdown) and, optionally, its grid_y driver is removed (mean-compensated, so the
 slowdown stays the stated factor on average). `draw` gives a second run of the same distribution (same
 contention windows, new random draws); draw 0 is the ordinary demo, byte for byte.

@@ -29,15 +29,9 @@ READER_MODULES = (
 
 
 def reader_modules():
-    """Import the reader modules lazily (each pulls in only what it needs)."""
-    modules = []
-    for name in READER_MODULES:
-        try:
-            modules.append(importlib.import_module(f"gpuvar.ingest.{name}"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"gpuvar.ingest.{name}":
-                raise
-    return modules
+    """Import the reader modules lazily (each pulls in only what it needs). Every listed reader ships with the
+    package: a missing one is a broken install and fails loudly, never a format silently not offered."""
+    return [importlib.import_module(f"gpuvar.ingest.{name}") for name in READER_MODULES]
 
 
 def formats() -> dict[str, object]:

@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from gpuvar.config import Config, Dataset, validate_config
+from gpuvar.config import Config, Dataset, read_yaml_mapping, validate_config
 from gpuvar.errors import ConfigError
 
 ALLOWED_KEYS = ("datasets", "scaling")
@@ -143,12 +141,7 @@ def parse_paper_config(
 def load_paper_config(path: str | Path, base: str | Path = ".") -> PaperConfig:
     """Read and validate config/paper.yaml (ConfigError names the key and what is allowed)."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read paper config ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    raw = read_yaml_mapping(path, "paper config")
     try:
         return parse_paper_config(raw, base)
     except ConfigError as exc:

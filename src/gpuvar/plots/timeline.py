@@ -101,7 +101,7 @@ def read_bin_report(path: str | Path | None) -> dict:
 
 def bin_unit(report: dict) -> str:
     """'ns' for time bins, 'launches' when the job binned by launch index (bare-number bin width)."""
-    from gpuvar.config import parse_bin_width
+    from gpuvar.units import parse_bin_width
 
     for key in ("bin_unit", "unit"):
         if isinstance(report.get(key), str):

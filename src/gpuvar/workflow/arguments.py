@@ -130,13 +130,6 @@ def folder(path) -> str:
     return str(Path(path).parent)
 
 
-def binning_arguments(reg, target: str) -> list[str]:
-    """`gpuvar bin` settings for `target` (the MPI rules add the input, --memcpy and --output)."""
-    from gpuvar.binning.cli import workflow_arguments
-
-    return workflow_arguments(reg.cfg, target)
-
-
 def compare_arguments(reg, comparison, baseline_kernels, candidate_kernels, output) -> list[str]:
     """`gpuvar compare` of one configured comparison: both ingests, each common target's binning and causal
     folders, and the figure settings."""
