@@ -180,7 +180,7 @@ def _pieces(path: Path, remote: bool) -> list:
     from gpuvar.ingest.compression import open_binary
     from gpuvar.ingest.json_stream import TraceStream
 
-    def submit(data: bytes) -> Future:
+    def submit(data: bytes, at: int) -> Future:
         future = Future()
         future.set_result(kineto._piece_in_worker(data))
         return future

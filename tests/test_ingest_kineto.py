@@ -215,8 +215,11 @@ def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path)
 
     calls = {"remote": 0, "redone": 0}
 
-    def remote(data: bytes) -> Future:
+    content = path.read_bytes()
+
+    def remote(data: bytes, at: int) -> Future:
         calls["remote"] += 1
+        assert content[at : at + len(data)] == data  # where a worker would read the piece from the file
         future = Future()
         try:
             future.set_result(json.loads(b"[" + data + b"]"))
@@ -234,11 +237,12 @@ def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path)
     assert calls["remote"] > 10 and calls["redone"] > 0
 
 
-def test_worker_processes_give_the_same_tables(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])  # workers read the file / get the piece through a pipe
+def test_worker_processes_give_the_same_tables(tmp_path, monkeypatch, name):
     from gpuvar.demo.kineto_writer import write_kineto_demo
     from gpuvar.ingest import kineto
 
-    trace = tmp_path / "t.json"
+    trace = tmp_path / name
     write_kineto_demo(trace, 4000, seed=9, rank=0)
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr("gpuvar.ingest.json_stream.CHUNK", 256 << 10)
@@ -298,3 +302,87 @@ def test_rank_beyond_int64_is_noted_not_a_traceback(tmp_path):
         "rank" not in pq.read_schema(tmp_path / "out" / "kernels.parquet").names
         or pq.read_table(tmp_path / "out" / "kernels.parquet").column("rank").null_count == 1
     )
+
+
+def _same(a, b, where="piece") -> None:
+    """Deep equality of two piece results: numpy arrays by dtype and values (NaN equal to NaN)."""
+    import numpy as np
+
+    assert type(a) is type(b), where
+    if isinstance(a, dict):
+        assert list(a) == list(b), where
+        for key in a:
+            _same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape, where
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), where
+    elif isinstance(a, float) and a != a:
+        assert b != b, where
+    else:
+        assert a == b, where
+
+
+_ODD_EVENTS = [  # values the typed pass refuses or reads specially, among ordinary events
+    {"cat": "kernel", "name": None, "ts": 5, "dur": None, "pid": "Spans", "args": {"grid": None, "device": 2**63}},
+    {"cat": "kernel", "ts": 6, "args": {"grid": [1, 2, 3], "block": [4, 5, 6], "shared memory": 1.5}},
+    {"cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 7.25, "dur": 1, "args": None},
+    {"cat": "gpu_memset", "name": "Memset (Device)", "ts": 8, "dur": 2, "args": {"kind": None, "bytes": 2**70}},
+    {"cat": "cpu_op", "name": "aten::mm", "ts": 9, "dur": 3, "pid": 1.5, "tid": None, "args": {"External id": 9}},
+    {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10, "args": {"correlation": -1, "External id": 9}},
+    {"cat": "ac2g", "name": "ac2g", "ph": "f", "id": 3, "ts": 11, "pid": 0, "tid": 7},
+]
+_REFUSED = [  # each makes the typed pass hand the piece to the field-by-field read
+    {"cat": "kernel", "name": "k", "ts": 12, "args": {"device": True}},
+    {"cat": "cpu_op", "name": "op", "ts": 13, "pid": False},
+    {"cat": "kernel", "name": "k", "ts": 14, "args": {"grid": [1, 2]}},
+    {"cat": "gpu_memcpy", "name": 7, "ts": 15},
+    {"cat": "kernel", "name": "k", "ts": 16, "args": {"grid": [2**63, 1, 1]}},
+    {"cat": "gpu_memcpy", "name": "m", "ts": 17, "args": {"kind": 3}},
+    {"cat": "cuda_profiler_range", "name": "r", "ts": 18, "args": {"sm__cycles": 5}},
+]
+
+
+@pytest.mark.parametrize("sub_piece", [300, 4096, None])
+@pytest.mark.parametrize("odd", [None, *range(len(_REFUSED))])
+def test_the_typed_pass_reads_a_piece_as_the_field_by_field_read(monkeypatch, sub_piece, odd):
+    """process_piece (typed, in sub-pieces whose columns are concatenated) gives exactly what _process_raw gives,
+    or leaves the piece to it."""
+    import random
+
+    from gpuvar.demo.kineto_writer import write_kineto_demo
+    from gpuvar.ingest import kineto_pieces
+
+    if sub_piece:
+        monkeypatch.setattr(kineto_pieces, "SUB_PIECE", sub_piece)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_kineto_demo(Path(tmp) / "t.json", 60, seed=4, rank=0)
+        events = json.loads((Path(tmp) / "t.json").read_text())["traceEvents"]
+    events = events + _ODD_EVENTS * 3 + ([_REFUSED[odd]] if odd is not None else [])
+    random.Random(odd).shuffle(events)
+    data = json.dumps(events, indent=1).encode()
+    typed = kineto_pieces.process_piece(data)
+    _same(typed, kineto_pieces._process_raw(data))
+    if odd is not None:
+        with pytest.raises((kineto_pieces._Refused, ValueError)):
+            kineto_pieces._strict_piece(data)
+    else:
+        _same(kineto_pieces._strict_piece(data), typed)
+    assert typed["events"] == len(events)
+
+
+@pytest.mark.parametrize("relative", [r for r in REAL if "h100-varlen-transformer" in r or "recsys" in r])
+def test_the_typed_pass_reads_a_real_trace_as_the_field_by_field_read(relative, monkeypatch):
+    from gpuvar.ingest import kineto_pieces
+
+    with gzip.open(real_file(relative), "rb") as fh:
+        data = json.dumps(json.load(fh)["traceEvents"]).encode()
+    whole = kineto_pieces._process_raw(data)
+    for sub_piece in (64 << 10, 1 << 30):
+        monkeypatch.setattr(kineto_pieces, "SUB_PIECE", sub_piece)
+        _same(kineto_pieces._strict_piece(data), whole)

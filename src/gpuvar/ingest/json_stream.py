@@ -111,8 +111,10 @@ class TraceStream:
     ) -> Iterator:
         """decode(b"[" + piece + b"]") of consecutive pieces, in order.
 
-        With `remote` (piece -> Future of decode(b"[" + piece + b"]"), None when not valid JSON), up to `depth`
-        pieces cut by the fast guess are decoded elsewhere (worker processes) while the next are read. A piece
+        With `remote` ((piece, offset of its first byte in the decompressed content) -> Future of
+        decode(b"[" + piece + b"]"), None when not valid JSON), up to `depth` pieces cut by the fast guess are
+        decoded elsewhere (worker processes, which may read the piece from the file themselves at that offset)
+        while the next are read. A piece
         whose guess was wrong comes back None: it and the pieces after it are put back and read here, proven by
         `decode`, as without `remote`."""
         self._fill(3)
@@ -154,10 +156,12 @@ class TraceStream:
                 cut = self._next_guess()
                 start, self.keep = self.keep - self.offset, None
                 if cut is None:
+                    self.pos = start  # the whitespace it skipped is read below: no byte is lost if pieces go back
                     break
                 piece = self.buf[self.pos : cut + 1]  # the one copy: sent as it is (the worker adds the brackets)
+                at = self.offset + self.pos
                 head, self.pos = self.buf[start : self.pos], self.buf.index(b",", cut) + 1
-                pending.append(((head, piece, self.buf[cut + 1 : self.pos]), remote(piece)))
+                pending.append(((head, piece, self.buf[cut + 1 : self.pos]), remote(piece, at)))
             if pending:
                 span, future = pending.popleft()
                 try:

@@ -61,6 +61,7 @@ from gpuvar.ingest.kineto_pieces import (
     RANGE_CAT,
     process_piece,
 )
+from gpuvar.ingest.kineto_pieces import piece_at_in_worker as _piece_at_in_worker
 from gpuvar.ingest.kineto_pieces import piece_in_worker as _piece_in_worker
 from gpuvar.ingest.nsys import MEMCPY_OPER_FALLBACK, copy_kind_short
 from gpuvar.ingest.raw import RawTrace, ReadOptions
@@ -235,6 +236,23 @@ def _workers(path: Path) -> int:
     return min(wanted, cores)
 
 
+def _remote(pool: ProcessPoolExecutor, path: Path, fh):
+    """TraceStream's `remote`: a piece to decode in a worker. An uncompressed file is read by the worker itself
+    at the piece's offset (the main process sends offset, size and the piece's ends to check); the decompressed
+    content of a compressed one travels to the worker through a pipe."""
+    if isinstance(fh, io.BufferedReader):  # the file as it is (open_binary adds no decompressor)
+
+        def submit(data: bytes, at: int):
+            return pool.submit(_piece_at_in_worker, str(path), at, len(data), data[:32] + data[-32:])
+
+    else:
+
+        def submit(data: bytes, at: int):
+            return pool.submit(_piece_in_worker, data)
+
+    return submit
+
+
 def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list, host: dict[str, _Gpu]) -> TraceStream:
     """Stream the trace once, filling the tables; returns the stream (top-level keys, whether the array was seen).
 
@@ -245,7 +263,7 @@ def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list, host: dic
     try:
         with open_binary(path) as fh:
             stream = TraceStream(fh, path)
-            remote = (lambda data: pool.submit(_piece_in_worker, data)) if pool else None
+            remote = _remote(pool, path, fh) if pool is not None else None
             for part in stream.pieces(process_piece, remote=remote, depth=workers + 1):
                 counts["events"] += part["events"]
                 counts.update({f"cat:{k}": v for k, v in part["categories"].items()})
