@@ -98,14 +98,19 @@ def test_without_bootstrap_nothing_hidden_by_probability(tmp_path):
     assert hidden == {"variance share < 1 %": 1}
 
 
-def test_layout_is_deterministic_and_target_central(group):
+def test_layout_is_deterministic_layered_and_points_to_the_target(group):
+    """Causes left of what they cause, the target alone on the right, every arrow pointing right."""
     cg = causal_graph.load_group(group)
     shown = causal_graph.classify_edges(cg, 0.01, 0.5).query("status == 'shown'")
-    pos = causal_graph.shell_layout(cg, shown)
-    assert pos == causal_graph.shell_layout(cg, shown)
-    assert pos[TARGET] == (0.0, 0.0)
-    assert pos["grid_x"][1] > 0 and abs(pos["grid_x"][0]) < 1e-9  # largest contribution at 12 o'clock
-    assert "idle_feature" not in pos and "registers_per_thread" not in pos
+    layout = causal_graph.layered_layout(cg, shown)
+    assert layout == causal_graph.layered_layout(cg, shown)
+    pos = layout.pos
+    assert set(pos) == {"grid_x", "grid_y", TARGET}  # idle_feature and hidden-edge features are not drawn
+    assert pos["grid_x"][0] < pos["grid_y"][0] < pos[TARGET][0]  # grid_x -> grid_y -> target
+    assert [x for n, (x, _) in pos.items() if x == pos[TARGET][0]] == [pos[TARGET][0]]
+    for (u, v), route in layout.routes.items():
+        xs = [x for x, _ in route]
+        assert xs == sorted(xs) and route[0] == pos[u] and route[-1] == pos[v], (u, v)
 
 
 def planted_ncu_graph(n_features=60, n_edges=450):
@@ -123,17 +128,17 @@ def planted_ncu_graph(n_features=60, n_edges=450):
 def test_a_dense_graph_draws_a_bounded_figure(tmp_path):
     """Issue 22 item 6: 450 edges (a raw ncu dataset took 26 min and wrote a 440-MP PNG) draw the strongest 40
     and the nodes they touch; the footnote points to the edge table, which keeps all 450; the PNG is bounded."""
-    import matplotlib.text
+    from matplotlib.patches import FancyArrowPatch
 
     folder = write_group(tmp_path / "causal" / "ncu", planted_ncu_graph())
     cg = causal_graph.load_group(folder)
     fig, edges = causal_graph.draw_causal_graph(cg, edges_csv="ncu.edges.csv")
     shown = edges[edges["status"] == "shown"]
     ax = fig.axes[0]
-    arrows = [t for t in ax.texts if isinstance(t, matplotlib.text.Annotation)]
+    arrows = [p for p in ax.patches if isinstance(p, FancyArrowPatch)]
     assert len(edges) == 450 and len(shown) == causal_graph.MAX_DRAWN_EDGES == len(arrows)
     drawn_nodes = set(shown["from"]) | set(shown["to"]) | {TARGET}
-    assert set(causal_graph.shell_layout(cg, shown)) == drawn_nodes and len(drawn_nodes) <= 81
+    assert set(causal_graph.layered_layout(cg, shown).pos) == drawn_nodes and len(drawn_nodes) <= 81
     # the strongest: every edge into the target outranks the feature -> feature edges, by variance share
     into = edges[edges["into_target"]].sort_values("variance_share", ascending=False)
     assert set(shown["from"] + ">" + shown["to"]) == set(into["from"].head(40) + ">" + TARGET)

@@ -149,6 +149,15 @@ def test_report_is_one_self_contained_html_with_every_figure(demo_run, demo_repo
     assert not re.search(r'(?:src|href)="https?://', html)  # nothing fetched from the network
     embedded = base64.b64encode(figures[0].read_bytes()[:300]).decode()[:200]
     assert embedded in html  # the image bytes themselves, not a link to them
+    # causal graphs are listed by their kernel's name and whether to trust them, not by the folder's slug
+    graphs = sorted((workdir / "results/plots").glob("*/*/causal/*.png"))
+    for figure in graphs:
+        at = html.index(f'"{figure.relative_to(workdir)}": {{"name"')
+        labels, _ = json.JSONDecoder().raw_decode(html, html.index('"labels": ', at) + len('"labels": '))
+        assert labels["checks"] in ("trusted", "flagged", "not explained"), (figure, labels)
+        assert figure.stem.rsplit("-", 1)[-1] not in labels["graph"], (figure, labels)
+    assert graphs
+    assert '"results/causal/checks.html": {"name"' in html  # the overview: every graph, trusted or flagged
 
 
 def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_run, demo_report):

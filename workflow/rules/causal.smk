@@ -1,5 +1,6 @@
 # Causal discovery per dataset and target (one graph per kernel group and one for the whole dataset), then
-# one table of every graph's assumption checks (results/causal/checks.tsv, summarised after the run).
+# one table of every graph's assumption checks (results/causal/checks.tsv, summarised after the run; as a page,
+# checks.html, the report's overview of which graphs are trusted and which flagged).
 
 
 rule discover_causal_graph:
@@ -36,7 +37,13 @@ rule summarise_causal_checks:
     input:
         [files.CAUSAL_DIR.format(dataset=d, target=t) for d, t in ANALYSES],
     output:
-        files.CHECKS_TABLE,
+        table=files.CHECKS_TABLE,
+        page=report(
+            files.CHECKS_OVERVIEW,
+            caption="../report/checks.rst",
+            category="2 Causal graphs: which to trust",
+            labels={"page": "every causal graph, trusted or flagged"},
+        ),
     log:
         "logs/summarise_causal_checks/checks.log",
     benchmark:

@@ -15,12 +15,9 @@ rule plot_causal_graphs:
             caption="../report/causal_graph.rst",
             category="{dataset}",
             subcategory="causal graphs: {target}",
-            labels={
-                "dataset": "{dataset}",
-                "target": "{target}",
-                "figure": "causal graph",
-                "group": "{group}",
-            },
+            labels=plot_paths.causal_labels(
+                dataset="{dataset}", target="{target}", figure="causal graph"
+            ),
         ),
     log:
         "logs/plot_causal_graphs/{dataset}_{target}.log",
@@ -168,12 +165,9 @@ if REG.paper is not None:
                 caption="../report/paper_causal.rst",
                 category="paper",
                 subcategory="{fig}",
-                labels={
-                    "figure": "{fig}",
-                    "dataset": "{dataset}",
-                    "target": "{target}",
-                    "group": "{group}",
-                },
+                labels=plot_paths.causal_labels(
+                    figure="{fig}", dataset="{dataset}", target="{target}"
+                ),
             ),
         log:
             "logs/plot_paper_causal_graphs/{fig}_{dataset}_{target}.log",

@@ -4,4 +4,5 @@ from gpuvar.workflow.script import run_gpuvar
 
 # guarded: worker processes (spawn) re-import this file as __mp_main__
 if __name__ == "__main__":
-    run_gpuvar(snakemake, "causal-checks", *snakemake.input, "--output", snakemake.output[0])  # noqa: F821
+    out = snakemake.output  # noqa: F821
+    run_gpuvar(snakemake, "causal-checks", *snakemake.input, "--output", out.table, "--html", out.page)  # noqa: F821

@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullLocator
@@ -33,13 +31,10 @@ COLORS = {
     "removed": FASTER,
 }
 LABEL_WIDTH = 64
+# Legends go to the right of the axes: inside ("lower right") one hid the point of the slowest kernel
+OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "frameon": False}
 NICE_TICKS = (0.1, 0.2, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 5.0, 10.0)
 VIOLIN_POINTS = 4000  # per kernel and run: evenly spaced quantiles keep the shape, bound the KDE cost
-
-
-def short(label: str, width: int = 48) -> str:
-    """Cut on the right: for group and feature names (kernel labels come shortened from the left, names.py)."""
-    return label if len(label) <= width else label[: width - 1] + "…"
 
 
 def _duration_axis(values: np.ndarray) -> tuple[float, str]:
@@ -94,9 +89,7 @@ def delta_time(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, s
         from matplotlib.patches import Patch
 
         shown = list(dict.fromkeys(data["verdict"]))
-        ax.legend(
-            handles=[Patch(color=COLORS[v], label=v) for v in shown], loc="lower right", frameon=False, fontsize=7
-        )
+        ax.legend(handles=[Patch(color=COLORS[v], label=v) for v in shown], fontsize=7, **OUTSIDE)
     rest = table.iloc[len(data) :]
     style.footnote(
         fig,
@@ -166,7 +159,7 @@ def forest(table: pd.DataFrame, stem, formats, dpi: int, names: tuple[str, str],
             ],
         )
         ax.set_xlabel(f"median duration ratio {names[1]} / {names[0]} (bootstrap interval over steps)")
-        ax.legend(title=None, loc="lower right", frameon=False)
+        ax.legend(title=None, **OUTSIDE)
         ax.set_title(f"per-kernel change, {names[0]} → {names[1]} (ordered by |Δ total time|)")
     return style.save_figure(fig, stem, formats, dpi)
 
@@ -233,7 +226,7 @@ def distributions(table, baseline: pd.DataFrame, candidate: pd.DataFrame, stem, 
         ax.axvline(1.0, color="#333333", linewidth=0.8, linestyle=":")
         ax.set_xlabel("duration / baseline median")
         ax.set_ylabel("")
-        ax.legend(title=None, loc="lower right", frameon=False)
+        ax.legend(title=None, **OUTSIDE)
         ax.set_title("duration distributions of the top regressed kernels")
     return style.save_figure(fig, stem, formats, dpi)
 
@@ -280,7 +273,7 @@ def _draw_group(ax, rows: pd.DataFrame, target: str, title: str) -> None:
         ax.text(
             x,
             y,
-            "\n".join(textwrap.wrap(n, 14)),
+            style.wrap_label(n, 14),  # after a separator: never 'kernel_variabi' + 'lity'
             ha="center",
             va="center",
             fontsize=6,
@@ -291,13 +284,15 @@ def _draw_group(ax, rows: pd.DataFrame, target: str, title: str) -> None:
     ax.set_ylim(-1.35, 1.35)
     ax.set_aspect("equal")
     ax.set_axis_off()
-    ax.set_title("\n".join(textwrap.wrap(title, 40)), fontsize=8)
+    ax.set_title(style.wrap_label(title, 40), fontsize=8)
 
 
 def causal_diff(causes: dict, rows: pd.DataFrame, stem, formats, dpi, max_groups: int = 6) -> list:
     """Grid of the groups with the most edge changes over all targets (causes: target -> diff_causal record;
     rows: causal_diff.csv with its target column)."""
     from matplotlib.lines import Line2D
+
+    from gpuvar.plots.causal_graph import group_name
 
     panels = sorted(
         ((t, g) for t, d in causes.items() for g in d["groups"] if g["changes"]),
@@ -321,7 +316,8 @@ def causal_diff(causes: dict, rows: pd.DataFrame, stem, formats, dpi, max_groups
         ax = fig.add_subplot(nrows, cols, i + 1)
         part = rows[(rows["target"] == target) & (rows["group"] == g["group"])]
         prefix = f"[{target}] " if len(causes) > 1 else ""
-        title = f"{prefix}{short(g['group'], 60)}: +{len(g['added'])} −{len(g['removed'])} ±{len(g['sign_flips'])}"
+        name = group_name(g["group"], 48)
+        title = f"{prefix}{name}: +{len(g['added'])} −{len(g['removed'])} ±{len(g['sign_flips'])}"
         _draw_group(ax, part, target, title)
     handles = [
         Line2D([], [], color=ADDED, lw=2, label="added"),

@@ -24,7 +24,8 @@ def finding_figure(part: pd.DataFrame, sites: np.ndarray, finding: dict, stem: P
     driver = finding["drivers"][0]["feature"] if finding["drivers"] else None
     if driver is not None and driver in part.columns:
         x = pd.to_numeric(part[driver], errors="coerce").to_numpy(dtype=np.float64)
-        xlabel = finding["drivers"][0]["label"]
+        unit = style.unit_of(driver)  # a duration driver (ctx_gap_ns) says ns, a grid size blocks
+        xlabel = finding["drivers"][0]["label"] + (f" ({unit})" if unit else "")
     else:
         axis = "step" if "step" in part.columns and part["step"].notna().all() else None
         x = pd.to_numeric(part[axis]).to_numpy(dtype=np.float64) if axis else np.arange(len(part), dtype=np.float64)

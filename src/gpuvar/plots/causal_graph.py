@@ -1,14 +1,16 @@
 """Causal graph figures (paper Figs. 2, 3, 5a): which features push the target up (black) or down (red).
 
 Input is one analysis group folder written by `gpuvar causal` (graph.graphml, or edges.csv +
-contributions.csv + bootstrap_edges.csv). Layout is a fixed shell, no random seed: the target sits in the
-centre, its direct causes on an inner ring ordered by contribution, every other feature with a shown edge
-on an outer ring in causal order. Edges below the variance-share or bootstrap-probability thresholds are
-hidden and counted in the footnote and in the edge CSV, so nothing disappears without a trace; so are the
-edges beyond the MAX_DRAWN_EDGES strongest (the footnote says how many more the CSV lists), which with rings
-of at most MAX_RING_NODES and a pixel bound on the PNG keeps a dense graph a figure drawn in seconds. A graph
-whose assumption checks failed (causal.json `trusted: false`) carries a red banner with the failed checks,
-and edges found only in the selected bins (not in a random sample of bins) are dashed.
+contributions.csv + bootstrap_edges.csv). The layout is layered, left to right, with no random seed: causes
+first, the target alone on the right, every arrow pointing right; an arrow longer than one layer passes
+through a slot reserved in each layer it crosses, and the layers are ordered against crossings (dense
+whole-dataset graphs drawn on rings crossed arrows over labels). Long names wrap after a separator, never
+inside a word. Edges below the variance-share or bootstrap-probability thresholds are hidden and counted in
+the footnote and in the edge CSV, so nothing disappears without a trace; so are the edges beyond the
+MAX_DRAWN_EDGES strongest (the footnote says how many more the CSV lists), which with a pixel bound on the
+PNG keeps a dense graph a figure drawn in seconds. A graph whose assumption checks failed (causal.json
+`trusted: false`) carries a red banner with the failed checks, and edges found only in the selected bins
+(not in a random sample of bins) are dashed.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import pandas as pd
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from matplotlib.path import Path as MplPath
 from matplotlib.textpath import TextPath
 
 from gpuvar.artifacts import ALL_GROUP, CAUSAL_RECORD
@@ -34,7 +39,6 @@ from gpuvar.plots import style
 FONT = 8.0
 MAX_DRAWN_EDGES = 40  # a raw ncu dataset can give 450 edges: drawn in full it took 26 min and a 440-MP PNG
 BEYOND = "strength rank > "  # status of a shown-worthy edge left out of the figure by MAX_DRAWN_EDGES
-MAX_RING_NODES = 24  # beyond this, a ring's nodes go on further concentric rings (area ~ nodes, not nodes^2)
 EDGE_COLUMNS = [
     "from",
     "to",
@@ -61,13 +65,19 @@ class CausalGraph:
     explained_share: float | None = None
     verdict: dict | None = None  # causal.json `verdict` (gpuvar.causal.verdict)
     drivers: list[str] = field(default_factory=list)  # top contributors' labels, largest share first
+    trusted: bool | None = None  # causal.json `trusted` (None: not recorded)
 
     @property
     def flagged(self) -> bool:
         """Read with care: a check that counts for this graph failed (all failed checks without a verdict)."""
-        if self.verdict is None:
-            return bool(self.warnings)
-        return bool(self.verdict.get("failed_checks"))
+        return self.checks == "flagged"
+
+    @property
+    def checks(self) -> str:
+        """trusted, flagged or not explained (gpuvar.causal.checks_table.graph_status, as checks.tsv says)."""
+        from gpuvar.causal.checks_table import graph_status
+
+        return graph_status({"verdict": self.verdict, "warnings": self.warnings, "trusted": self.trusted})
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -218,6 +228,7 @@ def load_group(folder: str | Path) -> CausalGraph:
         float(explained) if explained is not None else None,
         meta.get("verdict"),
         drivers,
+        meta.get("trusted"),
     )
 
 
@@ -283,56 +294,204 @@ def hidden_counts(edges: pd.DataFrame) -> Counter:
 
 
 # ----------------------------------------------------------------------------------------------- layout
-def shell_layout(cg: CausalGraph, shown: pd.DataFrame) -> dict[str, tuple[float, float]]:
-    """Positions in points: target at the origin, its shown causes on an inner ring (largest contribution
-    at 12 o'clock, clockwise), other nodes with shown edges on an outer ring in causal order. No randomness.
-    A ring of more than MAX_RING_NODES continues on the next ring out, so the figure's area grows with the
-    node count rather than with its square (one long ring of 80 nodes is kilometres of staggered labels)."""
-    into = shown[shown["to"] == cg.target].copy()
-    into["rank"] = into["variance_share"].abs().fillna(into["coefficient"].abs())
-    inner = list(into.sort_values(["rank", "from"], ascending=[False, True], kind="stable")["from"])
-    touched = set(shown["from"]) | set(shown["to"])
-    rank = {n: i for i, n in enumerate(cg.order)}
-    outer = sorted((n for n in touched if n != cg.target and n not in inner), key=lambda n: (rank.get(n, 1e9), n))
-    widest = lambda names: max((_half_box(n)[0] for n in names), default=0.0)  # noqa: E731
-    # Ellipses in points: wide enough that the widest labels keep ~70 pt of arrow between them, and with a
-    # perimeter giving every node most of its label width as arc. Crowded rings (> 8 nodes) alternate
-    # between two radii so neighbouring labels are staggered rather than overlapping.
-    arc = lambda names: sum(1.5 * _half_box(n)[0] + _half_box(n)[1] + 10 for n in names) / (2 * math.pi)  # noqa: E731
-    stagger = lambda names: 45.0 if len(names) > 8 else 0.0  # noqa: E731
-    chunks = lambda names: [names[i : i + MAX_RING_NODES] for i in range(0, len(names), MAX_RING_NODES)]  # noqa: E731
-    rings = chunks(inner) or [[]]
-    rings += chunks(outer) or [[]]
-    pos = {cg.target: (0.0, 0.0)}
-    a = b = None
-    prev: list[str] = []
-    for k, ring in enumerate(rings):
-        if a is None:
-            b = max(110.0, arc(ring))
-            a = max(_half_box(cg.target)[0] + widest(ring) + 70, 1.3 * b)
-        else:
-            b = max(b + stagger(prev) + 90, arc(ring))
-            a = max(a + stagger(prev) + widest(prev) + widest(ring) + 50, 1.3 * b)
-        offset = 0.5 * (k % 2)
-        for i, node in enumerate(ring):
-            angle = math.pi / 2 - 2 * math.pi * (i + offset * (len(ring) > 1)) / max(len(ring), 1)
-            extra = stagger(ring) * (i % 2)
-            pos[node] = ((a + extra) * math.cos(angle), (b + extra) * math.sin(angle))
-        prev = ring
-    return pos
+LABEL_WIDTH = 26  # characters per line of a node label; longer names wrap after a separator (style.wrap_label)
+LAYER_GAP = 110.0  # points between the boxes of neighbouring layers: room for the arrows and their labels
+NODE_GAP = 16.0  # points between two boxes of one layer
+DUMMY_SLOT = 10.0  # points a long edge takes where it passes through a layer
+SWEEPS = 8  # barycentre passes ordering each layer (crossing reduction)
+MAX_COLUMN = 12  # direct causes beyond this many go on both sides of the target
+
+
+@dataclass
+class Layout:
+    """Where everything goes, in points: node centres, each drawn edge's route (source exit, the points where
+    it passes intermediate layers, target entry) and the layer of each node (0 = first causes)."""
+
+    pos: dict[str, tuple[float, float]]
+    routes: dict[tuple[str, str], list[tuple[float, float]]]
+    layer: dict[str, int]
+    labels: dict[str, str]  # node -> wrapped label drawn
+    half: dict[str, tuple[float, float]]  # node -> half width, half height of its box
+
+
+def node_label(name: str) -> str:
+    """The node's name on lines of at most ~LABEL_WIDTH characters, never cut inside a word."""
+    return style.wrap_label(name, LABEL_WIDTH)
+
+
+def _layers(cg: CausalGraph, nodes: list[str], edges: list[tuple[str, str]]) -> dict[str, int]:
+    """Longest-path layering left to right: every edge points to a later layer, the target in the last; a
+    feature caused by nothing drawn sits just before the first feature it acts on (short arrows). Only in a
+    graph with a cycle (none from DirectLiNGAM) or edges out of the target is an edge laid out reversed."""
+    rank = _rank(cg, nodes)
+    dag = nx.DiGraph(edges)
+    dag.add_nodes_from(nodes)
+    if nx.is_directed_acyclic_graph(dag):  # the edges' own order (the file's causal order may be missing)
+        topo = nx.lexicographical_topological_sort(dag, key=rank.__getitem__)
+        rank = {n: (n == cg.target, i) for i, n in enumerate(topo)}
+    forward = [(u, v) if rank[u] < rank[v] else (v, u) for u, v in edges]
+    layer = dict.fromkeys(nodes, 0)
+    for node in sorted(nodes, key=rank.__getitem__):  # rank order is a topological order of `forward`
+        for u, v in forward:
+            if u == node:
+                layer[v] = max(layer[v], layer[u] + 1)
+    others = [layer[n] for n in nodes if n != cg.target]
+    layer[cg.target] = max(others, default=-1) + 1
+    caused = {v for _, v in forward}
+    for node in nodes:
+        if node not in caused and node != cg.target:
+            layer[node] = min((layer[v] for u, v in forward if u == node), default=1) - 1
+    return layer
+
+
+def _split_direct_causes(cg: CausalGraph, layer: dict[str, int], edges, order: dict[str, tuple]) -> None:
+    """A star of many direct causes (a raw counter dataset: 40 features into the target) would be one column
+    as tall as 40 labels: beyond MAX_COLUMN, the weaker half of the features acting only on the target moves
+    to the target's right, their arrows pointing left."""
+    last = layer[cg.target]
+    touching = Counter(n for e in edges for n in e)
+    only_target = [n for n in layer if layer[n] == last - 1 and touching[n] == 1 and (n, cg.target) in edges]
+    if len(only_target) > MAX_COLUMN:
+        for n in sorted(only_target, key=order.__getitem__)[(len(only_target) + 1) // 2 :]:
+            layer[n] = last + 1
+
+
+def _rank(cg: CausalGraph, nodes: list[str]) -> dict[str, tuple]:
+    position = {n: i for i, n in enumerate(cg.order)}
+    return {n: (n == cg.target, position.get(n, math.inf), n) for n in nodes}
+
+
+def _first_order(cg: CausalGraph, shown: pd.DataFrame, nodes: list[str]) -> dict[str, tuple]:
+    """Initial order within a layer: the target's direct causes by share of its variance (largest on top),
+    then the other features in causal order."""
+    into = shown[shown["to"] == cg.target]
+    strength = dict(zip(into["from"], into["variance_share"].abs().fillna(into["coefficient"].abs()), strict=True))
+    rank = _rank(cg, nodes)
+    return {n: (n not in strength, -strength.get(n, 0.0), rank[n]) for n in nodes}
+
+
+def _isotonic(values: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to `values` in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, size]
+    for v in values:
+        blocks.append([v, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [m for m, n in blocks for _ in range(int(n))]
+
+
+def _place(order: list[str], height: dict[str, float], wanted: dict[str, float]) -> dict[str, float]:
+    """y of each item of one layer (top to bottom in `order`), as near `wanted` as boxes that must not overlap
+    allow: minimal squared displacement under the spacing constraints (isotonic regression on offsets)."""
+    offsets, at = [], 0.0
+    for i, item in enumerate(order):
+        if i:
+            at += height[order[i - 1]] / 2 + NODE_GAP + height[item] / 2
+        offsets.append(at)
+    # top to bottom = decreasing y: z_k = -y_k - offset_k must be non-decreasing
+    z = _isotonic([-wanted[item] - off for item, off in zip(order, offsets, strict=True)])
+    return {item: -(zk + off) for item, zk, off in zip(order, z, offsets, strict=True)}
+
+
+def layered_layout(cg: CausalGraph, shown: pd.DataFrame) -> Layout:
+    """Positions in points for the nodes with a shown edge (and the target): causes on the left, the target
+    alone on the right, every arrow pointing right (a Sugiyama layout: longest-path layers, edges longer than
+    one layer routed through a slot in each layer they cross, barycentre sweeps against crossings, each layer
+    pulled towards its neighbours without overlapping); beyond MAX_COLUMN direct causes, the weaker half on the
+    target's right. No randomness: the same graph gives the same figure."""
+    edges = list(zip(shown["from"], shown["to"], strict=True))
+    touched = {cg.target} | {n for e in edges for n in e}
+    nodes = sorted(touched, key=_rank(cg, list(touched)).__getitem__)
+    first = _first_order(cg, shown, nodes)
+    layer = _layers(cg, nodes, edges)
+    _split_direct_causes(cg, layer, set(edges), first)
+    used = {k: i for i, k in enumerate(sorted(set(layer.values())))}  # no empty layer between two others
+    layer = {n: used[k] for n, k in layer.items()}
+    labels = {n: node_label(n) for n in nodes}
+    # arrows per side of a box (left: from earlier layers, right: to later ones), the larger count of the two
+    sides = Counter((u, layer[v] > layer[u]) for u, v in edges) + Counter((v, layer[u] > layer[v]) for u, v in edges)
+    arrows = Counter()
+    for (n, _), k in sides.items():
+        arrows[n] = max(arrows[n], k)
+    half = {}
+    for n in nodes:  # a box is tall enough for its arrows to enter PORT_SPACING apart (the target: all of them)
+        hw, hh = _half_box(labels[n], n == cg.target)
+        half[n] = (hw, max(hh, (PORT_SPACING * (arrows[n] - 1) + 8) / 2))
+    height: dict = {n: 2 * half[n][1] for n in nodes}
+    # chains: each edge as the items it visits layer by layer (dummy items in the layers it crosses)
+    chains: dict[tuple[str, str], list] = {}
+    for u, v in edges:
+        a, b = (u, v) if layer[u] < layer[v] else (v, u)
+        chains[(u, v)] = [a, *[("dummy", u, v, k) for k in range(layer[a] + 1, layer[b])], b]
+    items_by_layer: dict[int, list] = {k: [] for k in range(max(layer.values()) + 1)}
+    for n in sorted(nodes, key=first.__getitem__):
+        items_by_layer[layer[n]].append(n)
+    for chain in chains.values():
+        for item in chain[1:-1]:
+            items_by_layer[item[3]].append(item)
+            height[item] = DUMMY_SLOT
+    links: dict = {}
+    for chain in chains.values():
+        for a, b in zip(chain, chain[1:]):
+            links.setdefault(a, []).append(b)
+            links.setdefault(b, []).append(a)
+    layer_of = {item: k for k, items in items_by_layer.items() for item in items}
+    # crossing reduction: sort each layer by the mean position of its neighbours in the layer before (down
+    # sweeps) or after (up sweeps); ties keep the current order
+    index = {item: i for items in items_by_layer.values() for i, item in enumerate(items)}
+    layers = sorted(items_by_layer)
+    for sweep in range(SWEEPS):
+        down = sweep % 2 == 0
+        for k in layers[1:] if down else layers[-2::-1]:
+            ref = k - 1 if down else k + 1
+
+            def bary(item, ref=ref):
+                near = [index[o] for o in links.get(item, []) if layer_of[o] == ref]
+                return sum(near) / len(near) if near else index[item]
+
+            items_by_layer[k].sort(key=lambda item: (bary(item), index[item]))
+            index.update({item: i for i, item in enumerate(items_by_layer[k])})
+    # vertical positions: stacked and centred, then pulled towards the neighbours' mean a few times
+    y = {}
+    for items in items_by_layer.values():
+        y.update(_place(items, height, dict.fromkeys(items, 0.0)))
+    for _ in range(2 * SWEEPS):
+        for k in layers:
+            wanted = {}
+            for item in items_by_layer[k]:
+                near = [y[o] for o in links.get(item, [])]
+                wanted[item] = sum(near) / len(near) if near else y[item]
+            y.update(_place(items_by_layer[k], height, wanted))
+    # x: layers side by side, each as wide as its widest box
+    half_width = {k: max((half[i][0] for i in items if i in half), default=0.0) for k, items in items_by_layer.items()}
+    x_of, at = {}, 0.0
+    for k in layers:
+        if k:
+            at += half_width[k - 1] + LAYER_GAP + half_width[k]
+        x_of[k] = at
+    pos = {n: (x_of[layer[n]], y[n]) for n in nodes}
+    routes = {}
+    for (u, v), chain in chains.items():
+        points = [(x_of[layer_of[item]], y[item]) for item in chain]
+        if chain[0] != u:  # laid out reversed
+            points.reverse()
+        routes[(u, v)] = points
+    return Layout(pos, routes, layer, labels, half)
 
 
 # ----------------------------------------------------------------------------------------------- drawing
+LINE = 1.2 * FONT  # points per line of a node label
+PORT_SPACING = 5.0  # points between the arrows entering (or leaving) one side of a box
+
+
 @functools.lru_cache(maxsize=4096)
-def _half_box(label: str) -> tuple[float, float]:
-    """Half width/height in points of a node label box (text extent + padding)."""
-    ext = TextPath((0, 0), label, size=FONT).get_extents()
-    return ext.width / 2 + 5, FONT * 0.7 + 4
-
-
-def _shrink(label: str, ux: float, uy: float) -> float:
-    a, b = _half_box(label)
-    return min(a / abs(ux) if ux else math.inf, b / abs(uy) if uy else math.inf) + 2
+def _half_box(label: str, bold: bool = False) -> tuple[float, float]:
+    """Half width/height in points of a node label box (text extent of its widest line + padding)."""
+    lines = label.split("\n")
+    font = FontProperties(family=style.RC["font.family"], weight="bold" if bold else "normal")
+    width = max(TextPath((0, 0), line, size=FONT, prop=font).get_extents().width for line in lines)
+    return width / 2 + 5, FONT * 0.7 + 0.5 * LINE * (len(lines) - 1) + 4
 
 
 def _edge_style(edge: dict, max_coef: float) -> tuple[float, str]:
@@ -343,64 +502,134 @@ def _edge_style(edge: dict, max_coef: float) -> tuple[float, str]:
     return 0.7 + 2.0 * min(abs(edge["coefficient"]) / max_coef, 1.0), f"{edge['coefficient']:+.2f}"
 
 
-def _bend(x0: float, y0: float, ux: float, uy: float, dist: float, target_half: tuple[float, float]) -> float:
-    """arc3 curvature of a feature-to-feature edge, always away from the centre: slight, or far enough to
-    clear the target's box when the straight line would pass through or near it."""
-    side = -x0 * uy + y0 * ux  # > 0: the centre lies to the right of the direction of travel
-    along = -(x0 * ux + y0 * uy)  # where the foot of the perpendicular from the centre falls
-    reach = target_half[0] * abs(uy) + target_half[1] * abs(ux) + 12  # the box's half extent across the line
-    rad = 0.18
-    if abs(side) < reach and 0 < along < dist:
-        rad = min(1.0, max(0.3, 2 * (reach - abs(side) + 12) / dist))  # midpoint bulge = rad * dist / 2
-    return -rad if side > 0 else rad  # always bulge away from the centre, where the target's edges run
+def _ports(layout: Layout, half: dict[str, tuple[float, float]]) -> dict[tuple, tuple[tuple, tuple]]:
+    """(exit point, entry point) of every route: on the box side facing the next point, spread over the
+    box's height in the order of where the arrows come from or go to, so that they do not cross at a box."""
+    sides: dict[tuple[str, int], list] = {}  # (node, +1 right / -1 left) -> [(other end's y, edge, is_exit)]
+    for edge, points in layout.routes.items():
+        u, v = edge
+        out_side = 1 if points[1][0] > points[0][0] else -1
+        sides.setdefault((u, out_side), []).append((points[1][1], edge, True))
+        sides.setdefault((v, -out_side), []).append((points[-2][1], edge, False))
+    ends: dict[tuple, dict[bool, tuple[float, float]]] = {}
+    for (node, side), items in sorted(sides.items()):
+        x, y = layout.pos[node]
+        hw, hh = half[node]
+        items.sort(key=lambda t: (-t[0], t[1]))  # top to bottom
+        span = min(2 * hh - 6, PORT_SPACING * (len(items) - 1))
+        for i, (_, edge, is_exit) in enumerate(items):
+            dy = span / 2 - span * i / (len(items) - 1) if len(items) > 1 else 0.0
+            ends.setdefault(edge, {})[is_exit] = (x + side * (hw + 2), y + dy)
+    return {edge: (e[True], e[False]) for edge, e in ends.items()}
 
 
-def _edge_geometry(edge: dict, pos, target_half: tuple[float, float]):
-    """Start, unit direction, length, curvature and the arc's midpoint (its farthest bulge) of one edge."""
-    (x0, y0), (x1, y1) = pos[edge["from"]], pos[edge["to"]]
-    dist = math.hypot(x1 - x0, y1 - y0) or 1.0
-    ux, uy = (x1 - x0) / dist, (y1 - y0) / dist
-    rad = 0.0 if edge["into_target"] else _bend(x0, y0, ux, uy, dist, target_half)
-    mid = ((x0 + x1) / 2 + rad * dist / 2 * uy, (y0 + y1) / 2 - rad * dist / 2 * ux)
-    return (x0, y0), (ux, uy), dist, rad, mid
+def arrow_routes(layout: Layout) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Each arrow's points as drawn: from its port on the source box, through the layers it crosses, to its
+    port on the target box (the arrow is the smooth curve through them, _curve)."""
+    ends = _ports(layout, layout.half)
+    return {edge: [ends[edge][0], *points[1:-1], ends[edge][1]] for edge, points in layout.routes.items()}
 
 
-def _draw_edge(ax, edge: dict, pos, ppu: float, max_coef: float, target_half: tuple[float, float]) -> None:
-    src, dst = edge["from"], edge["to"]
-    (x0, y0), (ux, uy), dist, rad, _ = _edge_geometry(edge, pos, target_half)
-    x1, y1 = pos[dst]
-    dx, dy = x1 - x0, y1 - y0
-    width, label = _edge_style(edge, max_coef)
+def _curve(points: list[tuple[float, float]]) -> MplPath:
+    """A smooth path through the points: one cubic Bézier per step, horizontal at every point (an S-bend
+    between layers), so an arrow leaves and enters its boxes sideways."""
+    verts, codes = [points[0]], [MplPath.MOVETO]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        mid = (x1 - x0) / 2
+        verts += [(x0 + mid, y0), (x1 - mid, y1), (x1, y1)]
+        codes += [MplPath.CURVE4] * 3
+    return MplPath(verts, codes)
+
+
+def _on_curve(p0, p1, t: float) -> tuple[float, float]:
+    """The point at parameter t of the S-bend from p0 to p1 (as _curve draws it)."""
+    (x0, y0), (x1, y1) = p0, p1
+    mid = (x1 - x0) / 2
+    c1, c2 = (x0 + mid, y0), (x1 - mid, y1)
+    s = 1 - t
+    x = s**3 * x0 + 3 * s * s * t * c1[0] + 3 * s * t * t * c2[0] + t**3 * x1
+    y = s**3 * y0 + 3 * s * s * t * c1[1] + 3 * s * t * t * c2[1] + t**3 * y1
+    return x, y
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_half(text: str) -> tuple[float, float]:
+    return TextPath((0, 0), text, size=FONT - 1).get_extents().width / 2 + 2, (FONT - 1) * 0.6 + 1.5
+
+
+def _overlap(a, b) -> float:
+    """Overlapping area of two boxes (x, y, half width, half height)."""
+    dx = min(a[0] + a[2], b[0] + b[2]) - max(a[0] - a[2], b[0] - b[2])
+    dy = min(a[1] + a[3], b[1] + b[3]) - max(a[1] - a[3], b[1] - b[3])
+    return max(dx, 0.0) * max(dy, 0.0)
+
+
+def _at_x(p0, p1, dx: float) -> tuple[float, float]:
+    """The point of the S-bend from p0 to p1 `dx` points (horizontally) after p0 (bisection: x is monotone)."""
+    lo, hi = 0.0, 1.0
+    span = abs(p1[0] - p0[0]) or 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if abs(_on_curve(p0, p1, mid)[0] - p0[0]) < min(dx, span):
+            lo = mid
+        else:
+            hi = mid
+    return _on_curve(p0, p1, (lo + hi) / 2)
+
+
+# Where along an arrow's first step its label may go, in this order, as fractions of the step's width. Arrows
+# into the target converge at its box: theirs go just after their source, where they are as far apart as the
+# sources are and the curve has hardly turned yet (points after the label's half width).
+LABEL_SPOTS = (0.5, 0.3, 0.7, 0.15, 0.85)
+INTO_TARGET_SPOTS = (6.0, 30.0, 54.0)
+
+
+def _label_spots(edges: list[dict], routes, taken: list) -> dict[tuple, tuple[float, float]]:
+    """Where each arrow's label goes: on the first step of its route, at the first spot whose box overlaps
+    no node box and no label placed before (else where it overlaps least); strongest arrows first."""
+    spots = {}
+    for edge in edges:
+        key = (edge["from"], edge["to"])
+        p0, p1 = routes[key][0], routes[key][1]
+        hw, hh = _label_half(edge["label"])
+        width = abs(p1[0] - p0[0])
+        offsets = [hw + d for d in INTO_TARGET_SPOTS] if edge["into_target"] else [f * width for f in LABEL_SPOTS]
+        best = None
+        for dx in offsets:
+            x, y = _at_x(p0, p1, dx)
+            box = (x, y, hw, hh)
+            clash = sum(_overlap(box, other) for other in taken)
+            if best is None or clash < best[0]:
+                best = (clash, box)
+            if clash == 0:
+                break
+        taken.append(best[1])
+        spots[key] = best[1][:2]
+    return spots
+
+
+def _draw_edge(ax, edge: dict, route: list[tuple[float, float]], width: float) -> None:
     color = style.POSITIVE if edge["coefficient"] > 0 else style.NEGATIVE
     dashed = edge.get("in_random_bins") is False  # found only in the selected bins: possibly selection-induced
-    ax.annotate(
-        "",
-        xy=(x1, y1),
-        xytext=(x0, y0),
-        zorder=2,
-        arrowprops=dict(
+    ax.add_patch(
+        FancyArrowPatch(
+            path=_curve(route),
             arrowstyle="-|>,head_length=0.6,head_width=0.3",
+            mutation_scale=10,
             color=color,
             lw=width,
             linestyle="--" if dashed else "-",
-            shrinkA=_shrink(src, ux, uy),
-            shrinkB=_shrink(dst, ux, uy),
-            connectionstyle=f"arc3,rad={rad}",
-            mutation_scale=10,
-        ),
+            zorder=2,
+        )
     )
-    # Label at the visible middle of the arrow (arc3 bulges by rad*dist/2 to the right of travel).
-    sa, sb = _shrink(src, ux, uy) / ppu, _shrink(dst, ux, uy) / ppu
-    # Into the target: nearer the source, so labels spread out instead of piling up at the centre.
-    t = (sa + (0.4 if edge["into_target"] else 0.5) * max(dist - sa - sb, 0.0)) / dist
-    mx, my = x0 + dx * t, y0 + dy * t
-    mx, my = mx + rad * dist / 2 * uy, my - rad * dist / 2 * ux
+
+
+def _draw_edge_label(ax, edge: dict, xy) -> None:
     ax.text(
-        mx,
-        my,
-        label,
+        *xy,
+        edge["label"],
         fontsize=FONT - 1,
-        color=color,
+        color=style.POSITIVE if edge["coefficient"] > 0 else style.NEGATIVE,
         ha="center",
         va="center",
         zorder=4,
@@ -408,21 +637,22 @@ def _draw_edge(ax, edge: dict, pos, ppu: float, max_coef: float, target_half: tu
     )
 
 
-def _draw_node(ax, name: str, xy, is_target: bool) -> None:
-    ax.text(
-        *xy,
-        name,
-        fontsize=FONT,
-        ha="center",
-        va="center",
-        zorder=5,
-        fontweight="bold" if is_target else "normal",
-        bbox=dict(
-            boxstyle="round,pad=0.35",
+def _draw_node(ax, label: str, xy, half: tuple[float, float], is_target: bool) -> None:
+    (x, y), (hw, hh) = xy, half
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - hw + 2, y - hh + 2),
+            2 * hw - 4,
+            2 * hh - 4,
+            boxstyle="round,pad=2",
             fc=style.TARGET_FACE if is_target else style.FEATURE_FACE,
             ec=style.HIGHLIGHT if is_target else "#5d6d7e",
             lw=1.6 if is_target else 0.8,
-        ),
+            zorder=5,
+        )
+    )
+    ax.text(
+        x, y, label, fontsize=FONT, ha="center", va="center", zorder=6, fontweight="bold" if is_target else "normal"
     )
 
 
@@ -480,41 +710,58 @@ def draw_causal_graph(
     the footnote gives the edge table, where the edges not drawn are listed."""
     edges = classify_edges(cg, min_variance_share, min_probability)
     shown = edges[edges["status"] == "shown"]
-    pos = shell_layout(cg, shown)
-    target_half = _half_box(cg.target)
-    boxes = [(x, y, *_half_box(n)) for n, (x, y) in pos.items()]
-    # curved edges bulge beyond the nodes: keep their arcs and labels inside the figure
-    boxes += [(*_edge_geometry(e, pos, target_half)[4], 24.0, 10.0) for e in shown.to_dict("records")]
-    x0, x1 = min(x - w for x, _, w, _ in boxes) - 20, max(x + w for x, _, w, _ in boxes) + 20
-    y0, y1 = min(y - h for _, y, _, h in boxes) - 15, max(y + h for _, y, _, h in boxes) + 45  # title, legend
+    layout = layered_layout(cg, shown)
+    pos, half = layout.pos, layout.half
+    max_coef = float(shown["coefficient"].abs().max()) if len(shown) else 1.0
+    drawn = []
+    for edge in shown.to_dict("records"):
+        width, edge["label"] = _edge_style(edge, max_coef or 1.0)
+        drawn.append((edge, width))
+    routes = arrow_routes(layout)
+    boxes = [(x, y, *half[n]) for n, (x, y) in pos.items()]
+    # labels of the strongest arrows first: edges into the target by share, then by |coefficient|
+    strength = sorted(drawn, key=lambda d: (not d[0]["into_target"], -d[1], d[0]["from"], d[0]["to"]))
+    spots = _label_spots([e for e, _ in strength], routes, list(boxes))
+    # arrows through the layers they cross stay within the figure (a Bézier stays within its points' hull)
+    boxes += [(x, y, 4.0, 6.0) for points in routes.values() for x, y in points]
+    x0 = min(x - w for x, _, w, _ in boxes) - 20
+    x1 = max(x + w for x, _, w, _ in boxes) + 20
     pad = max(0.0, 440 - (x1 - x0)) / 2  # the title and footnote need some width
     x0, x1 = x0 - pad, x1 + pad
+    title = style.wrap_label(title or default_title(cg), max(60, int((x1 - x0) / 5.6)))
+    header = 4 + 12.5 * (title.count("\n") + 1) + (24 if cg.flagged else 0) + 26  # title, banner, legend row
+    y0 = min(y - h for _, y, _, h in boxes) - 15
+    y1 = max(y + h for _, y, _, h in boxes) + 10 + header
     fig = style.figure((x1 - x0) / 72, (y1 - y0) / 72)
     ax = fig.add_axes([0, 0, 1, 1])
     ax.set_xlim(x0, x1)
     ax.set_ylim(y0, y1)
     ax.set_aspect("equal")
     ax.axis("off")
-    ppu = 1.0  # layout units are points
-    max_coef = float(shown["coefficient"].abs().max()) if len(shown) else 1.0
-    for edge in shown.to_dict("records"):
-        _draw_edge(ax, edge, pos, ppu, max_coef or 1.0, target_half)
+    for edge, width in drawn:
+        _draw_edge(ax, edge, routes[(edge["from"], edge["to"])], width)
+        _draw_edge_label(ax, edge, spots[(edge["from"], edge["to"])])
     for node, xy in pos.items():
-        _draw_node(ax, node, xy, node == cg.target)
+        _draw_node(ax, layout.labels[node], xy, half[node], node == cg.target)
     handles = [
         Line2D([], [], color=style.POSITIVE, lw=2, label="positive"),
         Line2D([], [], color=style.NEGATIVE, lw=2, label="negative"),
     ]
-    ax.legend(handles=handles, loc="upper right", frameon=False)
-    ax.set_title(title or default_title(cg), pad=4)
-    ax.title.set_position((0.5, 0.99))
-    ax.title.set_va("top")
+    ax.legend(
+        handles=handles,
+        loc="upper right",
+        bbox_to_anchor=(x1 - 4, y1 - header + 20),
+        bbox_transform=ax.transData,
+        ncol=2,
+        frameon=False,
+        borderaxespad=0,
+    )
+    ax.set_title(title, y=1 - 4 / (y1 - y0), va="top")  # an explicit y: not moved at draw time
     if cg.flagged:
         ax.text(
-            0.5,
-            0.935,
+            (x0 + x1) / 2,
+            y1 - 4 - 12.5 * (title.count("\n") + 1) - 8,
             f"⚠ assumption checks failed ({len(cg.warnings)}): read with care, see footnote",
-            transform=ax.transAxes,
             ha="center",
             va="top",
             fontsize=FONT,
@@ -528,16 +775,38 @@ def draw_causal_graph(
 
 def default_title(cg: CausalGraph) -> str:
     """The verdict in words: '<kernel>: what explains <target>: explained 99 % by grid_x' (kernel names
-    shortened), never "causes of" on a graph that does not explain its target."""
+    without return type, namespaces and parameter lists), never "causes of" on a graph that does not explain
+    its target."""
     from gpuvar.causal.verdict import verdict_title
 
-    if cg.group in (ALL_GROUP, "all"):
-        name = "All kernels"
-    else:
-        name = cg.group if len(cg.group) <= 50 else cg.group[:47] + "..."
+    name = group_name(cg.group)
     if cg.verdict is None:
         return f"{name}: causes of {cg.target}"
     return verdict_title(name, cg.target, cg.verdict, cg.drivers)
+
+
+WHOLE_DATASET = "All kernels (whole dataset)"
+
+
+def group_names(groups: list[str], width: int = 60) -> list[str]:
+    """group_name of each group, those that would read alike told apart (gpuvar.compare.names.labels): the
+    names a list of figures or a table shows side by side."""
+    from gpuvar.compare.names import labels
+
+    kernels = [g for g in groups if g not in (ALL_GROUP, "all")]
+    named = dict(zip(kernels, labels(kernels, [None] * len(kernels), width), strict=True))
+    return [named.get(g, WHOLE_DATASET) for g in groups]
+
+
+def group_name(group: str, width: int = 60) -> str:
+    """A group as people name it: "All kernels (whole dataset)" for the whole dataset, a kernel by its
+    readable name (gpuvar.compare.names: no `void`, namespaces or parameter lists; too long: cut from the
+    left, keeping the template arguments that tell kernels apart)."""
+    from gpuvar.compare.names import label
+
+    if group in (ALL_GROUP, "all"):
+        return WHOLE_DATASET
+    return label(str(group), None, width)
 
 
 def plot_group(
@@ -567,6 +836,12 @@ def plot_group(
     }
 
 
+# outdir/index.csv of plot_causal_dir: one row per group; `name` and `checks` are what the HTML report lists
+# each figure by (gpuvar.plots.snakemake_helpers.causal_labels), `slug` is the figure's file name
+INDEX_COLUMNS = ["group", "slug", "name", "checks", "status", "edges", "shown", "hidden", "reason"]
+REPORT_NAME_WIDTH = 80
+
+
 def group_folders(causal_dir: str | Path) -> list[Path]:
     """Analysis group sub-folders of a `gpuvar causal` output, sorted (skipped groups have no graph)."""
     root = Path(causal_dir)
@@ -588,6 +863,7 @@ def _skipped_groups(root: Path) -> list[dict]:
                 {
                     "group": str(meta.get("group", folder.name)),
                     "slug": folder.name,
+                    "checks": "skipped",
                     "status": "skipped",
                     "reason": str(meta.get("skip_reason") or "no graph written"),
                 }
@@ -607,7 +883,9 @@ def plot_causal_dir(
     """One figure per analysis group of a `gpuvar causal` output into outdir/<slug>.<fmt> (+ .edges.csv).
 
     which: 'all', 'per_kernel' (every group but the whole dataset) or 'whole' (only the whole dataset).
-    The group's graph.graphml is copied to outdir/<slug>.graphml. Writes outdir/index.csv listing every group, drawn or skipped and why; returns that table.
+    The group's graph.graphml is copied to outdir/<slug>.graphml. Writes outdir/index.csv listing every group
+    (INDEX_COLUMNS): its readable name, how to read it (trusted, flagged, not explained, skipped), drawn or
+    skipped and why; returns that table.
     """
     if which not in ("all", "per_kernel", "whole"):
         raise ValueError(f"which must be all, per_kernel or whole, not {which!r}")
@@ -629,6 +907,7 @@ def plot_causal_dir(
             {
                 "group": cg.group,
                 "slug": folder.name,
+                "checks": cg.checks,
                 "status": "drawn" if not cg.flagged else "drawn, flagged",
                 "edges": len(edges),
                 "shown": int((edges["status"] == "shown").sum()),
@@ -639,6 +918,8 @@ def plot_causal_dir(
     for skipped in _skipped_groups(root):
         if which == "all" or (which == "per_kernel") == (skipped["group"] != ALL_GROUP):
             rows.append(skipped | {"edges": 0, "shown": 0, "hidden": 0})
-    index = pd.DataFrame(rows, columns=["group", "slug", "status", "edges", "shown", "hidden", "reason"])
+    for row, name in zip(rows, group_names([r["group"] for r in rows], REPORT_NAME_WIDTH), strict=True):
+        row["name"] = name  # unique within the folder: the report lists the figures by it
+    index = pd.DataFrame(rows, columns=INDEX_COLUMNS)
     style.write_csv(index, outdir / "index.csv")
     return index

@@ -1,8 +1,12 @@
 """Parallel coordinates of the top-k rows (paper Fig. 4): which feature values go with high variability.
 
 One vertical axis per feature plus the target, each scaled to its own min..max so all fit on one figure,
-with tick labels in the original units (copy kinds by name). Lines are coloured by the target and drawn
-in target order, so the most variable launches end up on top instead of buried.
+with tick labels in the original units (copy kinds by name) and each axis's unit under its name. Lines are
+coloured by the *rank* of the target and drawn in target order, so the most variable launches end up on top:
+a linear colour scale painted almost every line one colour when a few launches were far from the rest (Fig. 4,
+memory_stall on a log scale: nearly all yellow). Thousands of lines share the few values of a launch feature
+(grid sizes, copy kinds): on such an axis the lines of one value fan out over a narrow band in target order
+instead of lying on top of each other, and lines get fainter the more there are.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
-from matplotlib.colors import LogNorm, Normalize
+from matplotlib.colors import Normalize
 
 from gpuvar.errors import GpuvarError, InputError
 from gpuvar.plots import style
@@ -81,6 +85,47 @@ def plotted_table(rows: pd.DataFrame, axes: list[str]) -> tuple[pd.DataFrame, in
     return table.iloc[::stride].reset_index(drop=True), stride
 
 
+BAND = 0.06  # half-height (axis fraction) of the band the lines of one value of a few-valued axis fan out over
+PERCENTILES = (0, 10, 50, 90, 100)  # colour bar ticks: the target's value at these percentiles
+
+
+def line_alpha(n: int) -> float:
+    """Opacity of one line: 0.7 for a few hundred lines, down to 0.08 for tens of thousands (overplotting)."""
+    return float(np.clip(0.7 * np.sqrt(300 / max(n, 1)), 0.08, 0.7))
+
+
+def target_ranks(values: np.ndarray) -> np.ndarray:
+    """Colour position 0..1 of each row: its rank in the target (ties share their mean rank), so every colour
+    of the scale is used by as many lines as any other."""
+    if len(values) < 2:
+        return np.full(len(values), 0.5)
+    return (pd.Series(values).rank(method="average").to_numpy() - 1) / (len(values) - 1)
+
+
+def _spread(positions: np.ndarray, values: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Positions of a few-valued axis with the rows of each value fanned out over ±band in target order (highest
+    on top), the band narrower than half the gap to the next value; a many-valued axis is returned as it is."""
+    uniq = np.unique(values[np.isfinite(values)])
+    if len(uniq) > CATEGORICAL_MAX or len(values) < 2:
+        return positions
+    centres = np.unique(positions[np.isfinite(positions)])
+    gap = np.diff(centres).min() if len(centres) > 1 else 1.0
+    band = min(BAND, 0.3 * gap)
+    out = positions.copy()
+    for v in uniq:
+        rows = np.flatnonzero(values == v)
+        if len(rows) > 1:
+            order = rows[np.argsort(target[rows], kind="stable")]
+            out[order] = positions[order] + np.linspace(-band, band, len(rows))
+    return out
+
+
+def axis_label(name: str) -> str:
+    """An axis's name over its unit: 'kernel_variability\n(ns)'; 'linked_copy_kind' has none."""
+    unit = style.unit_of(name)
+    return f"{name}\n({unit})" if unit else name
+
+
 def draw_parallel(rows: pd.DataFrame, target: str, features: list[str], title: str | None = None):
     """Figure of the rows; returns (figure, plotted table, notes on skipped features / thinning)."""
     axes, notes = select_axes(rows, target, features)
@@ -91,22 +136,22 @@ def draw_parallel(rows: pd.DataFrame, target: str, features: list[str], title: s
     if stride > 1:
         notes.append(f"{len(rows)} rows: every {stride}th row (in target order) drawn")
     fig = style.figure(max(6.0, 1.5 * len(axes) + 1.5), 4.6)
-    ax = fig.add_axes([0.08, 0.12, 0.8, 0.76])
-    cax = fig.add_axes([0.91, 0.12, 0.018, 0.76])
+    ax = fig.add_axes([0.08, 0.14, 0.8, 0.74])
+    cax = fig.add_axes([0.91, 0.14, 0.018, 0.74])
     logs = {a: is_log_axis(table[a].to_numpy()) for a in axes}
     if any(logs.values()):
         notes.append(f"log-scaled axes (values span {LOG_SPAN:g}x or more): {', '.join(a for a in axes if logs[a])}")
+    goal = table[target].to_numpy()
     norm_cols = (
-        np.column_stack([_normalise(table[a].to_numpy(), logs[a]) for a in axes])
+        np.column_stack([_spread(_normalise(table[a].to_numpy(), logs[a]), table[a].to_numpy(), goal) for a in axes])
         if len(table)
         else np.empty((0, len(axes)))
     )
     xs = np.arange(len(axes), dtype=float)
     segments = [np.column_stack([xs, row]) for row in norm_cols]
-    bounds = (float(table[target].min()), float(table[target].max())) if len(table) else (0.0, 1.0)
-    cnorm = LogNorm(*bounds) if logs[target] else Normalize(*bounds)  # colour follows the target axis
-    lines = LineCollection(segments, cmap=colormaps[style.CMAP], norm=cnorm, linewidths=0.8, alpha=0.6)
-    lines.set_array(table[target].to_numpy())
+    cmap = colormaps[style.CMAP]
+    lines = LineCollection(segments, cmap=cmap, norm=Normalize(0.0, 1.0), linewidths=0.7, alpha=line_alpha(len(table)))
+    lines.set_array(target_ranks(goal))  # rows are in target order: the most variable are drawn last, on top
     ax.add_collection(lines)
     for i, name in enumerate(axes):
         ax.axvline(i, color="#333333", lw=0.8, zorder=3)
@@ -128,15 +173,29 @@ def draw_parallel(rows: pd.DataFrame, target: str, features: list[str], title: s
                 bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.7),
             )
     ax.set_xlim(-0.5, len(axes) - 0.7)
-    ax.set_ylim(-0.04, 1.04)
-    ax.set_xticks(xs, [a.replace("_", "_\u200b") for a in axes], fontsize=8)
+    ax.set_ylim(-0.04 - BAND, 1.04 + BAND)
+    ax.set_xticks(xs, [axis_label(a) for a in axes], fontsize=8)
     ax.set_yticks([])
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
     ax.get_xticklabels()[-1].set_fontweight("bold")
-    fig.colorbar(ScalarMappable(cnorm, colormaps[style.CMAP]), cax=cax, label=target)
+    bar = fig.colorbar(ScalarMappable(Normalize(0.0, 1.0), cmap), cax=cax)
+    if len(goal):
+        names = {0: "min", 50: "median", 100: "max"}
+        labels = [f"{v:.4g} ({names.get(p, f'p{p}')})" for p, v in zip(PERCENTILES, np.percentile(goal, PERCENTILES))]
+        bar.set_ticks([p / 100 for p in PERCENTILES], labels=labels)
+    bar.set_label(f"{style.with_unit(target)}, colour by rank")
     ax.set_title(title or f"Top-k rows: {len(table)} launches, coloured by {target}")
-    style.footnote(fig, ["Each axis spans its own min..max; ticks in original units."] + notes)
+    style.footnote(
+        fig,
+        [
+            "Each axis spans its own min..max; ticks in original units. Colour: rank of "
+            f"{target} (as many lines per colour), bar ticks at its {'/'.join(map(str, PERCENTILES))}th percentiles.",
+            f"On axes with at most {CATEGORICAL_MAX} values, the lines of one value fan out over a band in "
+            f"{target} order (highest on top).",
+        ]
+        + notes,
+    )
     return fig, table, notes
 
 

@@ -3,7 +3,10 @@ wants functions in modules, and these can be unit-tested without Snakemake runni
 
 from __future__ import annotations
 
+import csv
+import functools
 import re
+from pathlib import Path
 
 from gpuvar.artifacts import KERNELS_TABLE, ingest_file
 
@@ -17,6 +20,53 @@ def figure_files(stem: str, formats: list[str], report_format: str, **report_arg
     from snakemake.io import report
 
     return [report(f"{stem}.{fmt}", **report_args) if fmt == report_format else f"{stem}.{fmt}" for fmt in formats]
+
+
+# How to read a graph of each `checks` value (index.csv), a second label that changes exactly when `checks`
+# does: the report turns a label with two values, each on half the figures, into an on/off toggle between
+# them, which breaks (a row with nothing to show) unless another label does the same, which this one does.
+READ_AS = {
+    "trusted": "a finding",
+    "flagged": "a hypothesis",
+    "not explained": "nothing to act on",
+    "skipped": "no graph",
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _index(folder: str, stamp: int) -> dict[str, dict[str, str]]:
+    """slug -> row of a causal figure folder's index.csv (gpuvar.plots.causal_graph.plot_causal_dir)."""
+    with open(Path(folder) / "index.csv", newline="", encoding="utf-8") as handle:
+        return {row["slug"]: row for row in csv.DictReader(handle)}
+
+
+def causal_index_row(folder, slug: str) -> dict[str, str]:
+    """The index.csv row of one figure of a causal figure folder ({} when absent)."""
+    path = Path(str(folder)) / "index.csv"
+    if not path.is_file():
+        return {}
+    return _index(str(path.parent), path.stat().st_mtime_ns).get(str(slug), {})
+
+
+def report_text(text: str) -> str:
+    """A label value as Snakemake's report shows it: it applies wildcards to the text, so a '{' of a kernel
+    name ('{anonymous}') is followed by a zero-width space that keeps it from reading as a wildcard."""
+    return str(text).replace("{", "{\u200b")
+
+
+def causal_labels(**fixed: str):
+    """report() labels of the causal graph figures: the graph by its readable name (not the folder's slug
+    '...-ca17dbcd'), whether its checks passed and how to read it, then `fixed` (dataset, target, figure).
+    A function of the figure: Snakemake calls it with the `{group}` wildcard of the pattern and the rule's
+    output folder, whose index.csv has the name and checks of every figure."""
+
+    def labels(wildcards, output) -> dict[str, str]:
+        row = causal_index_row(output[0], wildcards.group)
+        checks = row.get("checks") or "unknown"
+        name = report_text(row.get("name") or wildcards.group)
+        return {"graph": name, "checks": checks, "read as": READ_AS.get(checks, "unknown"), **fixed}
+
+    return labels
 
 
 def report_format(formats: list[str]) -> str:

@@ -8,8 +8,10 @@ rest, text is drawn as paths with the bundled DejaVu Sans so the host's fonts do
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -80,6 +82,7 @@ def save_figure(fig, stem: str | Path, formats: Iterable[str] = ("svg", "png"), 
                 raise ValueError(f"unsupported figure format {fmt!r}; use one of {', '.join(_METADATA)}")
             path = stem.with_name(f"{stem.name}.{fmt}")
             tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            place_footnotes(fig)
             res = raster_dpi(fig, dpi) if fmt in _RASTER else dpi
             fig.savefig(tmp, format=fmt, dpi=res, metadata=_METADATA[fmt], bbox_inches="tight", pad_inches=0.1)
             os.replace(tmp, path)
@@ -98,9 +101,83 @@ def write_csv(frame, path: str | Path) -> Path:
     return path
 
 
+FOOTNOTE_GID = "gpuvar-footnote"
+FOOTNOTE_GAP = 0.08  # inches between the lowest text of the figure (x label, tick labels) and the footnote
+
+
 def footnote(fig, lines: Iterable[str]) -> None:
     """Small grey text below the figure (tight bbox grows to fit): what was hidden or skipped, so a figure
-    never hides data silently."""
+    never hides data silently. save_figure moves it below everything else drawn (place_footnotes)."""
     text = "\n".join(line for line in lines if line)
     if text:
-        fig.text(0.01, -0.01, text, ha="left", va="top", fontsize=7, color="#555555", wrap=True)
+        note = fig.text(0.01, -0.01, text, ha="left", va="top", fontsize=7, color="#555555", wrap=True)
+        note.set_gid(FOOTNOTE_GID)
+
+
+def place_footnotes(fig) -> None:
+    """Put the footnote just below the lowest artist of the figure: a fixed position overlapped the x label of
+    short figures (the forest plot of a few kernels), whose label reaches below the figure's bottom edge."""
+    notes = [t for t in fig.texts if t.get_gid() == FOOTNOTE_GID]
+    if not notes:
+        return
+    for note in notes:
+        note.set_in_layout(False)
+    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches, without the footnotes
+    for note in notes:
+        note.set_in_layout(True)
+    y = min(-0.01, (box.y0 - FOOTNOTE_GAP) / fig.get_figheight())
+    for note in notes:
+        note.set_y(y)
+
+
+# ----------------------------------------------------------------------------------------------- labels
+_PIECES = re.compile(r"[^\s_./:]+[_./:]*\s*|[\s_./:]+")
+
+
+def wrap_label(text: str, width: int) -> str:
+    """`text` on lines of at most ~`width` characters, broken only after a separator (space, _, ., /, :) so
+    no word is cut ('kernel_variability' never becomes 'kernel_variabi' + 'lity'); a word longer than the
+    width keeps its own line whole."""
+    lines: list[str] = []
+    line = ""
+    for piece in _PIECES.findall(str(text)):
+        if line and len(line + piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += piece
+    if line.strip() or not lines:
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+# Targets (gpuvar.targets) are durations; the canonical columns carry their unit in the schema.
+_UNIT_BY_NAME = {
+    "kernel_variability": "ns",
+    "memory_stall": "ns",
+    "linked_copy_duration": "ns",
+    "linked_copy_bytes": "bytes",
+}
+_UNITLESS = ("", "flag", "count")
+
+
+@functools.cache
+def _schema_units() -> dict[str, str]:
+    from gpuvar.schema import canonical_columns
+
+    return {c.column: c.unit for table in ("kernels", "memcpy") for c in canonical_columns(table)}
+
+
+def unit_of(column: str) -> str:
+    """The unit of a plotted column ('ns' for the targets and durations, 'blocks' for grid_x, ...), '' if none
+    is known (vendor counters carry theirs in the name) or the column is a count or a flag."""
+    name = str(column)
+    unit = _UNIT_BY_NAME.get(name) or _schema_units().get(name) or ("ns" if name.endswith("_ns") else "")
+    return "" if unit in _UNITLESS else unit
+
+
+def with_unit(column: str, unit: str | None = None, squared: bool = False) -> str:
+    """'kernel_variability (ns)'; squared for a variance: 'var(kernel_variability) (ns²)'."""
+    unit = unit_of(column) if unit is None else unit
+    if not unit:
+        return str(column)
+    return f"{column} ({unit}²)" if squared else f"{column} ({unit})"

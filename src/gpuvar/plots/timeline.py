@@ -68,20 +68,36 @@ def _top_flags(bins: pd.DataFrame, var: np.ndarray, top_k: int | None) -> np.nda
     return flags
 
 
+def variance_unit(var: pd.Series) -> tuple[float, str]:
+    """(divisor, unit) for a variance of durations in ns², so the axis reads in ns², µs², ms² or s² (the unit
+    whose square root is just below the largest standard deviation)."""
+    top = float(np.sqrt(np.nanmax(var))) if var.notna().any() and np.nanmax(var) > 0 else 0.0
+    for divisor, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
+        if top >= divisor:
+            return divisor**2, f"{unit}²"
+    return 1.0, "ns²"
+
+
 def draw_timeline(table: pd.DataFrame, target: str, unit: str = "ns", title: str | None = None):
-    """Figure: variance per bin as a line, top-k bins as red markers; returns the figure."""
+    """Figure: variance per bin as a line, top-k bins as red markers; returns the figure. The targets are
+    durations in ns, so the variance is in ns² (shown in the unit that keeps the numbers short)."""
     fig = style.figure(8.0, 3.4)
     ax = fig.add_subplot(1, 1, 1)
-    ax.plot(table["x"], table["var"], color="#2e86c1", lw=0.8, label="variance per bin")
-    top = table[table["is_top_k"]]
-    ax.scatter(top["x"], top["var"], color=style.HIGHLIGHT, s=18, zorder=3, label=f"top-{len(top)} bins (analysed)")
-    positive = table["var"][table["var"] > 0]
+    divisor, var_unit = variance_unit(table["var"])
+    var = table["var"] / divisor
+    ax.plot(table["x"], var, color="#2e86c1", lw=0.8, label="variance per bin")
+    top = table["is_top_k"].to_numpy(dtype=bool)
+    ax.scatter(
+        table["x"][top], var[top], color=style.HIGHLIGHT, s=18, zorder=3, label=f"top-{top.sum()} bins (analysed)"
+    )
+    positive = var[var > 0]
     if len(positive) and positive.max() / positive.min() > 1e3:
         ax.set_yscale("log")
     ax.set_xlabel("time from trace start (s)" if unit == "ns" else "launch index")
-    ax.set_ylabel(f"var({target}) per bin")
+    ax.set_ylabel(f"var({target}) per bin ({var_unit})")
     ax.grid(True, lw=0.3, alpha=0.5)
-    ax.legend(loc="upper right", framealpha=0.9)
+    # outside the axes: inside, the legend hid the highest bins, which are usually at the top right
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     ax.set_title(title or f"Variability of {target} over the trace ({len(table)} bins)")
     empty = int(table["var"].isna().sum())
     style.footnote(fig, [f"{empty} bin(s) with fewer than 2 activities have no variance (gaps)." if empty else ""])
