@@ -131,22 +131,25 @@ def place_footnotes(fig) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- labels
-_PIECES = re.compile(r"[^\s_./:]+[_./:]*\s*|[\s_./:]+")
+_WORDS = re.compile(r"\S+\s*")
+_PIECES = re.compile(r"[^_./:]+[_./:]*|[_./:]+")
 
 
 def wrap_label(text: str, width: int) -> str:
-    """`text` on lines of at most ~`width` characters, broken only after a separator (space, _, ., /, :) so
-    no word is cut ('kernel_variability' never becomes 'kernel_variabi' + 'lity'); a word longer than the
-    width keeps its own line whole."""
+    """`text` on lines of at most ~`width` characters, broken only between words, and a word longer than the
+    width only after one of its separators (_, ., /, :), so nothing is cut inside a word ('kernel_variability'
+    never becomes 'kernel_variabi' + 'lity'); a part without a separator longer than the width keeps a line."""
+    pieces = []
+    for word in _WORDS.findall(str(text).strip()):
+        pieces += _PIECES.findall(word) if len(word.rstrip()) > width else [word]
     lines: list[str] = []
     line = ""
-    for piece in _PIECES.findall(str(text)):
+    for piece in pieces:
         if line and len(line + piece.rstrip()) > width:
             lines.append(line.rstrip())
             line = ""
         line += piece
-    if line.strip() or not lines:
-        lines.append(line.rstrip())
+    lines.append(line.rstrip())
     return "\n".join(lines)
 
 
