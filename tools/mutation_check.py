@@ -114,7 +114,7 @@ MUTATIONS = {
     ),
     "no_link_warning": (
         "src/gpuvar/binning/selection.py",
-        'if target == "memory_stall" and no_link and binned == 0:',
+        "if links_copies and no_link and binned == 0:",
         "if False:",
         ["tests/test_empty_selection.py::test_bin_json_explains_and_warns"],
         "the '0 rows linked' warning in bin.json and the log",
