@@ -121,8 +121,8 @@ def paper_targets() -> list[str]:
     """Every figure of `snakemake paper` and its data file, except Fig. 5b: it plots measured binning times,
     which differ on every run by nature."""
     from gpuvar.config import read_yaml_mapping, validate_config
-    from gpuvar.plots import snakemake_helpers as paths
     from gpuvar.plots.paper import load_paper_config, merge_datasets
+    from gpuvar.workflow import figures as paths
 
     paper = load_paper_config(REPO / "config" / "paper.yaml", REPO)
     _, names = merge_datasets(

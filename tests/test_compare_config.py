@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import REPO
 
-from gpuvar.compare.workflow import comparison_inputs, comparison_outputs, side_arguments
 from gpuvar.config import read_yaml_mapping, validate_config
 from gpuvar.errors import ConfigError
+from gpuvar.workflow.compare import comparison_inputs, comparison_outputs, folders
 
 DATASETS = [
     {"name": "a", "source": "a.sqlite", "targets": ["kernel_variability", "memory_stall"]},
@@ -51,7 +51,7 @@ def test_workflow_inputs_use_the_targets_both_datasets_analyse():
     inputs = comparison_inputs(cfg.comparisons[0], datasets)
     assert inputs["baseline_kernels"] == "results/ingest/a/kernels.parquet"
     assert inputs["candidate_bins"] == ["results/bin/b/kernel_variability/bin.json"]  # memory_stall: a only
-    assert side_arguments(cfg.comparisons[0], datasets)[:2] == ["--baseline-bin", "results/bin/a/kernel_variability"]
+    assert folders(inputs["baseline_bins"]) == ["results/bin/a/kernel_variability"]  # what --baseline-bin reads
     assert "results/compare/ab/forest.png" in comparison_outputs(cfg)
 
 

@@ -136,12 +136,15 @@ def _set(cfg: dict, path: str, value) -> None:
 
 
 def _accepted_by_the_clis(cfg: Config) -> None:
-    """The arguments the workflow's rules build from this config (gpuvar.workflow.arguments) parse with every
-    command's own parser: a config that validates never fails at the command line."""
+    """The values the workflow's rules pass from this config (each rule names them in `params:`; the same
+    ConfigOption tables list them, tests/test_rules.py checks the two agree) parse with every command's own
+    parser: a config that validates never fails at the command line."""
+    from gpuvar.causal.cli import CONFIG_OPTIONS as CAUSAL
     from gpuvar.cli import build_parser
-    from gpuvar.plots.snakemake_helpers import report_format
+    from gpuvar.options import arguments, comma_list
+    from gpuvar.plots.cli import EDGE_FILTERS, FIGURE_OPTIONS, PARALLEL_FEATURES
     from gpuvar.units import parse_bin_width
-    from gpuvar.workflow import arguments as rule_args
+    from gpuvar.workflow.figures import report_format
     from gpuvar.workflow.registry import Registry
 
     parser = build_parser()
@@ -151,12 +154,17 @@ def _accepted_by_the_clis(cfg: Config) -> None:
     parse_bin_width(cfg.binning.bin_width)
     assert shlex.split(cfg.binning.bin_width) == [cfg.binning.bin_width]  # one shell token
     for d in cfg.datasets:
-        argv = rule_args.causal_arguments(reg, d.name, d.targets[0], "r.parquet", "s.parquet", "o", 2)
-        parser.parse_args(["causal", *map(str, argv)])
+        dataset = ["--group-by", reg.group_by(d.name), "--features", comma_list(d.features)]
+        parser.parse_args(
+            ["causal", "r.parquet", "--target", d.targets[0], *dataset, *arguments(cfg, CAUSAL), "-o", "o"]
+        )
         assert d.name == shlex.quote(d.name)  # used unquoted in paths and wildcards
     report_format(list(cfg.plots.formats))
-    parser.parse_args(["plot", *map(str, rule_args.parallel_arguments(reg, "r", "s.csv", "t"))])
-    parser.parse_args(["plot", *map(str, rule_args.causal_figure_arguments(reg, "c", "o"))])
+    figure = arguments(cfg, FIGURE_OPTIONS)
+    parser.parse_args(
+        ["plot", "parallel", "r", "-o", "s", "--target", "t", *figure, *arguments(cfg, PARALLEL_FEATURES)]
+    )
+    parser.parse_args(["plot", "causal", "c", "-o", "o", "--which", "all", *figure, *arguments(cfg, EDGE_FILTERS)])
     names_lists = (cfg.binning.features, cfg.plots.parallel_features, *(d.features for d in cfg.datasets))
     for names in names_lists:
         if names != "auto":

@@ -14,8 +14,8 @@ from conftest import paper_targets
 
 from gpuvar.config import read_yaml_mapping, validate_config
 from gpuvar.errors import ConfigError
-from gpuvar.plots import snakemake_helpers as paths
 from gpuvar.plots.paper import FIGURES, load_paper_config, merge_datasets, parse_paper_config, same_dataset
+from gpuvar.workflow import figures as paths
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_YAML = REPO / "config" / "paper.yaml"

@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 from test_plots import TARGET, bins_frame, top_rows, write_group
 
-from gpuvar.plots import causal_graph, parallel, snakemake_helpers, style, timeline
+from gpuvar.plots import causal_graph, parallel, style, timeline
+from gpuvar.workflow import figures as workflow_figures
 
 SEPARATORS = "_./: "
 
@@ -253,7 +254,7 @@ def test_report_labels_name_each_graph_and_say_whether_to_trust_it(tmp_path):
     out = tmp_path / "plots"
     index = causal_graph.plot_causal_dir(root, out, formats=["png"])
     assert set(index["checks"]) == {"flagged", "trusted", "skipped"}
-    labels = snakemake_helpers.causal_labels(dataset="{dataset}", target="{target}", figure="causal graph")
+    labels = workflow_figures.causal_labels(dataset="{dataset}", target="{target}", figure="causal graph")
     shown = {}
     for slug in ("void_gemm-ca17dbcd", "all-1a465e64", "void_at_native-191b7697"):
         wildcards = SimpleNamespace(group=slug, dataset="demo", target=TARGET)
@@ -291,11 +292,11 @@ def toggles(rows: list[dict]) -> list[str]:
 def test_report_labels_never_become_a_broken_toggle(checks):
     """A toggle whose other value a row lacks shows an empty row: the second status label prevents it."""
     rows = [
-        {"graph": f"kernel {i}", "checks": c, "read as": snakemake_helpers.READ_AS[c], "dataset": "d", "figure": "f"}
+        {"graph": f"kernel {i}", "checks": c, "read as": workflow_figures.READ_AS[c], "dataset": "d", "figure": "f"}
         for i, c in enumerate(checks)
     ]
     assert toggles(rows) == []
-    assert len(set(snakemake_helpers.READ_AS.values())) == len(snakemake_helpers.READ_AS)
+    assert len(set(workflow_figures.READ_AS.values())) == len(workflow_figures.READ_AS)
 
 
 def test_checks_overview_lists_every_graph_by_name_with_its_status(tmp_path, run_cli):

@@ -97,7 +97,9 @@ def test_bad_input_is_one_line_error(tmp_path, capsys):
     assert main(["ranks", str(tmp_path), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no kernels.parquet" in err and str(tmp_path) in err
-    assert main(["ranks", "-o", str(tmp_path / "out")]) == 2
+    with pytest.raises(SystemExit) as missing:  # argparse: no input at all
+        main(["ranks", "-o", str(tmp_path / "out")])
+    assert missing.value.code == 2 and "required: INPUT" in capsys.readouterr().err
 
 
 def test_outputs_are_byte_identical_on_rerun(tmp_path):

@@ -80,7 +80,7 @@ def test_hostile_config_is_refused_before_any_shell_runs(tmp_path, trace, sectio
     ["srun", "mpiexec", "srun --mpi=pmix", "mpirun -l --bind-to=core", "/opt/mpich/bin/mpiexec.hydra --verbose"],
 )
 def test_a_launcher_with_options_is_accepted_word_by_word(value):
-    from gpuvar.workflow.arguments import launcher_words
+    from gpuvar.workflow.launcher import launcher_words
 
     assert launcher_words(value) == value.split()
 
@@ -103,7 +103,7 @@ def test_a_launcher_with_options_is_accepted_word_by_word(value):
 )
 def test_a_launcher_that_is_not_a_launcher_with_options_is_refused(value, why):
     from gpuvar.errors import ConfigError
-    from gpuvar.workflow.arguments import launcher_words
+    from gpuvar.workflow.launcher import launcher_words
 
     with pytest.raises(ConfigError, match="invalid config: resources mpi=") as refused:
         launcher_words(value)

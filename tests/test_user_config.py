@@ -21,9 +21,9 @@ import yaml
 from conftest import REPO
 
 from gpuvar.artifacts import CHECKS_TABLE
-from gpuvar.compare.workflow import comparison_outputs
 from gpuvar.config import validate_config
-from gpuvar.plots.snakemake_helpers import scaling_outputs
+from gpuvar.workflow.compare import comparison_outputs
+from gpuvar.workflow.figures import scaling_outputs
 from gpuvar.workflow.registry import build_registry, print_run_summary
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

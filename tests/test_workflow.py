@@ -174,23 +174,26 @@ def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_ru
 @pytest.mark.parametrize("rows", ["top_k", "random", "all"])
 def test_causal_rows_option_reaches_the_commands(rows):
     """causal.rows: top-k bins checked against random bins (default), a random sample, or every bin; what the
-    rules hand `gpuvar bin` and `gpuvar causal` (gpuvar.workflow.arguments, the rules' params)."""
+    rules hand `gpuvar bin` (--sample-bins) and `gpuvar causal` (its rows, --random-rows: the registry's
+    causal_rows and random_rows, which discover_causal_graph's params call)."""
+    from types import SimpleNamespace
+
     from gpuvar.binning.cli import workflow_arguments
-    from gpuvar.workflow import arguments
     from gpuvar.workflow.registry import build_registry
 
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["causal"]["rows"] = rows
     reg = build_registry(cfg, REPO)
-    causal = arguments.causal_arguments(reg, "rank0", "kernel_variability", "top.parquet", "sample.parquet", "o", 2)
+    files = SimpleNamespace(rows="top.parquet", sample="sample.parquet")
+    causal = (reg.causal_rows(files), reg.random_rows(files))
     binning = workflow_arguments(reg.cfg, "kernel_variability")
     sample_bins = binning[binning.index("--sample-bins") + 1]
     if rows == "top_k":
-        assert causal[:3] == ["top.parquet", "--random-rows", "sample.parquet"] and sample_bins == "20"
+        assert causal == ("top.parquet", "sample.parquet") and sample_bins == "20"
     elif rows == "random":
-        assert causal[:2] == ["sample.parquet", "--target"] and sample_bins == "20"
+        assert causal == ("sample.parquet", None) and sample_bins == "20"
     else:
-        assert causal[:2] == ["sample.parquet", "--target"] and sample_bins == "-1"
+        assert causal == ("sample.parquet", None) and sample_bins == "-1"
 
 
 def test_venv_snakemake_runs_rules_without_the_venv_on_path(tmp_path):

@@ -72,8 +72,8 @@ MUTATIONS = {
     ),
     "shell_quoting": (
         "workflow/rules/binning.smk",
-        " {params.args:q} --output",
-        " {params.args} --output",
+        " --features {params.features:q} --group",
+        " --features {params.features} --group",
         ["tests/test_shell_injection.py::test_values_past_validation_are_still_one_argument_each[binning-rules0]"],
         "quoting of the config values in the MPI rule's shell command",
     ),

@@ -7,6 +7,8 @@ docs/architecture.md lists these contracts; tests/test_architecture.py checks th
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 # --- files inside a stage's output folder --------------------------------------------------------------
 RAW_FOLDER = "raw"  # `gpuvar read`: <table>.parquet per vendor table + raw.json (gpuvar.ingest.raw)
 RAW_MANIFEST = "raw.json"  # the raw read's format, accounting and reader facts; written last
@@ -40,11 +42,51 @@ CHECKS_OVERVIEW = f"results/causal/{CHECKS_PAGE}"
 FINDINGS_DIR = "results/findings"
 RANKS_DIR = "results/ranks/{dataset}"  # gpuvar ranks of a merged (multi-rank) dataset: ranks.md, ranks.json, ...
 DATASET_FINDINGS_DIR = "results/findings/{dataset}"
+COMPARE_DIR = "results/compare/{comparison}"  # gpuvar compare of one configured pair (docs/compare.md)
+COMPARE_RECORD = "compare.json"  # every number of a comparison; written last
+COMPARE_KERNELS = "kernels.csv"  # per kernel name: both runs' times and the ratio's interval
+COMPARE_CAUSAL_DIFF = "causal_diff.csv"  # edges found in one run's graph and not the other's
+COMPARE_FIGURES = ("forest", "delta_time", "distributions", "causal_diff")  # stems, one file per plots.formats
+SCALING_TRACE_DIR = "resources/scaling/demo-{rows}"  # the canonical demo trace a scaling study of the demo bins
+SCALING_RUN = "results/scaling/{trace}/{target}/ranks{ranks}"  # one binning run of the scaling study
+SCALING_FIGURE = "results/scaling/{trace}/{target}/ranks_{ranklist}/scaling"  # stem; the rank list in the path
+PAPER_FIGURE_DIR = "results/paper/{fig}"  # one figure of `snakemake paper` (config/paper.yaml)
+PAPER_DEMO_TRACE = "resources/paper/{name}_ncu.csv"  # the stand-in for a PerfCounter dataset of the paper
+DEMO_DIR = "resources/demo"  # the embedded demo set (`gpuvar demo-data`)
+DEMO_FILES = (  # what `gpuvar demo-data` writes into DEMO_DIR (config/config.yaml's datasets read them)
+    *(f"rank{rank}.sqlite" for rank in range(4)),
+    "perfcounter_ncu.csv",
+    "amd_rocprof.csv",
+    "pair_baseline.sqlite",
+    "pair_candidate.sqlite",
+    "kineto_rank0.json.gz",
+    "kineto_rank1.json.gz",
+    "demo.json",
+)
 
 
 def ingest_file(name: str, folder: str = INGEST_DIR) -> str:
     """A file of an ingest folder, e.g. ingest_file(KERNELS_TABLE) -> results/ingest/{dataset}/kernels.parquet."""
     return f"{folder}/{name}"
+
+
+def mapping_files() -> list[str]:
+    """The files normalize_columns applies (Table 1, the canonical schema): its inputs, so that editing one
+    reruns normalization (and what follows) but never the read of the profiler file."""
+    from importlib import resources
+
+    data = resources.files("gpuvar.data")
+    return [str(data.joinpath(name)) for name in ("table1.csv", "canonical_schema.csv")]
+
+
+def folder(path) -> str:
+    """The folder a declared output file lives in (the commands take output folders)."""
+    return str(PurePath(str(path)).parent)
+
+
+def stem(data_file) -> str:
+    """A figure's output stem: its CSV's path without .csv (the figures are stem.<format>)."""
+    return str(data_file).removesuffix(".csv")
 
 
 def bin_file(name: str, folder: str = BIN_DIR) -> str:

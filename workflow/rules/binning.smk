@@ -1,6 +1,6 @@
 # The MPI binning job: per-bin statistics of the target over the trace's timeline and the top-k most
-# variable bins. `shell:` because mpiexec/srun starts the ranks; every item of params.args is quoted, and the
-# launcher (resources.mpi, which profiles set to srun) reaches it only as validated words (params.launcher).
+# variable bins. `shell:` because mpiexec/srun starts the ranks: every option by name, every value quoted, and
+# the launcher (resources.mpi, which profiles set to srun) reaches it only as validated words (params.launcher).
 # Ranks: binning.ranks (config) sets both the tasks Slurm allocates and the ranks mpiexec/srun starts.
 # bin_scaling_trace is the same job once per rank count of the scaling study (scaling.smk).
 
@@ -30,12 +30,25 @@ rule bin_trace:
         runtime=30,
     params:
         ranks=CFG.binning.ranks,
-        launcher=rule_args.mpi_launcher,
-        args=lambda wildcards: bin_settings(CFG, wildcards.target),
+        launcher=mpi_launcher,
         outdir=subpath(output.report, parent=True),
+        features=comma_list(CFG.binning.features),
+        group=CFG.targets.variability_group,
+        link=CFG.targets.memcpy_link,
+        bin_width=CFG.binning.bin_width,
+        launch_bin_width=CFG.binning.launch_bin_width,
+        top_k=CFG.binning.top_k,
+        workers_per_rank=CFG.binning.workers_per_rank,
+        # the random bins the causal step compares the top-k with: as many, or every bin when it reads all
+        sample_bins=-1 if CFG.causal.rows == "all" else CFG.binning.top_k,
+        sample_seed=CFG.causal.seed,
     shell:
         "{params.launcher:q} -n {params.ranks:q} gpuvar bin {input.kernels:q} --memcpy {input.memcpy:q}"
-        " {params.args:q} --output {params.outdir:q} > {log:q} 2>&1"
+        " --target {wildcards.target:q} --features {params.features:q} --group {params.group:q}"
+        " --link {params.link:q} --bin-width {params.bin_width:q}"
+        " --launch-bin-width {params.launch_bin_width:q} --top-k {params.top_k:q}"
+        " --workers-per-rank {params.workers_per_rank:q} --sample-bins {params.sample_bins:q}"
+        " --sample-seed {params.sample_seed:q} --output {params.outdir:q} > {log:q} 2>&1"
 
 
 # threads: more than any machine has, which Snakemake scales down to --cores, so locally no other job runs
@@ -47,10 +60,10 @@ use rule bin_trace as bin_scaling_trace with:
             wildcards.trace, files.MEMCPY_TABLE
         ),
     output:
-        bins=f"{plot_paths.SCALING_RUN}/{files.BINS_TABLE}",
-        rows=f"{plot_paths.SCALING_RUN}/{files.TOPK_ROWS}",
-        sample=f"{plot_paths.SCALING_RUN}/{files.SAMPLE_ROWS}",
-        report=f"{plot_paths.SCALING_RUN}/{files.BIN_REPORT}",
+        bins=f"{files.SCALING_RUN}/{files.BINS_TABLE}",
+        rows=f"{files.SCALING_RUN}/{files.TOPK_ROWS}",
+        sample=f"{files.SCALING_RUN}/{files.SAMPLE_ROWS}",
+        report=f"{files.SCALING_RUN}/{files.BIN_REPORT}",
     log:
         "logs/bin_scaling_trace/{trace}_{target}_ranks{ranks}.log",
     benchmark:
@@ -66,4 +79,4 @@ use rule bin_trace as bin_scaling_trace with:
         mem_mb_per_cpu=2000,
         runtime=30,
     params:
-        ranks=lambda wildcards: int(wildcards.ranks),  # launcher, args and outdir: bin_trace's (params merge)
+        ranks=lambda wildcards: int(wildcards.ranks),  # the other params: bin_trace's (params merge)

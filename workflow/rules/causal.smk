@@ -20,17 +20,24 @@ rule discover_causal_graph:
         mem_mb=4000,
         runtime=60,
     params:
-        args=lambda wildcards, input, output, threads: rule_args.causal_arguments(
-            REG,
-            wildcards.dataset,
-            wildcards.target,
-            input.rows,
-            input.sample,
-            output[0],
-            threads,
-        ),
+        command="causal",
+        # causal.rows: the top-k bins' rows, compared with the random bins' (--random-rows); or the random rows
+        positional=lambda wildcards, input: REG.causal_rows(input),
+        random_rows=lambda wildcards, input: REG.random_rows(input),
+        output=lambda wildcards, output: output[0],
+        target=lambda wildcards: wildcards.target,
+        group_by=lambda wildcards: REG.group_by(wildcards.dataset),
+        features=lambda wildcards: DATASETS[wildcards.dataset].features,
+        min_rows=CFG.causal.min_rows,
+        bootstrap=CFG.causal.bootstrap,
+        seed=CFG.causal.seed,
+        engine=CFG.causal.engine,
+        prior=CFG.causal.prior_knowledge,
+        collinear_threshold=CFG.causal.collinear_threshold,
+        # the bootstrap's workers: the threads Snakemake gave the job (causal.workers, scaled to --cores)
+        workers=lambda wildcards, threads: threads,
     script:
-        f"{SCRIPTS}/discover_causal_graph.py"
+        GPUVAR
 
 
 rule summarise_causal_checks:
@@ -54,5 +61,10 @@ rule summarise_causal_checks:
     resources:
         mem_mb=500,
         runtime=5,
+    params:
+        command="causal-checks",
+        positional=lambda wildcards, input: input,
+        output=lambda wildcards, output: output.table,
+        html=lambda wildcards, output: output.page,
     script:
-        f"{SCRIPTS}/summarise_causal_checks.py"
+        GPUVAR

@@ -6,11 +6,13 @@ import sys
 from pathlib import Path
 
 import gpuvar.artifacts as files
-import gpuvar.workflow.arguments as rule_args
-from gpuvar.binning.cli import workflow_arguments as bin_settings
+import gpuvar.workflow.compare as compare_paths
+import gpuvar.workflow.figures as plot_paths
 from gpuvar.errors import ConfigError
+from gpuvar.options import comma_list
+from gpuvar.workflow.env import put_own_bin_first_on_path
+from gpuvar.workflow.launcher import mpi_launcher
 from gpuvar.workflow.registry import build_registry, names_regex, print_run_summary
-from gpuvar.workflow_env import put_own_bin_first_on_path
 
 put_own_bin_first_on_path()
 
@@ -25,7 +27,8 @@ CFG = REG.cfg
 DATASETS = REG.datasets
 ANALYSES = REG.analyses
 ENV = "../../envs/gpuvar.yaml"
-SCRIPTS = "../scripts"
+# every rule but the MPI job: `gpuvar <params.command>` with the options its params name (gpuvar.workflow.script)
+GPUVAR = "../scripts/gpuvar_command.py"
 
 
 wildcard_constraints:
@@ -34,8 +37,6 @@ wildcard_constraints:
 
 
 # Figures: every one in plots.formats (byte-identical on rerun) plus its data as CSV; the PNG (else the SVG)
-# goes into `snakemake --report`. Path helpers: gpuvar/plots/snakemake_helpers.py.
-import gpuvar.plots.snakemake_helpers as plot_paths
-
+# goes into `snakemake --report`. Path helpers: gpuvar/workflow/figures.py.
 PLOT_FORMATS = list(CFG.plots.formats)
 REPORT_FORMAT = plot_paths.report_format(PLOT_FORMATS)

@@ -1,8 +1,6 @@
 # Comparisons (config `comparisons`): per entry, `gpuvar compare` of two datasets after both are ingested,
 # binned and analysed; one DAG branch each. Outputs in results/compare/{comparison}/ (see docs/compare.md);
-# the figures go into `snakemake --report` under "Comparisons". Path helpers: gpuvar/compare/workflow.py.
-
-import gpuvar.compare.workflow as compare_paths
+# the figures go into `snakemake --report` under "Comparisons". Path helpers: gpuvar/workflow/compare.py.
 
 COMPARISONS = {c.name: c for c in CFG.comparisons}
 COMPARE_OUTPUTS = compare_paths.comparison_outputs(CFG)
@@ -16,11 +14,11 @@ rule compare_runs:
             )
         ),
     output:
-        json="results/compare/{comparison}/compare.json",
-        kernels="results/compare/{comparison}/kernels.csv",
-        diff="results/compare/{comparison}/causal_diff.csv",
+        json=f"{files.COMPARE_DIR}/{files.COMPARE_RECORD}",
+        kernels=f"{files.COMPARE_DIR}/{files.COMPARE_KERNELS}",
+        diff=f"{files.COMPARE_DIR}/{files.COMPARE_CAUSAL_DIFF}",
         forest=plot_paths.figure_files(
-            "results/compare/{comparison}/forest",
+            f"{files.COMPARE_DIR}/forest",
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/compare_forest.rst",
@@ -29,7 +27,7 @@ rule compare_runs:
             labels={"comparison": "{comparison}", "figure": "kernel ratios"},
         ),
         delta_time=plot_paths.figure_files(
-            "results/compare/{comparison}/delta_time",
+            f"{files.COMPARE_DIR}/delta_time",
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/compare_delta_time.rst",
@@ -38,7 +36,7 @@ rule compare_runs:
             labels={"comparison": "{comparison}", "figure": "where the time went"},
         ),
         distributions=plot_paths.figure_files(
-            "results/compare/{comparison}/distributions",
+            f"{files.COMPARE_DIR}/distributions",
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/compare_distributions.rst",
@@ -47,7 +45,7 @@ rule compare_runs:
             labels={"comparison": "{comparison}", "figure": "distributions"},
         ),
         causal=plot_paths.figure_files(
-            "results/compare/{comparison}/causal_diff",
+            f"{files.COMPARE_DIR}/causal_diff",
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/compare_causal_diff.rst",
@@ -68,12 +66,25 @@ rule compare_runs:
         mem_mb=4000,
         runtime=20,
     params:
-        args=lambda wildcards, input, output: rule_args.compare_arguments(
-            REG,
-            COMPARISONS[wildcards.comparison],
+        command="compare",
+        positional=lambda wildcards, input: [
             input.baseline_kernels,
             input.candidate_kernels,
-            rule_args.folder(output.json),
+        ],
+        output=lambda wildcards, output: files.folder(output.json),
+        names=lambda wildcards: compare_paths.names(COMPARISONS[wildcards.comparison]),
+        key=lambda wildcards: COMPARISONS[wildcards.comparison].key,
+        min_effect=lambda wildcards: COMPARISONS[wildcards.comparison].min_effect,
+        # per target both datasets analyse: its binning and causal folders
+        baseline_bin=lambda wildcards, input: compare_paths.folders(input.baseline_bins),
+        baseline_causal=lambda wildcards, input: input.baseline_causal,
+        candidate_bin=lambda wildcards, input: compare_paths.folders(
+            input.candidate_bins
         ),
+        candidate_causal=lambda wildcards, input: input.candidate_causal,
+        seed=CFG.causal.seed,
+        min_probability=CFG.plots.min_probability,
+        formats=PLOT_FORMATS,
+        dpi=CFG.plots.dpi,
     script:
-        f"{SCRIPTS}/compare_runs.py"
+        GPUVAR

@@ -1,20 +1,9 @@
 # The embedded demo (config `demo`): deterministic synthetic traces in real profiler formats.
-DEMO_FILES = [f"rank{rank}.sqlite" for rank in range(4)] + [
-    "perfcounter_ncu.csv",
-    "amd_rocprof.csv",
-    "pair_baseline.sqlite",
-    "pair_candidate.sqlite",
-    "kineto_rank0.json.gz",
-    "kineto_rank1.json.gz",
-    "demo.json",
-]
-
-
 if CFG.demo.enabled:
 
     rule make_demo_data:
         output:
-            expand("resources/demo/{file}", file=DEMO_FILES),
+            expand(f"{files.DEMO_DIR}/{{file}}", file=files.DEMO_FILES),
         log:
             "logs/make_demo_data/demo.log",
         benchmark:
@@ -26,6 +15,9 @@ if CFG.demo.enabled:
             mem_mb=2000,
             runtime=10,
         params:
-            args=rule_args.demo_arguments(REG, "resources/demo"),
+            command="demo-data",
+            output=lambda wildcards, output: files.folder(output[0]),
+            seed=CFG.demo.seed,
+            rows=CFG.demo.rows,
         script:
-            f"{SCRIPTS}/make_demo_data.py"
+            GPUVAR

@@ -18,11 +18,14 @@ rule find_actionable_kernels:
         mem_mb=2000,
         runtime=15,
     params:
-        args=lambda wildcards, input, output: rule_args.findings_arguments(
-            wildcards.dataset, input, output[0], CFG.causal.seed
-        ),
+        command="findings",
+        positional=lambda wildcards, input: files.folder(input.kernels),
+        output=lambda wildcards, output: output[0],
+        name=lambda wildcards: wildcards.dataset,
+        causal=lambda wildcards, input: input.get("causal"),  # when kernel_variability is analysed
+        seed=CFG.causal.seed,
     script:
-        f"{SCRIPTS}/find_actionable_kernels.py"
+        GPUVAR
 
 
 rule summarise_findings:
@@ -47,11 +50,14 @@ rule summarise_findings:
         mem_mb=500,
         runtime=5,
     params:
-        args=lambda wildcards, input, output: rule_args.findings_page_arguments(
-            input, output.record
-        ),
+        command="findings",
+        positional=lambda wildcards, input: [
+            f"{folder}/{files.FINDINGS_RECORD}" for folder in input
+        ],
+        output=lambda wildcards, output: files.folder(output.record),
+        combine=True,
     script:
-        f"{SCRIPTS}/find_actionable_kernels.py"
+        GPUVAR
 
 
 rule analyse_ranks:
@@ -70,8 +76,12 @@ rule analyse_ranks:
         mem_mb=4000,
         runtime=15,
     params:
-        args=lambda wildcards, input, output: rule_args.ranks_arguments(
-            input, output[0], CFG.causal.seed
-        ),
+        command="ranks",
+        # the original traces (--traces), else the merged ingest folder
+        positional=lambda wildcards, input: input.get("traces")
+        or files.folder(input.kernels),
+        traces=lambda wildcards, input: "traces" in input.keys(),
+        output=lambda wildcards, output: output[0],
+        seed=CFG.causal.seed,
     script:
-        f"{SCRIPTS}/analyse_ranks.py"
+        GPUVAR

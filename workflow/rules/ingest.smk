@@ -2,6 +2,7 @@
 # read (raw Parquet, the vendor's column names); normalize_columns applies Table 1 and the canonical schema.
 # Editing the mapping reruns only normalize_columns, never the slow read. A merged dataset (merge: true,
 # several rank files) gets ingest_rank + normalize_rank per file, then merge_ranks adds a rank column.
+# Each rule names the `gpuvar` command it runs and every option it passes in `params:`.
 SINGLE_DATASETS = names_regex(REG.names(merged=False))
 MERGED_DATASETS = names_regex(REG.names(merged=True))
 
@@ -24,17 +25,19 @@ rule ingest_trace:
         mem_mb=4000,
         runtime=30,
     params:
-        args=lambda wildcards, input, output: rule_args.read_arguments(
-            REG, wildcards.dataset, input[0], output[0]
-        ),
+        command="read",
+        positional=lambda wildcards, input: input[0],
+        output=lambda wildcards, output: output[0],
+        format=lambda wildcards: DATASETS[wildcards.dataset].format,
+        keep_vendor_columns=CFG.ingest.keep_vendor_columns,
     script:
-        f"{SCRIPTS}/ingest_trace.py"
+        GPUVAR
 
 
 rule normalize_columns:
     input:
         raw=f"{files.INGEST_DIR}/{files.RAW_FOLDER}",
-        mapping=rule_args.mapping_files(),
+        mapping=files.mapping_files(),
     output:
         kernels=files.ingest_file(files.KERNELS_TABLE),
         memcpy=files.ingest_file(files.MEMCPY_TABLE),
@@ -51,8 +54,12 @@ rule normalize_columns:
     resources:
         mem_mb=4000,
         runtime=20,
+    params:
+        command="normalize",
+        positional=lambda wildcards, input: input.raw,
+        output=lambda wildcards, output: files.folder(output.report),
     script:
-        f"{SCRIPTS}/normalize_columns.py"
+        GPUVAR
 
 
 use rule ingest_trace as ingest_rank with:
@@ -72,7 +79,7 @@ use rule ingest_trace as ingest_rank with:
 use rule normalize_columns as normalize_rank with:
     input:
         raw=f"{files.RANK_INGEST_DIR}/{files.RAW_FOLDER}",
-        mapping=rule_args.mapping_files(),
+        mapping=files.mapping_files(),
     output:
         kernels=files.ingest_file(files.KERNELS_TABLE, files.RANK_INGEST_DIR),
         memcpy=files.ingest_file(files.MEMCPY_TABLE, files.RANK_INGEST_DIR),
@@ -105,5 +112,9 @@ rule merge_ranks:
     resources:
         mem_mb=4000,
         runtime=30,
+    params:
+        command="ingest-merge",
+        positional=lambda wildcards, input: [files.folder(report) for report in input],
+        output=lambda wildcards, output: files.folder(output.report),
     script:
-        f"{SCRIPTS}/merge_ranks.py"
+        GPUVAR

@@ -13,9 +13,11 @@ if REG.paper is not None:
 
     rule make_paper_perfcounter_demo:
         output:
-            "resources/paper/{name}_ncu.csv",
+            files.PAPER_DEMO_TRACE,
         log:
             "logs/make_paper_perfcounter_demo/{name}.log",
+        benchmark:
+            "benchmarks/make_paper_perfcounter_demo/{name}.tsv"
         wildcard_constraints:
             name=names_regex(PAPER.demo_perfcounter),
         conda:
@@ -25,8 +27,11 @@ if REG.paper is not None:
             mem_mb=1000,
             runtime=10,
         params:
-            args=lambda wildcards, output: rule_args.paper_demo_arguments(
-                REG, wildcards.name, output[0]
-            ),
+            command="demo-data",
+            output=lambda wildcards, output: output[0],
+            format="ncu",
+            rows=lambda wildcards: PAPER.demo_perfcounter[wildcards.name]["rows"],
+            variant=lambda wildcards: PAPER.demo_perfcounter[wildcards.name]["variant"],
+            seed=CFG.demo.seed,
         script:
-            f"{SCRIPTS}/make_demo_data.py"
+            GPUVAR

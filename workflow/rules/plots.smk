@@ -1,6 +1,6 @@
 # Figures per dataset and target: a causal graph per analysis group, parallel coordinates of the top-k rows
-# and the variability timeline; the scaling study's figure; the paper's figures. Each rule's script runs
-# `gpuvar plot ...` (workflow/scripts/plot.py).
+# and the variability timeline; the scaling study's figure; the paper's figures. Each rule runs the
+# `gpuvar plot ...` its params name, with the plots settings by name.
 
 PLOT_OUTPUTS = plot_paths.plot_outputs(ANALYSES, CFG)
 
@@ -21,6 +21,8 @@ rule plot_causal_graphs:
         ),
     log:
         "logs/plot_causal_graphs/{dataset}_{target}.log",
+    benchmark:
+        "benchmarks/plot_causal_graphs/{dataset}_{target}.tsv"
     conda:
         ENV
     threads: 1
@@ -28,11 +30,16 @@ rule plot_causal_graphs:
         mem_mb=2000,
         runtime=10,
     params:
-        args=lambda wildcards, input, output: rule_args.causal_figure_arguments(
-            REG, input[0], output[0]
-        ),
+        command="plot causal",
+        positional=lambda wildcards, input: input[0],
+        output=lambda wildcards, output: output[0],
+        which="all",
+        formats=PLOT_FORMATS,
+        dpi=CFG.plots.dpi,
+        min_variance_share=CFG.plots.min_variance_share,
+        min_probability=CFG.plots.min_probability,
     script:
-        f"{SCRIPTS}/plot.py"
+        GPUVAR
 
 
 rule plot_parallel_coordinates:
@@ -55,6 +62,8 @@ rule plot_parallel_coordinates:
         data=f"{files.PLOT_DIR}/parallel.csv",
     log:
         "logs/plot_parallel_coordinates/{dataset}_{target}.log",
+    benchmark:
+        "benchmarks/plot_parallel_coordinates/{dataset}_{target}.tsv"
     conda:
         ENV
     threads: 1
@@ -62,11 +71,15 @@ rule plot_parallel_coordinates:
         mem_mb=2000,
         runtime=10,
     params:
-        args=lambda wildcards, input, output: rule_args.parallel_arguments(
-            REG, input.rows, output.data, wildcards.target
-        ),
+        command="plot parallel",
+        positional=lambda wildcards, input: input.rows,
+        output=lambda wildcards, output: files.stem(output.data),
+        target=lambda wildcards: wildcards.target,
+        features=CFG.plots.parallel_features,
+        formats=PLOT_FORMATS,
+        dpi=CFG.plots.dpi,
     script:
-        f"{SCRIPTS}/plot.py"
+        GPUVAR
 
 
 rule plot_variability_timeline:
@@ -90,6 +103,8 @@ rule plot_variability_timeline:
         data=f"{files.PLOT_DIR}/timeline.csv",
     log:
         "logs/plot_variability_timeline/{dataset}_{target}.log",
+    benchmark:
+        "benchmarks/plot_variability_timeline/{dataset}_{target}.tsv"
     conda:
         ENV
     threads: 1
@@ -97,11 +112,15 @@ rule plot_variability_timeline:
         mem_mb=2000,
         runtime=10,
     params:
-        args=lambda wildcards, input, output: rule_args.timeline_arguments(
-            REG, input.bins, input.report, output.data, wildcards.target
-        ),
+        command="plot timeline",
+        positional=lambda wildcards, input: input.bins,
+        bin_json=lambda wildcards, input: input.report,
+        output=lambda wildcards, output: files.stem(output.data),
+        target=lambda wildcards: wildcards.target,
+        formats=PLOT_FORMATS,
+        dpi=CFG.plots.dpi,
     script:
-        f"{SCRIPTS}/plot.py"
+        GPUVAR
 
 
 rule plot_scaling:
@@ -111,7 +130,7 @@ rule plot_scaling:
         ),
     output:
         figures=plot_paths.figure_files(
-            "results/scaling/{trace}/{target}/ranks_{ranklist}/scaling",
+            files.SCALING_FIGURE,
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/scaling.rst",
@@ -124,9 +143,11 @@ rule plot_scaling:
                 "figure": "strong scaling",
             },
         ),
-        data="results/scaling/{trace}/{target}/ranks_{ranklist}/scaling.csv",
+        data=f"{files.SCALING_FIGURE}.csv",
     log:
         "logs/plot_scaling/{trace}_{target}_{ranklist}.log",
+    benchmark:
+        "benchmarks/plot_scaling/{trace}_{target}_{ranklist}.tsv"
     wildcard_constraints:
         trace=plot_paths.SCALING_TRACE,
         ranklist=r"\d+(_\d+)*",
@@ -137,11 +158,13 @@ rule plot_scaling:
         mem_mb=1000,
         runtime=10,
     params:
-        args=lambda wildcards, input, output: rule_args.scaling_arguments(
-            REG, input, output.data
-        ),
+        command="plot scaling",
+        positional=lambda wildcards, input: input,
+        output=lambda wildcards, output: files.stem(output.data),
+        formats=PLOT_FORMATS,
+        dpi=CFG.plots.dpi,
     script:
-        f"{SCRIPTS}/plot.py"
+        GPUVAR
 
 
 # The paper's figures (`snakemake paper`, paper.smk): the rules above with the paper's paths and choices.
@@ -160,7 +183,7 @@ if REG.paper is not None:
     use rule plot_causal_graphs as plot_paper_causal_graphs with:
         output:
             report(
-                directory("results/paper/{fig}/{dataset}_{target}"),
+                directory(f"{files.PAPER_FIGURE_DIR}/{{dataset}}_{{target}}"),
                 patterns=[f"{{group}}.{REPORT_FORMAT}"],
                 caption="../report/paper_causal.rst",
                 category="paper",
@@ -171,17 +194,17 @@ if REG.paper is not None:
             ),
         log:
             "logs/plot_paper_causal_graphs/{fig}_{dataset}_{target}.log",
+        benchmark:
+            "benchmarks/plot_paper_causal_graphs/{fig}_{dataset}_{target}.tsv"
         wildcard_constraints:
             fig=plot_paths.figure_names(REG.paper, "causal"),
         params:
-            args=lambda wildcards, input, output: rule_args.causal_figure_arguments(
-                REG, input[0], output[0], REG.paper.figures[wildcards.fig].groups
-            ),
+            which=lambda wildcards: REG.paper.figures[wildcards.fig].groups,
 
     use rule plot_parallel_coordinates as plot_paper_parallel_coordinates with:
         output:
             figures=plot_paths.figure_files(
-                "results/paper/{fig}/{dataset}_{target}",
+                f"{files.PAPER_FIGURE_DIR}/{{dataset}}_{{target}}",
                 PLOT_FORMATS,
                 REPORT_FORMAT,
                 caption="../report/paper_parallel.rst",
@@ -194,19 +217,16 @@ if REG.paper is not None:
                     "group": "top-k rows",
                 },
             ),
-            data="results/paper/{fig}/{dataset}_{target}.csv",
+            data=f"{files.PAPER_FIGURE_DIR}/{{dataset}}_{{target}}.csv",
         log:
             "logs/plot_paper_parallel_coordinates/{fig}_{dataset}_{target}.log",
+        benchmark:
+            "benchmarks/plot_paper_parallel_coordinates/{fig}_{dataset}_{target}.tsv"
         wildcard_constraints:
             fig=plot_paths.figure_names(REG.paper, "parallel"),
         params:
-            args=lambda wildcards, input, output: rule_args.parallel_arguments(
-                REG,
-                input.rows,
-                output.data,
-                wildcards.target,
-                REG.paper.figures[wildcards.fig].features,
-            ),
+            features=lambda wildcards: REG.paper.figures[wildcards.fig].features
+            or CFG.plots.parallel_features,
 
     use rule plot_scaling as plot_paper_scaling with:
         input:
@@ -219,7 +239,7 @@ if REG.paper is not None:
             ),
         output:
             figures=plot_paths.figure_files(
-                "results/paper/{fig}/scaling",
+                f"{files.PAPER_FIGURE_DIR}/scaling",
                 PLOT_FORMATS,
                 REPORT_FORMAT,
                 caption="../report/scaling.rst",
@@ -232,8 +252,10 @@ if REG.paper is not None:
                     "group": "scaling",
                 },
             ),
-            data="results/paper/{fig}/scaling.csv",
+            data=f"{files.PAPER_FIGURE_DIR}/scaling.csv",
         log:
             "logs/plot_paper_scaling/{fig}.log",
+        benchmark:
+            "benchmarks/plot_paper_scaling/{fig}.tsv"
         wildcard_constraints:
             fig=plot_paths.figure_names(REG.paper, "scaling"),

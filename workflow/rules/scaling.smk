@@ -13,8 +13,8 @@ rule scaling:
 
 rule make_scaling_trace:
     output:
-        kernels=f"resources/scaling/demo-{{rows}}/{files.KERNELS_TABLE}",
-        memcpy=f"resources/scaling/demo-{{rows}}/{files.MEMCPY_TABLE}",
+        kernels=f"{files.SCALING_TRACE_DIR}/{files.KERNELS_TABLE}",
+        memcpy=f"{files.SCALING_TRACE_DIR}/{files.MEMCPY_TABLE}",
     log:
         "logs/make_scaling_trace/demo-{rows}.log",
     benchmark:
@@ -28,8 +28,11 @@ rule make_scaling_trace:
         mem_mb=4000,
         runtime=30,
     params:
-        args=lambda wildcards, output, threads: rule_args.scaling_trace_arguments(
-            REG, wildcards.rows, threads, output.kernels
-        ),
+        command="demo-data",
+        output=lambda wildcards, output: files.folder(output.kernels),
+        format="canonical",
+        rows=lambda wildcards: wildcards.rows,
+        seed=CFG.demo.seed,
+        workers=lambda wildcards, threads: threads,
     script:
-        f"{SCRIPTS}/make_demo_data.py"
+        GPUVAR

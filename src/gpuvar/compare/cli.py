@@ -16,6 +16,11 @@ from pathlib import Path
 from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY
 
 
+def folder_list(text: str) -> list[str]:
+    """DIR or DIR,DIR,...: one folder per target (the workflow passes them comma-separated)."""
+    return [part for part in text.split(",") if part]
+
+
 def configure(p):
     from gpuvar.options import ConfigOption, add_options
     from gpuvar.plots.cli import FIGURE_OPTIONS
@@ -27,17 +32,19 @@ def configure(p):
     for side in ("baseline", "candidate"):
         p.add_argument(
             f"--{side}-bin",
-            action="append",
+            action="extend",
+            type=folder_list,
             default=[],
-            metavar="DIR",
-            help=f"{side} `gpuvar bin` output folder (repeat for several targets)",
+            metavar="DIR[,DIR]",
+            help=f"{side} `gpuvar bin` output folder, one per target (comma-separated or repeated; default: none)",
         )
         p.add_argument(
             f"--{side}-causal",
-            action="append",
+            action="extend",
+            type=folder_list,
             default=[],
-            metavar="DIR",
-            help=f"{side} `gpuvar causal` output folder (repeat for several targets)",
+            metavar="DIR[,DIR]",
+            help=f"{side} `gpuvar causal` output folder, one per target (comma-separated or repeated; default: none)",
         )
     p.add_argument("--names", help="labels of the two runs, 'A,B' (default: the folder or dataset names)")
     p.add_argument(

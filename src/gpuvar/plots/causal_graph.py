@@ -837,7 +837,7 @@ def plot_group(
 
 
 # outdir/index.csv of plot_causal_dir: one row per group; `name` and `checks` are what the HTML report lists
-# each figure by (gpuvar.plots.snakemake_helpers.causal_labels), `slug` is the figure's file name
+# each figure by (gpuvar.workflow.figures.causal_labels), `slug` is the figure's file name
 INDEX_COLUMNS = ["group", "slug", "name", "checks", "status", "edges", "shown", "hidden", "reason"]
 REPORT_NAME_WIDTH = 80
 

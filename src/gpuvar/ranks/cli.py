@@ -9,8 +9,12 @@ import json
 
 
 def configure(parser) -> None:
-    parser.add_argument("inputs", nargs="*", metavar="INGEST_DIR", help="a merged ingest or one ingest per rank")
-    parser.add_argument("--traces", nargs="+", metavar="TRACE", help="the original traces, one per rank")
+    parser.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="a merged ingest or one ingest per rank; with --traces: the traces"
+    )
+    parser.add_argument(
+        "--traces", action="store_true", help="the inputs are the original traces, one per rank (default: ingests)"
+    )
     parser.add_argument("-o", "--output", required=True, help="output folder")
     parser.add_argument(
         "--seed",
@@ -21,14 +25,11 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from gpuvar.errors import GpuvarError
     from gpuvar.ranks.analyze import analyze
     from gpuvar.ranks.load import from_ingest, from_traces
     from gpuvar.ranks.report import write_outputs
 
-    if bool(args.inputs) == bool(args.traces):
-        raise GpuvarError("give either INGEST_DIR... or --traces TRACE..., not both or neither")
-    data = from_traces(args.traces) if args.traces else from_ingest(args.inputs)
+    data = from_traces(args.inputs) if args.traces else from_ingest(args.inputs)
     result = analyze(data, seed=args.seed)
     write_outputs(result, data, args.output)
     print(json.dumps({"output": str(args.output), "findings": result.findings}))

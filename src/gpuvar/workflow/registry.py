@@ -88,6 +88,19 @@ class Registry:
         ranks = [RANKS_DIR.format(dataset=name) for name in self.ranks_datasets]
         return outputs + [CHECKS_TABLE, f"{FINDINGS_DIR}/{FINDINGS_RECORD}", *ranks]
 
+    def group_by(self, dataset: str) -> str:
+        """The column a dataset's causal analysis groups by: its group_by, or 'none' (one whole-dataset graph)
+        when causal.per_group is off."""
+        return self.datasets[dataset].group_by if self.cfg.causal.per_group else "none"
+
+    def causal_rows(self, input) -> str:
+        """The rows `gpuvar causal` fits (causal.rows): the top-k bins' rows, or the random bins' rows."""
+        return input.rows if self.cfg.causal.rows == "top_k" else input.sample
+
+    def random_rows(self, input) -> str | None:
+        """The random bins' rows the top-k fit is compared with (--random-rows); None when those are the fit."""
+        return input.sample if self.cfg.causal.rows == "top_k" else None
+
     def names(self, merged: bool | None = None) -> list[str]:
         """Dataset names; merged=True/False: only datasets combined from rank files, or only single files."""
         return [n for n, d in self.datasets.items() if merged is None or d.merge == merged]

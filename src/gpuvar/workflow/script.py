@@ -1,7 +1,15 @@
-"""Runner for workflow/scripts/*.py: a rule's script hands a `gpuvar` command its arguments as a list.
+"""The one runner of the workflow's rules (workflow/scripts/gpuvar_command.py): a rule names its `gpuvar`
+command and every option it passes in `params:`, and this turns them into the command's arguments.
 
-Snakemake's `script:` directive passes inputs, outputs, params and the log as Python objects, so no value of a
-config or a file name is ever parsed by a shell. The command runs in-process, exactly as `gpuvar ...` would
+    params:
+        command="causal",            # gpuvar causal
+        positional=input.rows,       # its positional arguments (a path or a list)
+        random_rows=input.sample,    # --random-rows <path>
+        features=["a", "b"],         # --features a,b    (a list: comma-separated, as every list option)
+        prior=True,                  # --prior           (False: --no-prior; None or []: not passed)
+
+Snakemake's `script:` directive hands params, inputs, outputs and the log over as Python objects, so no value of
+a config or a file name is ever parsed by a shell. The command runs in-process, exactly as `gpuvar ...` would
 from a terminal (same checks, same one-line errors), with stdout and stderr going to the rule's log.
 """
 
@@ -9,6 +17,37 @@ from __future__ import annotations
 
 import os
 import sys
+
+from gpuvar.options import comma_list
+
+SPECIAL = ("command", "positional")
+
+
+def option_words(name: str, value) -> list[str]:
+    """One named param as the option it stands for: name `random_rows` is --random-rows."""
+    flag = "--" + name.replace("_", "-")
+    if value is None or (isinstance(value, list | tuple) and not value):
+        return []
+    if isinstance(value, bool):
+        return [flag] if value else ["--no-" + flag.removeprefix("--")]
+    return [flag, comma_list(value)]
+
+
+def command_line(params) -> list[str]:
+    """`gpuvar` arguments from a rule's params (name -> value, in the rule's order): the command's words,
+    the positional arguments, then every other param as an option."""
+    named = dict(params.items()) if hasattr(params, "items") else dict(params)
+    words = str(named.pop("command")).split()
+    positional = named.pop("positional", [])
+    words += [str(p) for p in ([positional] if isinstance(positional, str) else positional)]
+    for name, value in named.items():
+        words += option_words(name, value)
+    return words
+
+
+def run_rule(snakemake) -> None:
+    """Run the rule's `gpuvar` command with output to snakemake.log[0]; exit with its status."""
+    run_gpuvar(snakemake, *command_line(snakemake.params))
 
 
 def run_gpuvar(snakemake, command: str, *arguments) -> None:

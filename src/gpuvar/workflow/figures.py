@@ -1,4 +1,4 @@
-"""Path helpers for workflow/rules/plots.smk and paper.smk (kept out of the .smk files: `snakemake --lint`
+"""Figure paths and report labels for workflow/rules/plots.smk and paper.smk (kept out of the .smk files: `snakemake --lint`
 wants functions in modules, and these can be unit-tested without Snakemake running a workflow)."""
 
 from __future__ import annotations
@@ -8,11 +8,20 @@ import functools
 import re
 from pathlib import Path
 
-from gpuvar.artifacts import KERNELS_TABLE, ingest_file
+from gpuvar.artifacts import (
+    BIN_REPORT,
+    DEMO_DIR,
+    KERNELS_TABLE,
+    PAPER_FIGURE_DIR,
+    PLOT_DIR,
+    SCALING_FIGURE,
+    SCALING_RUN,
+    SCALING_TRACE_DIR,
+    ingest_file,
+)
 
 DEMO_TRACE = re.compile(r"demo-(\d+)")
 SCALING_TRACE = r"[A-Za-z0-9][A-Za-z0-9_.-]*"  # a dataset name or demo-<rows>
-SCALING_RUN = "results/scaling/{trace}/{target}/ranks{ranks}"  # one binning run of the scaling study
 
 
 def figure_files(stem: str, formats: list[str], report_format: str, **report_args) -> list:
@@ -82,26 +91,27 @@ def with_data(stem: str, formats: list[str]) -> list[str]:
 def scaling_trace(dataset, rows: int, demo_enabled: bool) -> str:
     """What the scaling study bins: a canonical demo trace of `rows` launches ('demo-<rows>') when the dataset
     is one of the embedded demo files (20k launches are too few to time), else the dataset's ingested trace."""
-    demo = demo_enabled and str(dataset.source).startswith("resources/demo/")
+    demo = demo_enabled and str(dataset.source).startswith(f"{DEMO_DIR}/")
     return f"demo-{rows}" if demo else dataset.name
 
 
 def scaling_kernels(trace: str, table: str = KERNELS_TABLE) -> str:
     """The table (kernels.parquet, memcpy.parquet) a scaling run reads: the canonical demo trace's, or the
     dataset's ingest output."""
-    if DEMO_TRACE.fullmatch(trace):
-        return f"resources/scaling/{trace}/{table}"
+    demo = DEMO_TRACE.fullmatch(trace)
+    if demo:
+        return f"{SCALING_TRACE_DIR.format(rows=demo[1])}/{table}"
     return ingest_file(table).format(dataset=trace)
 
 
 def scaling_reports(trace: str, target: str, ranks) -> list[str]:
     """bin.json of each scaling run, one per rank count."""
-    return [f"results/scaling/{trace}/{target}/ranks{int(r)}/bin.json" for r in ranks]
+    return [f"{SCALING_RUN.format(trace=trace, target=target, ranks=int(r))}/{BIN_REPORT}" for r in ranks]
 
 
 def scaling_stem(trace: str, target: str, ranks) -> str:
     """Where the scaling figure of these runs goes; the rank list is in the path so changing it replots."""
-    return f"results/scaling/{trace}/{target}/ranks_{'_'.join(str(r) for r in sorted(ranks))}/scaling"
+    return SCALING_FIGURE.format(trace=trace, target=target, ranklist="_".join(str(r) for r in sorted(ranks)))
 
 
 def plot_outputs(analyses, cfg) -> list[str]:
@@ -111,7 +121,7 @@ def plot_outputs(analyses, cfg) -> list[str]:
     formats = list(cfg.plots.formats)
     outputs = []
     for dataset, target in analyses:
-        base = f"results/plots/{dataset}/{target}"
+        base = PLOT_DIR.format(dataset=dataset, target=target)
         outputs.append(f"{base}/causal")
         outputs += with_data(f"{base}/parallel", formats) + with_data(f"{base}/timeline", formats)
     return outputs
@@ -133,12 +143,12 @@ def paper_outputs(paper, formats: list[str], names: dict[str, str] | None = None
     for fig in paper.figures.values():
         pairs = [(names.get(d, d), t) for d in fig.datasets for t in fig.targets]
         if fig.kind == "causal":
-            outputs += [f"results/paper/{fig.name}/{d}_{t}" for d, t in pairs]
+            outputs += [f"{PAPER_FIGURE_DIR.format(fig=fig.name)}/{d}_{t}" for d, t in pairs]
         elif fig.kind == "parallel":
             for d, t in pairs:
-                outputs += with_data(f"results/paper/{fig.name}/{d}_{t}", formats)
+                outputs += with_data(f"{PAPER_FIGURE_DIR.format(fig=fig.name)}/{d}_{t}", formats)
         else:
-            outputs += with_data(f"results/paper/{fig.name}/scaling", formats)
+            outputs += with_data(f"{PAPER_FIGURE_DIR.format(fig=fig.name)}/scaling", formats)
     return outputs
 
 
