@@ -187,7 +187,21 @@ def _pieces(path: Path, remote: bool) -> list:
 
     with open_binary(path) as fh:
         stream = TraceStream(fh, path, chunk=4096)
-        return [repr(p) for p in stream.pieces(kineto.process_piece, remote=submit if remote else None)]
+        return [repr(_plain(p)) for p in stream.pieces(kineto.process_piece, remote=submit if remote else None)]
+
+
+def _plain(value):
+    """A piece's result with its Arrow arrays as (type, values): comparable by repr (an Arrow array's repr
+    holds its address)."""
+    import pyarrow as pa
+
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, pa.Array):
+        return (str(value.type), value.to_pylist())
+    return value
 
 
 @pytest.mark.timeout(max(120, 3 * EXAMPLES))
