@@ -171,7 +171,7 @@ def test_bad_ts_and_negative_dur_are_dropped_and_counted(tmp_path):
     assert k["dropped"] == {"missing or non-numeric ts/dur": 3, "negative dur (end before start)": 1}
 
 
-def _pieces(path: Path, remote: bool) -> list:
+def _pieces(path: Path, remote: bool, mapped: bool = False) -> list:
     """Every piece's compact columns, read in-process or through the pipelined path (the worker function run
     in-process behind a Future), with small chunks so that a damaged file crosses many cuts."""
     from concurrent.futures import Future
@@ -186,7 +186,7 @@ def _pieces(path: Path, remote: bool) -> list:
         return future
 
     with open_binary(path) as fh:
-        stream = TraceStream(fh, path, chunk=4096)
+        stream = TraceStream(fh, path, chunk=4096, mapped=mapped)
         return [repr(_plain(p)) for p in stream.pieces(kineto.process_piece, remote=submit if remote else None)]
 
 
@@ -214,9 +214,9 @@ def test_pipelined_reading_matches_in_process_reading(mutation, salt):
         path = Path(tmp) / "t.json"
         path.write_bytes(data)
         outcomes = []
-        for remote in (False, True):
+        for remote, mapped in ((False, False), (True, False), (True, True)):
             try:
-                outcomes.append(_pieces(path, remote))
+                outcomes.append(_pieces(path, remote, mapped))
             except GpuvarError as exc:  # the same error; where it is reported depends on where pieces were cut
                 outcomes.append(re.sub(r"byte \d+", "byte N", str(exc)))
-        assert outcomes[0] == outcomes[1]
+        assert outcomes[0] == outcomes[1] == outcomes[2]

@@ -196,9 +196,10 @@ def test_generated_trace_round_trips(tmp_path):
     assert again["kernel"] == 3000
 
 
-def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path):
+@pytest.mark.parametrize("mapped", [False, True])
+def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path, mapped):
     """The pipelined path: a wrong fast cut (a '},{' inside a name) comes back None from the 'worker' and is
-    read again in-process; every event arrives once, in order."""
+    read again in-process; every event arrives once, in order (the file read, or memory-mapped)."""
     from concurrent.futures import Future
 
     evil = [
@@ -231,7 +232,8 @@ def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path)
 
     seen = []
     with open(path, "rb") as fh:
-        stream = TraceStream(fh, path, chunk=2048)
+        stream = TraceStream(fh, path, chunk=2048, mapped=mapped)
+        assert stream.mapped == mapped
         for piece in stream.pieces(decode, remote=remote, depth=3):
             seen.extend(piece)
     assert seen == evil and stream.top == {"distributedInfo": {"rank": 2}}

@@ -205,8 +205,8 @@ def _remote(pool: ProcessPoolExecutor, path: Path, fh):
     content of a compressed one travels to the worker through a pipe."""
     if isinstance(fh, io.BufferedReader):  # the file as it is (open_binary adds no decompressor)
 
-        def submit(data: bytes, at: int):
-            return pool.submit(_piece_at_in_worker, str(path), at, len(data), data[:32] + data[-32:])
+        def submit(data, at: int):  # (data: a memoryview of the mapped file)
+            return pool.submit(_piece_at_in_worker, str(path), at, len(data), bytes(data[:32]) + bytes(data[-32:]))
 
     else:
 
@@ -225,7 +225,8 @@ def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list, host: dic
     pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) if workers else None
     try:
         with open_binary(path) as fh:
-            stream = TraceStream(fh, path)
+            # workers read an uncompressed trace themselves: here the file is mapped, only the cuts are read
+            stream = TraceStream(fh, path, mapped=pool is not None and isinstance(fh, io.BufferedReader))
             remote = _remote(pool, path, fh) if pool is not None else None
             for part in stream.pieces(process_piece, remote=remote, depth=workers + 1):
                 counts["events"] += part["events"]
