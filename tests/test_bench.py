@@ -68,3 +68,45 @@ def test_bench_binning_polars_agrees_with_gpuvar(tmp_path, run_cli):
         assert out["gpuvar_over_polars"] == pytest.approx(out["gpuvar_s"] / out["polars_s"], rel=0.05)
         assert out["gpuvar_runs_s"] == [out["gpuvar_s"]] and out["polars_runs_s"] == [out["polars_s"]]
         assert out["gpuvar_fixed_s"] < out["gpuvar_s"] and out["sample_bins"] == 0
+
+
+@pytest.mark.mpi
+def test_bench_paper_scale_bins_every_trace_at_once(tmp_path, run_cli):
+    result = run_cli(
+        "bench",
+        "paper-scale",
+        "--rows",
+        "4000",
+        "--ranks",
+        "2",
+        "--traces",
+        "2",
+        "--bin-width",
+        "1ms",
+        "--top-k",
+        "3",
+        "--data-dir",
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    out = json.loads(result.stdout)
+    assert out["bench"] == "paper-scale"
+    assert (out["traces"], out["rows_per_trace"], out["ranks_per_trace"], out["total_ranks"]) == (2, 4000, 2, 4)
+    assert out["rows_binned"] == [4000, 4000] and all(b > 3 for b in out["bins"])
+    assert len(out["trace_wall_s"]) == len(out["phase_s"]) == len(out["peak_rss_mb_per_rank"]) == 2
+    assert 0 < max(out["trace_wall_s"]) == out["wall_s"]
+    assert all(len(rss) == 2 for rss in out["peak_rss_mb_per_rank"])  # one per rank
+    assert out["rows_per_s"] == pytest.approx(8000 / out["wall_s"], rel=0.01)
+    assert len(set(out["data"])) == 2 and all(s is not None for s in out["generate_s"])  # two distinct traces
+    assert out["paper"] == {"traces": 4, "rows_per_trace": 93_000_000, "bins": 272_000, "ranks": 1024, "wall_s": 80.0}
+    again = json.loads(
+        run_cli(
+            "bench", "paper-scale", "--rows", "4000", "--ranks", "1", "--traces", "2", "--data-dir", tmp_path
+        ).stdout
+    )
+    assert again["generate_s"] == [None, None]  # the traces are reused
+
+
+def test_bench_paper_scale_refuses_a_bad_size(tmp_path, run_cli):
+    result = run_cli("bench", "paper-scale", "--rows", "0", "--data-dir", tmp_path)
+    assert result.returncode != 0 and "--rows must be positive" in result.stderr

@@ -171,7 +171,7 @@ def test_bad_ts_and_negative_dur_are_dropped_and_counted(tmp_path):
     assert k["dropped"] == {"missing or non-numeric ts/dur": 3, "negative dur (end before start)": 1}
 
 
-def _pieces(path: Path, remote: bool) -> list:
+def _pieces(path: Path, remote: bool, mapped: bool = False) -> list:
     """Every piece's compact columns, read in-process or through the pipelined path (the worker function run
     in-process behind a Future), with small chunks so that a damaged file crosses many cuts."""
     from concurrent.futures import Future
@@ -186,8 +186,22 @@ def _pieces(path: Path, remote: bool) -> list:
         return future
 
     with open_binary(path) as fh:
-        stream = TraceStream(fh, path, chunk=4096)
-        return [repr(p) for p in stream.pieces(kineto.process_piece, remote=submit if remote else None)]
+        stream = TraceStream(fh, path, chunk=4096, mapped=mapped)
+        return [repr(_plain(p)) for p in stream.pieces(kineto.process_piece, remote=submit if remote else None)]
+
+
+def _plain(value):
+    """A piece's result with its Arrow arrays as (type, values): comparable by repr (an Arrow array's repr
+    holds its address)."""
+    import pyarrow as pa
+
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, pa.Array):
+        return (str(value.type), value.to_pylist())
+    return value
 
 
 @pytest.mark.timeout(max(120, 3 * EXAMPLES))
@@ -200,9 +214,9 @@ def test_pipelined_reading_matches_in_process_reading(mutation, salt):
         path = Path(tmp) / "t.json"
         path.write_bytes(data)
         outcomes = []
-        for remote in (False, True):
+        for remote, mapped in ((False, False), (True, False), (True, True)):
             try:
-                outcomes.append(_pieces(path, remote))
+                outcomes.append(_pieces(path, remote, mapped))
             except GpuvarError as exc:  # the same error; where it is reported depends on where pieces were cut
                 outcomes.append(re.sub(r"byte \d+", "byte N", str(exc)))
-        assert outcomes[0] == outcomes[1]
+        assert outcomes[0] == outcomes[1] == outcomes[2]

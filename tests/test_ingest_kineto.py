@@ -8,6 +8,7 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import REAL_DATA, real_file
@@ -195,9 +196,10 @@ def test_generated_trace_round_trips(tmp_path):
     assert again["kernel"] == 3000
 
 
-def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path):
+@pytest.mark.parametrize("mapped", [False, True])
+def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path, mapped):
     """The pipelined path: a wrong fast cut (a '},{' inside a name) comes back None from the 'worker' and is
-    read again in-process; every event arrives once, in order."""
+    read again in-process; every event arrives once, in order (the file read, or memory-mapped)."""
     from concurrent.futures import Future
 
     evil = [
@@ -230,7 +232,8 @@ def test_pieces_decoded_elsewhere_are_redone_here_when_a_cut_was_wrong(tmp_path)
 
     seen = []
     with open(path, "rb") as fh:
-        stream = TraceStream(fh, path, chunk=2048)
+        stream = TraceStream(fh, path, chunk=2048, mapped=mapped)
+        assert stream.mapped == mapped
         for piece in stream.pieces(decode, remote=remote, depth=3):
             seen.extend(piece)
     assert seen == evil and stream.top == {"distributedInfo": {"rank": 2}}
@@ -320,6 +323,8 @@ def _same(a, b, where="piece") -> None:
     elif isinstance(a, np.ndarray):
         assert a.dtype == b.dtype and a.shape == b.shape, where
         assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), where
+    elif isinstance(a, pa.Array):
+        assert a.type == b.type and a.equals(b), where
     elif isinstance(a, float) and a != a:
         assert b != b, where
     else:
@@ -366,14 +371,17 @@ def test_the_typed_pass_reads_a_piece_as_the_field_by_field_read(monkeypatch, su
     events = events + _ODD_EVENTS * 3 + ([_REFUSED[odd]] if odd is not None else [])
     random.Random(odd).shuffle(events)
     data = json.dumps(events, indent=1).encode()
-    typed = kineto_pieces.process_piece(data)
-    _same(typed, kineto_pieces._process_raw(data))
+    whole = kineto_pieces._process_raw(data)
     if odd is not None:
         with pytest.raises((kineto_pieces._Refused, ValueError)):
             kineto_pieces._strict_piece(data)
     else:
-        _same(kineto_pieces._strict_piece(data), typed)
-    assert typed["events"] == len(events)
+        _same(kineto_pieces._strict_piece(data), whole)
+    result = kineto_pieces.process_piece(data)  # either, and the ts texts parsed
+    for cols in [whole["gpu"], *whole["host"].values()]:
+        cols["ts"] = kineto_pieces.ts_decimal(cols["ts"], len(cols["cat"]))
+    _same(result, whole)
+    assert result["events"] == len(events)
 
 
 @pytest.mark.parametrize("relative", [r for r in REAL if "h100-varlen-transformer" in r or "recsys" in r])

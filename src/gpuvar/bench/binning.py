@@ -78,13 +78,14 @@ def configure_binning(p):
     )
 
 
-def demo_trace(data_dir: Path, rows: int, seed: int) -> tuple[Path, float | None]:
-    """kernels.parquet of a cached demo trace (generated if absent); seconds spent generating (None if cached)."""
+def demo_trace(data_dir: Path, rows: int, seed: int, variant: int = 0) -> tuple[Path, float | None]:
+    """kernels.parquet of a cached demo trace (generated if absent); seconds spent generating (None if cached).
+    `variant` shifts the kernel mix (the demo's rank0..rank3 datasets are variants 0..3)."""
     import pyarrow.parquet as pq
 
     from gpuvar.demo.canonical_writer import write_canonical_demo
 
-    folder = Path(data_dir) / f"rows{rows}-seed{seed}"
+    folder = Path(data_dir) / (f"rows{rows}-seed{seed}" + (f"-variant{variant}" if variant else ""))
     path = folder / KERNELS_TABLE
     try:
         if pq.ParquetFile(path).metadata.num_rows == rows:
@@ -92,7 +93,7 @@ def demo_trace(data_dir: Path, rows: int, seed: int) -> tuple[Path, float | None
     except (OSError, ValueError):
         pass
     t0 = time.perf_counter()
-    write_canonical_demo(folder, rows, seed)
+    write_canonical_demo(folder, rows, seed, variant=variant)
     return path, round(time.perf_counter() - t0, 2)
 
 
@@ -137,14 +138,13 @@ print(json.dumps({"seconds": seconds, "stats_s": t_stats, "import_s": t_import, 
 """
 
 
-def run_gpuvar(
+def bin_command(
     path: Path, ranks: int, width: str, workers: int, out: Path, top_k: int = 20, sample_bins: int = 0
-) -> tuple[float, dict, dict]:
-    """Wall seconds of `mpiexec -n R gpuvar bin`, its bin.json, and its per-bin statistics."""
-    import pyarrow.parquet as pq
-
+) -> list[str]:
+    """`mpiexec -n R gpuvar bin` of the trace with the benchmark's options (--features none: the target's
+    statistics only)."""
     mpiexec = Path(sys.executable).with_name("mpiexec")
-    cmd = [
+    return [
         str(mpiexec if mpiexec.exists() else "mpiexec"),
         "-n",
         str(ranks),
@@ -166,6 +166,15 @@ def run_gpuvar(
         "--output",
         str(out),
     ]
+
+
+def run_gpuvar(
+    path: Path, ranks: int, width: str, workers: int, out: Path, top_k: int = 20, sample_bins: int = 0
+) -> tuple[float, dict, dict]:
+    """Wall seconds of `mpiexec -n R gpuvar bin`, its bin.json, and its per-bin statistics."""
+    import pyarrow.parquet as pq
+
+    cmd = bin_command(path, ranks, width, workers, out, top_k, sample_bins)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0

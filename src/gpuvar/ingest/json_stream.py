@@ -12,7 +12,9 @@ decoded with the standard library and kept in `top`, wherever they appear relati
 
 from __future__ import annotations
 
+import io
 import json
+import mmap
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -27,6 +29,7 @@ _WS = re.compile(rb"[ \t\r\n]*")
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[\]{},]')
 _GUESSES = 4
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 
 
 class DecodeFailed(Exception):
@@ -38,14 +41,35 @@ class TraceStream:
 
     `pieces(decode)` yields decode(b"[" + piece + b"]") for consecutive pieces; `top` holds every other
     top-level key once the generator is exhausted. A bare top-level array is read as the event array.
+
+    mapped=True (for a plain, uncompressed file whose pieces other processes read themselves): the file is
+    memory-mapped instead of read, so that cutting pieces touches only the bytes around each cut; the pieces
+    handed to `remote` are then memoryviews of the mapping, and the pages read here are released as the
+    stream moves on (madvise), so memory stays bounded. (A file truncated while it is mapped would end the
+    process with SIGBUS: the mapping is for a trace that is not being written.)
     """
 
-    def __init__(self, fh, path: Path, chunk: int | None = None, array_key: str = "traceEvents"):
+    def __init__(self, fh, path: Path, chunk: int | None = None, array_key: str = "traceEvents", mapped: bool = False):
         self.fh, self.path, self.chunk, self.array_key = fh, Path(path), chunk or CHUNK, array_key
         self.buf, self.pos, self.eof, self.offset = b"", 0, False, 0
         self.keep: int | None = None  # absolute offset the buffer must keep while a piece's span is being cut
         self.top: dict = {}
         self.found_array = False
+        self.mapped, self.released = False, 0
+        if mapped:
+            try:
+                self.buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                self.mapped = self.eof = True  # (offset stays 0: buf is the whole file)
+            except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # empty, a pipe, no fileno
+                self.buf = b""
+
+    def _release(self) -> None:
+        """Mapped: let the pages before pos go (read-only file pages: dropping them loses nothing)."""
+        if self.mapped and _DONTNEED is not None:
+            upto = self.pos - self.pos % mmap.PAGESIZE
+            if upto - self.released >= 64 * mmap.PAGESIZE:
+                self.buf.madvise(_DONTNEED, self.released, upto - self.released)
+                self.released = upto
 
     # --- buffer -------------------------------------------------------------------------------------------
 
@@ -118,7 +142,7 @@ class TraceStream:
         whose guess was wrong comes back None: it and the pieces after it are put back and read here, proven by
         `decode`, as without `remote`."""
         self._fill(3)
-        if self.buf.startswith(b"\xef\xbb\xbf"):
+        if self.buf[:3] == b"\xef\xbb\xbf":
             self.pos = 3
         first = self._expect(b"{[")
         if first == b"[":
@@ -158,9 +182,10 @@ class TraceStream:
                 if cut is None:
                     self.pos = start  # the whitespace it skipped is read below: no byte is lost if pieces go back
                     break
-                piece = self.buf[self.pos : cut + 1]  # the one copy: sent as it is (the worker adds the brackets)
+                # the one copy (none when mapped): sent as it is (the worker adds the brackets)
+                piece = memoryview(self.buf)[self.pos : cut + 1] if self.mapped else self.buf[self.pos : cut + 1]
                 at = self.offset + self.pos
-                head, self.pos = self.buf[start : self.pos], self.buf.index(b",", cut) + 1
+                head, self.pos = self.buf[start : self.pos], self.buf.find(b",", cut) + 1  # (_CUT saw the ',')
                 pending.append(((head, piece, self.buf[cut + 1 : self.pos]), remote(piece, at)))
             if pending:
                 span, future = pending.popleft()
@@ -169,11 +194,14 @@ class TraceStream:
                 except Exception:  # noqa: BLE001 - a lost worker: redo here, where any error surfaces plainly
                     result, remote = None, None
                 if result is not None:
+                    del span
+                    self._release()
                     yield result
                     continue
                 for _, later in pending:
                     later.cancel()
-                self._unread(b"".join(b"".join(parts) for parts in [span, *(s for s, _ in pending)]))
+                self._unread([span, *(s for s, _ in pending)])
+                del span
                 pending.clear()
             ch = self._skip_ws()
             if ch == b"]":
@@ -187,13 +215,20 @@ class TraceStream:
             if decoded is None:
                 decoded, _ = self._exact(decode)
             if decoded:
+                self._release()
                 yield decoded
             elif self.offset + self.pos == at and self._skip_ws() != b"]":  # never loop without progress
                 raise self._error(f"unreadable {self.array_key} element")
 
-    def _unread(self, data: bytes) -> None:
-        """Put bytes taken from just before pos back in front of it."""
-        self.offset += self.pos - len(data)
+    def _unread(self, spans: list) -> None:
+        """Put the bytes of `spans` (each a tuple of byte strings: what was taken, in order, up to pos) back in
+        front of pos."""
+        size = sum(len(part) for parts in spans for part in parts)
+        if self.mapped:  # still there: step back
+            self.pos -= size
+            return
+        data = b"".join(b"".join(parts) for parts in spans)
+        self.offset += self.pos - size
         self.buf = data + self.buf[self.pos :]
         self.pos = 0
 
@@ -223,7 +258,7 @@ class TraceStream:
             except DecodeFailed:
                 hi = brace
                 continue
-            self.pos = self.buf.index(b",", brace) + 1
+            self.pos = self.buf.find(b",", brace) + 1  # (_CUT saw the ',')
             return decoded, False
         return None, False
 

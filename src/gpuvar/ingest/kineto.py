@@ -40,14 +40,13 @@ import os
 import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from decimal import ROUND_05UP, ROUND_HALF_EVEN, Decimal, InvalidOperation, localcontext
+from decimal import ROUND_HALF_EVEN
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pcsv
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.base import ReaderOutput
@@ -59,7 +58,9 @@ from gpuvar.ingest.kineto_pieces import (
     GPU_CATS,
     HOST_TABLES,
     RANGE_CAT,
+    TS_TYPE,
     process_piece,
+    ts_decimal,
 )
 from gpuvar.ingest.kineto_pieces import piece_at_in_worker as _piece_at_in_worker
 from gpuvar.ingest.kineto_pieces import piece_in_worker as _piece_in_worker
@@ -71,7 +72,6 @@ FORMAT = "pytorch-kineto"
 PARALLEL_MIN_BYTES = 48 << 20  # smaller traces: starting worker processes costs more than it saves
 DEFAULT_OPTIONS = ReadOptions()  # (no read option applies to Kineto)
 EVENTS, RANGES = "events", "cuda_profiler_range"  # raw table names
-TS_TYPE = pa.decimal128(38, 12)  # exact µs: 26 integer digits, 12 decimals
 _INT64_MIN = np.iinfo(np.int64).min
 _KINETO_MARKERS = re.compile(
     rb'"(schemaVersion|deviceProperties|distributedInfo)"|"cat"\s*:\s*"(kernel|gpu_memcpy|cpu_op|cuda_runtime)"'
@@ -118,41 +118,6 @@ def sniff(path: Path, head: bytes) -> bool:
 # --- read: the trace as raw tables ---------------------------------------------------------------------------
 
 
-def ts_decimal(joined: bytes, n: int) -> pa.Array:
-    """n raw JSON ts texts (µs) joined by newlines -> exact decimals (TS_TYPE); null where not a number or out of
-    range (a JSON ts text never holds a raw newline: strings escape it)."""
-    if not n:
-        return pa.array([], type=TS_TYPE)
-    try:
-        table = pcsv.read_csv(
-            io.BytesIO(joined),
-            read_options=pcsv.ReadOptions(column_names=["v"]),
-            parse_options=pcsv.ParseOptions(quote_char=False),
-            convert_options=pcsv.ConvertOptions(column_types={"v": TS_TYPE}, null_values=["null"]),
-        )
-        values = table.column("v")
-        if len(values) == n:
-            return values.combine_chunks()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    texts = joined.split(b"\n")
-    return pa.array([_ts_one(t) for t in texts] if len(texts) == n else [None] * n, type=TS_TYPE)
-
-
-def _ts_one(text: bytes) -> Decimal | None:
-    """One ts text the fast parse refused: more than 12 decimals, or not a number. The 12th decimal is rounded
-    'to odd' (ROUND_05UP: it stays sticky), so that rounding to ns later gives the exactly rounded value."""
-    try:
-        value = Decimal(text.decode("ascii"))
-    except (InvalidOperation, UnicodeDecodeError, ValueError):
-        return None
-    if not value.is_finite() or abs(value) >= Decimal(10) ** 26:
-        return None
-    with localcontext() as ctx:
-        ctx.prec = 60
-        return value.quantize(Decimal("1e-12"), rounding=ROUND_05UP)
-
-
 class _Gpu:
     """The GPU event columns (or, with other `cats`, one host table's), gathered piece by piece: piece
     dictionaries mapped to global ones, ts parsed."""
@@ -171,9 +136,7 @@ class _Gpu:
                 lookup = self.dicts[key]
                 glob = np.array([lookup.setdefault(u, len(lookup)) for u in uniques] + [-1], dtype=np.int32)
                 value = glob[codes]  # (a null's code -1 picks the -1 appended)
-            elif key == "ts":
-                value = ts_decimal(value, n)
-            self.chunks.setdefault(key, []).append(value)
+            self.chunks.setdefault(key, []).append(value)  # (ts: parsed by process_piece, in the worker)
         self.rows += n
 
     def table(self) -> pa.Table:
@@ -242,8 +205,8 @@ def _remote(pool: ProcessPoolExecutor, path: Path, fh):
     content of a compressed one travels to the worker through a pipe."""
     if isinstance(fh, io.BufferedReader):  # the file as it is (open_binary adds no decompressor)
 
-        def submit(data: bytes, at: int):
-            return pool.submit(_piece_at_in_worker, str(path), at, len(data), data[:32] + data[-32:])
+        def submit(data, at: int):  # (data: a memoryview of the mapped file)
+            return pool.submit(_piece_at_in_worker, str(path), at, len(data), bytes(data[:32]) + bytes(data[-32:]))
 
     else:
 
@@ -257,12 +220,13 @@ def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list, host: dic
     """Stream the trace once, filling the tables; returns the stream (top-level keys, whether the array was seen).
 
     Big traces are decoded by worker processes (fork: they need no imports), pieces in order, the main
-    process reading, cutting and parsing timestamps; see TraceStream.pieces for how a wrong cut is redone."""
+    process reading, cutting and gathering the columns; see TraceStream.pieces for how a wrong cut is redone."""
     workers = _workers(path)
     pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) if workers else None
     try:
         with open_binary(path) as fh:
-            stream = TraceStream(fh, path)
+            # workers read an uncompressed trace themselves: here the file is mapped, only the cuts are read
+            stream = TraceStream(fh, path, mapped=pool is not None and isinstance(fh, io.BufferedReader))
             remote = _remote(pool, path, fh) if pool is not None else None
             for part in stream.pieces(process_piece, remote=remote, depth=workers + 1):
                 counts["events"] += part["events"]
@@ -442,7 +406,9 @@ class _Events:
 
 
 def _finish(cols: dict, keep: np.ndarray) -> pd.DataFrame:
-    frame = pd.DataFrame(cols)
+    # copy=False: the columns stay separate arrays (they are fresh here); copying them into 2-D blocks per
+    # dtype first took most of normalize's time, and finalize reads them one column at a time anyway
+    frame = pd.DataFrame(cols, copy=False)
     if not keep.all():
         frame = frame.loc[keep].reset_index(drop=True)
     return frame

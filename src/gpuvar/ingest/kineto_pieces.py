@@ -8,7 +8,7 @@ or two args keys that link them: External id, correlation): `cpu_op` / `user_ann
 Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit conversion, no renaming.
   * cat, name, ts, dur, args, pid, tid: ph is not read; pid and tid (small scalars) are decoded as they are and
     used on host events only (on GPU events they repeat args.device and args.stream);
-  * ts stays its JSON text (the exact decimal conversion needs pyarrow, which runs in the main process);
+  * ts: its JSON text, converted once the piece's columns are built to an exact decimal (ts_decimal);
   * dur -> float64 µs (NaN where not a number); integer args -> int64, or float64 where a value of the piece is
     not an integer or is missing (NaN where not a number); float args -> float64;
   * name, args.kind -> a piece dictionary (text; a name that is not a string keeps its JSON text, a kind that is
@@ -21,9 +21,11 @@ Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit c
 from __future__ import annotations
 
 import gc
+import io
 import re
 from collections import Counter
 from collections.abc import Iterator
+from decimal import ROUND_05UP, Decimal, InvalidOperation, localcontext
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from typing import Any
@@ -31,10 +33,13 @@ from typing import Any
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pcsv
 
 from gpuvar.ingest.json_stream import DecodeFailed
 
 _NULL = msgspec.Raw(b"null")
+TS_TYPE = pa.decimal128(38, 12)  # exact µs: 26 integer digits, 12 decimals
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RANGE_CAT = "cuda_profiler_range"
 FLOAT_ARGS = ("blocks per SM", "warps per SM", "est. achieved occupancy %", "memory bandwidth (GB/s)")
@@ -256,6 +261,41 @@ def _dims(raws: list, key: str) -> dict:
     }
 
 
+def ts_decimal(joined: bytes, n: int) -> pa.Array:
+    """n raw JSON ts texts (µs) joined by newlines -> exact decimals (TS_TYPE); null where not a number or out of
+    range (a JSON ts text never holds a raw newline: strings escape it)."""
+    if not n:
+        return pa.array([], type=TS_TYPE)
+    try:
+        table = pcsv.read_csv(
+            io.BytesIO(joined),
+            read_options=pcsv.ReadOptions(column_names=["v"], use_threads=False),  # (in a forked worker)
+            parse_options=pcsv.ParseOptions(quote_char=False),
+            convert_options=pcsv.ConvertOptions(column_types={"v": TS_TYPE}, null_values=["null"]),
+        )
+        values = table.column("v")
+        if len(values) == n:
+            return values.combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    texts = joined.split(b"\n")
+    return pa.array([_ts_one(t) for t in texts] if len(texts) == n else [None] * n, type=TS_TYPE)
+
+
+def _ts_one(text: bytes) -> Decimal | None:
+    """One ts text the fast parse refused: more than 12 decimals, or not a number. The 12th decimal is rounded
+    'to odd' (ROUND_05UP: it stays sticky), so that rounding to ns later gives the exactly rounded value."""
+    try:
+        value = Decimal(text.decode("ascii"))
+    except (InvalidOperation, UnicodeDecodeError, ValueError):
+        return None
+    if not value.is_finite() or abs(value) >= Decimal(10) ** 26:
+        return None
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return value.quantize(Decimal("1e-12"), rounding=ROUND_05UP)
+
+
 def _dictionary(values: list) -> tuple[list, np.ndarray]:
     """(distinct values in first-seen order, int32 codes; -1 for None)."""
     codes, uniques = pd.factorize(np.array(values, dtype=object))
@@ -380,9 +420,13 @@ def process_piece(data: bytes) -> dict:
     cuda_profiler_range event: arbitrary counters) is read field by field (_process_raw), as it always was;
     the typed pass accepts a piece only where both give the same columns."""
     try:
-        return _strict_piece(data)
+        result = _strict_piece(data)
     except (_Refused, *_DECODE_ERRORS):
-        return _process_raw(data)
+        result = _process_raw(data)
+    for cols in [result["gpu"], *result["host"].values()]:
+        if cols is not None:  # the exact decimal ts, parsed here (a worker) rather than where pieces are gathered
+            cols["ts"] = ts_decimal(cols["ts"], len(cols["cat"]))
+    return result
 
 
 def _process_raw(data) -> dict:
