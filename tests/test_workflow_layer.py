@@ -101,7 +101,11 @@ def test_rule_files_include_in_any_order(tmp_path):
         assert _jobs(proc.stdout) == expected, order
 
 
-TRIVIAL = re.compile(r"^(\w+:|ENV|conda:|threads: \d+|\w+=\d+,|mem_mb=\d+,|runtime=\d+,|[)\]},(]+|\"\w+\",)$")
+# lines every rule of a kind has: a directive, a resource, the runner, where `--output` points
+TRIVIAL = re.compile(
+    r"^(\w+:|ENV|GPUVAR|conda:|threads: \d+|\w+=\d+,|mem_mb=\d+,|runtime=\d+,|[)\]},(]+|\"\w+\","
+    r"|output=lambda wildcards, output: [\w.]+\(?output[\w.\[\]]*\)?,)$"
+)
 
 
 def _rule_bodies() -> dict[str, list[str]]:
