@@ -151,3 +151,23 @@ def test_command_line_turns_named_params_into_options():
         "0.5",
     ]
     assert command_line({"command": "ingest-merge", "positional": ["a", "b"]}) == ["ingest-merge", "a", "b"]
+
+
+def test_a_job_log_starts_with_the_command_that_reruns_it(tmp_path):
+    """The runner writes the command, shell-quoted, as the first line of the job's log (what a Slurm user reads
+    when a job fails), then the command's own output."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "job one.log"
+    code = (
+        "from types import SimpleNamespace\n"
+        "from gpuvar.workflow.script import run_rule\n"
+        f"run_rule(SimpleNamespace(log=[{str(log)!r}], params={{'command': 'config-reference', 'section': 'demo',"
+        " 'output': None}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    first, *rest = log.read_text().splitlines()
+    assert first == "$ gpuvar config-reference --section demo"
+    assert any("`demo.seed`" in line for line in rest)

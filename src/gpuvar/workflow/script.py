@@ -16,6 +16,7 @@ from a terminal (same checks, same one-line errors), with stdout and stderr goin
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 from gpuvar.options import comma_list
@@ -51,7 +52,8 @@ def run_rule(snakemake) -> None:
 
 
 def run_gpuvar(snakemake, command: str, *arguments) -> None:
-    """Run `gpuvar <command> <arguments>` with output to snakemake.log[0]; exit with its status."""
+    """Run `gpuvar <command> <arguments>` with output to snakemake.log[0] (its first line: the command);
+    exit with its status."""
     from gpuvar.cli import main
 
     argv = [command, *(str(a) for a in arguments)]
@@ -59,6 +61,9 @@ def run_gpuvar(snakemake, command: str, *arguments) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     with open(log, "w") as handle:  # like `> log 2>&1`: also what native code and child processes print
+        # the log starts with the command, quoted so that it can be pasted into a shell to rerun the job
+        handle.write(f"$ gpuvar {shlex.join(argv)}\n")
+        handle.flush()
         os.dup2(handle.fileno(), 1)
         os.dup2(handle.fileno(), 2)
     code = main(argv)
