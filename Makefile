@@ -40,7 +40,7 @@ test: $(STAMP)
 
 # the inner loop: unit and real-data tests, without the workflow, paper and Slurm end-to-end runs
 test-fast: $(STAMP)
-	pytest -q -x $(XDIST) -m "not slow and not slurm" --ignore=tests/test_workflow.py --ignore=tests/test_paper.py \
+	pytest -q -x $(XDIST) -m "not slow and not slurm and not snakemake and not long" --ignore=tests/test_workflow.py --ignore=tests/test_paper.py \
 		--ignore=tests/test_slurm.py --ignore=tests/test_workflow_layer.py --ignore=tests/test_readme_commands.py \
 		--ignore=tests/test_shell_injection.py
 

@@ -15,6 +15,9 @@ import pandas as pd
 import pytest
 from conftest import real_file
 
+# every test reads the comparisons of real recordings made once (~35 s): in `make test`, not `make test-fast`
+pytestmark = pytest.mark.long
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compare.md"
 
 

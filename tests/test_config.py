@@ -104,6 +104,7 @@ def test_shipped_configs_are_valid():
         validate_config(read_yaml_mapping(path), REPO)
 
 
+@pytest.mark.snakemake  # starts Snakemake: in `make test`, not `make test-fast`
 def test_snakemake_stops_on_bad_config_with_one_line(tmp_path):
     bad = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     bad["binning"]["top_k"] = -3

@@ -192,6 +192,7 @@ def test_every_field_rejects_in_one_line_or_runs(field, value):
         raise AssertionError(f"{field}={value!r} validates, then fails at run time: {exc}") from None
 
 
+@pytest.mark.snakemake  # starts Snakemake: in `make test`, not `make test-fast`
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "section, value, expected",
@@ -218,6 +219,7 @@ def test_snakemake_start_up_refuses_in_one_line(tmp_path, section, value, expect
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.snakemake  # starts Snakemake: in `make test`, not `make test-fast`
 @pytest.mark.parametrize(
     "text, expected",
     [

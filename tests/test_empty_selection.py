@@ -55,6 +55,7 @@ def test_bin_json_explains_and_warns(traces, tmp_path, run_cli):
     assert "WARNING" in proc.stderr and "0 rows linked" in proc.stderr  # and in the log
 
 
+@pytest.mark.snakemake  # starts Snakemake: in `make test`, not `make test-fast`
 @pytest.mark.timeout(900)
 def test_workflow_completes_with_an_empty_selection(traces, tmp_path):
     good, unlinked = traces

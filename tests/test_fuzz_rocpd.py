@@ -120,6 +120,7 @@ def test_rocpd_reader_fuzz(mutation, salt):
     check_case(mutate_rocpd(_seed(ROCPD_SEED), mutation, random.Random(salt)), ".db")
 
 
+@pytest.mark.long  # ~15 s of .ncu-rep decoding: in `make test`, not `make test-fast`
 @pytest.mark.timeout(max(120, 3 * EXAMPLES))
 @SETTINGS
 @given(mutation=st.sampled_from(NCU_REP_MUTATIONS), salt=st.integers(0, 2**32 - 1))

@@ -97,6 +97,7 @@ def test_config_list_of_sources_needs_merge():
         validate_config({"datasets": [{"name": "job", "source": ["a.json", "b.json"]}]})
 
 
+@pytest.mark.snakemake  # starts Snakemake: in `make test`, not `make test-fast`
 def test_dry_run_plans_one_ingest_job_per_rank_file(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     ranks = [d for d in cfg["datasets"] if d.get("merge")]

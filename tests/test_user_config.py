@@ -61,6 +61,7 @@ def _dry_run(config: Path, *extra: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.snakemake  # starts Snakemake: in `make test`, not `make test-fast`
 @pytest.mark.timeout(600)
 def test_a_users_configfile_is_not_layered_over_the_demo_config(tmp_path):
     """From the repository root, as the README says: the demo's comparison (pair_baseline, pair_candidate)
@@ -72,6 +73,7 @@ def test_a_users_configfile_is_not_layered_over_the_demo_config(tmp_path):
     assert "make_demo_data" not in proc.stdout  # no demo dataset, so the demo traces are not written
 
 
+@pytest.mark.snakemake  # starts Snakemake: in `make test`, not `make test-fast`
 @pytest.mark.timeout(600)
 def test_the_paper_config_runs_as_an_ordinary_config():
     """docs/paper.md: `snakemake --configfile config/paper.yaml` runs the everyday workflow on the paper's
