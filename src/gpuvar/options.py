@@ -98,12 +98,15 @@ def arguments(cfg, options) -> list[str]:
     workflow's rules: a list, so no value is ever parsed by a shell)."""
     out = []
     for option in options:
-        value = getattr(getattr(cfg, option.section), option.name)
-        if isinstance(value, bool):
-            out.append(option.flag if value else "--no-" + option.flag.removeprefix("--"))
-        else:
-            out += [option.flag, comma_list(value)]
+        out += option_words(option.flag, getattr(getattr(cfg, option.section), option.name))
     return out
+
+
+def option_words(flag: str, value) -> list[str]:
+    """One option as command-line words: a bool is `--flag` / `--no-flag`, a list comma-separated."""
+    if isinstance(value, bool):
+        return [flag] if value else ["--no-" + flag.removeprefix("--")]
+    return [flag, comma_list(value)]
 
 
 def comma_list(value) -> str:

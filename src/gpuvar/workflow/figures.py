@@ -1,5 +1,5 @@
-"""Figure paths and report labels for workflow/rules/plots.smk and paper.smk (kept out of the .smk files: `snakemake --lint`
-wants functions in modules, and these can be unit-tested without Snakemake running a workflow)."""
+"""Figure paths and report labels for workflow/rules/plots.smk and paper.smk (kept out of the .smk files:
+`snakemake --lint` wants functions in modules, and these can be unit-tested without Snakemake running a workflow)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ command and every option it passes in `params:`, and this turns them into the co
         positional=input.rows,       # its positional arguments (a path or a list)
         random_rows=input.sample,    # --random-rows <path>
         features=["a", "b"],         # --features a,b    (a list: comma-separated, as every list option)
-        prior=True,                  # --prior           (False: --no-prior; None or []: not passed)
+        combine=True,                # --combine         (False: --no-combine; None or []: not passed)
 
 Snakemake's `script:` directive hands params, inputs, outputs and the log over as Python objects, so no value of
 a config or a file name is ever parsed by a shell. The command runs in-process, exactly as `gpuvar ...` would
@@ -19,30 +19,26 @@ import os
 import shlex
 import sys
 
-from gpuvar.options import comma_list
-
-SPECIAL = ("command", "positional")
+from gpuvar.options import option_words
 
 
-def option_words(name: str, value) -> list[str]:
-    """One named param as the option it stands for: name `random_rows` is --random-rows."""
-    flag = "--" + name.replace("_", "-")
+def param_words(name: str, value) -> list[str]:
+    """One named param as the option it stands for (name `random_rows` is --random-rows); None or an empty
+    list passes nothing."""
     if value is None or (isinstance(value, list | tuple) and not value):
         return []
-    if isinstance(value, bool):
-        return [flag] if value else ["--no-" + flag.removeprefix("--")]
-    return [flag, comma_list(value)]
+    return option_words("--" + name.replace("_", "-"), value)
 
 
 def command_line(params) -> list[str]:
     """`gpuvar` arguments from a rule's params (name -> value, in the rule's order): the command's words,
     the positional arguments, then every other param as an option."""
-    named = dict(params.items()) if hasattr(params, "items") else dict(params)
+    named = dict(params.items())
     words = str(named.pop("command")).split()
     positional = named.pop("positional", [])
     words += [str(p) for p in ([positional] if isinstance(positional, str) else positional)]
     for name, value in named.items():
-        words += option_words(name, value)
+        words += param_words(name, value)
     return words
 
 
