@@ -54,10 +54,11 @@ def params_of(lines: list[str]) -> dict[str, str]:
 
 
 BLOCKS = rule_blocks()
-COMMANDS = {
-    name: (re.fullmatch(r'"([\w -]+)",', params_of(lines)["command"])[1], params_of(lines))
-    for name, lines in BLOCKS.items()
-    if "command" in params_of(lines)
+PARAMS = {name: params_of(lines) for name, lines in BLOCKS.items()}
+COMMANDS = {  # rule -> (its command, its params)
+    name: (re.fullmatch(r'"([\w -]+)",', params["command"])[1], params)
+    for name, params in PARAMS.items()
+    if "command" in params
 }
 
 
