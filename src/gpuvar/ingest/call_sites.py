@@ -88,10 +88,17 @@ def _kineto_host(raw) -> HostTimeline | None:
     codes, values = _codes_of(runtime.column("name"))
     sync_codes = [i for i, v in enumerate(values) if isinstance(v, str) and SYNC_NAME.match(v)]
     is_sync = np.isin(codes, sync_codes)  # (matched once per distinct name)
-    ext = _ints(runtime.column("args.External id")) if "args.External id" in runtime.column_names else -1
-    calls = pd.DataFrame({"pid": -1, "corr": _ints(runtime.column("args.correlation")), "ts": start})
-    calls["thread"], calls["ext"] = thread, ext
-    calls = calls[~null & (calls["corr"] >= 0)]
+    ext = (
+        _ints(runtime.column("args.External id"))
+        if "args.External id" in runtime.column_names
+        else np.full(len(start), -1, np.int64)
+    )
+    corr = _ints(runtime.column("args.correlation"))
+    kept = ~null & (corr >= 0)  # (filtered as numpy: a DataFrame's boolean selection copies block by block)
+    calls = pd.DataFrame(
+        {"pid": np.full(int(kept.sum()), -1, np.int64), "corr": corr[kept], "ts": start[kept]}
+        | {"thread": thread[kept], "ext": ext[kept]}
+    )
     syncs = pd.DataFrame({"start": start[is_sync & ~null], "end": end[is_sync & ~null]})
     ops = pd.DataFrame({"start": [], "end": [], "thread": [], "name": [], "ext": []})
     steps = None
@@ -183,6 +190,13 @@ def _nsys_host(raw) -> HostTimeline | None:
 HOSTS = {"pytorch-kineto": _kineto_host, "nsys-sqlite": _nsys_host}
 
 
+def host_timeline(raw) -> HostTimeline | None:
+    """The host facts of a raw trace (None for a format without a host timeline). It reads only the raw
+    tables, so normalize_trace builds it in a thread while the reader's normalize runs."""
+    builder = HOSTS.get(raw.format)
+    return builder(raw) if builder is not None else None
+
+
 def _innermost(ops: pd.DataFrame, times: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """Index (into ops) of the innermost op enclosing each (time, thread) query on that thread, -1 where none.
 
@@ -234,32 +248,60 @@ def _unplaced(n: int) -> Placed:
     return Placed(np.full(n, -1, np.int64), [], none, none, np.zeros(n, bool), 0)
 
 
+def _first_match(wanted: list[np.ndarray], keys: list[np.ndarray]) -> np.ndarray:
+    """For each row of `wanted` (key columns), the index of the first row of `keys` with the same values, -1
+    where none: a left join on unique right keys (the first of repeated ones) in numpy, exact on int64."""
+    if len(wanted) == 1:
+        want, have = wanted[0], keys[0]
+    else:  # several columns: each ranked over both sides, then combined in mixed radix (exact, no overflow)
+        want = np.zeros(len(wanted[0]), np.int64)
+        have = np.zeros(len(keys[0]), np.int64)
+        for w, k in zip(wanted, keys):
+            distinct, inverse = np.unique(np.concatenate([w, k]), return_inverse=True)
+            want = want * len(distinct) + inverse[: len(w)]
+            have = have * len(distinct) + inverse[len(w) :]
+    out = np.full(len(want), -1, dtype=np.int64)
+    if not len(have) or not len(want):
+        return out
+    order = np.argsort(have, kind="stable")
+    sorted_keys = have[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    distinct, first_row = sorted_keys[first], order[first]
+    at = np.minimum(np.searchsorted(distinct, want), len(distinct) - 1)
+    found = distinct[at] == want
+    out[found] = first_row[at[found]]
+    return out
+
+
 def _place(host: HostTimeline, table: pa.Table) -> Placed:
     n = table.num_rows
     corr = _ints(table.column("correlation_id"))
     pid = _ints(table.column("process_id")) if "process_id" in table.column_names else np.full(n, -1, np.int64)
     gpu_start = _ints(table.column("start"), _MISSING)
-    calls = host.calls.drop_duplicates(["pid", "corr"], keep="first")
-    if (calls["pid"] == -1).all():
-        pid = np.full(n, -1, np.int64)
-    rows = pd.DataFrame({"pid": pid, "corr": corr}).merge(calls, on=["pid", "corr"], how="left", sort=False)
-    has_call = rows["ts"].notna().to_numpy() & (corr >= 0)
-    ts = np.where(has_call, rows["ts"].fillna(0).to_numpy(np.float64), 0).astype(np.int64)
-    thread = rows["thread"].fillna(-1).to_numpy(np.float64).astype(np.int64)
+    c_pid, c_corr = host.calls["pid"].to_numpy(np.int64), host.calls["corr"].to_numpy(np.int64)
+    if (c_pid == -1).all():  # the calls carry no process id (Kineto): matched by correlation id alone
+        call = _first_match([corr], [c_corr])
+    else:
+        call = _first_match([pid, corr], [c_pid, c_corr])
+    has_call = (call >= 0) & (corr >= 0)
+    c_ts, c_thread = (np.append(host.calls[c].to_numpy(np.int64), 0) for c in ("ts", "thread"))  # [-1]: no call
+    ts = np.where(has_call, c_ts[call], 0)  # (exact ns: a float64 holds epoch ns only to 256 ns)
+    thread = np.where(call >= 0, c_thread[call], -1)
     # launching op: External id (verified by time on the call's thread), else the innermost enclosing op
     op_index = np.full(n, -1, dtype=np.int64)
     ops = host.ops.reset_index(drop=True)
     if len(ops) and has_call.any():
         ext = _ints(table.column("external_id")) if "external_id" in table.column_names else np.full(n, -1)
-        if (ops["ext"] >= 0).any():
-            by_ext = pd.Series(np.arange(len(ops)), index=ops["ext"].to_numpy()).groupby(level=0).first()
-            cand = by_ext.reindex(ext).fillna(-1).to_numpy(np.float64).astype(np.int64)
+        o_ext = ops["ext"].to_numpy(np.int64)
+        if (o_ext >= 0).any():
+            cand = _first_match([ext], [o_ext])
             ok = has_call & (cand >= 0)
             c = np.where(ok, cand, 0)
             ok &= (
-                (ops["thread"].to_numpy()[c] == thread)
-                & (ops["start"].to_numpy()[c] <= ts)
-                & (ops["end"].to_numpy()[c] >= ts)
+                (ops["thread"].to_numpy(np.int64)[c] == thread)
+                & (ops["start"].to_numpy(np.int64)[c] <= ts)
+                & (ops["end"].to_numpy(np.int64)[c] >= ts)
             )
             op_index[ok] = cand[ok]
         rest = np.flatnonzero(has_call & (op_index < 0))
@@ -371,11 +413,13 @@ def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return table.set_column(i, name, values) if i >= 0 else table.append_column(name, values)
 
 
-def add_call_sites(raw, out, kernels: pa.Table, memcpy: pa.Table | None) -> tuple[pa.Table, pa.Table | None]:
+def add_call_sites(
+    raw, out, kernels: pa.Table, memcpy: pa.Table | None, host: HostTimeline | None = None
+) -> tuple[pa.Table, pa.Table | None]:
     """The tables with launch_op, step, call_index and call_site (kernels) and launch_op, step (memcpy) filled,
-    and one note in `out.notes` saying how steps were found and how many call sites there are."""
-    builder = HOSTS.get(raw.format)
-    host = builder(raw) if builder is not None else None
+    and one note in `out.notes` saying how steps were found and how many call sites there are. host: the raw
+    trace's host_timeline when the caller built it already."""
+    host = host if host is not None else host_timeline(raw)
     tables = [kernels] + ([memcpy] if memcpy is not None else [])
     if host is not None and all("correlation_id" in t.column_names for t in tables):
         placed = [_place(host, t) for t in tables]
