@@ -46,7 +46,7 @@ def normalize_trace(raw):
 
     Returns (ReaderOutput with the accounting, canonical kernels Arrow table, memcpy table or None)."""
     from gpuvar.ingest.call_sites import add_call_sites, host_timeline
-    from gpuvar.ingest.context import add_context
+    from gpuvar.ingest.context import append_context, context_arrays, step_offset_arrays
     from gpuvar.ingest.detect import formats
     from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
     from gpuvar.schema import finalize_kernels, finalize_memcpy
@@ -54,8 +54,9 @@ def normalize_trace(raw):
     module = formats().get(raw.format)
     if module is None:
         raise InputError(raw.source, f"raw read of unknown format {raw.format!r}")
-    # the host timeline reads only the raw tables: built beside the reader's normalize (numpy and Arrow release
-    # the GIL; 0.3-0.9 s of a 1 M-kernel Kineto ingest no longer adds to its wall time)
+    # Two steps run in a thread beside others (numpy and Arrow release the GIL; at 1 M Kineto kernels each
+    # took 0.3-0.9 s): the host timeline, which reads only the raw tables, beside the reader's normalize; and
+    # the context columns but the step offset (ctx_*: what ran beside each launch on its GPU) beside call sites.
     with ThreadPoolExecutor(max_workers=1) as pool:
         host = pool.submit(host_timeline, raw)
         out = module.normalize(raw)
@@ -65,8 +66,10 @@ def normalize_trace(raw):
             memcpy = drop_negative_durations(memcpy, out, "memcpy")
         require_int64_times(raw.format, kernels=kernels, memcpy=memcpy)
         host = host.result()
-    kernels, memcpy = add_call_sites(raw, out, kernels, memcpy, host)  # launch_op, step, call_index, call_site
-    kernels = add_context(kernels, memcpy)  # ctx_*: what ran beside each launch on its GPU
+        context = pool.submit(context_arrays, kernels, memcpy, step=False)
+        kernels, memcpy = add_call_sites(raw, out, kernels, memcpy, host)  # launch_op, step, call_index, call_site
+        context = context.result()
+    kernels = append_context(kernels, context | step_offset_arrays(kernels))
     return out, kernels, memcpy
 
 

@@ -170,9 +170,7 @@ def _rank_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None):
 def context_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> dict[str, np.ndarray]:
     """The context columns of the module docstring, one float64 array per column aligned with `kernels`' rows
     ({} for a table without timings; empty arrays for an empty one)."""
-    if not {"start", "end", "device_id"} <= set(kernels.columns) or (
-        len(kernels) and not (kernels["start"].notna().any() and kernels["end"].notna().any())
-    ):
+    if not _has_timeline(kernels):
         return {}
     n = len(kernels)
     start, ok_s = _ints(kernels, "start")
@@ -253,34 +251,69 @@ def context_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> dict[
     gap[~s_ok] = np.nan
     out["ctx_gap_ns"] = place(gap)
 
-    if "step" in kernels.columns:
-        step = kernels["step"].iloc[kv].reset_index(drop=True)
-        st_ok = step.notna().to_numpy()
-        code = _codes(pd.Series(kg), step)
-        first = pd.Series(s).groupby(code).transform("min").to_numpy()
-        offset = (s - first).astype(np.float64)
-        offset[~st_ok] = np.nan
-        out["ctx_step_offset_ns"] = place(offset)
+    out.update(step_offsets(kernels))
     return out
+
+
+def _has_timeline(kernels: pd.DataFrame) -> bool:
+    return {"start", "end", "device_id"} <= set(kernels.columns) and not (
+        len(kernels) and not (kernels["start"].notna().any() and kernels["end"].notna().any())
+    )
+
+
+def step_offsets(kernels: pd.DataFrame) -> dict[str, np.ndarray]:
+    """{"ctx_step_offset_ns": ...} (see the module docstring); {} without a `step` column or a timeline. Needs
+    no copy: computed apart so that the other columns can be, before call sites give the steps."""
+    if "step" not in kernels.columns or not _has_timeline(kernels):
+        return {}
+    start, ok_s = _ints(kernels, "start")
+    end, ok_e = _ints(kernels, "end")
+    device, ok_d = _ints(kernels, "device_id")
+    kv = np.flatnonzero(ok_s & ok_e & ok_d & (end >= start))
+    rank = kernels["rank"] if "rank" in kernels.columns else pd.Series(np.full(len(kernels), np.nan))
+    group = _codes(rank.iloc[kv].reset_index(drop=True), device[kv])  # (rank, device)
+    step = kernels["step"].iloc[kv].reset_index(drop=True)
+    s = start[kv]
+    first = pd.Series(s).groupby(_codes(pd.Series(group), step)).transform("min").to_numpy()
+    offset = (s - first).astype(np.float64)
+    offset[~step.notna().to_numpy()] = np.nan
+    col = np.full(len(kernels), np.nan)
+    col[kv] = offset
+    return {"ctx_step_offset_ns": col}
 
 
 KERNEL_INPUTS = ("start", "end", "device_id", "stream_id", "rank", "step")
 COPY_INPUTS = ("start", "end", "device_id", "stream_id", "rank", "bytes", "copy_kind_name")
 
 
-def add_context(kernels, memcpy):
-    """The canonical kernels Arrow table with the context columns appended (NaN written as null); a table
-    without a timeline (Nsight Compute) comes back as it was."""
+def context_arrays(kernels, memcpy, step: bool = True) -> dict:
+    """The context columns of the canonical Arrow tables as Arrow float64 arrays (NaN written as null).
+    step=False: all but ctx_step_offset_ns, from tables that have no steps yet (see step_offsets)."""
+    names = KERNEL_INPUTS if step else tuple(c for c in KERNEL_INPUTS if c != "step")
+    copies = _frame(memcpy, COPY_INPUTS) if memcpy is not None else None
+    return _arrow(context_columns(_frame(kernels, names), copies))
+
+
+def step_offset_arrays(kernels) -> dict:
+    """ctx_step_offset_ns of the canonical Arrow kernels table, as context_arrays gives it."""
+    return _arrow(step_offsets(_frame(kernels, ("start", "end", "device_id", "rank", "step"))))
+
+
+def _frame(table, names) -> pd.DataFrame:
+    return table.select([c for c in names if c in table.column_names]).to_pandas()
+
+
+def _arrow(columns: dict) -> dict:
     import pyarrow as pa
 
-    def frame(table, names):
-        return table.select([c for c in names if c in table.column_names]).to_pandas()
+    return {name: pa.array(values, type=pa.float64(), from_pandas=True) for name, values in columns.items()}
 
-    copies = frame(memcpy, COPY_INPUTS) if memcpy is not None else None
-    for name, values in context_columns(frame(kernels, KERNEL_INPUTS), copies).items():
-        column = pa.array(values, type=pa.float64(), from_pandas=True)
+
+def append_context(kernels, arrays: dict):
+    """The kernels Arrow table with the context columns set, in COLUMNS order (appended where new)."""
+    for name in (c for c in COLUMNS if c in arrays):
         if name in kernels.column_names:
-            kernels = kernels.set_column(kernels.column_names.index(name), name, column)
+            kernels = kernels.set_column(kernels.column_names.index(name), name, arrays[name])
         else:
-            kernels = kernels.append_column(name, column)
+            kernels = kernels.append_column(name, arrays[name])
     return kernels
