@@ -83,12 +83,14 @@ def demo_trace(data_dir: Path, rows: int, seed: int, variant: int = 0) -> tuple[
     `variant` shifts the kernel mix (the demo's rank0..rank3 datasets are variants 0..3)."""
     import pyarrow.parquet as pq
 
+    from gpuvar.canonical_io import ROW_GROUP_ROWS
     from gpuvar.demo.canonical_writer import write_canonical_demo
 
     folder = Path(data_dir) / (f"rows{rows}-seed{seed}" + (f"-variant{variant}" if variant else ""))
     path = folder / KERNELS_TABLE
     try:
-        if pq.ParquetFile(path).metadata.num_rows == rows:
+        meta = pq.ParquetFile(path).metadata  # reused only in the current layout (its row groups)
+        if meta.num_rows == rows and meta.row_group(0).num_rows == min(rows, ROW_GROUP_ROWS):
             return path, None
     except (OSError, ValueError):
         pass
