@@ -512,3 +512,24 @@ def test_unsorted_file_gives_the_same_bins(demo, tmp_path):
     a = pq.read_table(tmp_path / "a" / "bins.parquet").to_pandas().set_index("bin")
     b = pq.read_table(tmp_path / "b" / "bins.parquet").to_pandas().set_index("bin")
     assert_close(b[STATS], a[STATS], np.maximum(a["min"].abs(), a["max"].abs()).to_numpy())
+
+
+def test_a_rank_does_not_import_pandas(tmp_path):
+    """A rank's start-up is part of every run's fixed cost: pandas (0.2-0.4 s) must not be imported by the job,
+    including on the paths that fill nulls (a copy without a kind, linked to a kernel)."""
+    _tiny_files(tmp_path)
+    memcpy = pd.DataFrame(
+        {"device_id": [0, 0], "stream_id": [1, 1], "start": [0, 100], "end": [10, 140], "copy_kind": [1.0, None]}
+    )
+    write_canonical(finalize_memcpy(memcpy), tmp_path / "m.parquet", row_group_rows=2)
+    args = [str(tmp_path / "k.parquet"), "--memcpy", str(tmp_path / "m.parquet"), "--bin-width", "1ms"]
+    code = (
+        "import sys; from gpuvar.cli import main; "
+        f"rc = main(['bin', *{args!r}, '--output', {str(tmp_path / 'o')!r}]); "
+        "print('pandas imported' if 'pandas' in sys.modules else 'no pandas'); sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "no pandas"
+    linked = pq.read_table(tmp_path / "o" / "topk_rows.parquet").column("linked_copy_kind").to_pylist()
+    assert any(v is None or v != v for v in linked)  # the null kind was read (the path that imported pandas)

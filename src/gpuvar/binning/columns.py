@@ -48,8 +48,8 @@ def floats(col) -> np.ndarray:
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     col = pc.cast(col, pa.float64(), safe=False)
-    if col.null_count:
-        col = pc.fill_null(col, np.nan)
+    if col.null_count:  # (not pc.fill_null: its NaN scalar imports pandas, 0.2-0.4 s of every rank's start-up)
+        return np.where(_valid(col), numpy_view(col), np.nan)
     return numpy_view(col)
 
 
