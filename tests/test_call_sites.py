@@ -124,3 +124,25 @@ def test_demo_kineto_trace_has_steps_and_call_sites(tmp_path):
     assert k["step"].tolist() == [i // STEP_LAUNCHES for i in range(4 * STEP_LAUNCHES)]
     assert k["launch_op"].notna().all() and k["call_site"].str.match(r"^\S+#\d+ b\d+x1x1 r\d+$").all()
     assert "4 steps from cudaDeviceSynchronize" in out.notes[-1]
+
+
+@pytest.mark.parametrize("columns", [1, 2])
+def test_launches_match_the_first_of_repeated_calls_exactly(columns):
+    """A launch takes the first runtime call with its key (a repeated correlation id: the first one, as the
+    pandas merge after drop_duplicates did), -1 without one, and keys are compared exactly: epoch ns differing
+    by 1 (which float64 cannot tell apart) are different keys."""
+    import numpy as np
+
+    from gpuvar.ingest.call_sites import _first_match
+
+    big = 1_700_000_000_000_000_001
+    have = [np.array([7, 3, 7, big, -1], np.int64)]
+    want = [np.array([7, 3, 5, big - 1, big, -1], np.int64)]
+    expected = [0, 1, -1, -1, 3, 4]
+    if columns == 2:  # (pid, corr): the same correlation id in another process is another call
+        have.insert(0, np.array([1, 1, 2, 1, 1], np.int64))
+        want.insert(0, np.array([1, 1, 1, 1, 1, 2], np.int64))
+        expected = [0, 1, -1, -1, 3, -1]
+    assert _first_match(want, have).tolist() == expected
+    assert _first_match([w[:0] for w in want], have).tolist() == []
+    assert _first_match(want, [h[:0] for h in have]).tolist() == [-1] * 6

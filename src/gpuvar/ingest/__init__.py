@@ -66,7 +66,7 @@ def normalize_trace(raw):
             memcpy = drop_negative_durations(memcpy, out, "memcpy")
         require_int64_times(raw.format, kernels=kernels, memcpy=memcpy)
         host = host.result()
-        context = pool.submit(context_arrays, kernels, memcpy, step=False)
+        context = pool.submit(context_arrays, kernels, memcpy)
         kernels, memcpy = add_call_sites(raw, out, kernels, memcpy, host)  # launch_op, step, call_index, call_site
         context = context.result()
     kernels = append_context(kernels, context | step_offset_arrays(kernels))

@@ -253,7 +253,8 @@ def _first_match(wanted: list[np.ndarray], keys: list[np.ndarray]) -> np.ndarray
     where none: a left join on unique right keys (the first of repeated ones) in numpy, exact on int64."""
     if len(wanted) == 1:
         want, have = wanted[0], keys[0]
-    else:  # several columns: each ranked over both sides, then combined in mixed radix (exact, no overflow)
+    else:  # each column ranked over both sides, then combined in mixed radix (exact while the product of the
+        # columns' distinct counts stays below 2**63: two columns of any length in memory)
         want = np.zeros(len(wanted[0]), np.int64)
         have = np.zeros(len(keys[0]), np.int64)
         for w, k in zip(wanted, keys):
@@ -413,13 +414,16 @@ def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return table.set_column(i, name, values) if i >= 0 else table.append_column(name, values)
 
 
+_BUILD = object()  # add_call_sites' `host` when the caller has not built it
+
+
 def add_call_sites(
-    raw, out, kernels: pa.Table, memcpy: pa.Table | None, host: HostTimeline | None = None
+    raw, out, kernels: pa.Table, memcpy: pa.Table | None, host=_BUILD
 ) -> tuple[pa.Table, pa.Table | None]:
     """The tables with launch_op, step, call_index and call_site (kernels) and launch_op, step (memcpy) filled,
     and one note in `out.notes` saying how steps were found and how many call sites there are. host: the raw
-    trace's host_timeline when the caller built it already."""
-    host = host if host is not None else host_timeline(raw)
+    trace's host_timeline (None: it has none) when the caller built it already."""
+    host = host_timeline(raw) if host is _BUILD else host
     tables = [kernels] + ([memcpy] if memcpy is not None else [])
     if host is not None and all("correlation_id" in t.column_names for t in tables):
         placed = [_place(host, t) for t in tables]

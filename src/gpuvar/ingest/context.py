@@ -286,12 +286,11 @@ KERNEL_INPUTS = ("start", "end", "device_id", "stream_id", "rank", "step")
 COPY_INPUTS = ("start", "end", "device_id", "stream_id", "rank", "bytes", "copy_kind_name")
 
 
-def context_arrays(kernels, memcpy, step: bool = True) -> dict:
-    """The context columns of the canonical Arrow tables as Arrow float64 arrays (NaN written as null).
-    step=False: all but ctx_step_offset_ns, from tables that have no steps yet (see step_offsets)."""
-    names = KERNEL_INPUTS if step else tuple(c for c in KERNEL_INPUTS if c != "step")
+def context_arrays(kernels, memcpy) -> dict:
+    """The context columns of the canonical Arrow tables but ctx_step_offset_ns (step_offset_arrays: it needs the
+    steps, which call sites add), as Arrow float64 arrays (NaN written as null)."""
     copies = _frame(memcpy, COPY_INPUTS) if memcpy is not None else None
-    return _arrow(context_columns(_frame(kernels, names), copies))
+    return _arrow(context_columns(_frame(kernels, [c for c in KERNEL_INPUTS if c != "step"]), copies))
 
 
 def step_offset_arrays(kernels) -> dict:
