@@ -87,7 +87,7 @@ def _driver(steps: pd.DataFrame, launches: pd.DataFrame, rank: int, seed: int) -
     y = (mine["arrival_ns"] - mine["start_ns"]).to_numpy(np.float64)
     k = launches[(launches["rank"] == rank) & (launches["kind"] == "kernel")].copy()
     k["op"] = k["launch_op"].fillna("(no launch op)").astype(str)
-    k["t"] = k["end"] - k["start"]
+    k["t"] = pd.to_numeric(k["end"] - k["start"]).astype(np.float64)  # (an empty or nullable column is object)
     per_op = k.pivot_table(index="step", columns="op", values="t", aggfunc="sum", fill_value=0)
     per_op = per_op.reindex(mine["step"].to_numpy(), fill_value=0)
     features = {op: per_op[op].to_numpy(np.float64) for op in sorted(per_op.columns)}
@@ -145,7 +145,7 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
     col = col.assign(wait=col["end"] - col["start"])
     waits = col.groupby(["rank", "step"], as_index=False)["wait"].sum().rename(columns={"wait": "wait_ns"})
     steps = steps.merge(first, on=["rank", "step"], how="left").merge(waits, on=["rank", "step"], how="left")
-    steps["wait_ns"] = steps["wait_ns"].fillna(0).astype(np.int64)
+    steps["wait_ns"] = pd.to_numeric(steps["wait_ns"]).fillna(0).astype(np.int64)
     steps["collectives"] = steps["collectives"].fillna(0).astype(np.int64)
     late = skew.stack().rename("late_ns").reset_index().rename(columns={"level_1": "rank"})
     late = late.merge(arrivals[["seq", "last_rank"]], on="seq")
