@@ -150,7 +150,7 @@ def _add_group_sums(
     """Exact integer sum and count of one row group's durations per group code added to the int64 accumulators.
 
     float64 bincount is exact while every partial sum stays below 2**53 (durations are whole ns, and a
-    row group is ~1 M rows); otherwise the group's int64 durations are summed per code after a sort.
+    row group is 256 Ki rows); otherwise the group's int64 durations are summed per code after a sort.
     fdur: the same durations as float64 (the weights bincount wants)."""
     if len(sums) < n_codes:
         sums = np.concatenate([sums, np.zeros(n_codes - len(sums), np.int64)])
