@@ -149,8 +149,6 @@ def paper_run(demo_run, tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
 
 SHARED_RUNS = "shared_workflow_runs"  # the modules whose tests read the shared runs
 _SHARED_MODULES = {"test_workflow.py", "test_paper.py"}
-# test_workflow.py's second run from scratch: its own group, so it runs beside the shared runs on another worker
-FRESH_RERUN = "tests/test_workflow.py::test_rerun_is_byte_identical"
 # modules of independent tests (no module-scoped fixture worth sharing, several slow end-to-end tests): their
 # tests are spread over the workers one by one
 _SPREAD = {"test_config_fuzz.py", "test_readme_commands.py", "test_shell_injection.py", "test_workflow_layer.py"}
@@ -158,7 +156,6 @@ _SPREAD = {"test_config_fuzz.py", "test_readme_commands.py", "test_shell_injecti
 # that neither worker is left with one of them at the end
 _FIRST = (
     SHARED_RUNS,
-    FRESH_RERUN,
     "test_slurm.py",
     "test_readme_commands.py",
     "test_empty_selection.py",
@@ -171,8 +168,6 @@ _FIRST = (
 def xdist_group(nodeid: str) -> str:
     """The group a test is sent to a worker with: its module, the shared runs' group, or itself alone."""
     module = nodeid.split("::")[0].rsplit("/", 1)[-1]
-    if nodeid == FRESH_RERUN:
-        return FRESH_RERUN
     if module in _SHARED_MODULES:
         return SHARED_RUNS
     return nodeid if module in _SPREAD else module

@@ -156,7 +156,7 @@ def test_paper_figures_rerun_byte_identical(paper_run, tmp_path):
     nature): their bytes are the recorded ones, and drawing them again over the finished run writes the same bytes.
 
     The figures are built in a copy of the demo run (the paper_run fixture: its rank datasets are the demo's);
-    a from-scratch second run of them is test_workflow.py::test_rerun_is_byte_identical.
+    the record they are compared with was made by another run from scratch.
     """
     from workflow_runs import assert_recorded_bytes, copy_run, data_digests, run_workflow
 

@@ -13,8 +13,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REPO, paper_targets
-from workflow_runs import SNAKEMAKE, assert_recorded_bytes, data_digests, run_workflow, small_config
+from conftest import REPO
+from workflow_runs import SNAKEMAKE, assert_recorded_bytes
 
 
 def test_results_are_the_recorded_bytes(demo_run):
@@ -89,24 +89,6 @@ def test_books_balance_at_every_stage(demo_run):
             assert record["rows_in"] == record["rows_used"] + sum(record["rows_dropped"].values()), record_path
             if record["group"] == "__all__":
                 assert record["rows_in"] == topk, record_path  # the causal step sees every top-k row
-
-
-@pytest.mark.timeout(1800)  # the longest test: a whole run of all + the paper's figures
-def test_rerun_is_byte_identical(request, tmp_path):
-    """A second run from scratch, in another directory, writes the same bytes: every data output of `all` (the
-    demo run), and in the same run the paper's figures and their datasets (the paper run, built on a copy of the
-    demo run), so one fresh run checks both. Under xdist it runs while another worker builds the shared runs,
-    which it reads afterwards (request.getfixturevalue: built by then, or waited for)."""
-    again = tmp_path / "again"
-    proc = run_workflow(again, small_config(tmp_path), "all", *paper_targets())
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rerun = data_digests(again)
-    workdir, _ = request.getfixturevalue("demo_run")
-    first = data_digests(workdir)
-    assert {k: rerun.get(k) for k in first} == first
-    _, _, with_paper = request.getfixturevalue("paper_run")
-    assert {k: with_paper[k] for k in first} == first  # building the paper's figures rewrote none of `all`
-    assert rerun == with_paper
 
 
 def _contributions(workdir: Path, dataset: str, target: str, group_prefix: str) -> dict[str, tuple[float, int]]:

@@ -74,10 +74,13 @@ def copy_run(source: Path, dest: Path) -> Path:
 
 def assert_recorded_bytes(workdir: Path, paper: bool) -> None:
     """The data outputs of the small-config run equal the bytes recorded in tests/data/golden (made before the
-    workflow-layer refactor of issue 16, so the refactor changed no result). paper: check results/paper/, else
-    every other recorded file. After a deliberate change of results, GPUVAR_UPDATE_GOLDEN=1 rewrites the record
-    (review the diff: every changed file is a changed result)."""
-    actual = data_digests(workdir)
+    workflow-layer refactor of issue 16, so the refactor changed no result), and every data output of the run is
+    recorded: the record was made by another run from scratch, in another folder, so this is also the check that
+    a rerun writes the same bytes. paper: the paper run (results/paper/ and the paper-only datasets, and the
+    demo run's outputs it was built over: building the paper's figures rewrote none of them), else the demo run.
+    After a deliberate change of results, GPUVAR_UPDATE_GOLDEN=1 rewrites the record (review the diff: every
+    changed file is a changed result)."""
+    actual = {k: v for k, v in data_digests(workdir).items() if "/raw/" not in k}
     recorded = json.loads(GOLDEN.read_text())
     own = {d["name"] for d in yaml.safe_load((REPO / "config" / "config.yaml").read_text())["datasets"]}
 
@@ -85,16 +88,22 @@ def assert_recorded_bytes(workdir: Path, paper: bool) -> None:
         parts = key.split("/")
         return parts[1] != "paper" and (parts[1] not in ("ingest", "bin", "causal", "plots") or parts[2] in own)
 
-    if paper:  # the paper's figures, and whatever else the paper run built (its datasets' tables and graphs)
-        selected = {k: v for k, v in recorded.items() if k.startswith("results/paper/") or k in actual}
-    else:
-        selected = {k: v for k, v in recorded.items() if in_all(k)}
+    def own_scope(key: str) -> bool:  # what this run adds to the record
+        return not in_all(key) if paper else in_all(key)
+
     if os.environ.get("GPUVAR_UPDATE_GOLDEN") == "1":
-        keep = {k: v for k, v in recorded.items() if k.startswith("results/paper/") != paper}
-        fresh = {k: v for k, v in actual.items() if k.startswith("results/paper/") == paper and "/raw/" not in k}
+        keep = {k: v for k, v in recorded.items() if not own_scope(k)}
+        fresh = {k: v for k, v in actual.items() if own_scope(k)}
         GOLDEN.write_text(json.dumps(keep | fresh, indent=1, sort_keys=True) + "\n")
         return
+    selected = {k: v for k, v in recorded.items() if own_scope(k) or (paper and k in actual)}
     assert selected, "nothing recorded"
     missing = sorted(k for k in selected if k not in actual)
     changed = sorted(k for k in selected if k in actual and actual[k] != selected[k])
-    assert not missing and not changed, {"missing": missing[:20], "changed": changed[:20], "of": len(selected)}
+    unrecorded = sorted(k for k in actual if own_scope(k) and k not in recorded)
+    assert not missing and not changed and not unrecorded, {
+        "missing": missing[:20],
+        "changed": changed[:20],
+        "unrecorded (a new output: GPUVAR_UPDATE_GOLDEN=1 records it)": unrecorded[:20],
+        "of": len(selected),
+    }
