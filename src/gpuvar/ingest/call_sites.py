@@ -96,8 +96,13 @@ def _kineto_host(raw) -> HostTimeline | None:
     corr = _ints(runtime.column("args.correlation"))
     kept = ~null & (corr >= 0)  # (filtered as numpy: a DataFrame's boolean selection copies block by block)
     calls = pd.DataFrame(
-        {"pid": np.full(int(kept.sum()), -1, np.int64), "corr": corr[kept], "ts": start[kept]}
-        | {"thread": thread[kept], "ext": ext[kept]}
+        {
+            "pid": np.full(int(kept.sum()), -1, np.int64),
+            "corr": corr[kept],
+            "ts": start[kept],
+            "thread": thread[kept],
+            "ext": ext[kept],
+        }
     )
     syncs = pd.DataFrame({"start": start[is_sync & ~null], "end": end[is_sync & ~null]})
     ops = pd.DataFrame({"start": [], "end": [], "thread": [], "name": [], "ext": []})

@@ -71,6 +71,14 @@ def _ints(frame: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
     return col.to_numpy(dtype=np.int64, na_value=0), col.notna().to_numpy()
 
 
+def _timed(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, device_id, valid) of a table's rows: valid where all three are known and end >= start."""
+    start, ok_s = _ints(frame, "start")
+    end, ok_e = _ints(frame, "end")
+    device, ok_d = _ints(frame, "device_id")
+    return start, end, device, ok_s & ok_e & ok_d & (end >= start)
+
+
 def _codes(*columns: pd.Series | np.ndarray) -> np.ndarray:
     """Distinct int64 codes of the combined values of equal-length columns (a null is a value of its own);
     dense again only when the mixed-radix product grows past 2**31 (keys multiply codes by a time span)."""
@@ -173,17 +181,11 @@ def context_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> dict[
     if not _has_timeline(kernels):
         return {}
     n = len(kernels)
-    start, ok_s = _ints(kernels, "start")
-    end, ok_e = _ints(kernels, "end")
-    device, ok_d = _ints(kernels, "device_id")
-    valid = ok_s & ok_e & ok_d & (end >= start)
+    start, end, device, valid = _timed(kernels)
     rk, rm = _rank_columns(kernels, memcpy)
 
     if memcpy is not None:
-        m_start, m_ok_s = _ints(memcpy, "start")
-        m_end, m_ok_e = _ints(memcpy, "end")
-        m_device, m_ok_d = _ints(memcpy, "device_id")
-        m_valid = m_ok_s & m_ok_e & m_ok_d & (m_end >= m_start)
+        m_start, m_end, m_device, m_valid = _timed(memcpy)
         is_memset = (
             memcpy["copy_kind_name"].eq("Memset").to_numpy(dtype=bool, na_value=False)
             if "copy_kind_name" in memcpy.columns
@@ -256,9 +258,10 @@ def context_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> dict[
 
 
 def _has_timeline(kernels: pd.DataFrame) -> bool:
-    return {"start", "end", "device_id"} <= set(kernels.columns) and not (
-        len(kernels) and not (kernels["start"].notna().any() and kernels["end"].notna().any())
-    )
+    """The columns of a timeline, and (unless the table is empty) some start and end times in them."""
+    if not {"start", "end", "device_id"} <= set(kernels.columns):
+        return False
+    return not len(kernels) or bool(kernels["start"].notna().any() and kernels["end"].notna().any())
 
 
 def step_offsets(kernels: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -266,10 +269,8 @@ def step_offsets(kernels: pd.DataFrame) -> dict[str, np.ndarray]:
     no copy: computed apart so that the other columns can be, before call sites give the steps."""
     if "step" not in kernels.columns or not _has_timeline(kernels):
         return {}
-    start, ok_s = _ints(kernels, "start")
-    end, ok_e = _ints(kernels, "end")
-    device, ok_d = _ints(kernels, "device_id")
-    kv = np.flatnonzero(ok_s & ok_e & ok_d & (end >= start))
+    start, _, device, valid = _timed(kernels)
+    kv = np.flatnonzero(valid)
     rank = kernels["rank"] if "rank" in kernels.columns else pd.Series(np.full(len(kernels), np.nan))
     group = _codes(rank.iloc[kv].reset_index(drop=True), device[kv])  # (rank, device)
     step = kernels["step"].iloc[kv].reset_index(drop=True)
