@@ -15,10 +15,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
+from gpuvar.binning.cli import workflow_arguments
 from gpuvar.binning.partition import bin_owners, bin_width, row_groups_for_rank
 from gpuvar.binning.stats import bin_stats, bin_stats_at, bin_stats_parallel
 from gpuvar.canonical_io import write_canonical
+from gpuvar.config import read_yaml_mapping, validate_config
 from gpuvar.errors import GpuvarError
 from gpuvar.schema import finalize_kernels, finalize_memcpy
 
@@ -514,22 +517,27 @@ def test_unsorted_file_gives_the_same_bins(demo, tmp_path):
     assert_close(b[STATS], a[STATS], np.maximum(a["min"].abs(), a["max"].abs()).to_numpy())
 
 
-def test_a_rank_does_not_import_pandas(tmp_path):
+def test_a_rank_does_not_import_pandas_or_pydantic(tmp_path):
     """A rank's start-up is part of every run's fixed cost: pandas (0.2-0.4 s) must not be imported by the job,
-    including on the paths that fill nulls (a copy without a kind, linked to a kernel)."""
+    including on the paths that fill nulls (a copy without a kind, linked to a kernel), nor pydantic and the
+    config models (~0.15 s) to parse the options the workflow gives (gpuvar.options' field table)."""
     _tiny_files(tmp_path)
     memcpy = pd.DataFrame(
         {"device_id": [0, 0], "stream_id": [1, 1], "start": [0, 100], "end": [10, 140], "copy_kind": [1.0, None]}
     )
     write_canonical(finalize_memcpy(memcpy), tmp_path / "m.parquet", row_group_rows=2)
-    args = [str(tmp_path / "k.parquet"), "--memcpy", str(tmp_path / "m.parquet"), "--bin-width", "1ms"]
+    args = [str(tmp_path / "k.parquet"), "--memcpy", str(tmp_path / "m.parquet")]
+    # every option as the workflow's rule passes it, from the demo config
+    cfg = validate_config(read_yaml_mapping(REPO / "config" / "config.yaml"), base=REPO)
+    workflow = workflow_arguments(cfg, "memory_stall")
+    workflow[workflow.index("--bin-width") + 1] = "1ms"
     code = (
         "import sys; from gpuvar.cli import main; "
-        f"rc = main(['bin', *{args!r}, '--output', {str(tmp_path / 'o')!r}]); "
-        "print('pandas imported' if 'pandas' in sys.modules else 'no pandas'); sys.exit(rc)"
+        f"rc = main(['bin', *{args!r}, *{workflow!r}, '--output', {str(tmp_path / 'o')!r}]); "
+        "print(sorted(m for m in ('pandas', 'pydantic', 'yaml') if m in sys.modules)); sys.exit(rc)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "no pandas"
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
     linked = pq.read_table(tmp_path / "o" / "topk_rows.parquet").column("linked_copy_kind").to_pylist()
     assert any(v is None or v != v for v in linked)  # the null kind was read (the path that imported pandas)
