@@ -151,25 +151,19 @@ def test_snakemake_paper_target_builds_every_figure(tmp_path):
         assert f"{rule} " in jobs and any(line.split() == [rule, str(count)] for line in jobs.splitlines()), rule
 
 
-def test_paper_figures_rerun_byte_identical(paper_run, tmp_path):
+def test_paper_figures_are_the_recorded_bytes(paper_run):
     """The paper's figures (Fig. 5b left out: it plots measured binning times, which differ on every run by
-    nature): their bytes are the recorded ones, and drawing them again over the finished run writes the same bytes.
+    nature) are the bytes recorded by another run from scratch, in another folder, and no figure is missing
+    from or added to that record (workflow_runs.assert_recorded_bytes). That comparison replaced a forced
+    redraw of the 11 figure jobs over this run (48 s of a test worker), which only re-checked the same bytes
+    in the same folder.
 
-    The figures are built in a copy of the demo run (the paper_run fixture: its rank datasets are the demo's);
-    the record they are compared with was made by another run from scratch.
+    The figures are built in a copy of the demo run (the paper_run fixture: its rank datasets are the demo's).
     """
-    from workflow_runs import assert_recorded_bytes, copy_run, data_digests, run_workflow
+    from workflow_runs import assert_recorded_bytes
 
     assert len(paper_targets()) >= 9
-    source, config, built = paper_run
-    before = {k: v for k, v in built.items() if k.startswith("results/paper/")}
-    assert sum(k.endswith(".png") for k in before) >= 20 and any(k.endswith(".graphml") for k in before)
+    source, _, built = paper_run
+    figures = {k for k in built if k.startswith("results/paper/")}
+    assert sum(k.endswith(".png") for k in figures) >= 20 and any(k.endswith(".graphml") for k in figures)
     assert_recorded_bytes(source, paper=True)  # the same bytes as recorded before the issue 16 refactor
-    workdir = copy_run(source, tmp_path / "run")  # the shared run stays as it was built
-    rules = ["plot_paper_causal_graphs", "plot_paper_parallel_coordinates"]  # every job writing results/paper/
-    again = run_workflow(workdir, config, "--forcerun", *rules, "--", *paper_targets())
-    assert again.returncode == 0, again.stderr[-4000:]
-    ran = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", again.stdout + again.stderr, re.M)}
-    assert ran.get("plot_paper_causal_graphs") == 9 and ran.get("plot_paper_parallel_coordinates") == 2, ran
-    after = {k: v for k, v in data_digests(workdir).items() if k.startswith("results/paper/")}
-    assert after == before
