@@ -16,6 +16,6 @@ ruff format --check src tests workflow/scripts
 # tests together, the tests of the shared demo workflow run together, the longest groups first).
 pytest -q -m "not slow" --timeout=900 -n "${GPUVAR_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"
 # Each mutation must still apply and be caught, after a baseline run of the same tests unmutated
-# (38 s wall after the suite on the 2-core dev machine, 2026-11-25). Skipped for a subset run.
+# (21-29 s wall after the suite on the 2-core dev machine, 2026-11-25). Skipped for a subset run.
 # The suite above ran every mutation's tests unmutated (none is marked slow), so the tool's own baseline is skipped.
 if [ "$#" -eq 0 ]; then python tools/mutation_check.py --baseline-passed --jobs "${GPUVAR_TEST_WORKERS:-2}"; fi
