@@ -15,9 +15,9 @@ named; every rank calls every phase):
  8. report   - gpuvar.binning.report (rank 0): bins.parquet, topk_rows.parquet, sample_rows.parquet, then bin.json.
 Determinism: the rows of a bin reach its owner in file order whatever the rank count and floating sums are
 done by that owner only, so bins.parquet and topk_rows.parquet are byte-identical for any number of ranks.
-Memory bound per rank: its share as target (float64) + row flag = 9 bytes/row, plus until the bins are found
-the duration (8; it stays as the `duration` feature), the axis (8) and group code (4) (on the sorted path the
-axis and codes stay to the end), plus on the general path the bin id (int32) and the received rows of the bins
+Memory bound per rank: its share as target (float64, written over the duration read; a `duration` feature keeps
+its own 8 bytes/row) + row flag = 9 bytes/row, plus until the bins are found the axis (8) and group code (4) (on
+the sorted path the axis and codes stay to the end), plus on the general path the bin id (int32) and the received rows of the bins
 it owns (12 bytes/row, about one share) during the statistics; other features add 8 bytes/row each, twice.
 Start-up: the ranks import numpy, pyarrow and mpi4py only (no pandas, no pydantic: Array.to_numpy and
 pa.array(ndarray) would import pandas, so numbers cross between numpy and Arrow through the buffers).
