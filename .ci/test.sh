@@ -12,10 +12,11 @@ snakemake --lint
 snakefmt --check Snakefile workflow/rules
 ruff check src tests workflow/scripts
 ruff format --check src tests workflow/scripts
-# Two workers (pytest-xdist; GPUVAR_TEST_WORKERS to change): tests go out in groups (tests/conftest.py: a module's
+# Three workers on the 2-core machine (pytest-xdist; GPUVAR_TEST_WORKERS to change): the one holding the Slurm tests
+# mostly waits on the cluster. Tests go out in groups (tests/conftest.py: a module's
 # tests together, the tests of the shared demo workflow run together, the longest groups first).
-pytest -q -m "not slow" --timeout=900 -n "${GPUVAR_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"
+pytest -q -m "not slow" --timeout=900 -n "${GPUVAR_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder "$@"
 # Each mutation must still apply and be caught, after a baseline run of the same tests unmutated
 # (21-29 s wall after the suite on the 2-core dev machine, 2026-11-25). Skipped for a subset run.
 # The suite above ran every mutation's tests unmutated (none is marked slow), so the tool's own baseline is skipped.
-if [ "$#" -eq 0 ]; then python tools/mutation_check.py --baseline-passed --jobs "${GPUVAR_TEST_WORKERS:-2}"; fi
+if [ "$#" -eq 0 ]; then python tools/mutation_check.py --baseline-passed --jobs "$(nproc)"; fi
