@@ -16,8 +16,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 STATS = ("count", "min", "max", "mean", "var", "std", "q25", "median", "q75")
 QUANTILES = (("q25", 0.25), ("median", 0.5), ("q75", 0.75))
-CHUNK_ROWS = 1 << 22  # rows per statistics task: bounds the temporaries (~5 x 8 bytes/row)
-_BLOCK_ELEMENTS = 1 << 22  # rows x columns gathered at once for the quantiles (bounds temporary memory)
+CHUNK_ROWS = 1 << 19  # rows per statistics task: its temporaries (4 MiB) stay below glibc's mmap threshold, so
+# the heap reuses them (a fresh 32 MiB mmap per task was faulted in again each time; on the shared VM, slowly)
+_BLOCK_ELEMENTS = 1 << 19  # rows x columns gathered at once for the quantiles (4 MiB: reused, as above)
 
 
 def bin_starts(bins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -65,8 +66,10 @@ def _stats_at(values: np.ndarray, ids: np.ndarray, starts: np.ndarray) -> dict[s
         return {"bin": ids, **{s: np.empty(0, np.int64 if s == "count" else np.float64) for s in STATS}}
     counts = np.diff(np.append(starts, len(values)))
     mean = np.add.reduceat(values, starts) / counts
-    dev = values - np.repeat(mean, counts)
-    ss = np.add.reduceat(dev * dev, starts)
+    dev = np.repeat(mean, counts)  # one temporary, reused for the deviations and their squares
+    np.subtract(values, dev, out=dev)
+    np.multiply(dev, dev, out=dev)
+    ss = np.add.reduceat(dev, starts)
     with np.errstate(invalid="ignore", divide="ignore"):
         var = np.where(counts > 1, ss / (counts - 1), np.nan)
     out = {
