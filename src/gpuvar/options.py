@@ -7,7 +7,7 @@ command's arguments for the workflow's rules. So the config file, `gpuvar bin --
 cannot disagree about a default or a limit.
 
 Start-up: every MPI rank of `gpuvar bin` parses its options, and importing pydantic, the config models and
-one validator per option took ~0.15 s of each rank's start-up (half of the job's fixed cost). So the fields'
+one validator per option took ~0.13 s of each rank's start-up (a quarter of the job's fixed cost). So the fields'
 type, default, bounds and description are read from data/options.json, a table written from the models by
 `python -m gpuvar.options` (tests/test_options.py fails when it is stale), and a plain value (an integer or
 a finite number within the bounds, one of the choices) is taken without pydantic. Anything else (a list, a
