@@ -67,8 +67,9 @@ def compute_target(plan: Plan, comm, share: Share, means: Means) -> Target:
     for a in range(0, len(dur), step):
         sl = slice(a, a + step)
         if not links_copies:
-            np.take(means.lut, share.codes[sl], out=mean[: len(values[sl])], mode="clip")  # (clip never acts)
-            np.subtract(dur[sl], mean[: len(values[sl])], out=values[sl])
+            part = mean[: len(dur[sl])]
+            np.take(means.lut, share.codes[sl], out=part, mode="clip")  # (codes index lut: clip never acts)
+            np.subtract(dur[sl], part, out=values[sl])
         else:
             np.subtract(dur[sl], linked["linked_copy_duration"][sl], out=values[sl])
             np.abs(values[sl], out=values[sl])
