@@ -190,6 +190,42 @@ def test_parallel_colours_separate_lines_when_a_few_launches_are_extreme():
 
 
 # ----------------------------------------------------------------------------------------------- footnotes
+CAUSAL_FOOTNOTE = (  # a causal graph's footnote, as drawn on the demo's AMD dataset
+    "Black: positive effect, red: negative. Label/width: share of the target's variance that enters through the "
+    "feature (edges into the target), coefficient in SD per SD (other edges). Together the features explain 19 %.",
+    "Verdict: partly explained (cross-validated share 0.17, permutation p = 0.005; basis: launch configuration, "
+    "problem size, copy and context features (direction known)).",
+    "READ WITH CARE - unconstrained fit has edges out of the target (to ctx_kernels_concurrent): the target may not "
+    "be a sink; dependent residuals in 7 of 28 pairs (worst grid_x / sq_insts_valu): a hidden common cause or a "
+    "non-linear effect; rows from 3 bin(s): the bin bootstrap says little about stability",
+    "Hidden: 2 of 9 edges (2 with bootstrap probability < 0.5).",
+)
+
+
+@pytest.mark.parametrize("inches, dpi", [(7.5, 60), (9.9, 110), (16, 110), (5, 200)])
+def test_a_long_footnote_wraps_inside_the_figure_and_keeps_every_word(tmp_path, inches, dpi):
+    """The footnote (~100 words on a causal graph) is broken to the figure's width by gpuvar itself (matplotlib's
+    wrap=True measured every word prefix at every draw: half of a causal-graph job): every word kept in order,
+    nothing cut inside a word, no line past the figure's right edge in the image saved at the figure's dpi or
+    another, and a second save (the next format) rewraps nothing."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig, ax = plt.subplots(figsize=(inches, 2))
+    ax.plot([0, 1], [0, 1])
+    style.footnote(fig, CAUSAL_FOOTNOTE)
+    style.save_figure(fig, tmp_path / "fig", ["png"], dpi)
+    note = next(t for t in fig.texts if t.get_gid() == style.FOOTNOTE_GID)
+    wrapped = note.get_text()
+    assert wrapped.split() == " ".join(CAUSAL_FOOTNOTE).split()  # every word, in order: only line breaks added
+    assert not cut_inside_a_word(" ".join(CAUSAL_FOOTNOTE), wrapped)
+    assert len(wrapped.split("\n")) > len(CAUSAL_FOOTNOTE)  # it did wrap
+    FigureCanvasAgg(fig)  # (saved and closed: a canvas to measure it again)
+    style.place_footnotes(fig)  # what the next format's save does first
+    assert note.get_text() == wrapped
+    fig.set_dpi(dpi)  # measured as saved
+    assert note.get_window_extent(fig.canvas.get_renderer()).x1 <= fig.bbox.x1
+
+
 def test_forest_footnote_is_below_the_x_label(tmp_path, monkeypatch):
     """A forest plot of one or two kernels is short: its x label reached below the figure, onto the footnote."""
     from gpuvar.compare import figures
