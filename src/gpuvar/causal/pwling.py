@@ -275,7 +275,18 @@ def adaptive_lasso(
 
 
 def adjacency(X: np.ndarray, order: list[int], prior_knowledge: np.ndarray | None = None) -> np.ndarray:
-    """B[i, j] = direct effect of x_j on x_i, regressing each variable on its predecessors in `order`."""
+    """B[i, j] = direct effect of x_j on x_i, regressing each variable on its predecessors in `order`.
+
+    sklearn's argument validation is skipped here (sklearn.config_context): it checked the same arguments on every
+    lars_path and scaler call, ~1.3 s of a 17 s causal job (50 bootstrap fits of 7 groups); the numbers are
+    the same."""
+    from sklearn import config_context
+
+    with config_context(skip_parameter_validation=True):
+        return _adjacency(X, order, prior_knowledge)
+
+
+def _adjacency(X: np.ndarray, order: list[int], prior_knowledge: np.ndarray | None) -> np.ndarray:
     from sklearn.preprocessing import StandardScaler
 
     X = np.asarray(X, dtype=np.float64)
