@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on cluster nodes; also the only backend whose pixels we pin down
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import cbook  # noqa: E402
 
 # Sign colours of the paper's causal graphs (black positive, red negative).
 POSITIVE = "#111111"
@@ -106,6 +107,7 @@ FOOTNOTE_X = 0.01  # left edge of the footnote, as a fraction of the figure's wi
 # the footnote's lines end by this fraction of the width: measured at the figure's dpi, hinted glyphs of 7-pt
 # text saved at another dpi came out up to ~6 % wider (a line measured to fit ran past the figure's edge)
 FOOTNOTE_FILL = 0.93
+MIN_FOOTNOTE_CHARS = 20  # a footnote line is never broken shorter (a very narrow figure grows instead)
 FOOTNOTE_GAP = 0.08  # inches between the lowest text of the figure (x label, tick labels) and the footnote
 
 
@@ -128,7 +130,7 @@ def place_footnotes(fig) -> None:
     for note in notes:
         wrap_footnote(note, fig.bbox.width * (FOOTNOTE_FILL - FOOTNOTE_X), renderer)
         note.set_in_layout(False)
-    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches, without the footnotes
+    box = fig.get_tightbbox(renderer)  # inches, without the footnotes
     for note in notes:
         note.set_in_layout(True)
     y = min(-0.01, (box.y0 - FOOTNOTE_GAP) / fig.get_figheight())
@@ -143,25 +145,24 @@ def wrap_footnote(note, width: float, renderer) -> None:
     that fits is kept, so a second save (the next format) changes nothing."""
     font = note.get_fontproperties()
 
-    def fits(line: str) -> bool:
-        return not line or renderer.get_text_width_height_descent(line, font, ismath=False)[0] <= width
+    def width_of(line: str) -> float:  # as the text is drawn: mathtext where matplotlib would parse it
+        ismath = note.get_parse_math() and cbook.is_math_text(line)
+        return renderer.get_text_width_height_descent(line, font, ismath=ismath)[0] if line else 0.0
 
     lines = []
     for line in note.get_text().split("\n"):
-        if fits(line):
+        measured = width_of(line)
+        if measured <= width:
             lines.append(line)
             continue
-        measured = renderer.get_text_width_height_descent(line, font, ismath=False)[0]
         chars = max(MIN_FOOTNOTE_CHARS, int(len(line) * width / measured))
         wrapped = wrap_label(line, chars)
-        while chars > MIN_FOOTNOTE_CHARS and not all(map(fits, wrapped.split("\n"))):
+        while chars > MIN_FOOTNOTE_CHARS and any(width_of(part) > width for part in wrapped.split("\n")):
             chars = max(MIN_FOOTNOTE_CHARS, int(chars * 0.9))  # wider letters than the line's average
             wrapped = wrap_label(line, chars)
         lines.append(wrapped)
     note.set_text("\n".join(lines))
 
-
-MIN_FOOTNOTE_CHARS = 20  # a footnote line is never broken shorter (a very narrow figure grows instead)
 
 # ----------------------------------------------------------------------------------------------- labels
 _WORDS = re.compile(r"\S+\s*")
