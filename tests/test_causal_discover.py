@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import networkx as nx
 import numpy as np
@@ -116,6 +117,27 @@ def test_bootstrap_identical_bytes_for_any_worker_count(tmp_path):
     )
     row = boot[(boot["from"] == "grid_x") & (boot["to"] == "kernel_variability")].iloc[0]
     assert row["probability"] == 1.0 and row["coef_q05"] > 0
+
+
+def _fit_then_thread_counts() -> dict[str, int]:
+    """In a bootstrap worker: one fit (loads scipy's OpenBLAS and sklearn's OpenMP), then every pool's threads."""
+    from threadpoolctl import threadpool_info
+
+    from gpuvar.causal.bootstrap import fit_adjacency
+
+    fit_adjacency(np.random.default_rng(0).laplace(size=(200, 4)), None, "fast", threads=1)
+    return {info["filepath"]: info["num_threads"] for info in threadpool_info()}
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: every pool has one thread anyway")
+def test_bootstrap_workers_run_every_blas_and_openmp_pool_on_one_thread():
+    """The pool already fills the cores: a library loaded after the worker's limit (scipy's OpenBLAS) ran one
+    thread per core, and 2 workers x 2 BLAS threads made the demo's causal jobs 1.7x slower."""
+    from gpuvar.causal.bootstrap import make_pool
+
+    with make_pool(1) as pool:
+        counts = pool.submit(_fit_then_thread_counts).result()
+    assert any("openblas" in path for path in counts) and set(counts.values()) == {1}, counts
 
 
 def test_lingam_engine_matches_fast(tmp_path):

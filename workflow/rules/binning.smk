@@ -20,6 +20,7 @@ rule bin_trace:
         "benchmarks/bin_trace/{dataset}_{target}.tsv"
     conda:
         ENV
+    priority: 1
     threads: CFG.binning.ranks
     resources:
         mpi="mpiexec",

@@ -3,6 +3,8 @@
 # Editing the mapping reruns only normalize_columns, never the slow read. A merged dataset (merge: true,
 # several rank files) gets ingest_rank + normalize_rank per file, then merge_ranks adds a rank column.
 # Each rule names the `gpuvar` command it runs and every option it passes in `params:`.
+# priority 1 (also bin_trace): Snakemake starts every dataset's ingest and binning, which hold 2 cores, before the
+# 1-core causal and plot jobs; otherwise a 2-core job waited for a lone causal job and a core idled (demo 140 -> 126 s).
 SINGLE_DATASETS = names_regex(REG.names(merged=False))
 MERGED_DATASETS = names_regex(REG.names(merged=True))
 
@@ -20,6 +22,7 @@ rule ingest_trace:
         dataset=SINGLE_DATASETS,
     conda:
         ENV
+    priority: 1
     threads: 2
     resources:
         mem_mb=4000,
@@ -50,6 +53,7 @@ rule normalize_columns:
         dataset=SINGLE_DATASETS,
     conda:
         ENV
+    priority: 1
     threads: 1
     resources:
         mem_mb=4000,
@@ -108,6 +112,7 @@ rule merge_ranks:
         dataset=MERGED_DATASETS,
     conda:
         ENV
+    priority: 1
     threads: 1
     resources:
         mem_mb=4000,

@@ -10,7 +10,7 @@ the stability of the fit under resampling, not a p-value.
 Resample k draws its bins from numpy's generator seeded with (seed, k), so the set of resamples — and
 every output byte — is the same whether they run in-process or over any number of worker processes.
 Workers are spawned (not forked) so BLAS/OpenMP thread pools in the parent cannot deadlock them; each
-worker limits BLAS to one thread because the pool already fills the cores.
+worker limits BLAS to one thread because the pool already fills the cores (`one_blas_thread`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpuvar.causal")
 _LIMITS = None  # keeps a worker's BLAS thread limit alive
+_CONTROLLER = None  # threadpoolctl's view of this process's BLAS and OpenMP libraries (one_blas_thread)
 
 
 def resample_bins(bins: np.ndarray, seed: int, index: int) -> np.ndarray:
@@ -52,12 +53,27 @@ def fit_adjacency(X: np.ndarray, prior_knowledge: np.ndarray | None, engine: str
     raise ValueError(f"unknown engine {engine!r} (allowed: fast, lingam)")
 
 
+def one_blas_thread():
+    """threadpool_limits(1) over every BLAS and OpenMP pool a fit uses (use as a context manager, or keep it).
+
+    threadpoolctl limits only the libraries loaded when it is called: scipy's own OpenBLAS and sklearn's OpenMP
+    load at their first import, so a limit set before that left them one thread per core. In the bootstrap
+    workers that was 2 workers x 2 OpenBLAS threads on 2 cores: the demo's rank0 memory_stall causal job took
+    22 s with 2 workers against 13 s with one (41 against 14 CPU seconds); now 8 s."""
+    global _CONTROLLER
+    if _CONTROLLER is None:  # the libraries are found once per process (threadpool_limits scans them every call)
+        import scipy.linalg  # noqa: F401 - loads scipy's OpenBLAS
+        import sklearn.linear_model  # noqa: F401 - loads sklearn's OpenMP runtime
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1)
+
+
 def _init_worker() -> None:
     """One BLAS thread per worker: the pool already fills the cores."""
-    from threadpoolctl import threadpool_limits
-
     global _LIMITS
-    _LIMITS = threadpool_limits(1)
+    _LIMITS = one_blas_thread()
 
 
 def _fit_resamples(
@@ -113,11 +129,9 @@ def bootstrap_adjacencies(
             log.info("bootstrap %d/%d resamples (%d%%)", state["done"], n_samples, 100 * state["done"] // n_samples)
 
     if workers <= 1:
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(1):
+        with one_blas_thread():
             for chunk in chunks:
-                out[chunk] = _fit_resamples(X, prior_knowledge, engine, seed, chunk, threads=None, bins=bins)
+                out[chunk] = _fit_resamples(X, prior_knowledge, engine, seed, chunk, threads=1, bins=bins)
                 progress(len(chunk))
         return out
     own = pool is None

@@ -24,7 +24,13 @@ import pandas as pd
 
 from gpuvar.artifacts import CAUSAL_RECORD, CAUSAL_SUMMARY
 from gpuvar.canonical_io import write_json
-from gpuvar.causal.bootstrap import bootstrap_adjacencies, fit_adjacency, make_pool, summarise_edges
+from gpuvar.causal.bootstrap import (
+    bootstrap_adjacencies,
+    fit_adjacency,
+    make_pool,
+    one_blas_thread,
+    summarise_edges,
+)
 from gpuvar.causal.checks import assumption_checks
 from gpuvar.causal.effects import contributions, total_effects
 from gpuvar.causal.encode import sibling_groups
@@ -130,9 +136,7 @@ def fit_random_bins(
     names = list(other.data.columns)
     target = len(names) - 1
     pk = prior_knowledge(names, target, opts.prior_knowledge, sibling_groups(other.categories))
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(1):
+    with one_blas_thread():
         return names, fit_adjacency(other.data.to_numpy(dtype=np.float64), pk, opts.engine)[1]
 
 
@@ -146,7 +150,6 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
         opts.prior_knowledge,
     )
     import networkx as nx
-    from threadpoolctl import threadpool_limits
 
     outdir.mkdir(parents=True, exist_ok=True)
     record = prep.record() | {
@@ -167,7 +170,7 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
     pk = prior_knowledge(names, target, pk_mode, siblings)
     timings = {}
     t0 = time.perf_counter()
-    with threadpool_limits(1):  # tiny BLAS calls: extra BLAS threads only contend
+    with one_blas_thread():  # tiny BLAS calls: extra BLAS threads only contend
         order, B = fit_adjacency(X, pk, engine)
         timings["fit_s"] = round(time.perf_counter() - t0, 4)
         unconstrained = fit_adjacency(X, None, engine)

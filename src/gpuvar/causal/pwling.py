@@ -24,6 +24,9 @@ _K2 = 7.4129
 _GAMMA = 0.37457
 _H_GAUSS = (1 + np.log(2 * np.pi)) / 2
 _BLOCK_ELEMENTS = 1 << 16  # floats per work buffer (512 KiB): two buffers per thread stay in cache
+# threads pay off from about this many residual elements in the first search step (n x p x p): at 2000 x 9 a
+# thread pool made the order 7 % slower, at 50000 x 9 and 1000 x 74 it is 13-18 % faster on 2 cores
+_THREADED_MIN_ELEMENTS = 1 << 20
 
 
 def _entropy_rows(u: np.ndarray, buf: np.ndarray) -> np.ndarray:
@@ -163,10 +166,13 @@ def causal_order(X: np.ndarray, prior_knowledge: np.ndarray | None = None, threa
     """DirectLiNGAM causal order of the columns of X (n_samples, n_features).
 
     prior_knowledge uses lingam's convention: pk[i, j] = 0 means x_j has no directed path to x_i,
-    1 means it has one, -1 unknown. threads: worker threads for the entropy blocks (None = usable cores);
-    the result does not depend on it.
+    1 means it has one, -1 unknown. threads: worker threads for the entropy blocks (None: the usable cores when the
+    data is large enough to gain from them, else 1); the result does not depend on it.
     """
-    threads = default_threads() if threads is None else max(1, int(threads))
+    if threads is None:
+        n, p = np.shape(X)
+        threads = default_threads() if n * p * p >= _THREADED_MIN_ELEMENTS else 1
+    threads = max(1, int(threads))
     if threads == 1:
         return _causal_order(X, prior_knowledge, None)
     with ThreadPoolExecutor(max_workers=threads) as pool:
