@@ -95,3 +95,29 @@ def test_adaptive_lasso_pieces_are_bit_identical_to_sklearn():
         y = X @ (rng.uniform(-1, 1, 6) * (rng.random(6) < 0.5)) + rng.exponential(size=400)
         assert np.array_equal(_ols(X, y), LinearRegression().fit(X, y).coef_)
         assert np.array_equal(_lasso_lars_bic(X, y), LassoLarsIC(criterion="bic").fit(X, y).coef_)
+
+
+def test_direct_lapack_ols_and_scaler_are_bit_identical_to_scipy_and_sklearn():
+    """The OLS that calls LAPACK's gelsd itself (its workspace cached per shape) and the scaler without sklearn's
+    bookkeeping give the bytes of scipy.linalg.lstsq and StandardScaler, over the shapes a bootstrap feeds them
+    (rows varying from fit to fit, one column, a near-constant and a large-offset column), and a non-finite
+    value is still refused as scipy refuses it."""
+    from scipy import linalg
+    from sklearn.preprocessing import StandardScaler
+
+    from gpuvar.causal.pwling import _ols, standard_scale
+
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        n, p = int(rng.integers(12, 3000)), int(rng.integers(1, 10))
+        X = rng.laplace(size=(n, p)) * rng.uniform(0.1, 1e4, p) + rng.uniform(-1e6, 1e6, p)
+        if p > 1:
+            X[:, 0] = 7.25 + (rng.random(n) < 0.5) * 1e-13  # indistinguishable from a constant: scaled by 1
+        y = rng.exponential(size=n)
+        for intercept in (True, False):
+            A, b = (X - X.mean(axis=0), y - y.mean()) if intercept else (X, y)
+            assert np.array_equal(_ols(X, y, intercept), linalg.lstsq(A, b, cond=1e-6)[0])
+        assert np.array_equal(standard_scale(X), StandardScaler().fit_transform(X))
+    X[0, 0] = np.nan
+    with pytest.raises(ValueError):
+        _ols(X, y)

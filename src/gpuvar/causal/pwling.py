@@ -214,15 +214,41 @@ def _causal_order(X: np.ndarray, prior_knowledge: np.ndarray | None, pool: Threa
     return order
 
 
+_GELSD: dict = {}  # (m, n) -> (dgelsd, lwork, iwork): scipy's lstsq looks both up on every call
+
+
 def _ols(X: np.ndarray, y: np.ndarray, intercept: bool = True) -> np.ndarray:
     """`LinearRegression(fit_intercept=intercept).fit(X, y).coef_` with sklearn's own operations (centre by the
-    mean, scipy lstsq with cond=1e-6), without its per-call validation."""
-    from scipy import linalg
-
+    mean, then `scipy.linalg.lstsq(X, y, cond=1e-6)`): the same LAPACK routine (gelsd) with the same workspace,
+    called directly. scipy's wrapper validated its arguments and queried the workspace size on every call, 0.1 ms
+    of each 0.15 ms call at the demo's sizes (8,200 calls in a causal job); the numbers are the same bits."""
     if intercept:
         X = X - np.mean(X, axis=0)
         y = y - np.mean(y, axis=0)
-    return linalg.lstsq(X, y, cond=1e-6)[0]
+    m, n = X.shape
+    if m <= n or y.ndim != 1 or X.dtype != np.float64 or not (np.isfinite(X).all() and np.isfinite(y).all()):
+        from scipy import linalg  # the general case, and scipy's own error for a non-finite value
+
+        return linalg.lstsq(X, y, cond=1e-6)[0]
+    cached = _GELSD.get((m, n))
+    if cached is None:
+        from scipy.linalg import lapack
+
+        gelsd, gelsd_lwork = lapack.get_lapack_funcs(("gelsd", "gelsd_lwork"), (X, y))
+        work, iwork, info = gelsd_lwork(m, n, 1, 1e-6)  # the sizes lstsq asks for (float64: exact integers)
+        if info != 0:
+            raise ValueError(f"LAPACK gelsd workspace query failed: {info}")
+        lwork, iwork = int(work.real), int(iwork.real)
+        if len(_GELSD) > 1024:  # one entry per resample size: bounded
+            _GELSD.clear()
+        cached = _GELSD[(m, n)] = (gelsd, lwork, iwork)
+    gelsd, lwork, iwork = cached
+    x, _, _, info = gelsd(X, y, lwork, iwork, 1e-6, False, False)
+    if info != 0:
+        from scipy.linalg import LinAlgError
+
+        raise LinAlgError("SVD did not converge in Linear Least Squares")
+    return x[:n]
 
 
 def _lasso_lars_bic(X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -253,11 +279,38 @@ def _lasso_lars_bic(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     if n <= p + 1:
         raise ValueError("fewer samples than features: the BIC's noise variance cannot be estimated")
     rss = np.sum((y[:, np.newaxis] - np.dot(X, path)) ** 2, axis=0)
-    dof = np.array([np.sum(np.abs(c) > np.finfo(c.dtype).eps) for c in path.T], dtype=int)
+    dof = np.count_nonzero(np.abs(path) > np.finfo(path.dtype).eps, axis=0)
     noise = np.sum((y - (X @ _ols(X, y, intercept=False) + 0.0)) ** 2) / (n - p - 1)
     with np.errstate(divide="ignore", invalid="ignore"):  # an exact fit (noise 0): lingam's argmin, without the noise
         criterion = n * np.log(2 * np.pi * noise) + rss / noise + np.log(n) * dof
     return path[:, np.argmin(criterion)]
+
+
+def standard_scale(X: np.ndarray) -> np.ndarray:
+    """`sklearn.preprocessing.StandardScaler().fit_transform(X)` for a finite float64 matrix, with its own
+    operations in its order (sklearn's `_incremental_mean_and_var` from zero samples seen: the corrected two-pass
+    variance; near-constant columns scaled by 1), without the estimator's validation and bookkeeping (1.7 ms a
+    call, 0.6 s of a demo causal job). The same bits; anything else goes to sklearn."""
+    if X.ndim != 2 or X.dtype != np.float64 or not np.isfinite(X).all():
+        from sklearn.preprocessing import StandardScaler
+
+        return StandardScaler().fit_transform(X)
+    n = np.float64(X.shape[0])
+    total = np.sum(X, axis=0)
+    mean = total / n
+    temp = X - mean
+    correction = np.sum(temp, axis=0)
+    temp **= 2
+    var = np.sum(temp, axis=0)
+    var -= correction**2 / n
+    var = var / n
+    eps = np.finfo(np.float64).eps
+    scale = np.sqrt(var)
+    scale[var <= n * eps * var + (n * mean * eps) ** 2] = 1.0
+    out = X.copy()
+    out -= mean
+    out /= scale
+    return out
 
 
 def adaptive_lasso(
@@ -265,11 +318,9 @@ def adaptive_lasso(
 ) -> np.ndarray:
     """lingam.utils.predict_adaptive_lasso: adaptive-lasso (BIC) pruning, then OLS on the kept predictors.
 
-    X_std: StandardScaler().fit_transform(X), if the caller already has it (it is the same for every target)."""
+    X_std: standard_scale(X), if the caller already has it (it is the same for every target)."""
     if X_std is None:
-        from sklearn.preprocessing import StandardScaler
-
-        X_std = StandardScaler().fit_transform(X)
+        X_std = standard_scale(X)
     weight = np.power(np.abs(_ols(X_std[:, predictors], X_std[:, target])), gamma)
     lasso = _lasso_lars_bic(X_std[:, predictors] * weight, X_std[:, target])
     pruned = np.abs(lasso * weight) > 0.0
@@ -293,10 +344,8 @@ def adjacency(X: np.ndarray, order: list[int], prior_knowledge: np.ndarray | Non
 
 
 def _adjacency(X: np.ndarray, order: list[int], prior_knowledge: np.ndarray | None) -> np.ndarray:
-    from sklearn.preprocessing import StandardScaler
-
     X = np.asarray(X, dtype=np.float64)
-    X_std = StandardScaler().fit_transform(X)  # lingam recomputes it for every variable: same values once
+    X_std = standard_scale(X)  # lingam recomputes it for every variable: same values once
     p = X.shape[1]
     pk = None
     if prior_knowledge is not None:
