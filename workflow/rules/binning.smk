@@ -18,9 +18,9 @@ rule bin_trace:
         "logs/bin_trace/{dataset}_{target}.log",
     benchmark:
         "benchmarks/bin_trace/{dataset}_{target}.tsv"
+    priority: 1
     conda:
         ENV
-    priority: 1
     threads: CFG.binning.ranks
     resources:
         mpi="mpiexec",

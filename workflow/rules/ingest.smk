@@ -20,9 +20,9 @@ rule ingest_trace:
         "benchmarks/ingest_trace/{dataset}.tsv"
     wildcard_constraints:
         dataset=SINGLE_DATASETS,
+    priority: 1
     conda:
         ENV
-    priority: 1
     threads: 2
     resources:
         mem_mb=4000,
@@ -51,9 +51,9 @@ rule normalize_columns:
         "benchmarks/normalize_columns/{dataset}.tsv"
     wildcard_constraints:
         dataset=SINGLE_DATASETS,
+    priority: 1
     conda:
         ENV
-    priority: 1
     threads: 1
     resources:
         mem_mb=4000,
@@ -110,9 +110,9 @@ rule merge_ranks:
         "benchmarks/merge_ranks/{dataset}.tsv"
     wildcard_constraints:
         dataset=MERGED_DATASETS,
+    priority: 1
     conda:
         ENV
-    priority: 1
     threads: 1
     resources:
         mem_mb=4000,
