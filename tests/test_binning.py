@@ -214,7 +214,7 @@ def test_outputs_are_byte_identical_for_1_2_3_ranks(demo, tmp_path, extra):
     for name in ("bins.parquet", "topk_rows.parquet"):
         first = (tmp_path / "r1" / name).read_bytes()
         assert all((tmp_path / f"r{r}" / name).read_bytes() == first for r in (2, 3)), name
-    run_specific = ("ranks", "seconds", "seconds_per_rank", "peak_rss_mb_per_rank")
+    run_specific = ("ranks", "seconds", "seconds_per_rank", "startup_s_per_rank", "peak_rss_mb_per_rank")
     same = [{k: v for k, v in rep.items() if k not in run_specific} for rep in reports]
     assert same[0] == same[1] == same[2]
     assert [rep["ranks"] for rep in reports] == [1, 2, 3] and len(reports[2]["peak_rss_mb_per_rank"]) == 3
@@ -363,6 +363,22 @@ def test_unwritable_output_ends_every_rank_with_one_line(demo, tmp_path):
     proc = run_bin_patched("", demo / "kernels.parquet", "--output", tmp_path / "afile" / "bin", ranks=2)
     assert proc.returncode != 0
     assert error_lines(proc.stderr) == [f"gpuvar bin: error: {tmp_path / 'afile'}: File exists"], proc.stderr
+
+
+@pytest.mark.mpi
+def test_bin_json_says_which_rank_was_slow_to_start(demo, tmp_path):
+    """startup_s_per_rank: rank 1 planted to take 1 s more before MPI starts (as on a shared file system that
+    serves imports slowly) shows it in its own `before_mpi`, and rank 0, which started at once, waited for it in
+    `mpi_init`; each rank's start-up fits in the run's wall time."""
+    prelude = "import os, time\ntime.sleep(1.0 if os.environ.get('PMI_RANK') == '1' else 0.0)"
+    t0 = time.monotonic()
+    proc = run_bin_patched(prelude, demo / "kernels.parquet", "--output", tmp_path / "out", ranks=2)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    first, second = json.loads((tmp_path / "out" / "bin.json").read_text())["startup_s_per_rank"]
+    assert second["before_mpi"] >= 1.0 and first["before_mpi"] < second["before_mpi"] - 0.5, (first, second)
+    assert first["mpi_init"] >= 0.5 and second["mpi_init"] < first["mpi_init"], (first, second)
+    assert all(0 < r["before_mpi"] + r["mpi_init"] < wall for r in (first, second)), (first, second, wall)
 
 
 @pytest.mark.mpi

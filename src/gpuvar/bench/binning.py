@@ -14,7 +14,8 @@ query's start, imports excluded (polars_import_s: what importing polars took in 
 gpuvar and polars run --repeat times, interleaved (the first run after an idle spell is up to 2x slower on a
 shared VM); their fastest runs are compared, every run is listed (gpuvar_runs_s, polars_runs_s).
 gpuvar_fixed_s: gpuvar's wall time minus its phases (each phase's slowest rank, bin.json), i.e. mpiexec, the
-interpreters, imports, MPI start and exit: the fixed cost of a run.
+interpreters, imports, MPI start and exit: the fixed cost of a run. gpuvar_startup_s: the slowest rank's part of it
+before the job began (bin.json's startup_s_per_rank): before_mpi (interpreter, imports, options) and mpi_init.
 machine_2proc_speedup: what 2 CPU-bound processes get over 1 at that moment (2.0 on idle cores), the ceiling
 of a 1 -> 2 rank speedup on a shared machine.
 The trace is generated once per (rows, seed) into --data-dir and reused.
@@ -187,6 +188,15 @@ def run_gpuvar(
     return wall, report, {c: t.column(c).to_numpy() for c in ["bin", *STATS]}
 
 
+def _startup(per_rank: list[dict]) -> dict:
+    """The slowest rank's start-up, by part (None where a rank could not measure it)."""
+    out = {}
+    for part in ("before_mpi", "mpi_init"):
+        values = [r.get(part) for r in per_rank if r.get(part) is not None]
+        out[part] = max(values) if values else None
+    return out
+
+
 def run_polars(path: Path, threads: int, width_ns: int, top_k: int, tmp: Path) -> tuple[dict, dict]:
     """polars' timings and top-k (seconds, stats_s, top_k_bins, top_k_rows), and its per-bin statistics."""
     import pyarrow.parquet as pq
@@ -320,6 +330,7 @@ def run_binning(args) -> int:
             gpuvar_runs_s=runs["gpuvar"],
             gpuvar_phase_s=report["seconds"],
             gpuvar_fixed_s=round(wall - sum(report["seconds"].values()), 3),
+            gpuvar_startup_s=_startup(report["startup_s_per_rank"]),
             sample_bins=args.sample_bins,
             peak_rss_mb_per_rank=report["peak_rss_mb_per_rank"],
             bins=report["non_empty_bins"],

@@ -106,6 +106,7 @@ def run_paper_scale(args) -> int:
         "bins": [r["non_empty_bins"] for r in reports],
         "top_k_rows": [r["top_k_rows"] for r in reports],
         "peak_rss_mb_per_rank": [r["peak_rss_mb_per_rank"] for r in reports],
+        "startup_s_per_rank": [r["startup_s_per_rank"] for r in reports],
         "generate_s": generate_s,
         "data": [str(p) for p in traces],
         "paper": PAPER,

@@ -47,7 +47,7 @@ from gpuvar.binning.per_bin import bin_statistics
 from gpuvar.binning.plan import BinOptions, Collective, make_plan
 from gpuvar.binning.ranking import rank_bins
 from gpuvar.binning.read import read_share
-from gpuvar.binning.report import Gathered, Timer, build_report, peak_rss_mb, write_tables
+from gpuvar.binning.report import Gathered, Timer, build_report, peak_rss_mb, process_age_s, write_tables
 from gpuvar.binning.rows import RowSource, gather_rows
 from gpuvar.binning.target import compute_target, group_means
 from gpuvar.binning.timeline import assign_bins
@@ -93,11 +93,26 @@ def settle(agreed: Agreed) -> int:
     raise agreed.error
 
 
+_STARTUP = {"before_mpi": None, "mpi_init": None}  # this rank's start-up, as world() measured it
+
+
 def world():
     """MPI's world communicator, with MPICH settings made before MPI starts: a rank waiting in a collective yields
     its core instead of spinning (on a node shared with other work a spinning rank takes the time of the ranks
-    still computing; 20 M rows on this 2-core machine: 1.29 -> 1.16 s mean of 7 runs). Other MPIs ignore it."""
+    still computing; 20 M rows on this 2-core machine: 1.29 -> 1.16 s mean of 7 runs). Other MPIs ignore it.
+
+    Also times this rank's start-up, which comes before the job can time anything and does not shrink with more
+    ranks: `before_mpi`, the process's age when MPI is about to start (interpreter, imports, options: slow when
+    many ranks import numpy and pyarrow from a shared file system at once), and `mpi_init`, MPI's own start (it
+    waits for every rank to arrive, so the slowest rank's `before_mpi` shows up in the others' `mpi_init`).
+    bin.json reports both per rank (startup_s_per_rank)."""
     os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+    if "mpi4py.MPI" not in sys.modules:
+        _STARTUP["before_mpi"] = process_age_s()
+        t0 = time.perf_counter()
+        from mpi4py import MPI
+
+        _STARTUP["mpi_init"] = round(time.perf_counter() - t0, 3)
     from mpi4py import MPI
 
     return MPI.COMM_WORLD
@@ -168,6 +183,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
         timer.lap("write")
     seconds = comm.gather(timer.seconds, root=0)
     rss = comm.gather(peak_rss_mb(), root=0)
+    startup = comm.gather(dict(_STARTUP), root=0)
 
     def finish() -> dict:
         got = Gathered(
@@ -182,6 +198,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
             bins.n_bins,
             seconds,
             rss,
+            startup,
         )
         report = build_report(plan, got)
         write_json(report, Path(opts.output) / BIN_REPORT)

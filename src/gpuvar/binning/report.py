@@ -4,6 +4,7 @@ without a target by reason, the chosen bins, phase seconds and peak RSS per rank
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import time
 from dataclasses import dataclass
@@ -37,6 +38,19 @@ class Timer:
             log.info("%s: %.3f s", phase, self.seconds[phase])
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc, to 10 ms; None elsewhere): see binning.job.world."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: start time in clock ticks after boot
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(max(0.0, uptime - started), 2)
+
+
 def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
 
@@ -56,6 +70,7 @@ class Gathered:
     n_bins: int
     seconds: list[dict[str, float]]
     rss: list[float]
+    startup: list[dict[str, float | None]]
 
 
 def write_tables(plan: Plan, bins: pa.Table, topk_rows: list[pa.Table], sample_rows: list[pa.Table]) -> None:
@@ -118,6 +133,7 @@ def build_report(plan: Plan, got: Gathered) -> dict:
         "workers_per_rank": opts.workers_per_rank,
         "seconds": {p: max(s.get(p, 0.0) for s in got.seconds) for p in got.seconds[0]},
         "seconds_per_rank": got.seconds,
+        "startup_s_per_rank": got.startup,
         "peak_rss_mb_per_rank": got.rss,
     }
     if report["rows_in"] != report["rows_binned"] + sum(dropped.values()):
