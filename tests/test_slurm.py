@@ -38,7 +38,7 @@ TEST_CONFIG = REPO / "ci/slurm-test-config.yaml"
 UNTIL = ["--until", "discover_causal_graph"]
 # JSON keys that legitimately differ between two runs of the same job (timings, memory, where it ran)
 VOLATILE_KEY = re.compile(
-    r"(^|_)(seconds|elapsed|wall|time|timing|timings|rss|host|hostname|pid|date|created)(_|$)|_s$", re.I
+    r"(^|_)(seconds|elapsed|wall|time|timing|timings|startup|rss|host|hostname|pid|date|created)(_|$)|_s$", re.I
 )
 DATA_SUFFIXES = {".parquet", ".json", ".csv", ".tsv", ".graphml"}
 
