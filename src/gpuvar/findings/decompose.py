@@ -1,20 +1,26 @@
-"""Where a kernel's duration variance comes from: call sites, problem size, context, or nothing recorded.
+"""Where a group's duration variance comes from: call sites, problem size, context, counters, or nothing recorded.
 
-One kernel name often runs at several places of a step on different shapes (a cuBLAS GEMM for the QKV and
-the MLP projections): the spread of its durations is then mostly *call-site differences*, which are not
-run-to-run variability. Per kernel name, over every launch of the dataset (not only the most variable bins):
+A group is what a finding is about: the launching op (aten::mm, an NVTX range) where the trace records one, else
+the kernel name. One op runs at several call sites of a step on different shapes (the QKV and the MLP GEMMs of a
+layer): the spread of its durations is then mostly *call-site differences*, which are not run-to-run variability.
+Per group, over every launch of the dataset (not only the most variable bins):
 
   between call sites   sum_c n_c (mean_c - mean)^2 / total: what the call site alone explains
-  size                 of the variance left within call sites, the cross-validated share that problem size /
-                       launch configuration (grid, block, registers, shared memory: role `launch`/`derived`
-                       in data/feature_roles.csv) explains, times the within fraction
-  context              what context features (ctx_* columns of role `context`: copies and memsets in flight,
-                       concurrent kernels, the stream's gap; rank) add on top of size, out of sample, times the
-                       within fraction (the position in the step is the call site itself; the time since the
-                       step's start is a proxy of earlier kernels' sizes, role `leak`, not used)
+  size                 of the variance left within call sites, the cross-validated share that size features explain
+                       (gpuvar.findings.features: launch configuration, input shapes, the kernel variant the
+                       library picked, the step's work), times the within fraction
+  context              what context features add on top of size, out of sample, times the within fraction
+  counters             what work / traffic counters add on top of size and context (at most MAX_COUNTERS of them,
+                       chosen inside each cross-validation fold and again for each permutation, so the choice
+                       among hundreds of counters cannot inflate the share), times the within fraction
   unexplained          the rest
-The four shares add up to 1. The within-call-site part is fitted on durations and features centred in each
-call site (each call site its own intercept), folds by step where steps are known (gpuvar.findings.verdict).
+The five shares add up to 1. The within-call-site part is fitted on durations and features centred in each call
+site (each call site its own intercept), folds by step where steps are known (gpuvar.findings.verdict).
+
+Drivers are chosen forward: the feature (or block: the kernel variants together) that explains most of what is
+left, while it adds at least DRIVER_MIN_SHARE of the within-call-site variance, at most MAX_DRIVERS. So a feature
+that only repeats a stronger one (a GEMM's grid_y, which cuBLAS lowers as the size grows, next to the size
+itself) is not named with its own sign; near-duplicates of a driver (|corr| >= DUPLICATE_CORR) are named beside it.
 """
 
 from __future__ import annotations
@@ -24,13 +30,33 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from gpuvar.findings.verdict import DECLINED, MIN_ROWS, ShareTest, share_test
+from gpuvar.findings.features import COUNTER, SIZE, STEP_THREADS, VARIANT_LABEL, Features
+from gpuvar.findings.verdict import (
+    ALPHA,
+    DECLINED,
+    EXPLAINED,
+    EXPLAINED_SHARE,
+    FOLDS,
+    MIN_ROWS,
+    NOT_EXPLAINED,
+    PARTLY,
+    PARTLY_SHARE,
+    PERMUTATIONS,
+    RESIDUAL_ALPHA,
+    ShareTest,
+    fold_of,
+    residual_dependence_of,
+)
+from gpuvar.findings.within_site import Basis, SlopeGroups, basis_of, cv_r2, fit_predict, within_permutations
 
 SITE_SEPARATOR = " @ "
-CONTEXT_PREFIX = "ctx_"
-DRIVER_MIN_SHARE = 0.05  # a feature alone explaining less of the within-call-site variance is not a driver
+DRIVER_MIN_SHARE = 0.05  # a feature adding less of the within-call-site variance is not a driver
+MAX_DRIVERS = 4
+MAX_COUNTERS = 3
 DUPLICATE_CORR = 0.95  # drivers this correlated are one driver, named after the first (a launch parameter)
-STABLE_CV = 0.03  # within-call-site CV below this: the kernel is stable run to run
+NEAR_TIE = 0.02  # candidates within this share of the best: the one a user can change is named
+STABLE_CV = 0.03  # within-call-site CV below this: stable run to run (with MIN_ROWS launches or more)
+SHARE_KEYS = ("between", "size", "context", "counters", "unexplained")
 
 
 def call_sites(kernels: pd.DataFrame) -> pd.Series:
@@ -41,41 +67,13 @@ def call_sites(kernels: pd.DataFrame) -> pd.Series:
     return pd.Series(["?"] * len(kernels), index=kernels.index, dtype=object)
 
 
-def size_columns(kernels: pd.DataFrame) -> list[str]:
-    """Numeric, non-categorical columns whose role is launch configuration or a product of it."""
-    from gpuvar.causal.roles import role_of
-
-    out = []
-    for name in kernels.columns:
-        name = str(name)
-        if name.startswith(CONTEXT_PREFIX) or not pd.api.types.is_numeric_dtype(kernels[name]):
-            continue
-        role = role_of(name)
-        if role.role in ("launch", "derived") and not role.categorical:
-            out.append(name)
-    return out
-
-
-def context_frame(kernels: pd.DataFrame) -> pd.DataFrame:
-    """ctx_* columns, plus 0/1 indicators of rank (most frequent rank the baseline) when several ranks ran."""
-    from gpuvar.causal.roles import role_of
-
-    cols = {
-        c: pd.to_numeric(kernels[c], errors="coerce")
-        for c in kernels.columns
-        if str(c).startswith(CONTEXT_PREFIX) and role_of(str(c)).role == "context"
-    }
-    if "rank" in kernels.columns:
-        ranks = kernels["rank"]
-        counts = ranks.value_counts()
-        if len(counts) > 1:
-            baseline = sorted(counts.index[counts == counts.max()])[0]
-            for level in sorted(counts.index):
-                if level != baseline:
-                    cols[f"rank={level:g}" if isinstance(level, float) else f"rank={level}"] = (
-                        (ranks == level).astype(np.float64).to_numpy()
-                    )
-    return pd.DataFrame(cols, index=kernels.index)
+def groups_of(kernels: pd.DataFrame) -> pd.Series:
+    """The group of each launch: its launching op where recorded, else its kernel name."""
+    names = kernels["kernel_name"].astype("string").fillna("?")
+    if "launch_op" not in kernels.columns:
+        return names.astype(object)
+    ops = kernels["launch_op"].astype("string")
+    return ops.where(ops.notna(), names).astype(object)
 
 
 def _centred(values: np.ndarray, codes: np.ndarray, n_sites: int) -> np.ndarray:
@@ -94,9 +92,9 @@ def _centred(values: np.ndarray, codes: np.ndarray, n_sites: int) -> np.ndarray:
 @dataclass
 class Driver:
     feature: str
-    kind: str  # size | context
+    kind: str  # size | context | counter
     sign: int
-    share: float  # of the within-call-site variance, this feature alone (in-sample R^2 on centred data)
+    share: float  # of the within-call-site variance: what it adds to the drivers before it (the first: alone)
     merged: list[str] = field(default_factory=list)
 
     @property
@@ -115,26 +113,32 @@ class Driver:
 
 @dataclass
 class Decomposition:
-    """One kernel name: its numbers, shares that add up to 1, the verdict on the within-call-site part."""
+    """One group: its numbers, shares that add up to 1, the verdict on the within-call-site part."""
 
-    kernel: str
+    group: str
+    kernels: dict[str, int]  # kernel name -> launches
     launches: int
     total_ns: float
     mean_ns: float
     cv: float
     cv_within: float
     call_sites: int
+    min_site_launches: int
     between: float
     size: float
     context: float
+    counters: float
     unexplained: float
     verdict: ShareTest
     drivers: list[Driver]
-    size_test: ShareTest | None = None
+
+    def shares(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in SHARE_KEYS}
 
     def record(self) -> dict:
         return {
-            "kernel": self.kernel,
+            "group": self.group,
+            "kernels": [{"kernel": k, "launches": n} for k, n in self.kernels.items()],
             "launches": self.launches,
             "total_ns": round(self.total_ns, 3),
             "mean_ns": round(self.mean_ns, 3),
@@ -145,6 +149,7 @@ class Decomposition:
                 "between_call_sites": round(self.between, 6),
                 "size_launch_config": round(self.size, 6),
                 "context": round(self.context, 6),
+                "counters": round(self.counters, 6),
                 "unexplained": round(self.unexplained, 6),
             },
             "verdict": self.verdict.record(),
@@ -152,158 +157,351 @@ class Decomposition:
         }
 
 
-def _preference(name: str, kind: str) -> int:
+_PREFERENCE = {SIZE: 0, "context": 1, COUNTER: 2}
+
+
+def _preference(name: str, kind: str) -> tuple[int, int]:
+    """What a user can change first: a launch parameter, an input shape, the variant, the step's work, then
+    context, then counters."""
     from gpuvar.causal.roles import role_of
 
-    if kind != "size":
-        return 2
-    return 0 if role_of(name).role == "launch" else 1
+    if kind != SIZE:
+        return (_PREFERENCE[kind], 0)
+    if name == VARIANT_LABEL:
+        return (0, 3)
+    if name == STEP_THREADS:
+        return (0, 4)
+    if name.startswith("op_"):
+        return (0, 1)
+    return (0, 0 if role_of(name).role == "launch" else 2)
 
 
-def _drivers(X: np.ndarray, names: list[str], kinds: dict[str, str], r: np.ndarray) -> list[Driver]:
-    """Features that alone explain >= DRIVER_MIN_SHARE of the centred residual, near-duplicates merged."""
+def _gain(basis: Basis, X: np.ndarray, cols: list[int], r: np.ndarray, total: float) -> float:
+    """Share of `total` that the block X[:, cols] adds to the basis in explaining r."""
+    b = basis.copy()
+    added = False
+    for k in cols:
+        added |= b.add(X[:, k])
+    if not added:
+        return 0.0
+    return (b.explained(r) - basis.explained(r)) / total
+
+
+def _drivers(groups: SlopeGroups, X: np.ndarray, kinds: dict[str, str], blocks: dict[str, list[int]], r: np.ndarray):
+    """Forward selection of driver blocks on the centred durations r, slopes per call site (module docstring)."""
     total = float((r**2).sum())
-    if total <= 0:
+    if total <= 0 or X.shape[1] == 0:
         return []
-    candidates = []
-    for k, name in enumerate(names):
-        x = X[:, k]
-        if not np.isfinite(x).all() or np.ptp(x) == 0:
-            continue
-        sx = float((x**2).sum())
-        if sx <= 0:
-            continue
-        cov = float((x * r).sum())
-        share = cov * cov / (sx * total)
-        if share >= DRIVER_MIN_SHARE:
-            candidates.append((k, name, share, int(np.sign(cov))))
-    # a merge is named after what one can change: a launch parameter before a product of them, before context
-    candidates.sort(key=lambda c: (_preference(c[1], kinds[c[1]]), -c[2], c[1]))
+    basis = Basis(groups, len(r))
+    taken: set[str] = set()
     drivers: list[Driver] = []
-    kept: list[int] = []
-    for k, name, share, sign in candidates:
-        duplicate = None
-        for j, driver in zip(kept, drivers):
-            a, b = X[:, j], X[:, k]
-            denom = np.sqrt((a**2).sum() * (b**2).sum())
-            if denom > 0 and abs(float((a * b).sum()) / denom) >= DUPLICATE_CORR:
-                duplicate = driver
-                break
-        if duplicate is not None:
-            duplicate.merged.append(name)
-            continue
-        drivers.append(Driver(name, kinds[name], sign, share))
-        kept.append(k)
-    drivers.sort(key=lambda d: (-d.share, d.feature))
+    for _ in range(MAX_DRIVERS):
+        scored = [(_gain(basis, X, cols, r, total), name, cols) for name, cols in blocks.items() if name not in taken]
+        scored = [s for s in scored if s[0] > 0]
+        if not scored:
+            break
+        best = max(g for g, _, _ in scored)
+        if best < DRIVER_MIN_SHARE:
+            break
+        near = [s for s in scored if s[0] >= best - NEAR_TIE]
+        gain, name, cols = min(near, key=lambda s: (_preference(s[1], kinds[s[1]]), -s[0], s[1]))
+        sign = 1
+        if len(cols) == 1:
+            x = basis.residual(X[:, cols[0]])
+            sign = int(np.sign(float(x @ r))) or 1
+        merged = []
+        if len(cols) == 1:
+            a = X[:, cols[0]]
+            for other, ocols in blocks.items():
+                if other == name or other in taken or len(ocols) != 1:
+                    continue
+                b = X[:, ocols[0]]
+                denom = np.sqrt((a**2).sum() * (b**2).sum())
+                if denom > 0 and abs(float((a * b).sum()) / denom) >= DUPLICATE_CORR:
+                    merged.append(other)
+        merged.sort(key=lambda m: (_preference(m, kinds[m]), m))
+        drivers.append(Driver(name, kinds[name], sign, gain, merged))
+        for taken_name in [name, *merged]:  # a near-duplicate of a driver is not a driver of its own
+            taken.add(taken_name)
+            for k in blocks[taken_name]:
+                basis.add(X[:, k])
     return drivers
 
 
-def decompose_kernel(
-    name: str,
+def _standardise(X: np.ndarray) -> np.ndarray:
+    if X.shape[1] == 0:
+        return X
+    sd = X.std(axis=0)
+    return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1)
+
+
+def select_counters(groups: SlopeGroups, F: np.ndarray, C: np.ndarray, y: np.ndarray, rows=None) -> list[int]:
+    """Up to MAX_COUNTERS columns of C that, one after another, explain most of y left after F (greedy, in
+    sample, on `rows` only when given), each adding at least DRIVER_MIN_SHARE of y's sum of squares."""
+    if C.shape[1] == 0:
+        return []
+    w = np.ones(len(y)) if rows is None else rows.astype(np.float64)
+    y = y * w
+    total = float((y**2).sum())
+    if total <= 0:
+        return []
+    basis = basis_of(groups, F * w[:, None])
+    chosen: list[int] = []
+    for _ in range(MAX_COUNTERS):
+        before = basis.explained(y)
+        gains = []
+        for k in range(C.shape[1]):
+            if k in chosen:
+                gains.append(0.0)
+                continue
+            b = basis.copy()
+            gains.append((b.explained(y) - before) / total if b.add(C[:, k] * w) else 0.0)
+        best = int(np.argmax(gains))
+        if gains[best] < DRIVER_MIN_SHARE:
+            break
+        chosen.append(best)
+        basis.add(C[:, best] * w)
+    return chosen
+
+
+def _cv_with_counters(groups: SlopeGroups, F, C, y, folds) -> float:
+    """Cross-validated R^2 on F plus the counters of C chosen on each fold's training rows."""
+    if not C.shape[1]:
+        return cv_r2(groups, F, y, folds)
+    total = float((y**2).sum())
+    if total <= 0:
+        return 0.0
+    error = 0.0
+    for f in np.unique(folds):
+        test = folds == f
+        picked = select_counters(groups, F, C, y, ~test)
+        X = np.column_stack([F, C[:, picked]]) if picked else F
+        pred = fit_predict(groups, X, y, ~test)
+        error += float(((y[test] - pred[test]) ** 2).sum())
+    return float(min(1.0, max(0.0, 1.0 - error / total)))
+
+
+def _permutation_p(groups: SlopeGroups, sites: np.ndarray, F, C, y, observed: float, seed: int) -> float:
+    """How often y permuted within its call sites is explained as well (the counter choice repeated for each)."""
+    rng = np.random.default_rng(seed)
+    total = float((y**2).sum())
+    hits, done, block = 0, 0, 25
+    basis = basis_of(groups, F) if not C.shape[1] else None
+    while done < PERMUTATIONS:
+        m = min(block, PERMUTATIONS - done)
+        Y = within_permutations(groups, sites, y, m, rng)
+        if basis is not None:
+            stats = basis.explained_many(Y) / total
+        else:
+            stats = []
+            for c in range(m):
+                picked = select_counters(groups, F, C, Y[:, c])
+                stats.append(basis_of(groups, np.column_stack([F, C[:, picked]])).explained(Y[:, c]) / total)
+            stats = np.asarray(stats)
+        hits += int((stats >= observed - 1e-12).sum())
+        done += m
+    return (1 + hits) / (1 + PERMUTATIONS)
+
+
+def _varying(X: np.ndarray) -> np.ndarray:
+    return np.array([k for k in range(X.shape[1]) if np.isfinite(X[:, k]).all() and np.ptp(X[:, k]) > 0], dtype=int)
+
+
+def within_test(
+    groups: SlopeGroups,
+    sites: np.ndarray,
+    F: np.ndarray,
+    C: np.ndarray,
+    y: np.ndarray,
+    names: list[str],
+    folds: np.ndarray,
+    seed: int,
+    residual_check: bool = True,
+    site_means: np.ndarray | None = None,
+) -> ShareTest:
+    """How much of the centred durations y (sorted rows) the features F (and counters chosen from C) explain with
+    a slope per call site: cross-validated share, permutation p-value within call sites, verdict."""
+    n = len(y)
+    if n < MIN_ROWS:
+        return ShareTest(DECLINED, rows=n, reason=f"too few launches ({n} < {MIN_ROWS})")
+    if float((y**2).sum()) <= 0:
+        return ShareTest(DECLINED, rows=n, reason="nothing to explain: no variance within call sites")
+    f_keep, c_keep = _varying(F), _varying(C)
+    F, C = _standardise(F[:, f_keep]), _standardise(C[:, c_keep])
+    names = [names[k] for k in f_keep] + [names[F.shape[1] + k] for k in c_keep] if len(names) else []
+    if F.shape[1] + C.shape[1] == 0:
+        return ShareTest(NOT_EXPLAINED, rows=n, reason="no recorded feature varies within call sites")
+    share = _cv_with_counters(groups, F, C, y, folds)
+    picked = select_counters(groups, F, C, y)
+    X = np.column_stack([F, C[:, picked]]) if picked else F
+    total = float((y**2).sum())
+    observed = basis_of(groups, X).explained(y) / total
+    p = _permutation_p(groups, sites, F, C, y, observed, seed)
+    if p >= ALPHA or share < PARTLY_SHARE:
+        verdict = NOT_EXPLAINED
+    elif share >= EXPLAINED_SHARE:
+        verdict = EXPLAINED
+    else:
+        verdict = PARTLY
+    used = names[: F.shape[1]] + [names[F.shape[1] + k] for k in picked]
+    result = ShareTest(verdict, share, observed, p, n, used)
+    if residual_check and verdict != NOT_EXPLAINED:
+        fitted = fit_predict(groups, X, y, np.ones(n, dtype=bool))
+        absolute = (fitted if site_means is None else site_means + fitted)[:, None]
+        result.residual_p = residual_dependence_of(absolute, fitted, y - fitted, seed)
+        result.residuals_depend = result.residual_p < RESIDUAL_ALPHA
+    return result
+
+
+def decompose_group(
+    group: str,
     durations: np.ndarray,
     sites: np.ndarray,
-    size: pd.DataFrame,
-    context: pd.DataFrame,
+    kernel_names: np.ndarray,
+    features: Features,
     steps: np.ndarray | None,
     seed: int = 0,
 ) -> Decomposition:
-    """The decomposition of one kernel name's launches (arrays aligned row by row)."""
+    """The decomposition of one group's launches (arrays aligned row by row)."""
     d = np.asarray(durations, dtype=np.float64)
     n = len(d)
     mean = float(d.mean()) if n else 0.0
     site_codes, site_keys = pd.factorize(pd.Series(sites, dtype=object), sort=True)
     n_sites = len(site_keys)
+    per_site = np.bincount(site_codes, minlength=n_sites) if n else np.zeros(0, np.int64)
     resid = _centred(d, site_codes, n_sites)
     total = float(((d - mean) ** 2).sum())
     within = float((resid**2).sum())
     between = (total - within) / total if total > 0 else 0.0
     cv = float(d.std() / mean) if n and mean > 0 else 0.0
     cv_within = float(np.sqrt(within / n) / mean) if n and mean > 0 else 0.0
-    size_names = list(size.columns)
-    ctx_names = list(context.columns)
-    Xs = _centred(size.to_numpy(dtype=np.float64), site_codes, n_sites) if size_names else np.zeros((n, 0))
-    Xc = _centred(context.to_numpy(dtype=np.float64), site_codes, n_sites) if ctx_names else np.zeros((n, 0))
+    names = list(features.table.columns)
+    col = {c: k for k, c in enumerate(names)}
     within_fraction = within / total if total > 0 else 0.0
-    if within <= 0 or n < MIN_ROWS:
-        reason = f"too few launches ({n} < {MIN_ROWS})" if n < MIN_ROWS else "no variance within call sites"
+    size_share = context_share = counter_share = 0.0
+    drivers: list[Driver] = []
+    if n < MIN_ROWS:
+        full = ShareTest(DECLINED, rows=n, reason=f"too few launches ({n} < {MIN_ROWS})")
+    elif within <= 0:
+        reason = (
+            "nothing to compare: one launch per call site" if per_site.max() <= 1 else "no variance within call sites"
+        )
         full = ShareTest(DECLINED, rows=n, reason=reason)
-        size_test = None
-        size_share = context_share = 0.0
     else:
-        size_test = share_test(Xs, resid, size_names, steps, seed, residual_check=False) if size_names else None
-        full = share_test(np.column_stack([Xs, Xc]), resid, size_names + ctx_names, steps, seed)
-        size_share = size_test.share if size_test is not None and size_test.verdict != DECLINED else 0.0
-        full_share = full.share if full.verdict != DECLINED else 0.0
-        size_share = min(size_share, full_share) if full.verdict != DECLINED else size_share
-        context_share = max(0.0, full_share - size_share)
-    kinds = {c: "size" for c in size_names} | {c: "context" for c in ctx_names}
-    drivers = _drivers(np.column_stack([Xs, Xc]), size_names + ctx_names, kinds, resid) if within > 0 else []
+        groups = SlopeGroups(site_codes)
+        order = groups.order
+        y = resid[order]
+        X = (
+            _centred(features.table.to_numpy(dtype=np.float64), site_codes, n_sites)[order]
+            if names
+            else np.zeros((n, 0))
+        )
+        sorted_sites = site_codes[order]
+        folds = fold_of(n, steps, FOLDS, seed)[order]
+        site_means = (d - resid)[order]
+        size_idx = [col[c] for c in features.columns(SIZE)]
+        fixed_idx = [col[c] for c in features.columns(SIZE, "context")]
+        counter_idx = [col[c] for c in features.columns(COUNTER)]
+        none = np.zeros((n, 0))
+
+        def test(f_idx, c_idx, check):
+            return within_test(
+                groups,
+                sorted_sites,
+                X[:, f_idx],
+                X[:, c_idx] if c_idx else none,
+                y,
+                [names[k] for k in f_idx + c_idx],
+                folds,
+                seed,
+                check,
+                site_means,
+            )
+
+        size_test = test(size_idx, [], False)
+        fixed_test = test(fixed_idx, [], not counter_idx)
+        full = test(fixed_idx, counter_idx, True) if counter_idx else fixed_test
+        shares = [t.share if t.verdict != DECLINED else 0.0 for t in (size_test, fixed_test, full)]
+        size_share = min(shares[0], shares[2])
+        context_share = max(0.0, min(shares[1], shares[2]) - size_share)
+        counter_share = max(0.0, shares[2] - size_share - context_share)
+        block_idx = {b: [col[c] for c in cols] for b, cols in features.blocks.items()}
+        kinds = {b: features.kinds[cols[0]] for b, cols in features.blocks.items()}
+        Xs = _standardise(X)
+        drivers = _drivers(groups, Xs, kinds, block_idx, y)
     size_part = size_share * within_fraction
     context_part = context_share * within_fraction
-    unexplained = max(0.0, 1.0 - between - size_part - context_part) if total > 0 else 0.0
+    counter_part = counter_share * within_fraction
+    unexplained = max(0.0, 1.0 - between - size_part - context_part - counter_part) if total > 0 else 0.0
+    variants = pd.Series(kernel_names, dtype=object).value_counts(sort=False)
+    ordered = dict(sorted(((str(k), int(v)) for k, v in variants.items()), key=lambda kv: (-kv[1], kv[0])))
     return Decomposition(
-        kernel=name,
+        group=group,
+        kernels=ordered,
         launches=n,
         total_ns=float(d.sum()),
         mean_ns=mean,
         cv=cv,
         cv_within=cv_within,
         call_sites=n_sites,
+        min_site_launches=int(per_site.min()) if n else 0,
         between=between,
         size=size_part,
         context=context_part,
+        counters=counter_part,
         unexplained=unexplained,
         verdict=full,
         drivers=drivers,
-        size_test=size_test,
     )
 
 
+def pooled_shares(decompositions: list[Decomposition]) -> dict[str, float]:
+    """Dataset-level shares: each group's shares weighted by its total duration variance (sum of squares)."""
+    weights = {dec.group: dec.launches * (dec.cv * dec.mean_ns) ** 2 for dec in decompositions}
+    total = sum(weights.values())
+    if total <= 0:
+        return dict.fromkeys(SHARE_KEYS, 0.0)
+    return {k: sum(getattr(dec, k) * weights[dec.group] for dec in decompositions) / total for k in SHARE_KEYS}
+
+
 def decompose(kernels: pd.DataFrame, seed: int = 0) -> list[Decomposition]:
-    """Every kernel name's decomposition (rows with a duration), in name order."""
+    """Every group's decomposition (rows with a duration), in group order."""
+    from gpuvar.findings.features import (
+        STEP_THREADS,
+        context_frame,
+        group_features,
+        size_columns,
+        step_threads,
+        work_counter_columns,
+    )
+
     if "duration" not in kernels.columns or "kernel_name" not in kernels.columns:
         return []
+    threads = step_threads(kernels)
+    if threads is not None:
+        kernels = kernels.assign(**{STEP_THREADS: threads})
     rows = kernels[pd.to_numeric(kernels["duration"], errors="coerce").notna()]
     sites = call_sites(rows)
-    size_cols = size_columns(rows)
+    groups = groups_of(rows)
+    size_cols = size_columns(rows.drop(columns=[STEP_THREADS], errors="ignore"))
     context = context_frame(rows)
-    steps = rows["step"] if "step" in rows.columns else None
+    counters = work_counter_columns(rows)
+    steps = pd.to_numeric(rows["step"], errors="coerce") if "step" in rows.columns else None
     out = []
-    names = rows["kernel_name"].astype("string").fillna("?")
-    for name, index in sorted(names.groupby(names, sort=False).indices.items()):
+    for group, index in sorted(groups.groupby(groups, sort=False).indices.items()):
         part = rows.iloc[index]
-        size = part[size_cols].apply(pd.to_numeric, errors="coerce").astype(np.float64)
-        size = size.loc[:, size.notna().all().to_numpy()]
-        ctx = context.iloc[index]
-        ctx = ctx.loc[:, ctx.notna().all().to_numpy()]
         step_values = None
-        if steps is not None:
-            s = pd.to_numeric(steps.iloc[index], errors="coerce")
-            step_values = s.to_numpy(dtype=np.float64) if s.notna().all() else None
+        if steps is not None and steps.iloc[index].notna().all():
+            step_values = steps.iloc[index].to_numpy(dtype=np.float64)
         out.append(
-            decompose_kernel(
-                str(name),
+            decompose_group(
+                str(group),
                 pd.to_numeric(part["duration"]).to_numpy(dtype=np.float64),
                 sites.iloc[index].to_numpy(),
-                size,
-                ctx,
+                part["kernel_name"].astype("string").fillna("?").to_numpy(dtype=object),
+                group_features(part, size_cols, context, counters),
                 step_values,
                 seed,
             )
         )
     return out
-
-
-def pooled_shares(decompositions: list[Decomposition], kernels: pd.DataFrame) -> dict[str, float]:
-    """Dataset-level shares: each name's shares weighted by its total duration variance (sum of squares)."""
-    weights = {}
-    d = pd.to_numeric(kernels["duration"], errors="coerce")
-    names = kernels["kernel_name"].astype("string").fillna("?")
-    sums = ((d - d.groupby(names).transform("mean")) ** 2).groupby(names).sum()
-    for dec in decompositions:
-        weights[dec.kernel] = float(sums.get(dec.kernel, 0.0))
-    total = sum(weights.values())
-    keys = ("between", "size", "context", "unexplained")
-    if total <= 0:
-        return dict.fromkeys(keys, 0.0)
-    return {k: sum(getattr(dec, k) * weights[dec.kernel] for dec in decompositions) / total for k in keys}

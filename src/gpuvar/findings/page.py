@@ -1,37 +1,88 @@
-"""findings.md: the page a performance engineer reads first, from the findings records (findings.json)."""
+"""findings.md: the page a performance engineer reads first, from the findings records (findings.json).
+
+Per dataset: what the trace is and how its call sites were found, the step level (why step time varies), then
+the call sites grouped by launching op, ranked by time above their call site's median (the first MAX_FINDINGS;
+every one is in findings.json), the advice once per dataset, the per-kernel-name table, and the groups that are
+stable, differ only between call sites, could not be compared, or cost too little.
+"""
 
 from __future__ import annotations
 
+import re
+
 from gpuvar.findings.decompose import STABLE_CV
-from gpuvar.findings.report import MIN_RECOVERABLE_SHARE, duration_text, percent
+from gpuvar.findings.report import MAX_KERNEL_ROWS, MIN_RECOVERABLE_SHARE, duration_text, percent, short_name
+from gpuvar.findings.steps import headline as step_headline
+from gpuvar.findings.verdict import MIN_ROWS
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: str) -> str:
+    """Text from a trace as Markdown shows it literally: no control characters (terminal escapes), no line
+    breaks, and the characters that start Markdown structure escaped."""
+    text = _CONTROL.sub("?", str(text)).replace("\n", " ").replace("\r", " ")
+    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", text)
+
+
+def plain(text: str) -> str:
+    """Text from a trace as a terminal prints it literally: control characters (escape sequences) replaced."""
+    return _CONTROL.sub("?", str(text)).replace("\n", " ")
+
+
+def code(text: str) -> str:
+    """Text in a code span (any backticks inside handled)."""
+    text = _CONTROL.sub("?", str(text)).replace("\n", " ")
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
 
 
 def _shares(s: dict) -> str:
     return (
-        f"between call sites {percent(s['between_call_sites'])}, problem size / launch configuration "
-        f"{percent(s['size_launch_config'])}, context {percent(s['context'])}, unexplained {percent(s['unexplained'])}"
+        f"between call sites {percent(s['between_call_sites'])}, problem size {percent(s['size_launch_config'])}, "
+        f"context {percent(s['context'])}, work counters {percent(s.get('counters', 0.0))}, "
+        f"unexplained {percent(s['unexplained'])}"
     )
 
 
-def _finding(f: dict, sites_are_configs: bool = False) -> list[str]:
+def _where(ev: dict) -> str:
+    parts = []
+    if "step" in ev:
+        parts.append(f"step {ev['step']}")
+    if "rank" in ev:
+        parts.append(f"rank {ev['rank']}")
+    if "from_step_start_ns" in ev:
+        parts.append(f"{duration_text(ev['from_step_start_ns'])} into its step")
+    if "from_trace_start_ns" in ev:
+        parts.append(f"{duration_text(ev['from_trace_start_ns'])} after the trace's first kernel")
+    if "start_ns" in ev:
+        parts.append(f"profiler timestamp {ev['start_ns']}")
+    if "launch_id" in ev and "start_ns" not in ev:
+        parts.append(f"launch ID {ev['launch_id']}")
+    return ", ".join(parts)
+
+
+def _finding(f: dict) -> list[str]:
     v = f["verdict"]
     low, high = f["recoverable_interval_ns"]
+    kernels = f["kernels"]
+    names = ", ".join(f"{code(short_name(k['kernel'], 60))} ×{k['launches']}" for k in kernels[:3])
+    more = f" and {len(kernels) - 3} more" if len(kernels) > 3 else ""
     lines = [
-        f"### {f['rank']}. {f['headline']}",
+        f"### {f['rank']}. {safe(f['headline'])}",
         "",
         f"- **Time above the call site's median**: {duration_text(f['recoverable_ns'])} "
-        f"(90 % interval {duration_text(low)}–{duration_text(high)}), {percent(f['recoverable_share_of_kernel_time'])} of kernel time",
-        f"- **Launches**: {f['launches']} at {f['call_sites']} call site(s)"
-        + (" (launch configurations)" if sites_are_configs else "")
-        + f"; CV {percent(f['cv'])}, "
-        f"within call sites {percent(f['cv_within_call_site'])}",
+        f"(90 % interval {duration_text(low)}–{duration_text(high)}), "
+        f"{percent(f['recoverable_share_of_kernel_time'])} of kernel time",
+        f"- **Launches**: {f['launches']} at {f['call_sites']} call site(s); CV {percent(f['cv'])}, within call sites "
+        f"{percent(f['cv_within_call_site'])}; kernel{'s' if len(kernels) > 1 else ''}: {names}{more}",
         f"- **Where its variance comes from**: {_shares(f['shares'])}",
     ]
     verdict = f"- **Verdict**: {v['verdict']}"
     if v["verdict"] == "declined":
         verdict += f" ({v['reason']})"
     else:
-        verdict += f" (cross-validated share {v['share']:.2f} of the within-call-site variance"
+        verdict += f" (cross-validated share {v['share']:.2f} of the within-call-site variance, a slope per call site"
         verdict += f", permutation p = {v['p_value']:.3g})" if v["p_value"] is not None else ")"
         check = v.get("residual_check")
         if check and not check["passed"]:
@@ -39,75 +90,134 @@ def _finding(f: dict, sites_are_configs: bool = False) -> list[str]:
     lines.append(verdict)
     if f["drivers"]:
         drivers = ", ".join(
-            f"{d['label']} ({'+' if d['sign'] > 0 else '−'}, {percent(d['share_of_within'])} alone)"
+            f"{safe(d['label'])} ({'+' if d['sign'] > 0 else '−'}, {percent(d['share_of_within'])})"
             for d in f["drivers"][:4]
         )
-        lines.append(f"- **Drivers**: {drivers}")
+        lines.append(f"- **Drivers** (each: what it adds to those before it): {drivers}")
     ev = f["evidence"]["slowest_launch"]
-    where = ", ".join(f"{k} {ev[k]}" for k in ("step", "rank", "start") if k in ev)
+    ratio = f" = {ev['ratio']:.2f}× its call site's median" if ev.get("ratio") is not None else ""
+    where = _where(ev)
     lines.append(
-        f"- **Evidence**: slowest launch {duration_text(ev['duration_ns'])} = {ev['ratio']:.2f}× its call site's median"
+        f"- **Evidence**: longest launch {duration_text(ev['duration_ns'])}{ratio}"
         + (f" ({where})" if where else "")
-        + f", call site `{ev['call_site']}`"
+        + f", call site {code(ev['call_site'])}"
     )
     if f["evidence"].get("steps_with_most_excess"):
         lines.append(
-            f"  steps with the most excess time: {', '.join(map(str, f['evidence']['steps_with_most_excess']))}"
+            f"  steps with the most time above median: {', '.join(map(str, f['evidence']['steps_with_most_excess']))}"
         )
+    if f["top_call_sites"]:
+        top = ", ".join(
+            f"{code(c['call_site'])} {duration_text(c['excess_ns'])}" for c in f["top_call_sites"] if c["excess_ns"] > 0
+        )
+        if top:
+            lines.append(f"  call sites with the most time above median: {top}")
     if f["evidence"].get("figure"):
         lines.append(f"  figure: [{f['evidence']['figure']}]({f['evidence']['figure']})")
-    lines += [f"- **Do**: {f['action']}", f"- **Check**: {f['verify']}"]
-    if f["alternatives"]:
-        lines.append(f"- **Could also be**: {'; '.join(f['alternatives'])}")
-    kernel = f["kernel"] if len(f["kernel"]) <= 300 else f["kernel"][:299] + "…"
-    lines.append(
-        f"- Kernel: `{kernel}` (full name in findings.json)" if kernel != f["kernel"] else f"- Kernel: `{kernel}`"
-    )
+    lines += [f"- **Do**: see *{f['advice']}* below", f"- **Check**: {f['verify']}"]
+    if f.get("causal_graph"):
+        lines.append(f"- {f['causal_graph']}")
+    return lines + [""]
+
+
+def _kernel_table(rec: dict) -> list[str]:
+    rows = rec.get("kernels", [])
+    if not rows:
+        return []
+    lines = [
+        "**Kernels by time** (every kernel name; a name can run at several call sites, and one call site can run "
+        "several names, the variants a library picks by size):",
+        "",
+        "| kernel | launches | time | of kernel time | CV | CV within call sites | call sites | launched by |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for k in rows[:MAX_KERNEL_ROWS]:
+        lines.append(
+            f"| {safe(k['short_name'])} | {k['launches']} | {duration_text(k['total_ns'])} | "
+            f"{percent(k['share_of_kernel_time'])} | {percent(k['cv'])} | {percent(k['cv_within_call_site'])} | "
+            f"{k['call_sites']} | {safe(', '.join(k['groups'][:2]))} |"
+        )
+    if len(rows) > MAX_KERNEL_ROWS:
+        lines.append(f"\n{len(rows) - MAX_KERNEL_ROWS} more kernel names in findings.json.")
+    return lines + [""]
+
+
+def _listing(title: str, entries: list[dict], text) -> list[str]:
+    if not entries:
+        return []
+    lines = [title, ""]
+    for e in entries:
+        lines.append(f"- {safe(e['short_name'])}: {text(e)}")
     return lines + [""]
 
 
 def dataset_section(rec: dict) -> list[str]:
-    lines = [f"## {rec['dataset']}", ""]
+    lines = [f"## {safe(rec['dataset'])}", ""]
     steps = f", {rec['steps']} steps" if rec.get("steps") else ""
+    unit = rec.get("unit", "kernel name")
     lines.append(
-        f"{rec['launches']} launches of {rec['kernel_names']} kernels, {duration_text(rec['kernel_time_ns'])} of kernel time{steps}."
+        f"{rec['launches']} launches of {rec['kernel_names']} kernel names at {rec.get('call_sites', '?')} call sites, "
+        f"{duration_text(rec['kernel_time_ns'])} of kernel time{steps}; findings are grouped by {unit}"
+        + (f" ({rec['vendor']} GPU)." if rec.get("vendor") not in (None, "unknown") else ".")
     )
-    p = rec["pooled_shares"]
-    lines.append(
-        f"Spread of kernel durations, all kernels: between call sites {percent(p['between'])}, problem size / "
-        f"launch configuration {percent(p['size'])}, context {percent(p['context'])}, unexplained {percent(p['unexplained'])}."
-    )
-    if not rec.get("steps"):
-        lines.append(
-            "This trace has no step markers, so a call site is a launch configuration: launches of one kernel on "
-            "different grids count as different call sites, and what the grid explains is in the between share."
-        )
+    for note in rec.get("notes", []):
+        lines.append(f"How call sites were found: {safe(note)}.")
     lines.append("")
+    step = step_headline(rec.get("step_level"))
+    if step:
+        lines += [f"**Step time**: {safe(step)}.", ""]
+    elif not rec.get("steps"):
+        lines += ["**Step time**: this trace has no steps (no step markers, syncs or repeating launch pattern).", ""]
+    p = rec["pooled_shares"]
+    lines += [
+        f"Spread of launch durations, all groups: between call sites {percent(p['between'])}, problem size "
+        f"{percent(p['size'])}, context {percent(p['context'])}, work counters {percent(p.get('counters', 0.0))}, "
+        f"unexplained {percent(p['unexplained'])}.",
+        "",
+    ]
     if rec["nothing_actionable"]:
         lines += [
-            f"**Nothing actionable.** Every kernel is stable within its call sites (CV < {percent(STABLE_CV)}), differs "
-            f"only between call sites, or its variability costs < {percent(MIN_RECOVERABLE_SHARE)} of kernel time.",
+            f"**Nothing actionable.** Every group is stable within its call sites (CV < {percent(STABLE_CV)} with "
+            f"{MIN_ROWS} launches or more), differs only between call sites, has too few launches to compare, or its "
+            f"unexplained variability costs < {percent(MIN_RECOVERABLE_SHARE)} of kernel time.",
             "",
         ]
-    for f in rec["findings"]:
-        lines += _finding(f, not rec.get("steps"))
-    if rec["more_findings"]:
-        lines += [f"{rec['more_findings']} more in findings.json.", ""]
-    if rec["call_site_differences"]:
-        lines += ["**Call-site differences, not run-to-run variability** (stable within each call site):", ""]
-        for e in rec["call_site_differences"]:
-            lines.append(
-                f"- {e['short_name']}: {e['launches']} launches at {e['call_sites']} call sites, "
-                f"{percent(e['between_call_sites'])} of its variance between them; CV within call sites {percent(e['cv_within'])}"
-            )
+    shown = rec["findings"][: rec.get("page_findings", len(rec["findings"]))]
+    for f in shown:
+        lines += _finding(f)
+    hidden = len(rec["findings"]) - len(shown)
+    if hidden > 0:
+        lines += [f"{hidden} more findings in findings.json.", ""]
+    if rec.get("shared_advice"):
+        lines += ["**What to do**, by the cause a finding names:", ""]
+        for key, a in rec["shared_advice"].items():
+            also = f" Could also be: {'; '.join(a['could_also_be'])}." if a.get("could_also_be") else ""
+            lines.append(f"- *{key}*: {a['do']}{also}")
         lines.append("")
-    if rec["stable"]:
-        lines += [f"**Stable** (CV within call sites < {percent(STABLE_CV)}, or too little time to matter):", ""]
-        for e in rec["stable"]:
-            lines.append(
-                f"- {e['short_name']}: {e['launches']} launches, CV within call sites {percent(e['cv_within'])}"
-            )
-        lines.append("")
+    lines += _kernel_table(rec)
+    lines += _listing(
+        "**Call-site differences, not run-to-run variability** (stable within each call site):",
+        rec["call_site_differences"],
+        lambda e: (
+            f"{e['launches']} launches at {e['call_sites']} call sites, {percent(e['between_call_sites'])} of its "
+            f"variance between them; CV within call sites {percent(e['cv_within'])}"
+        ),
+    )
+    lines += _listing(
+        f"**Stable** (CV within call sites < {percent(STABLE_CV)}, {MIN_ROWS} launches or more):",
+        rec["stable"],
+        lambda e: f"{e['launches']} launches, CV within call sites {percent(e['cv_within'])}",
+    )
+    lines += _listing(
+        "**Not compared**:",
+        rec.get("not_compared", []),
+        lambda e: f"{e['launches']} launches at {e['call_sites']} call sites: {e['reason']}",
+    )
+    lines += _listing(
+        f"**Variable but costs < {percent(MIN_RECOVERABLE_SHARE)} of kernel time**, and nothing recorded explains it:",
+        rec.get("below_time_floor", []),
+        lambda e: f"CV within call sites {percent(e['cv_within'])}, {duration_text(e['recoverable_ns'])} above median",
+    )
     return lines
 
 
@@ -115,10 +225,13 @@ def render(records: list[dict], version: str) -> str:
     lines = [
         "# Findings",
         "",
-        f"gpuvar {version}. Per dataset, the kernels whose run-to-run variability costs time, ranked by the time "
-        "spent above their call site's median launch. Shares split each kernel's duration variance into call-site "
-        "differences, problem size / launch configuration, context (copies and kernels running beside it, gaps, "
-        "rank) and the unexplained rest; they add up to 100 %. How to read it: docs/causal.md#findings.",
+        f"gpuvar {version}. Per dataset: why the step time varies, then the places in the program (call sites, "
+        "grouped by the op that launched them) whose run-to-run variability costs time, ranked by the time spent "
+        "above their call site's median launch. A call site is the launching op, its occurrence in the step and "
+        "the kernel's place among that op's launches, whatever kernel variant the library picked. Shares split a "
+        "group's duration variance into call-site differences, problem size (launch configuration, input shapes, "
+        "kernel variant, the step's work), context (copies, other streams and processes on the GPU, rank), work "
+        "counters and the unexplained rest; they add up to 100 %. How to read it: docs/causal.md#findings.",
         "",
     ]
     for rec in records:

@@ -1,11 +1,16 @@
-"""Findings of one dataset: the kernels whose run-to-run variability costs time, ranked, each with what
-explains it, how sure we are, what to do, and how to check.
+"""Findings of one dataset: the program call sites (grouped by their launching op) whose run-to-run variability
+costs time, ranked, each with what explains it, how sure we are, what to do, and how to check; the step level
+first; the per-kernel-name view as a table.
 
-Recoverable time of a kernel = sum over its launches of (duration - its call site's median), where positive:
-the time spent above the typical launch of the same call. Its interval is a bootstrap over whole steps (or
-launches when steps are unknown), seeded. A kernel whose within-call-site CV is below STABLE_CV is *stable*
-and not a finding; a kernel whose spread is mostly between call sites is reported as call-site differences,
-not as variability. When no kernel qualifies the page says "nothing actionable".
+Time above median of a group = sum over its launches of (duration - its call site's median), where positive: the
+time spent above the typical launch of the same place in the program. Its interval is a bootstrap over whole steps
+(or launches when steps are unknown), seeded. Every analysed group is in the record; the page shows the first
+MAX_FINDINGS. A group is:
+  stable                 enough launches (MIN_ROWS) and a within-call-site CV below STABLE_CV
+  call-site differences  stable within call sites, its spread mostly between them (different places, not noise)
+  not compared           too few launches, or one launch per call site (nothing to compare a launch with)
+  a finding              otherwise, unless it costs less than MIN_RECOVERABLE_SHARE of the kernel time and nothing
+                         explains it (a small cause that is explained is reported: it is true and checkable)
 """
 
 from __future__ import annotations
@@ -15,17 +20,18 @@ import re
 import numpy as np
 import pandas as pd
 
-from gpuvar.findings.decompose import STABLE_CV, Decomposition, call_sites
-from gpuvar.findings.verdict import DECLINED, EXPLAINED, NOT_EXPLAINED, PARTLY
+from gpuvar.findings import advice as A
+from gpuvar.findings.decompose import STABLE_CV, Decomposition, call_sites, groups_of
+from gpuvar.findings.verdict import DECLINED, EXPLAINED, MIN_ROWS, NOT_EXPLAINED, PARTLY
 
 BOOTSTRAP = 200
 MAX_FINDINGS = 10
-MIN_RECOVERABLE_SHARE = 0.001  # of the dataset's kernel time: below this a kernel is not worth a finding
-CALL_SITE_DOMINANT = 0.5  # between-call-site share above which the name's spread is "different calls"
-
+MAX_KERNEL_ROWS = 15  # kernel names on the page's table (all in findings.json)
+MIN_RECOVERABLE_SHARE = 0.001  # of the dataset's kernel time: below this an unexplained spread is not worth a finding
+CALL_SITE_DOMINANT = 0.5  # between-call-site share above which the spread is "different calls"
 
 _NAMESPACES = re.compile(
-    r"\(anonymous namespace\)::|\b(?:at::native::|at::|std::|c10::|templates::|cuda::|binary_internal::)"
+    r"\(anonymous namespace\)::|<unnamed>::|\b(?:at::native::|at::|std::|c10::|templates::|cuda::|binary_internal::)"
 )
 _DISTINCT = re.compile(r"\b[A-Za-z_]\w*(?:Functor|Impl|Op|Kernel|kernel|_t)\b")
 
@@ -60,23 +66,8 @@ def _strip_parameters(text: str) -> str:
     return text
 
 
-def _recoverable(d: np.ndarray, sites: np.ndarray, steps: np.ndarray | None, seed: int) -> tuple[float, list]:
-    """(recoverable ns, [5 %, 95 %] bootstrap interval)."""
-    frame = pd.DataFrame({"d": d, "site": sites})
-    median = frame.groupby("site")["d"].transform("median").to_numpy()
-    excess = np.maximum(d - median, 0.0)
-    value = float(excess.sum())
-    rng = np.random.default_rng(seed)
-    if steps is not None and len(np.unique(steps)) >= 5:
-        keys, inverse = np.unique(steps, return_inverse=True)
-        per_step = np.bincount(inverse, weights=excess, minlength=len(keys))
-        draws = rng.integers(0, len(keys), size=(BOOTSTRAP, len(keys)))
-        sums = per_step[draws].sum(axis=1)
-    else:
-        draws = rng.integers(0, len(excess), size=(BOOTSTRAP, len(excess)))
-        sums = excess[draws].sum(axis=1)
-    low, high = np.percentile(sums, [5, 95]) if len(excess) else (0.0, 0.0)
-    return value, [float(low), float(high)]
+def display_name(group: str, is_op: bool) -> str:
+    return group if is_op else short_name(group)
 
 
 def percent(x: float | None) -> str:
@@ -87,161 +78,204 @@ def percent(x: float | None) -> str:
 
 
 def duration_text(ns: float) -> str:
-    return f"{ns / 1e6:.3g} ms" if ns >= 1e5 else f"{ns / 1e3:.3g} µs"
+    return f"{ns / 1e6:.3g} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:.3g} µs"
 
 
 def _sign(s: int) -> str:
     return "+" if s > 0 else "−"
 
 
+def _recoverable(excess: np.ndarray, steps: np.ndarray | None, seed: int) -> tuple[float, list]:
+    """(time above the call sites' medians, [5 %, 95 %] bootstrap interval over steps, else launches)."""
+    value = float(excess.sum())
+    rng = np.random.default_rng(seed)
+    if steps is not None and len(np.unique(steps)) >= 5:
+        keys, inverse = np.unique(steps, return_inverse=True)
+        per_step = np.bincount(inverse, weights=excess, minlength=len(keys))
+        sums = per_step[rng.integers(0, len(keys), size=(BOOTSTRAP, len(keys)))].sum(axis=1)
+    else:
+        sums = excess[rng.integers(0, len(excess), size=(BOOTSTRAP, len(excess)))].sum(axis=1)
+    low, high = np.percentile(sums, [5, 95]) if len(excess) else (0.0, 0.0)
+    return value, [float(low), float(high)]
+
+
 def category_of(dec: Decomposition) -> str:
+    if dec.verdict.verdict == DECLINED and (dec.launches < MIN_ROWS or dec.min_site_launches <= 1):
+        return "not compared"  # too few launches, or one per call site: nothing to compare a launch with
     if dec.cv_within < STABLE_CV:
         return "call-site differences" if dec.between >= CALL_SITE_DOMINANT else "stable"
-    verdict = dec.verdict.verdict
-    if verdict in (EXPLAINED, PARTLY) and dec.drivers:
+    if dec.verdict.verdict in (EXPLAINED, PARTLY) and dec.drivers:
         kinds = {d.kind for d in dec.drivers[:2]}
-        return "context" if kinds == {"context"} else ("size" if "context" not in kinds else "size and context")
-    if verdict == DECLINED:
-        return "declined"
+        if kinds == {"counter"}:
+            return "counters"
+        if "size" in kinds:
+            return "size and context" if "context" in kinds else "size"
+        return "context"
     return "unexplained"
 
 
-def _headline(dec: Decomposition, short: str) -> str:
+def _headline(dec: Decomposition, name: str) -> str:
     v = dec.verdict
-    if v.verdict == DECLINED:
-        return f"{short}: declined ({v.reason})"
     if v.verdict == NOT_EXPLAINED:
-        return f"{short}: varies {percent(dec.cv_within)} (CV within call sites), not explained by recorded features"
+        return f"{name}: varies {percent(dec.cv_within)} (CV within call sites), not explained by recorded features"
     drivers = ", ".join(f"{d.label} {_sign(d.sign)}" for d in dec.drivers[:2]) or "the recorded features"
-    return f"{short}: {v.verdict} {percent(v.share)} by {drivers}"
+    return f"{name}: {v.verdict} {percent(v.share)} by {drivers}"
 
 
-def _action(dec: Decomposition) -> tuple[str, str, list[str]]:
-    """(suggested action, verification experiment, what else could explain it)."""
-    top = dec.drivers[0] if dec.drivers else None
-    remain = percent(dec.unexplained / max(1e-12, 1 - dec.between)) if dec.between < 1 else "0 %"
-    if dec.verdict.verdict in (EXPLAINED, PARTLY) and top is not None and top.kind == "context":
-        feature = top.feature
-        if feature.startswith("ctx_copy"):
-            return (
-                "Launches that overlap a memory copy on the same GPU are slower (bandwidth contention): issue the "
-                "copy outside this phase of the step, or make it smaller / pinned and asynchronous earlier.",
-                f"Re-run with the concurrent copies removed or moved; expect this kernel's CV within call sites to "
-                f"fall from {percent(dec.cv_within)} towards the unexplained remainder ({remain} of its variance).",
-                ["anything else that happens in the same steps as the copies (inputs, allocator activity)"],
-            )
-        if feature.startswith("ctx_kernels"):
-            return (
-                "Launches that share the GPU with kernels on other streams are slower: serialise the streams "
-                "around this kernel or give it stream priority.",
-                "Re-run with the other streams' work moved before/after; expect the slow launches to disappear.",
-                ["the concurrent kernels' own inputs vary with the step"],
-            )
-        if feature.startswith("ctx_gap"):
-            return (
-                "Launch-to-launch gaps on the stream move with this kernel's time (host-bound phases, clocks "
-                "dropping while idle): remove host synchronisation before it or capture the step in a CUDA graph.",
-                "Re-run with a CUDA graph or without the synchronisation; expect the gap and the spread to shrink.",
-                ["GPU clock changes after idle periods (check clocks with nvidia-smi)"],
-            )
-        if feature.startswith("rank="):
-            return (
-                "One rank's launches of this kernel differ from the others': compare that rank's GPU, clocks and "
-                "inputs.",
-                "Swap the ranks' GPUs or inputs; expect the difference to follow the cause.",
-                ["different data per rank", "a different GPU model or clock on that rank"],
-            )
-        return (
-            f"Launches vary with {feature}: remove that source of interference.",
-            f"Re-run with {feature} held constant; expect the CV within call sites to drop.",
-            [],
-        )
-    if dec.verdict.verdict in (EXPLAINED, PARTLY) and top is not None:
-        return (
-            f"The spread follows problem size ({top.label} {_sign(top.sign)}): it is the workload, not noise. "
-            "To make steps predictable, bucket or pad sizes to a few fixed shapes; to make it faster, tune "
-            "this kernel for the sizes that cost most.",
-            f"Re-run with {top.feature} fixed (one input size); expect the CV within call sites to fall from "
-            f"{percent(dec.cv_within)} to about the unexplained remainder ({remain} of its variance).",
-            [
-                "anything that scales with the same size (memory traffic, the kernel variant the library picks)",
-                "unrecorded causes of the remainder (clocks, contention)",
-            ],
-        )
-    return (
-        "No recorded launch parameter or context explains it: check GPU clocks and throttling, other processes "
-        "on the GPU, and collect counters for this kernel (Nsight Compute) to see which unit stalls.",
-        "Re-run with locked clocks (nvidia-smi -lgc) and nothing else on the GPU; if the CV within call sites "
-        f"({percent(dec.cv_within)}) stays, profile the slowest launches with Nsight Compute.",
-        ["clock or power changes", "other work on the GPU or the host", "data-dependent control flow"],
-    )
+def _medians(d: np.ndarray, sites: np.ndarray) -> np.ndarray:
+    return pd.Series(d).groupby(sites).transform("median").to_numpy()
 
 
-def _evidence(part: pd.DataFrame, sites: np.ndarray, d: np.ndarray) -> dict:
-    """Where to look: the slowest launch against its call site's median, and the steps with most excess."""
-    frame = pd.DataFrame({"d": d, "site": sites}, index=part.index)
-    median = frame.groupby("site")["d"].transform("median")
-    ratio = (frame["d"] / median.where(median > 0)).fillna(1.0)
-    worst = ratio.idxmax()
-    out = {
-        "slowest_launch": {
-            "call_site": str(frame.at[worst, "site"]),
-            "duration_ns": float(frame.at[worst, "d"]),
-            "call_site_median_ns": float(median.at[worst]),
-            "ratio": round(float(ratio.at[worst]), 4),
-        }
+def _evidence(part: pd.DataFrame, sites: np.ndarray, d: np.ndarray, median: np.ndarray, origin: dict) -> dict:
+    """Where to look: the longest launch (with its ratio to its call site's median), its time from the trace's
+    start and from its step's start (and the profiler's own timestamp), and the steps with most excess."""
+    worst = int(np.argmax(d))
+    row = part.iloc[worst]
+    launch = {
+        "call_site": str(sites[worst]),
+        "kernel": str(row["kernel_name"]),
+        "duration_ns": float(d[worst]),
+        "call_site_median_ns": float(median[worst]),
+        "ratio": round(float(d[worst] / median[worst]), 4) if median[worst] > 0 else None,
     }
-    for column in ("start", "step", "launch_id", "rank"):
-        if column in part.columns and pd.notna(part.at[worst, column]):
-            value = part.at[worst, column]
-            out["slowest_launch"][column] = value.item() if hasattr(value, "item") else value
+    for column in ("step", "launch_id", "rank"):
+        if column in part.columns and pd.notna(row[column]):
+            value = row[column]
+            launch[column] = value.item() if hasattr(value, "item") else value
+    if "start" in part.columns and pd.notna(row["start"]):
+        start = int(row["start"])
+        launch["start_ns"] = start
+        if origin.get("trace") is not None:
+            launch["from_trace_start_ns"] = start - origin["trace"]
+        step_start = origin.get("steps", {}).get(_step_of(row))
+        if step_start is not None:
+            launch["from_step_start_ns"] = start - step_start
+    out = {"slowest_launch": launch}
     if "step" in part.columns and part["step"].notna().any():
-        excess = (frame["d"] - median).clip(lower=0)
+        excess = pd.Series(np.maximum(d - median, 0.0), index=part.index)
         by_step = excess.groupby(part["step"]).sum().sort_values(ascending=False, kind="stable")
         out["steps_with_most_excess"] = [int(s) for s in by_step.index[:5]]
     return out
 
 
+def _step_of(row) -> tuple | None:
+    if "step" not in row.index or pd.isna(row["step"]):
+        return None
+    rank = row["rank"] if "rank" in row.index and pd.notna(row["rank"]) else None
+    return (rank, int(row["step"]))
+
+
+def _origins(rows: pd.DataFrame) -> dict:
+    """The trace's first kernel start and each (rank, step)'s first kernel start."""
+    if "start" not in rows.columns or rows["start"].isna().all():
+        return {}
+    start = pd.to_numeric(rows["start"], errors="coerce")
+    out = {"trace": int(start.min())}
+    if "step" in rows.columns and rows["step"].notna().any():
+        rank = rows["rank"] if "rank" in rows.columns else pd.Series(None, index=rows.index)
+        frame = pd.DataFrame({"rank": rank.where(rank.notna(), None), "step": rows["step"], "start": start})
+        frame = frame[frame["step"].notna()]
+        firsts = frame.groupby(["rank", "step"], dropna=False)["start"].min()
+        out["steps"] = {(r if pd.notna(r) else None, int(s)): int(v) for (r, s), v in firsts.items()}
+    return out
+
+
+def kernel_table(rows: pd.DataFrame, sites: pd.Series, groups: pd.Series, total_ns: float) -> list[dict]:
+    """The per-kernel-name view: every kernel name with its launches, time, spread and launching ops."""
+    d = pd.to_numeric(rows["duration"]).astype(np.float64)
+    names = rows["kernel_name"].astype("string").fillna("?").astype(object)
+    site_median = d.groupby(sites.to_numpy()).transform("median")
+    excess = (d - site_median).clip(lower=0)
+    frame = pd.DataFrame({"name": names, "d": d, "site": sites.to_numpy(), "group": groups.to_numpy(), "x": excess})
+    out = []
+    for name, part in frame.groupby("name", sort=False):
+        within = part["d"] - part.groupby("site")["d"].transform("mean")
+        mean = float(part["d"].mean())
+        ops = part["group"].value_counts()
+        out.append(
+            {
+                "kernel": str(name),
+                "short_name": short_name(str(name)),
+                "launches": int(len(part)),
+                "total_ns": round(float(part["d"].sum()), 3),
+                "share_of_kernel_time": round(float(part["d"].sum()) / total_ns, 6) if total_ns > 0 else 0.0,
+                "cv": round(float(part["d"].std(ddof=0) / mean), 6) if mean > 0 else 0.0,
+                "cv_within_call_site": round(float(np.sqrt((within**2).mean()) / mean), 6) if mean > 0 else 0.0,
+                "call_sites": int(part["site"].nunique()),
+                "above_median_ns": round(float(part["x"].sum()), 3),
+                "groups": [str(g) for g in ops.index[:3]],
+            }
+        )
+    out.sort(key=lambda e: (-e["total_ns"], e["kernel"]))
+    return out
+
+
 def dataset_findings(
-    dataset: str, kernels: pd.DataFrame, decompositions: list[Decomposition], pooled: dict, seed: int = 0
+    dataset: str,
+    kernels: pd.DataFrame,
+    decompositions: list[Decomposition],
+    pooled: dict,
+    seed: int = 0,
+    vendor: str = A.UNKNOWN,
+    step_record: dict | None = None,
+    notes: list[str] | None = None,
 ) -> dict:
     """The findings record of one dataset (what findings.json holds for it)."""
     d_all = pd.to_numeric(kernels["duration"], errors="coerce")
     total_ns = float(d_all.sum())
     rows = kernels[d_all.notna()]
     sites = call_sites(rows)
-    names = rows["kernel_name"].astype("string").fillna("?")
-    index_of = names.groupby(names, sort=False).indices
+    groups = groups_of(rows)
+    is_op = rows["launch_op"].notna().to_numpy() if "launch_op" in rows.columns else np.zeros(len(rows), dtype=bool)
+    index_of = groups.groupby(groups, sort=False).indices
     steps = pd.to_numeric(rows["step"], errors="coerce") if "step" in rows.columns else None
-    entries, stable, call_site_only = [], [], []
+    origin = _origins(rows)
+    entries, stable, call_site_only, not_compared, small = [], [], [], [], []
     for dec in decompositions:
-        idx = index_of.get(dec.kernel)
+        idx = index_of.get(dec.group)
         if idx is None:
             continue
         part = rows.iloc[idx]
         d = pd.to_numeric(part["duration"]).to_numpy(dtype=np.float64)
         s = sites.iloc[idx].to_numpy()
-        step_values = None
-        if steps is not None and steps.iloc[idx].notna().all():
-            step_values = steps.iloc[idx].to_numpy()
-        recoverable, interval = _recoverable(d, s, step_values, seed)
-        short = short_name(dec.kernel)
+        median = _medians(d, s)
+        excess = np.maximum(d - median, 0.0)
+        step_values = steps.iloc[idx].to_numpy() if steps is not None and steps.iloc[idx].notna().all() else None
+        recoverable, interval = _recoverable(excess, step_values, seed)
+        name = display_name(dec.group, bool(is_op[idx].all()))
         category = category_of(dec)
-        brief = {"kernel": dec.kernel, "short_name": short, "launches": dec.launches, "cv_within": dec.cv_within}
+        brief = {
+            "group": dec.group,
+            "short_name": name,
+            "launches": dec.launches,
+            "call_sites": dec.call_sites,
+            "cv": round(dec.cv, 6),
+            "cv_within": round(dec.cv_within, 6),
+            "recoverable_ns": round(recoverable, 3),
+        }
         if category == "stable":
-            stable.append(brief | {"cv": dec.cv})
+            stable.append(brief)
             continue
         if category == "call-site differences":
-            call_site_only.append(brief | {"between_call_sites": dec.between, "call_sites": dec.call_sites})
+            call_site_only.append(brief | {"between_call_sites": round(dec.between, 6)})
+            continue
+        if category == "not compared":
+            not_compared.append(brief | {"reason": dec.verdict.reason})
             continue
         cheap = total_ns > 0 and recoverable < MIN_RECOVERABLE_SHARE * total_ns
-        if cheap and dec.verdict.verdict not in (EXPLAINED, PARTLY):  # an explained cause is reported however small
-            stable.append(brief | {"cv": dec.cv, "note": "variable but costs < 0.1 % of kernel time"})
+        if cheap and dec.verdict.verdict not in (EXPLAINED, PARTLY):
+            small.append(brief)
             continue
-        action, verify, alternatives = _action(dec)
+        collective = A.is_collective(dec.group, list(dec.kernels))
+        top = dec.drivers[0] if dec.drivers else None
+        key = A.advice_key(
+            category if dec.verdict.verdict != NOT_EXPLAINED else "unexplained",
+            top.feature if top and dec.verdict.verdict != NOT_EXPLAINED else None,
+            collective,
+        )
+        remain = percent(dec.unexplained / max(1e-12, 1 - dec.between)) if dec.between < 1 else "0 %"
         site_excess = (
-            pd.DataFrame({"site": s, "x": d - pd.Series(d).groupby(s).transform("median").to_numpy()})
-            .assign(x=lambda f: f["x"].clip(lower=0))
+            pd.DataFrame({"site": s, "x": excess})
             .groupby("site")["x"]
             .sum()
             .sort_values(ascending=False, kind="stable")
@@ -249,36 +283,50 @@ def dataset_findings(
         entries.append(
             dec.record()
             | {
-                "short_name": short,
+                "kernel": next(iter(dec.kernels)),
+                "short_name": name,
+                "is_op": bool(is_op[idx].all()),
                 "category": category,
-                "headline": _headline(dec, short),
+                "collective": collective,
+                "headline": _headline(dec, name),
                 "recoverable_ns": round(recoverable, 3),
                 "recoverable_interval_ns": [round(v, 3) for v in interval],
                 "recoverable_share_of_kernel_time": round(recoverable / total_ns, 6) if total_ns > 0 else 0.0,
                 "top_call_sites": [
                     {"call_site": str(k), "excess_ns": round(float(v), 3)} for k, v in site_excess[:3].items()
                 ],
-                "action": action,
-                "verify": verify,
-                "alternatives": alternatives,
-                "evidence": _evidence(part, s, d),
+                "advice": key,
+                "verify": A.check_text(key, top.label if top else None, vendor, percent(dec.cv_within), remain),
+                "evidence": _evidence(part, s, d, median, origin),
             }
         )
-    entries.sort(key=lambda e: (-e["recoverable_ns"], e["kernel"]))
+    entries.sort(key=lambda e: (-e["recoverable_ns"], e["group"]))
     for rank, entry in enumerate(entries, 1):
         entry["rank"] = rank
-    stable.sort(key=lambda e: e["kernel"])
-    call_site_only.sort(key=lambda e: e["kernel"])
+    for listing in (stable, call_site_only, not_compared, small):
+        listing.sort(key=lambda e: (-e["recoverable_ns"], e["group"]))
+    shared = A.shared_advice(vendor)
+    used = sorted({e["advice"] for e in entries})
     return {
         "dataset": dataset,
+        "vendor": vendor,
         "launches": int(len(rows)),
-        "kernel_names": len(decompositions),
+        "groups": len(decompositions),
+        "kernel_names": int(rows["kernel_name"].nunique()),
         "kernel_time_ns": round(total_ns, 3),
-        "steps": int(steps.nunique()) if steps is not None else None,
+        "steps": int(steps.nunique()) if steps is not None and steps.notna().any() else None,
+        "call_sites": int(sites.nunique()),
+        "unit": "launching op" if is_op.any() else "kernel name",
+        "notes": list(notes or []),
+        "step_level": step_record,
         "pooled_shares": {k: round(v, 6) for k, v in pooled.items()},
-        "findings": entries[:MAX_FINDINGS],
-        "more_findings": max(0, len(entries) - MAX_FINDINGS),
+        "findings": entries,
+        "page_findings": min(len(entries), MAX_FINDINGS),
+        "shared_advice": {k: shared[k] for k in used},
         "stable": stable,
         "call_site_differences": call_site_only,
+        "not_compared": not_compared,
+        "below_time_floor": small,
+        "kernels": kernel_table(rows, sites, groups, total_ns),
         "nothing_actionable": not entries,
     }

@@ -25,9 +25,18 @@ from gpuvar.artifacts import (
 )
 from gpuvar.errors import InputError, path_problem
 from gpuvar.findings import verdict as V
-from gpuvar.findings.decompose import STABLE_CV, decompose, pooled_shares
-from gpuvar.findings.page import render
-from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings
+from gpuvar.findings.decompose import (
+    DRIVER_MIN_SHARE,
+    MAX_DRIVERS,
+    STABLE_CV,
+    call_sites,
+    decompose,
+    groups_of,
+    pooled_shares,
+)
+from gpuvar.findings.page import plain, render
+from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings, percent
+from gpuvar.findings.within_site import MIN_SITE_FIT
 
 log = logging.getLogger("gpuvar.findings")
 FIGURES_FOLDER = "figures"  # one PNG per finding: its launches against the top driver, per call site
@@ -44,7 +53,10 @@ def thresholds() -> dict:
         "min_launches": V.MIN_ROWS,
         "stable_cv_within_call_site": STABLE_CV,
         "min_recoverable_share_of_kernel_time": MIN_RECOVERABLE_SHARE,
-        "max_findings_per_dataset": MAX_FINDINGS,
+        "findings_on_the_page_per_dataset": MAX_FINDINGS,
+        "driver_min_share_of_within": DRIVER_MIN_SHARE,
+        "max_drivers": MAX_DRIVERS,
+        "min_launches_for_a_slope_per_call_site": MIN_SITE_FIT,
     }
 
 
@@ -64,40 +76,63 @@ def read_kernels(ingest_dir: Path) -> pd.DataFrame:
 
 
 def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | None) -> None:
-    """Attach each finding's causal graph (folder, verdict, figure) when the causal run analysed its kernel."""
+    """Attach to each finding the causal graphs (folder, verdict, figure) of its kernels, when the causal run
+    analysed them: the graphs are per kernel name over the most variable windows, the finding over every launch
+    of its call sites, so the page says which graph to open and that its scope differs."""
     if causal_dir is None or not (causal_dir / CAUSAL_SUMMARY).is_file():
         return
     summary = json.loads((causal_dir / CAUSAL_SUMMARY).read_text())
     by_group = {g["group"]: g for g in summary.get("groups", [])}
     for finding in record["findings"]:
-        group = by_group.get(finding["kernel"])
-        if group is None:
-            continue
-        folder = causal_dir / group["slug"]
-        graph = {"folder": str(folder)}
-        if (folder / CAUSAL_RECORD).is_file():
-            causal = json.loads((folder / CAUSAL_RECORD).read_text())
-            graph["verdict"] = (causal.get("verdict") or {}).get("verdict")
-            graph["status"] = causal.get("status")
-        finding["evidence"]["causal_graph"] = graph
-        if plots_dir is not None:
-            figure = plots_dir / "causal" / f"{group['slug']}.png"
-            if figure.is_file():
-                finding["evidence"]["figure"] = str(figure)
+        graphs = []
+        for kernel in finding["kernels"]:
+            group = by_group.get(kernel["kernel"])
+            if group is None:
+                continue
+            folder = causal_dir / group["slug"]
+            graph = {"kernel": kernel["kernel"], "folder": str(folder)}
+            if (folder / CAUSAL_RECORD).is_file():
+                causal = json.loads((folder / CAUSAL_RECORD).read_text())
+                verdict = causal.get("verdict") or {}
+                graph["verdict"] = verdict.get("verdict")
+                graph["share"] = verdict.get("share")
+                graph["rows"] = verdict.get("rows")
+                graph["status"] = causal.get("status")
+            if plots_dir is not None:
+                figure = plots_dir / "causal" / f"{group['slug']}.png"
+                if figure.is_file():
+                    graph["figure"] = str(figure)
+            graphs.append(graph)
+        if graphs:
+            finding["evidence"]["causal_graphs"] = graphs
+
+
+def _ingest_facts(ingest_dir: Path) -> tuple[str | None, object, list[str]]:
+    """(format, devices, the notes on steps and call sites) from the ingest report, when there is one."""
+    from gpuvar.artifacts import INGEST_REPORT
+
+    try:
+        report = json.loads((Path(ingest_dir) / INGEST_REPORT).read_text())
+    except (OSError, ValueError):
+        return None, None, []
+    notes = [n for n in report.get("notes", []) if isinstance(n, str) and "call sites" in n]
+    return report.get("format"), report.get("devices") or report.get("notes"), notes
 
 
 def analyse_dataset(
     name: str, ingest_dir: Path, causal_dir: Path | None = None, plots_dir: Path | None = None, seed: int = 0
 ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """(findings record, decomposition table, the kernels table it was computed from) of one dataset."""
+    from gpuvar.findings.advice import vendor_of
+    from gpuvar.findings.steps import step_level
+
     kernels = read_kernels(ingest_dir)
     decompositions = decompose(kernels, seed)
-    pooled = (
-        pooled_shares(decompositions, kernels)
-        if decompositions
-        else dict.fromkeys(("between", "size", "context", "unexplained"), 0.0)
-    )
-    record = dataset_findings(name, kernels, decompositions, pooled, seed)
+    pooled = pooled_shares(decompositions)
+    fmt, devices, notes = _ingest_facts(ingest_dir)
+    step_record = step_level(kernels, groups_of(kernels), seed)
+    vendor = vendor_of(fmt, devices)
+    record = dataset_findings(name, kernels, decompositions, pooled, seed, vendor, step_record, notes)
     record["ingest"] = str(ingest_dir)
     _causal_evidence(record, Path(causal_dir) if causal_dir else None, Path(plots_dir) if plots_dir else None)
     rows = []
@@ -105,7 +140,8 @@ def analyse_dataset(
         r = dec.record()
         rows.append(
             {
-                "kernel": dec.kernel,
+                "group": dec.group,
+                "kernels": len(dec.kernels),
                 "launches": dec.launches,
                 "total_ns": r["total_ns"],
                 "cv": r["cv"],
@@ -118,19 +154,22 @@ def analyse_dataset(
                 "drivers": "; ".join(f"{d.label} {'+' if d.sign > 0 else '-'} {d.share:.3f}" for d in dec.drivers),
             }
         )
-    table = pd.DataFrame(rows, columns=list(rows[0]) if rows else ["kernel"])
+    table = pd.DataFrame(rows, columns=list(rows[0]) if rows else ["group"])
     return record, table, kernels
 
 
 def _draw_figures(record: dict, kernels: pd.DataFrame, tmp: Path, folder: Path) -> None:
-    """figures/NN.png per finding (its evidence), the path recorded in the finding."""
-    from gpuvar.findings.decompose import call_sites
+    """figures/NN.png per finding on the page (its evidence), the path recorded in the finding."""
+    from gpuvar.findings.features import STEP_THREADS, step_threads
     from gpuvar.findings.figures import finding_figure
 
+    threads = step_threads(kernels)
+    if threads is not None:
+        kernels = kernels.assign(**{STEP_THREADS: threads})
     rows = kernels[pd.to_numeric(kernels["duration"], errors="coerce").notna()]
-    names = rows["kernel_name"].astype("string").fillna("?")
-    for finding in record["findings"]:
-        part = rows[(names == finding["kernel"]).to_numpy()]
+    groups = groups_of(rows)
+    for finding in record["findings"][: record["page_findings"]]:
+        part = rows[(groups == finding["group"]).to_numpy()]
         stem = f"{FIGURES_FOLDER}/{finding['rank']:02d}"
         finding_figure(part, call_sites(part).to_numpy(), finding, tmp / stem)
         finding["evidence"]["figure"] = f"{stem}.png"  # relative to the findings folder: the page links it
@@ -201,19 +240,30 @@ def load_dataset_record(path: Path) -> dict:
 
 
 def console_summary(records: list[dict], top: int = 5) -> str:
-    """The few lines a user reads in the terminal: the top findings and where the page is."""
+    """The few lines a user reads in the terminal: the step level, the top findings and where the page is."""
+    from gpuvar.findings.steps import headline
+
     lines = []
     for rec in records:
         shares = rec["pooled_shares"]
         lines.append(
-            f"{rec['dataset']}: {rec['launches']} launches, {rec['kernel_names']} kernels; spread of durations: "
-            f"{shares['between']:.0%} call sites, {shares['size']:.0%} size, {shares['context']:.0%} context, "
-            f"{shares['unexplained']:.0%} unexplained"
+            f"{plain(rec['dataset'])}: {rec['launches']} launches, {rec['kernel_names']} kernel names at "
+            f"{rec['call_sites']} call sites; spread of durations: {percent(shares['between'])} call sites, "
+            f"{percent(shares['size'])} size, {percent(shares['context'])} context, "
+            f"{percent(shares.get('counters', 0.0))} counters, {percent(shares['unexplained'])} unexplained"
         )
+        step = headline(rec.get("step_level"))
+        if step:
+            lines.append(f"  {plain(step)}")
         if rec["nothing_actionable"]:
-            lines.append("  nothing actionable: every kernel is stable within its call sites or costs too little")
+            lines.append("  nothing actionable: every group is stable within its call sites, small or not comparable")
         for f in rec["findings"][:top]:
-            lines.append(f"  {f['rank']}. {f['headline']} — {f['recoverable_ns'] / 1e6:.3g} ms above median")
+            lines.append(f"  {f['rank']}. {plain(f['headline'])} — {f['recoverable_ns'] / 1e6:.3g} ms above median")
         if rec["stable"]:
-            lines.append(f"  {len(rec['stable'])} kernel(s) stable (CV within call sites < {STABLE_CV:.0%})")
+            lines.append(
+                f"  {len(rec['stable'])} group(s) stable (CV within call sites < {percent(STABLE_CV)}, "
+                f"{V.MIN_ROWS}+ launches)"
+            )
+        if rec.get("not_compared"):
+            lines.append(f"  {len(rec['not_compared'])} group(s) not compared (too few launches)")
     return "\n".join(lines)

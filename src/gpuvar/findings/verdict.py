@@ -143,16 +143,19 @@ def permutation_p(X: np.ndarray, y: np.ndarray, permutations: int, seed: int) ->
 
 def residual_dependence(X: np.ndarray, y: np.ndarray, seed: int) -> float:
     """p-value of HSIC between location-scale standardised residuals and the fitted value (high: no dependence)."""
+    fitted = _predict(X, _fit(X, y))
+    return residual_dependence_of(X, fitted, y - fitted, seed)
+
+
+def residual_dependence_of(scale_X: np.ndarray, fitted: np.ndarray, resid: np.ndarray, seed: int) -> float:
+    """The same for a model fitted elsewhere: the scale of the residuals is fitted on scale_X (timing noise that
+    grows with the size passes), then the standardised residuals are tested against the fitted value."""
     from gpuvar.causal.checks import hsic_p_values
 
-    coef = _fit(X, y)
-    fitted = _predict(X, coef)
-    resid = y - fitted
-    scale_coef = _fit(X, np.abs(resid))
-    scale = _predict(X, scale_coef)
+    scale = _predict(scale_X, _fit(scale_X, np.abs(resid)))
     floor = max(1e-12, 0.05 * float(np.abs(resid).mean()))
     z = resid / np.maximum(scale, floor)
-    rows = np.arange(len(y))
+    rows = np.arange(len(resid))
     if len(rows) > RESIDUAL_ROWS:
         rows = np.sort(np.random.default_rng(seed).choice(rows, RESIDUAL_ROWS, replace=False))
     if np.ptp(fitted[rows]) == 0 or np.ptp(z[rows]) == 0:

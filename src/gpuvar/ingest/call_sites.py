@@ -1,205 +1,41 @@
-"""Call site, launching op and step of every launch (docs/causal.md, "Call sites and steps").
+"""Launching op, step and physical call site of every launch (docs/causal.md, "Call sites and steps").
 
-One kernel name often runs at several places of a step on different shapes (cuBLAS GEMMs, elementwise
-kernels), so its duration spread is mostly call-site differences. This module places every launch on the
-host timeline, once for every format, after the reader's normalize (gpuvar.ingest.normalize_trace):
+Why physical call sites: a performance engineer acts on a place in their program (the op in the step that
+launched the work), not on a kernel name. Libraries pick another kernel variant when the size changes (cuBLAS,
+cuDNN, templated kernels), so "the k-th launch of this *name* by aten::mm in the step" is a different GEMM from one
+step to the next (label drift). A call site defined on the program side does not drift:
 
-  * launch_op: the program-level op that launched it. Kineto: the cpu_op (or user_annotation) whose
-    `External id` is the kernel's, when that op encloses the launching runtime call (cuda_runtime / cuda_driver
-    event with the kernel's correlation id) on its thread; else (older traces, whose kernel External id repeats
-    the correlation id) the innermost op enclosing the call. nsys: the innermost NVTX push/pop range enclosing
-    the CUDA runtime call (CUPTI_ACTIVITY_KIND_RUNTIME, same correlationId and process) on its thread, emit_nvtx's
-    ", seq = N, op_id = M, sizes = ..." suffix removed (it numbers every call). Null otherwise.
+  * launch_op: the program-level op that launched it (gpuvar.ingest.host_timeline). Kineto: the cpu_op (or
+    user_annotation) whose `External id` is the kernel's, when that op encloses the launching runtime call on its
+    thread; else the innermost op enclosing the call. nsys: the innermost NVTX push/pop range enclosing the CUDA
+    runtime call, emit_nvtx's ", seq = N, ..." suffix removed. Null otherwise.
   * step: the iteration. Step ranges when the trace has them (Kineto `ProfilerStep#N`; nsys NVTX ranges named
-    like a step, 'step 3', 'iteration_12', ...: N), judged by the CPU time of the launching call; else the
-    segments between cudaDeviceSynchronize calls, numbered from 0 at the first segment with a launch (syncs
-    before the first launch end no step). A launch without its runtime call is placed by its GPU start
-    against the syncs' ends (exact: the sync waits for it), and gets no step from ranges.
-  * call_index: position among the launches of the same (kernel name, launch_op) within the step, in launch
-    order (runtime call time, then correlation id); null without a step.
-  * call_site: '{launch_op or ?}#{call_index} b{block} r{registers}' where the step is known (the grid is the
-    problem size and may vary at one call site), else the launch_config string, else '?'. Unique only together
-    with kernel_name.
+    like a step), judged by the CPU time of the launching call; else the segments between cudaDeviceSynchronize
+    calls; else the iterations of the repeating launch pattern (gpuvar.ingest.iterations), said so in the notes.
+  * op_occurrence: which instance of its launching op this is within the step and thread: the instances of one
+    op name that launch work in a step are numbered from 0 in the order of their first launch.
+  * call_index: the j-th launch of that op instance (from 0); without an op, the launch's position in its step.
+  * call_site: '{launch_op}#{op_occurrence}.{call_index}' (plus '@t{n}' when the op name runs on several host
+    threads, e.g. the autograd thread: n numbers the threads in order of their first launch); without an op but
+    with a step '{step#|iter#}{position}'; without steps the launch's block, registers and shared memory
+    ('b256x1x1 r32 s0'), never the grid: a grid that follows the problem size is size, not another place.
+    A call site is unique on its own; the kernel name is a feature of it (the library's choice).
 Copies get launch_op and step the same way.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
-PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-NVTX_STEP = re.compile(r"(?i)(?:^|[^a-z])(?:profiler_?step|step|iteration|iter)\s*[#:=_ -]?\s*(\d+)\s*$")
-EMIT_NVTX_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes|input_op_ids)\s*=.*$", re.S)
-SYNC_NAME = re.compile(r"^cudaDeviceSynchronize(?:_v\d+)?$")
-NVTX_PUSHPOP, NVTX_STARTEND = 59, 60
-_MISSING = np.iinfo(np.int64).min
-DERIVED = ("call_index", "call_site")  # computed from the launch's neighbours in its step, not recorded
+from gpuvar.ingest.host_timeline import MISSING, HostTimeline, host_timeline, ints
+from gpuvar.ingest.iterations import find_iterations
 
-
-@dataclass
-class HostTimeline:
-    """The host-side facts of one trace, times in ns.
-
-    calls: launching API calls (pid: -1 where the launches carry no process id; corr; ts; thread; ext: the
-    call's External id or -1). ops: candidate launching ops (start, end, thread, name, ext or -1). steps: step
-    ranges (start, end, number) or None. syncs: device synchronisations (start, end) or None."""
-
-    calls: pd.DataFrame
-    ops: pd.DataFrame
-    steps: pd.DataFrame | None
-    syncs: pd.DataFrame | None
-    step_source: str  # how steps are marked: 'ProfilerStep#N ranges', 'NVTX step ranges'
-    op_source: str
-
-
-def _ints(column, fill: int = -1) -> np.ndarray:
-    """An Arrow (or pandas) number column as int64 numpy, `fill` where null or not finite."""
-    if isinstance(column, (pa.Array, pa.ChunkedArray)):
-        column = column.to_pandas()
-    values = pd.to_numeric(pd.Series(column), errors="coerce").astype("float64").to_numpy()
-    ok = np.isfinite(values) & (np.abs(values) < 2.0**63)
-    return np.where(ok, np.where(ok, values, 0), fill).astype(np.int64)
-
-
-def _texts(column) -> np.ndarray:
-    return np.asarray(column.to_pandas(), dtype=object) if column is not None else np.zeros(0, object)
-
-
-def _kineto_host(raw) -> HostTimeline | None:
-    from gpuvar.ingest.kineto import us_to_ns
-
-    runtime, cpu = raw.tables.get("runtime"), raw.tables.get("cpu_ops")
-    if runtime is None:
-        return None
-
-    def timed(table):
-        start, null = us_to_ns(table.column("ts"))
-        dur = np.nan_to_num(table.column("dur").to_numpy(zero_copy_only=False), nan=0.0)
-        thread = (_ints(table.column("pid"), 0) << 32) | (_ints(table.column("tid"), 0) & 0xFFFFFFFF)
-        return start, start + np.round(dur * 1000).astype(np.int64), null, thread
-
-    start, end, null, thread = timed(runtime)
-    codes, values = _codes_of(runtime.column("name"))
-    sync_codes = [i for i, v in enumerate(values) if isinstance(v, str) and SYNC_NAME.match(v)]
-    is_sync = np.isin(codes, sync_codes)  # (matched once per distinct name)
-    ext = (
-        _ints(runtime.column("args.External id"))
-        if "args.External id" in runtime.column_names
-        else np.full(len(start), -1, np.int64)
-    )
-    corr = _ints(runtime.column("args.correlation"))
-    kept = ~null & (corr >= 0)  # (filtered as numpy: a DataFrame's boolean selection copies block by block)
-    calls = pd.DataFrame(
-        {
-            "pid": np.full(int(kept.sum()), -1, np.int64),
-            "corr": corr[kept],
-            "ts": start[kept],
-            "thread": thread[kept],
-            "ext": ext[kept],
-        }
-    )
-    syncs = pd.DataFrame({"start": start[is_sync & ~null], "end": end[is_sync & ~null]})
-    ops = pd.DataFrame({"start": [], "end": [], "thread": [], "name": [], "ext": []})
-    steps = None
-    if cpu is not None and cpu.num_rows:
-        o_start, o_end, o_null, o_thread = timed(cpu)
-        name_codes, distinct = _codes_of(cpu.column("name"))  # names matched once per distinct name
-        o_names = np.array(distinct + [None], dtype=object)[name_codes]
-        numbers = [_step_number(PROFILER_STEP, n) for n in distinct] + [None]
-        step_no = np.array(numbers, dtype=object)[name_codes]
-        marker = np.array([n is not None for n in numbers], dtype=bool)[name_codes]
-        keep = ~o_null & ~marker
-        ops = pd.DataFrame(
-            {
-                "start": o_start[keep],
-                "end": o_end[keep],
-                "thread": o_thread[keep],
-                "name": o_names[keep],
-                "ext": _ints(cpu.column("args.External id"))[keep],
-            }
-        )
-        if (marker & ~o_null).any():
-            sel = marker & ~o_null
-            steps = pd.DataFrame({"start": o_start[sel], "end": o_end[sel], "number": step_no[sel].astype(np.int64)})
-    return HostTimeline(calls, ops, steps, syncs if len(syncs) else None, "ProfilerStep#N ranges", "cpu_op")
-
-
-def _step_number(pattern: re.Pattern, name) -> int | None:
-    m = pattern.search(name) if isinstance(name, str) else None
-    return int(m.group(1)) if m else None
-
-
-def _nsys_host(raw) -> HostTimeline | None:
-    from gpuvar.ingest.nsys import RAW_NVTX, RAW_RUNTIME, RAW_STRINGS
-
-    runtime = raw.tables.get(RAW_RUNTIME)
-    if runtime is None:
-        return None
-    strings = raw.tables.get(RAW_STRINGS)
-    lookup = (
-        dict(zip(_ints(strings.column("id")).tolist(), _texts(strings.column("value")).tolist()))
-        if strings is not None
-        else {}
-    )
-    tid = _ints(runtime.column("globalTid"))
-    start = _ints(runtime.column("start"), _MISSING)
-    end = _ints(runtime.column("end"), _MISSING) if "end" in runtime.column_names else start
-    calls = pd.DataFrame({"pid": (tid >> 24) & 0xFFFFFF, "corr": _ints(runtime.column("correlationId")), "ts": start})
-    calls["thread"], calls["ext"] = tid, -1
-    calls = calls[(start != _MISSING) & (calls["corr"] >= 0)]
-    syncs = None
-    if "nameId" in runtime.column_names:
-        name_ids = _ints(runtime.column("nameId"))
-        sync_ids = [i for i, v in lookup.items() if isinstance(v, str) and SYNC_NAME.match(v)]
-        is_sync = np.isin(name_ids, sync_ids) & (start != _MISSING)
-        if is_sync.any():
-            syncs = pd.DataFrame({"start": start[is_sync], "end": end[is_sync]})
-    ops = pd.DataFrame({"start": [], "end": [], "thread": [], "name": [], "ext": []})
-    steps = None
-    nvtx = raw.tables.get(RAW_NVTX)
-    if nvtx is not None and nvtx.num_rows:
-        kind = _ints(nvtx.column("eventType"))
-        n_start, n_end = _ints(nvtx.column("start"), _MISSING), _ints(nvtx.column("end"), _MISSING)
-        text = _texts(nvtx.column("text")) if "text" in nvtx.column_names else np.full(len(kind), None, object)
-        if "textId" in nvtx.column_names:
-            ids = _ints(nvtx.column("textId"))
-            text = np.array([t if t is not None else lookup.get(i) for t, i in zip(text, ids)], dtype=object)
-        timed = (n_start != _MISSING) & (n_end != _MISSING)
-        ranges = timed & np.isin(kind, (NVTX_PUSHPOP, NVTX_STARTEND))
-        step_no = np.array([_step_number(NVTX_STEP, t) if r else None for t, r in zip(text, ranges)], dtype=object)
-        marker = np.array([s is not None for s in step_no], dtype=bool)
-        pushpop = timed & (kind == NVTX_PUSHPOP) & ~marker
-        names = [EMIT_NVTX_SUFFIX.sub("", t) if isinstance(t, str) else None for t in text[pushpop]]
-        ops = pd.DataFrame(
-            {
-                "start": n_start[pushpop],
-                "end": n_end[pushpop],
-                "thread": _ints(nvtx.column("globalTid"))[pushpop],
-                "name": np.array(names, dtype=object),
-                "ext": -1,
-            }
-        )
-        if marker.any():
-            steps = pd.DataFrame(
-                {"start": n_start[marker], "end": n_end[marker], "number": step_no[marker].astype(np.int64)}
-            )
-    return HostTimeline(calls, ops, steps, syncs, "NVTX step ranges", "NVTX range")
-
-
-HOSTS = {"pytorch-kineto": _kineto_host, "nsys-sqlite": _nsys_host}
-
-
-def host_timeline(raw) -> HostTimeline | None:
-    """The host facts of a raw trace (None for a format without a host timeline). It reads only the raw
-    tables, so normalize_trace builds it in a thread while the reader's normalize runs."""
-    builder = HOSTS.get(raw.format)
-    return builder(raw) if builder is not None else None
+DERIVED = ("op_occurrence", "call_index", "call_site")  # computed from the launch's neighbours, not recorded
+ITERATION_SOURCE = "the repeating launch pattern"
 
 
 def _innermost(ops: pd.DataFrame, times: np.ndarray, threads: np.ndarray) -> np.ndarray:
@@ -240,17 +76,21 @@ def _innermost(ops: pd.DataFrame, times: np.ndarray, threads: np.ndarray) -> np.
 class Placed:
     """Host facts of the rows of one canonical table (kernels or memcpy)."""
 
+    op_row: np.ndarray  # index into the host timeline's ops, -1 for none
     op_code: np.ndarray  # index into op_names, -1 for none
     op_names: list
-    step: np.ndarray  # int64, _MISSING for none
+    step: np.ndarray  # int64, MISSING for none
     order_time: np.ndarray  # launch call time (ns), else GPU start
+    thread: np.ndarray  # the launching call's thread, -1 for none
     has_call: np.ndarray  # bool: the launching API call is in the trace
     with_op: int
 
 
 def _unplaced(n: int) -> Placed:
-    none = np.full(n, _MISSING, np.int64)
-    return Placed(np.full(n, -1, np.int64), [], none, none, np.zeros(n, bool), 0)
+    none = np.full(n, MISSING, np.int64)
+    return Placed(
+        np.full(n, -1, np.int64), np.full(n, -1, np.int64), [], none, none, np.full(n, -1), np.zeros(n, bool), 0
+    )
 
 
 def _first_match(wanted: list[np.ndarray], keys: list[np.ndarray]) -> np.ndarray:
@@ -282,9 +122,9 @@ def _first_match(wanted: list[np.ndarray], keys: list[np.ndarray]) -> np.ndarray
 
 def _place(host: HostTimeline, table: pa.Table) -> Placed:
     n = table.num_rows
-    corr = _ints(table.column("correlation_id"))
-    pid = _ints(table.column("process_id")) if "process_id" in table.column_names else np.full(n, -1, np.int64)
-    gpu_start = _ints(table.column("start"), _MISSING)
+    corr = ints(table.column("correlation_id"))
+    pid = ints(table.column("process_id")) if "process_id" in table.column_names else np.full(n, -1, np.int64)
+    gpu_start = ints(table.column("start"), MISSING)
     c_pid, c_corr = host.calls["pid"].to_numpy(np.int64), host.calls["corr"].to_numpy(np.int64)
     if (c_pid == -1).all():  # the calls carry no process id (Kineto): matched by correlation id alone
         call = _first_match([corr], [c_corr])
@@ -298,7 +138,7 @@ def _place(host: HostTimeline, table: pa.Table) -> Placed:
     op_index = np.full(n, -1, dtype=np.int64)
     ops = host.ops.reset_index(drop=True)
     if len(ops) and has_call.any():
-        ext = _ints(table.column("external_id")) if "external_id" in table.column_names else np.full(n, -1)
+        ext = ints(table.column("external_id")) if "external_id" in table.column_names else np.full(n, -1)
         o_ext = ops["ext"].to_numpy(np.int64)
         if (o_ext >= 0).any():
             cand = _first_match([ext], [o_ext])
@@ -316,7 +156,7 @@ def _place(host: HostTimeline, table: pa.Table) -> Placed:
     op_names = np.append(ops["name"].to_numpy(dtype=object), None)  # (index -1 picks the None appended)
     codes, uniques = pd.factorize(pd.Series(op_names[op_index], dtype=object))
     # step
-    step = np.full(n, _MISSING, dtype=np.int64)
+    step = np.full(n, MISSING, dtype=np.int64)
     if host.steps is not None:
         s = host.steps.sort_values(["start", "end"], kind="stable")
         starts, ends, numbers = (s[c].to_numpy(np.int64) for c in ("start", "end", "number"))
@@ -325,7 +165,9 @@ def _place(host: HostTimeline, table: pa.Table) -> Placed:
         ok &= ends[np.maximum(at, 0)] >= ts
         step[ok] = numbers[at[ok]]
     order_time = np.where(has_call, ts, gpu_start)
-    return Placed(codes.astype(np.int64), list(uniques), step, order_time, has_call, int((op_index >= 0).sum()))
+    return Placed(
+        op_index, codes.astype(np.int64), list(uniques), step, order_time, thread, has_call, int((op_index >= 0).sum())
+    )
 
 
 def _sync_steps(host: HostTimeline, placed: list[Placed], tables: list[pa.Table]) -> int:
@@ -335,77 +177,178 @@ def _sync_steps(host: HostTimeline, placed: list[Placed], tables: list[pa.Table]
     s_end = np.sort(host.syncs["end"].to_numpy(np.int64))
     segments = []
     for p, table in zip(placed, tables):
-        gpu_start = _ints(table.column("start"), _MISSING)
-        has_call = p.has_call
+        gpu_start = ints(table.column("start"), MISSING)
         by_call = np.searchsorted(s_start, p.order_time, side="left")  # syncs started before the launch
         by_gpu = np.searchsorted(s_end, gpu_start, side="left")  # syncs ended before the kernel started
-        seg = np.where(has_call, by_call, by_gpu)
-        seg = np.where(gpu_start == _MISSING, _MISSING, seg)
+        seg = np.where(p.has_call, by_call, by_gpu)
+        seg = np.where(gpu_start == MISSING, MISSING, seg)
         segments.append(seg)
-    present = np.concatenate([s[s != _MISSING] for s in segments]) if segments else np.zeros(0, np.int64)
+    present = np.concatenate([s[s != MISSING] for s in segments]) if segments else np.zeros(0, np.int64)
     if not len(present):
         return 0
     first = int(present.min())
     for p, seg in zip(placed, segments):
-        p.step = np.where(seg == _MISSING, _MISSING, seg - first)
+        p.step = np.where(seg == MISSING, MISSING, seg - first)
     return int(present.max()) - first + 1
 
 
-def _call_index(names: np.ndarray, p: Placed, corr: np.ndarray) -> np.ndarray:
-    """Rank of each launch among those of the same (kernel name, launch_op) in its step, in launch order."""
-    out = np.full(len(names), _MISSING, dtype=np.int64)
-    rows = np.flatnonzero(p.step != _MISSING)
-    if not len(rows):
-        return out
-    keys = (corr[rows], p.order_time[rows], p.op_code[rows], names[rows], p.step[rows])
-    order = rows[np.lexsort(keys)]
-    st, nm, op = p.step[order], names[order], p.op_code[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (st[1:] != st[:-1]) | (nm[1:] != nm[:-1]) | (op[1:] != op[:-1])
-    position = np.arange(len(order))
-    out[order] = position - np.maximum.accumulate(np.where(new, position, 0))
-    return out
+def _sequence_order(table: pa.Table, p: Placed) -> np.ndarray:
+    """Row order of the launches as the program issued them: launch call time (else GPU start), then launch id,
+    then correlation id, then the row itself (Nsight Compute has no timeline: its launch id is the order)."""
+    keys = [np.arange(table.num_rows)]  # np.lexsort: the last key is the primary one
+    for column in ("correlation_id", "launch_id"):
+        if column in table.column_names:
+            keys.append(ints(table.column(column), MISSING))
+    keys.append(p.order_time)
+    return np.lexsort(keys)
 
 
-def _call_site_labels(table: pa.Table, p: Placed, index: np.ndarray) -> pa.Array:
-    """'{op}#{index} b{bx}x{by}x{bz} r{regs}' where the step is known, else launch_config, else '?'."""
-    n = table.num_rows
-    known = index != _MISSING
-    if not known.any():  # every label is the launch configuration: taken in Arrow, no Python string per row
-        fallback = table.column("launch_config")
-        fallback = fallback.combine_chunks() if isinstance(fallback, pa.ChunkedArray) else fallback
-        if pa.types.is_string(fallback.type):
-            return pc.fill_null(fallback, "?")
-    fallback = table.column("launch_config").to_pandas().to_numpy(dtype=object)
-    parts = [p.op_code, index] + [
-        _ints(table.column(c), _MISSING) for c in ("block_x", "block_y", "block_z", "registers_per_thread")
-    ]
-    key = np.zeros(n, dtype=np.int64)
-    uniques = []
-    for values in parts:
-        codes, u = pd.factorize(values)
-        key = key * len(u) + codes
-        uniques.append(u)
-    codes, combos = pd.factorize(np.where(known, key, -1))
-    labels = []
-    for combo in combos:
-        if combo < 0:
-            labels.append(None)
+def _iteration_steps(kernels: pa.Table, p: Placed) -> tuple[np.ndarray, str | None]:
+    """(position in the iteration per row, note) from the repeating launch pattern, filling p.step; per
+    process and device, each its own sequence. Position -1 / note None where no pattern is found."""
+    n = kernels.num_rows
+    names = np.asarray(kernels.column("kernel_name").to_pandas(), dtype=object)
+    position = np.full(n, -1, np.int64)
+    group = np.zeros(n, np.int64)
+    for column in ("rank", "process_id", "device_id"):
+        if column in kernels.column_names:
+            group = group * 1_000_003 + pd.factorize(kernels.column(column).to_pandas(), use_na_sentinel=False)[0]
+    order = _sequence_order(kernels, p)
+    found = []
+    for g in np.unique(group):
+        rows = order[group[order] == g]
+        it = find_iterations(names[rows])
+        if it.anchor is None:
             continue
-        digits = []
-        for u in reversed(uniques):
-            combo, d = divmod(int(combo), len(u))
-            digits.append(u[d])
-        op, idx, bx, by, bz, regs = (("?" if v == _MISSING else v) for v in reversed(digits))
-        name = p.op_names[op] if op != "?" and op >= 0 else "?"
-        labels.append(f"{name}#{idx} b{bx}x{by}x{bz} r{regs}")
-    site = np.array(labels, dtype=object)[codes] if len(labels) else np.full(n, None, object)
-    site = np.where(known, site, fallback)
-    return pa.array(np.where(pd.isna(site), "?", site).tolist(), pa.string())
+        inside = it.iteration >= 0
+        p.step[rows[inside]] = it.iteration[inside]
+        position[rows[inside]] = it.position[inside]
+        found.append(it)
+    if not found:
+        return position, None
+    count = sum(it.count for it in found)
+    anchors = sorted({_short(it.anchor) for it in found})
+    outside = int((position < 0).sum())
+    note = (
+        f"{count} iterations from {ITERATION_SOURCE} (each starts at {', '.join(anchors)}; "
+        f"{outside} launches outside any iteration)"
+    )
+    return position, note
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _rank_within(keys: list[np.ndarray], order_keys: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """0-based rank of each of `rows` among the rows with equal `keys`, ordered by `order_keys`; an array over
+    all rows, MISSING outside `rows`."""
+    order = rows[np.lexsort([k[rows] for k in order_keys[::-1]] + [k[rows] for k in keys[::-1]])]
+    new = np.zeros(len(order), dtype=bool)
+    new[:1] = True
+    for k in keys:
+        v = k[order]
+        new[1:] |= v[1:] != v[:-1]
+    position = np.arange(len(order))
+    result = np.full(len(keys[0]), MISSING, np.int64)
+    result[order] = position - np.maximum.accumulate(np.where(new, position, 0))
+    return result
+
+
+def _op_positions(p: Placed, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(op_occurrence, call_index, thread ordinal) of launches with an op and a step; MISSING elsewhere.
+
+    An op instance's occurrence is its rank among the instances of the same op name on the same thread in the
+    same step, by their first launch; call_index is the launch's rank among its op instance's launches."""
+    n = len(p.op_row)
+    with_op = np.flatnonzero((p.op_row >= 0) & (p.step != MISSING))
+    occurrence = np.full(n, MISSING, np.int64)
+    index = np.full(n, MISSING, np.int64)
+    ordinal = np.full(n, MISSING, np.int64)
+    if not len(with_op):
+        return occurrence, index, ordinal
+    # threads numbered in order of their first launch
+    first_of_thread = pd.Series(p.order_time[with_op]).groupby(p.thread[with_op]).min().sort_values(kind="stable")
+    thread_number = dict(zip(first_of_thread.index.tolist(), range(len(first_of_thread))))
+    ordinal[with_op] = pd.Series(p.thread[with_op]).map(thread_number).to_numpy(np.int64)
+    index = _rank_within([p.op_row], [p.order_time, corr], with_op)
+    # one row per op instance: its first launch
+    frame = pd.DataFrame(
+        {"op_row": p.op_row[with_op], "t": p.order_time[with_op], "corr": corr[with_op], "i": with_op}
+    ).sort_values(["op_row", "t", "corr"], kind="stable")
+    first = frame.drop_duplicates("op_row")["i"].to_numpy()
+    inst_occ = _rank_within([p.step, ordinal, p.op_code], [p.order_time, corr], first)
+    by_instance = pd.Series(inst_occ[first], index=p.op_row[first])
+    occurrence[with_op] = by_instance.reindex(p.op_row[with_op]).to_numpy(np.int64)
+    return occurrence, index, ordinal
+
+
+def _step_positions(p: Placed, corr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Position of each of `rows` among the launches of its step (and thread), in launch order."""
+    return _rank_within([p.step, p.thread], [p.order_time, corr], rows)
+
+
+def _config_labels(table: pa.Table) -> np.ndarray:
+    """'b{block} r{registers} s{shared memory}' per row: the launch configuration without the grid."""
+    n = table.num_rows
+
+    def column(name):
+        if name not in table.column_names:
+            return np.full(n, MISSING, np.int64)
+        return ints(table.column(name), MISSING)
+
+    parts = {
+        name: column(name) for name in ("block_x", "block_y", "block_z", "registers_per_thread", "static_shared_memory")
+    }
+    dynamic = column("dynamic_shared_memory")
+    shared = parts["static_shared_memory"]
+    shared = np.where((shared != MISSING) & (dynamic != MISSING), shared + dynamic, np.maximum(shared, dynamic))
+    frame = pd.DataFrame(parts | {"shared": shared})
+    frame = frame.drop(columns="static_shared_memory")
+    keys, combos = pd.factorize(pd.MultiIndex.from_frame(frame))
+    labels = []
+    for bx, by, bz, regs, smem in combos:
+        text = lambda v: "?" if v == MISSING else str(v)  # noqa: E731
+        if bx == MISSING and regs == MISSING and smem == MISSING:
+            labels.append("?")
+        else:
+            labels.append(f"b{text(bx)}x{text(by)}x{text(bz)} r{text(regs)} s{text(smem)}")
+    return np.array(labels, dtype=object)[keys] if len(labels) else np.full(n, "?", object)
+
+
+def _labels(
+    p: Placed,
+    occurrence: np.ndarray,
+    index: np.ndarray,
+    ordinal: np.ndarray,
+    position: np.ndarray,
+    prefix: str,
+    config: np.ndarray,
+) -> np.ndarray:
+    """The call_site text of every row (see the module docstring)."""
+    n = len(p.op_row)
+    out = config.copy()
+    with_op = occurrence != MISSING
+    if with_op.any():
+        codes = p.op_code[with_op]
+        threads_per_op = pd.Series(ordinal[with_op]).groupby(codes).nunique()
+        multi = set(threads_per_op.index[threads_per_op.to_numpy() > 1].tolist())
+        key = pd.MultiIndex.from_arrays([codes, occurrence[with_op], index[with_op], ordinal[with_op]])
+        inverse, combos = pd.factorize(key)
+        texts = []
+        for code, occ, idx, th in combos:
+            name = p.op_names[code] if code >= 0 else "?"
+            texts.append(f"{name}#{occ}.{idx}" + (f"@t{th}" if code in multi else ""))
+        out[with_op] = np.array(texts, dtype=object)[inverse]
+    by_position = ~with_op & (position != MISSING) & (position >= 0)
+    if by_position.any():
+        inverse, values = pd.factorize(position[by_position])
+        out[by_position] = np.array([f"{prefix}{v}" for v in values], dtype=object)[inverse]
+    return out if n else np.zeros(0, object)
 
 
 def _nullable(values: np.ndarray) -> pa.Array:
-    return pa.array(values, type=pa.int64(), mask=values == _MISSING)
+    return pa.array(values, type=pa.int64(), mask=values == MISSING)
 
 
 def _op_array(p: Placed) -> pa.Array:
@@ -425,9 +368,9 @@ _BUILD = object()  # add_call_sites' `host` when the caller has not built it
 def add_call_sites(
     raw, out, kernels: pa.Table, memcpy: pa.Table | None, host=_BUILD
 ) -> tuple[pa.Table, pa.Table | None]:
-    """The tables with launch_op, step, call_index and call_site (kernels) and launch_op, step (memcpy) filled,
-    and one note in `out.notes` saying how steps were found and how many call sites there are. host: the raw
-    trace's host_timeline (None: it has none) when the caller built it already."""
+    """The tables with launch_op, step, op_occurrence, call_index and call_site (kernels) and launch_op, step
+    (memcpy) filled, and one note in `out.notes` saying how steps were found and what a call site is. host: the
+    raw trace's host_timeline (None: it has none) when the caller built it already."""
     host = host_timeline(raw) if host is _BUILD else host
     tables = [kernels] + ([memcpy] if memcpy is not None else [])
     if host is not None and all("correlation_id" in t.column_names for t in tables):
@@ -435,46 +378,47 @@ def add_call_sites(
     else:
         placed = [_unplaced(t.num_rows) for t in tables]
     how = None
-    if host is not None and any((p.step != _MISSING).any() for p in placed):
-        numbers = np.unique(np.concatenate([p.step[p.step != _MISSING] for p in placed]))
+    if host is not None and any((p.step != MISSING).any() for p in placed):
+        numbers = np.unique(np.concatenate([p.step[p.step != MISSING] for p in placed]))
         how = f"{len(numbers)} steps from {host.step_source}"
     elif host is not None and host.syncs is not None:
         count = _sync_steps(host, placed, tables)
         if count:
             how = f"{count} steps from cudaDeviceSynchronize ({len(host.syncs)} calls)"
     k = placed[0]
-    if (k.step != _MISSING).any():
-        names, _ = _codes_of(kernels.column("kernel_name"))
-        corr = (
-            _ints(kernels.column("correlation_id"))
-            if "correlation_id" in kernels.column_names
-            else np.full(kernels.num_rows, -1)
-        )
-        index = _call_index(names, k, corr)
-    else:  # no launch has a step (an export without step markers): what _call_index gives, without its inputs
-        index = np.full(kernels.num_rows, _MISSING, dtype=np.int64)
-    sites = _call_site_labels(kernels, k, index)
+    n = kernels.num_rows
+    position = np.full(n, MISSING, np.int64)
+    prefix = "step#"
+    if how is None:
+        iteration_position, how = _iteration_steps(kernels, k)
+        position = np.where(iteration_position >= 0, iteration_position, MISSING)
+        prefix = "iter#"
+    corr = ints(kernels.column("correlation_id")) if "correlation_id" in kernels.column_names else np.full(n, -1)
+    occurrence, index, ordinal = _op_positions(k, corr)
+    no_op = np.flatnonzero((occurrence == MISSING) & (k.step != MISSING))
+    if prefix == "step#" and len(no_op):
+        position[no_op] = _step_positions(k, corr, no_op)[no_op]
+    index = np.where(occurrence != MISSING, index, position)
+    sites = _labels(k, occurrence, index, ordinal, position, prefix, _config_labels(kernels))
     kernels = _set(kernels, "launch_op", _op_array(k))
     kernels = _set(kernels, "step", _nullable(k.step))
+    kernels = _set(kernels, "op_occurrence", _nullable(occurrence))
     kernels = _set(kernels, "call_index", _nullable(index))
-    kernels = _set(kernels, "call_site", sites)
+    kernels = _set(kernels, "call_site", pa.array(sites.tolist(), pa.string()))
     if memcpy is not None:
         m = placed[1]
         memcpy = _set(memcpy, "launch_op", _op_array(m))
         memcpy = _set(memcpy, "step", _nullable(m.step))
-    distinct = pa.table({"n": kernels.column("kernel_name"), "s": sites}).group_by(["n", "s"]).aggregate([]).num_rows
+    distinct = len(pd.unique(sites)) if n else 0
+    by_op = int((occurrence != MISSING).sum())
+    by_position = int(((occurrence == MISSING) & (position != MISSING)).sum())
+    what = (
+        f"call sites: {distinct} ({by_op} launches by op occurrence in the step, {by_position} by position in the "
+        f"step, {n - by_op - by_position} by block, registers and shared memory)"
+    )
     if how is None:
-        out.notes.append(
-            f"no step markers: call sites are launch configurations ({distinct} (kernel, call site) pairs)"
-        )
+        out.notes.append(f"no step markers and no repeating launch pattern; {what}")
     else:
-        op_note = f"launch_op from {host.op_source} for {k.with_op} of {kernels.num_rows} kernels"
-        out.notes.append(f"{how}; {op_note}; {distinct} (kernel, call site) pairs")
+        op_note = f"launch_op from {host.op_source} for {k.with_op} of {n} kernels" if host is not None else None
+        out.notes.append("; ".join(x for x in (how, op_note, what) if x))
     return kernels, memcpy
-
-
-def _codes_of(column) -> tuple[np.ndarray, list]:
-    """Codes of a string column (-1 for null)."""
-    encoded = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
-    codes = pc.fill_null(encoded.indices.cast(pa.int64()), -1).to_numpy(zero_copy_only=False)
-    return codes, encoded.dictionary.to_pylist()

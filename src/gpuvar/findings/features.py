@@ -1,0 +1,155 @@
+"""What may explain a launch's duration at its call site, by kind: the feature table of the findings.
+
+Why kinds: a performance engineer acts differently on each, and the direction of each is known a priori.
+  size      set by the program: launch configuration (grid, block, registers, shared memory), the launching op's
+            input shapes (op_flops, op_numel, op_bytes, op_m/n/k/batch; gpuvar.ingest.shapes), the kernel variant
+            the library picked (its name: cuBLAS and cuDNN pick one by size, so the name is a size-kind
+            category, one indicator per variant) and the work of the launch's step (`step_threads`: threads
+            launched by every kernel of the step, a proxy of the step's problem size for launches whose own
+            grid does not carry it, such as capped GEMM grids)
+  context   set by the rest of the program or the machine while the launch ran: copies and memsets in flight,
+            kernels of other streams and of other processes on the same GPU, the rank (ctx_* of role `context`)
+  counters  work and traffic the kernel did, measured by the profiler (bytes, sectors, requests, instructions,
+            waves): mediators between size and duration, allowed as drivers; time-like counters (cycles, rates
+            per second or per elapsed time) are the duration in another unit and never used
+Columns whose role is `leak` (ctx_gap_ns, ctx_step_offset_ns, elapsed cycles, rates) are never features here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+CONTEXT_PREFIX = "ctx_"
+STEP_THREADS = "step_threads"
+VARIANT_PREFIX = "kernel="
+VARIANT_LABEL = "kernel variant"
+MAX_VARIANTS = 6  # indicator columns per group; rarer variants share the baseline
+SIZE, CONTEXT, COUNTER = "size", "context", "counter"
+
+
+@dataclass
+class Features:
+    """The candidate causes of one group's launches (rows aligned with the group's launches)."""
+
+    table: pd.DataFrame  # float64 columns
+    kinds: dict[str, str]  # column -> size | context | counter
+    blocks: dict[str, list[str]] = field(default_factory=dict)  # driver name -> its columns (variants: several)
+
+    def columns(self, *kinds: str) -> list[str]:
+        return [c for c in self.table.columns if self.kinds[c] in kinds]
+
+
+def size_columns(kernels: pd.DataFrame) -> list[str]:
+    """Numeric, non-categorical columns whose role is launch configuration, input shape or a product of them."""
+    from gpuvar.causal.roles import role_of
+
+    out = []
+    for name in kernels.columns:
+        name = str(name)
+        if name.startswith(CONTEXT_PREFIX) or not pd.api.types.is_numeric_dtype(kernels[name]):
+            continue
+        role = role_of(name)
+        if role.role in ("launch", "derived") and not role.categorical:
+            out.append(name)
+    return out
+
+
+def context_frame(kernels: pd.DataFrame) -> pd.DataFrame:
+    """ctx_* columns of role context, plus 0/1 indicators of rank (the most frequent rank the baseline) when
+    several ranks ran."""
+    from gpuvar.causal.roles import role_of
+
+    cols = {
+        c: pd.to_numeric(kernels[c], errors="coerce").astype(np.float64)
+        for c in kernels.columns
+        if str(c).startswith(CONTEXT_PREFIX) and role_of(str(c)).role == "context"
+    }
+    if "rank" in kernels.columns:
+        ranks = kernels["rank"]
+        counts = ranks.value_counts()
+        if len(counts) > 1:
+            baseline = sorted(counts.index[counts == counts.max()])[0]
+            for level in sorted(counts.index):
+                if level != baseline:
+                    label = f"rank={level:g}" if isinstance(level, float) else f"rank={level}"
+                    cols[label] = (ranks == level).astype(np.float64).to_numpy()
+    return pd.DataFrame(cols, index=kernels.index)
+
+
+def work_counter_columns(kernels: pd.DataFrame) -> list[str]:
+    """Numeric hardware-counter columns whose kind is work or traffic (gpuvar.causal.roles.counter_kind)."""
+    from gpuvar.causal import roles
+
+    kind_of = getattr(roles, "counter_kind", None)
+    if kind_of is None:
+        return []
+    out = []
+    for name in kernels.columns:
+        name = str(name)
+        if roles.role_of(name).role != "counter" or not pd.api.types.is_numeric_dtype(kernels[name]):
+            continue
+        if kind_of(name) == "work":
+            out.append(name)
+    return out
+
+
+def step_threads(kernels: pd.DataFrame) -> pd.Series | None:
+    """Threads launched by all kernels of each launch's step (and rank), aligned with the rows; None when the
+    trace has no steps or no launch configuration."""
+    if "step" not in kernels.columns or "grid_size" not in kernels.columns:
+        return None
+    step = pd.to_numeric(kernels["step"], errors="coerce")
+    threads = pd.to_numeric(kernels["grid_size"], errors="coerce")
+    if "workgroup_size" in kernels.columns:
+        threads = threads * pd.to_numeric(kernels["workgroup_size"], errors="coerce")
+    if step.isna().all() or threads.isna().all():
+        return None
+    keys = [step] + ([kernels["rank"]] if "rank" in kernels.columns else [])
+    total = threads.groupby(keys, dropna=False).transform("sum")
+    return total.where(step.notna()).astype(np.float64)
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def variant_indicators(names: pd.Series) -> pd.DataFrame:
+    """One 0/1 column per kernel variant of a group (the most frequent variants; the commonest is the baseline
+    and gets none). A group running one kernel name has none."""
+    counts = names.value_counts(sort=False)
+    order = sorted(counts.index, key=lambda v: (-counts[v], str(v)))
+    if len(order) < 2:
+        return pd.DataFrame(index=names.index)
+    cols = {}
+    for variant in order[1:MAX_VARIANTS]:
+        cols[f"{VARIANT_PREFIX}{variant}"] = (names == variant).astype(np.float64).to_numpy()
+    return pd.DataFrame(cols, index=names.index)
+
+
+def group_features(part: pd.DataFrame, size_cols: list[str], context: pd.DataFrame, counters: list[str]) -> Features:
+    """The feature table of one group's launches: columns that are known (no null) for every launch."""
+    frames, kinds = [], {}
+
+    def add(frame: pd.DataFrame, kind: str) -> None:
+        frame = frame.apply(pd.to_numeric, errors="coerce").astype(np.float64)
+        frame = frame.loc[:, frame.notna().all().to_numpy()]
+        frames.append(frame)
+        kinds.update(dict.fromkeys(frame.columns, kind))
+
+    add(part[size_cols], SIZE)
+    variants = variant_indicators(part["kernel_name"].astype("string").fillna("?"))
+    add(variants, SIZE)
+    if STEP_THREADS in part.columns:
+        add(part[[STEP_THREADS]], SIZE)
+    add(context.loc[part.index], CONTEXT)
+    if counters:
+        add(part[counters], COUNTER)
+    table = pd.concat(frames, axis=1) if frames else pd.DataFrame(index=part.index)
+    blocks = {c: [c] for c in table.columns if not c.startswith(VARIANT_PREFIX)}
+    variant_cols = [c for c in table.columns if c.startswith(VARIANT_PREFIX)]
+    if variant_cols:
+        blocks[VARIANT_LABEL] = variant_cols
+    return Features(table, kinds, blocks)
