@@ -13,10 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpuvar.findings.verdict import share_test
+from gpuvar.ranks.lateness import lateness, sentence
 from gpuvar.ranks.load import RankInput
-
-HOST_GAPS = "host gaps"
 
 
 @dataclass
@@ -76,42 +74,6 @@ def _arrivals(col: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
     return pd.DataFrame(
         {"seq": wide.index.to_numpy(), "last_rank": last, "late_by_ns": (top[:, 0] - top[:, 1]).astype(np.int64)}
     ), wide.sub(wide.min(axis=1), axis=0)
-
-
-def _driver(steps: pd.DataFrame, launches: pd.DataFrame, rank: int, seed: int) -> dict:
-    """Which of the straggler's kernel groups (by launch op) varies with its time to the collective."""
-    mine = steps[(steps["rank"] == rank) & steps["arrival_ns"].notna()].sort_values("step")
-    mine = mine[mine["step"] > mine["step"].min()] if len(mine) > 1 else mine  # the first step holds start-up
-    if mine.empty:
-        return {"target": None, "candidates": []}
-    y = (mine["arrival_ns"] - mine["start_ns"]).to_numpy(np.float64)
-    k = launches[(launches["rank"] == rank) & (launches["kind"] == "kernel")].copy()
-    k["op"] = k["launch_op"].fillna("(no launch op)").astype(str)
-    k["t"] = pd.to_numeric(k["end"] - k["start"]).astype(np.float64)  # (an empty or nullable column is object)
-    per_op = k.pivot_table(index="step", columns="op", values="t", aggfunc="sum", fill_value=0)
-    per_op = per_op.reindex(mine["step"].to_numpy(), fill_value=0)
-    features = {op: per_op[op].to_numpy(np.float64) for op in sorted(per_op.columns)}
-    features[HOST_GAPS] = mine["pre_idle_ns"].to_numpy(np.float64)
-    candidates = []
-    for name, x in features.items():
-        test = share_test(x.reshape(-1, 1), y, [name], seed=seed)
-        candidates.append(
-            {
-                "feature": name,
-                "r2": round(float(test.share), 6),
-                "p_value": None if test.p_value is None else round(float(test.p_value), 6),
-                "verdict": test.verdict,
-                "mean_ns_per_step": int(round(float(x.mean()))),
-                "sd_ns": int(round(float(x.std()))),
-            }
-        )
-    candidates.sort(key=lambda c: (-c["r2"], c["feature"]))
-    return {
-        "target": "time to the collective (step start to arrival), ns; the first step (start-up) left out",
-        "steps": int(len(y)),
-        "target_sd_ns": int(round(float(y.std()))),
-        "candidates": candidates,
-    }
 
 
 def _pre_idle(steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
@@ -176,7 +138,7 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
             "step_time_sd_ns": int(round(float(mine["time_ns"].std(ddof=0)))) if len(mine) else 0,
         }
     straggler = max(ranks, key=lambda r: (per_rank[str(r)]["last_steps"], -r))
-    driver = _driver(steps, launches, straggler, seed)
+    driver = lateness(steps, data, straggler, getattr(data, "same_gpu", None), seed)
     summary = {
         "ranks": ranks,
         "collective_source": data.collective_source,
@@ -208,17 +170,7 @@ def _sentences(summary: dict) -> list[str]:
             f"rank {r} waits {_pct(per[str(r)]['wait_share'])} of its time in collectives "
             f"({per[str(r)]['wait_ns'] / 1e6:.0f} ms of {per[str(r)]['profiled_ns'] / 1e6:.0f} ms)"
         )
-    cands = summary["driver"]["candidates"]
-    if cands:
-        top = cands[0]
-        gaps = next(c for c in cands if c["feature"] == HOST_GAPS)
-        what = (
-            "host gaps (device idle before the collective)"
-            if top["feature"] == HOST_GAPS
-            else f"its {top['feature']} kernel time"
-        )
-        out.append(
-            f"rank {s}'s time to the collective varies with {what} (R² {top['r2']:.2f}, {top['verdict']})"
-            + ("" if top is gaps else f"; host gaps R² {gaps['r2']:.2f}")
-        )
+    line = sentence(s, summary["driver"])
+    if line:
+        out.append(line)
     return out

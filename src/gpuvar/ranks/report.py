@@ -26,11 +26,20 @@ def _page(result: RankAnalysis) -> str:
                 f"| {r} | {p['last_steps']} of {s['collectives_compared']} | {p['wait_ns'] / 1e6:.1f} ms "
                 f"| {100 * p['wait_share']:.1f} % | {p['busy_ns'] / 1e6:.1f} ms | {p['idle_ns'] / 1e6:.1f} ms |"
             )
-        cands = s["driver"]["candidates"]
-        if cands:
-            lines += ["", f"What varies with rank {s['straggler']}'s {s['driver']['target']}:", ""]
-            lines += ["| feature | R² (cross-validated) | p | verdict |", "|---|---|---|---|"]
-            lines += [f"| {c['feature']} | {c['r2']:.3f} | {c['p_value']} | {c['verdict']} |" for c in cands]
+        parts = s["driver"].get("parts", [])
+        if parts:
+            lines += ["", f"What rank {s['straggler']}'s {s['driver']['target']} is made of (docs/ranks.md):", ""]
+            lines += ["| part | share of its variance | share of its covariance with lateness | mean per step |"]
+            lines += ["|---|---|---|---|"]
+            for p in parts:
+                late = p["share_of_lateness_covariance"]
+                lines.append(
+                    f"| {p['part']} | {100 * p['share_of_variance']:.1f} % | "
+                    f"{'n/a' if late is None else f'{100 * late:.1f} %'} | {p['mean_ns_per_step'] / 1e6:.3f} ms |"
+                )
+            if s["driver"].get("host_stalls"):
+                stalls = ", ".join(f"step {x['step']} ({x['gap_ns'] / 1e6:.1f} ms)" for x in s["driver"]["host_stalls"])
+                lines += ["", f"Host stalls left out of the split: {stalls}."]
         lines += [
             "",
             "Figures: timeline.png (busy, idle, wait per rank), skew.png (arrival after the first rank).",
