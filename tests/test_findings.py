@@ -1,6 +1,7 @@
 """Findings: the variance decomposition, verdicts that track correctness, leakage rules, the findings page.
 
-Planted truths (gpuvar.demo.planted_findings) and real H100 traces whose cause is known (truth.csv)."""
+Planted truths (gpuvar.demo.planted_findings): the unit of a finding is the launching op, its call sites are the
+op's occurrences in the step, and a kernel name is a feature (the library's variant), never the place."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from conftest import real_file
 
 from gpuvar.causal.options import causal_options
-from gpuvar.demo.planted_findings import CALL_SITE_NS, call_site_mix, heteroscedastic
+from gpuvar.demo.planted_findings import CALL_SITE_NS, call_site_mix, heteroscedastic, label_drift
 from gpuvar.findings.decompose import decompose, pooled_shares
 from gpuvar.findings.report import category_of, dataset_findings, short_name
 from gpuvar.findings.verdict import DECLINED, EXPLAINED, NOT_EXPLAINED, residual_dependence, share_test
@@ -48,7 +49,7 @@ def test_call_site_mix_is_between_call_site_variance_not_a_cause():
     assert dec.size == 0 and dec.context == 0
     assert dec.verdict.verdict == NOT_EXPLAINED
     assert category_of(dec) == "call-site differences"
-    record = dataset_findings("mix", frame, [dec], pooled_shares([dec], frame))
+    record = dataset_findings("mix", frame, [dec], pooled_shares([dec]))
     assert record["findings"] == [] and record["nothing_actionable"]
     assert record["call_site_differences"][0]["call_sites"] == len(CALL_SITE_NS)
 
@@ -62,9 +63,40 @@ def test_without_call_sites_the_same_mix_reads_as_problem_size():
 
 
 def test_shares_add_up_to_one():
-    frame = pd.concat([heteroscedastic(), call_site_mix()], ignore_index=True)
+    frame = pd.concat([heteroscedastic(), call_site_mix(), label_drift(steps=60)], ignore_index=True)
     for dec in decompose(frame):
-        assert dec.between + dec.size + dec.context + dec.unexplained == pytest.approx(1.0, abs=1e-9)
+        assert sum(dec.shares().values()) == pytest.approx(1.0, abs=1e-9)
+    assert sum(pooled_shares(decompose(frame)).values()) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_label_drift_is_size_with_a_plus_sign_at_physical_call_sites():
+    """One GEMM op, two call sites, two kernel variants picked by size: the variant serves the MLP GEMM for short
+    sequences and the projection for long ones, and the capped grid's grid_y falls as the size grows. Per
+    physical call site the GEMMs follow the size with a + sign; no grid dimension is claimed with a − sign."""
+    frame = label_drift()
+    by_group = {d.group: d for d in decompose(frame)}
+    mm = by_group["aten::mm"]
+    assert set(mm.kernels) == set(frame.loc[frame["launch_op"] == "aten::mm", "kernel_name"])
+    assert mm.call_sites == 2 and len(mm.kernels) == 2
+    assert mm.verdict.verdict == EXPLAINED and mm.verdict.share >= 0.95
+    assert mm.drivers[0].kind == "size" and mm.drivers[0].sign == 1
+    assert not [d for d in mm.drivers if d.feature.startswith("grid") and d.sign < 0]
+    record = dataset_findings("drift", frame, list(by_group.values()), pooled_shares(list(by_group.values())))
+    (gemm,) = [f for f in record["findings"] if f["group"] == "aten::mm"]
+    assert gemm["category"] == "size" and gemm["advice"] == "size"
+
+
+def test_step_time_follows_the_planted_sequence_length():
+    from gpuvar.findings.decompose import groups_of
+    from gpuvar.findings.steps import step_level
+
+    frame = label_drift()
+    record = step_level(frame, groups_of(frame))
+    assert record["steps"] == 300 and record["shares"]["size"] >= 0.95
+    assert {o["group"] for o in record["ops"][:2]} == {"aten::mm", "aten::mul"}
+    assert sum(o["share"] for o in record["ops"]) == pytest.approx(1.0)
+    time = frame.groupby("step")["duration"].sum()
+    assert record["gpu_time_ns"]["max"] == time.max() and record["gpu_time_ns"]["median"] == time.median()
 
 
 def test_pure_noise_is_not_explained():
@@ -81,6 +113,14 @@ def test_too_few_launches_are_declined():
     assert result.verdict == DECLINED and "too few" in result.reason
 
 
+def test_one_launch_is_nothing_to_compare_never_stable():
+    frame = heteroscedastic(steps=1)
+    (dec,) = decompose(frame)
+    record = dataset_findings("one", frame, [dec], pooled_shares([dec]))
+    assert record["stable"] == [] and record["findings"] == []
+    assert record["not_compared"][0]["reason"].startswith("too few launches")
+
+
 def test_short_names_keep_the_function():
     name = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&)>(int)"
     assert "vectorized_elementwise_kernel" in short_name(name)
@@ -94,12 +134,15 @@ def test_findings_cli_writes_the_page(tmp_path, run_cli):
     result = run_cli("findings", str(ingest), "--name", "planted", "-o", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     record = json.loads((tmp_path / "out" / "findings.json").read_text())["datasets"][0]
-    assert record["findings"][0]["kernel"] == "planted_scaled_kernel"
+    assert record["findings"][0]["group"] == "aten::planted"
+    assert record["findings"][0]["kernels"] == [{"kernel": "planted_scaled_kernel", "launches": 300}]
     assert record["findings"][0]["verdict"]["verdict"] == EXPLAINED
     page = (tmp_path / "out" / "findings.md").read_text()
     assert "explained" in page and "Call-site differences" in page
     table = pd.read_csv(tmp_path / "out" / "decomposition.csv")
-    assert set(table["kernel"]) == {"planted_scaled_kernel", "planted_elementwise_kernel"}
+    assert set(table["group"]) == {"aten::planted", "aten::add"}
+    kernel_names = {k["kernel"] for k in record["kernels"]}  # the per-kernel-name view is kept as a table
+    assert kernel_names == {"planted_scaled_kernel", "planted_elementwise_kernel"}
     again = run_cli("findings", str(ingest), "--name", "planted", "-o", str(tmp_path / "again"))
     assert again.returncode == 0
     assert record["findings"][0]["evidence"]["figure"] == "figures/01.png"

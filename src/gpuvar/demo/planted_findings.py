@@ -7,7 +7,14 @@
 `call_site_mix`: one kernel name launched at three call sites of a step on three fixed shapes (three durations
   an order of magnitude apart), with 1 % noise. The answer is "call-site differences": ~100 % of the name's
   variance is between call sites, nothing is a cause, the kernel is stable within each call site.
-Both are canonical tables (the columns `gpuvar ingest` writes), seeded, so the same seed gives the same rows.
+`label_drift`: a transformer-like step whose sequence length L is drawn per step. One op (aten::mm) runs two
+  GEMMs per step (a projection with N = D and an MLP with N = 4 D, M = B L); the library picks the kernel variant
+  by the GEMM's size, so one kernel name serves the MLP GEMM for short L and the projection for long L (label
+  drift), and the grid is capped (persistent tiles): its raster switches from 66 x 2 to 132 x 1 as the size grows,
+  so grid_y goes DOWN while the work goes up. Duration = FLOPs / the variant's rate, with exponential noise. An
+  elementwise op (aten::mul, grid proportional to B L D) runs in the same step. The answer: the GEMMs vary with
+  the size, with a + sign, and no grid dimension is a cause with a - sign; the step time follows L.
+All are canonical tables (the columns `gpuvar ingest` writes), seeded, so the same seed gives the same rows.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ def heteroscedastic(steps: int = 300, seed: int = 0) -> pd.DataFrame:
             "step": np.arange(steps, dtype=np.int64),
             "call_index": np.zeros(steps, np.int64),
             "launch_op": ["aten::planted"] * steps,
-            "call_site": ["aten::planted#0 b256x1x1 r32"] * steps,
+            "call_site": ["aten::planted#0.0"] * steps,
         },
         steps,
     )
@@ -83,7 +90,97 @@ def call_site_mix(steps: int = 200, seed: int = 0) -> pd.DataFrame:
             "step": step.astype(np.int64),
             "call_index": index.astype(np.int64),
             "launch_op": ["aten::add"] * len(step),
-            "call_site": [f"aten::add#{i} b256x1x1 r32" for i in index],
+            "call_site": [f"aten::add#{i}.0" for i in index],
         },
         len(step),
     )
+
+
+LABEL_DRIFT_B, LABEL_DRIFT_D = 8, 1024
+GEMM_RATE = {"gemm_128x128": 6.0e5, "gemm_64x256": 4.5e5}  # FLOP per ns of each variant
+
+
+def label_drift(steps: int = 300, seed: int = 0, shapes: bool = False) -> pd.DataFrame:
+    """The label-drift trap (module docstring); with shapes=True the ops carry op_flops / op_m / op_n / op_k as
+    `gpuvar ingest` derives them from recorded input shapes. The sequence length of each step is `seq_len`."""
+    rng = np.random.default_rng(seed)
+    length = 64 * rng.integers(2, 33, size=steps)
+    B, D = LABEL_DRIFT_B, LABEL_DRIFT_D
+    rows = []
+    for step, L in enumerate(length):
+        t = step * 20 * STEP_NS
+        for index, n in enumerate((D, 4 * D)):  # the projection, then the MLP GEMM
+            m, k = B * int(L), D
+            flops = 2.0 * m * n * k
+            variant = "gemm_128x128" if m * n < 2**23 else "gemm_64x256"
+            grid = (66, 2) if m * n < 2**24 else (132, 1)
+            d = flops / GEMM_RATE[variant] * (1 + 0.03 * rng.exponential())
+            rows.append(
+                (variant, "aten::mm", f"aten::mm#{index}.0", index, step, t, d, grid, 384, 168, flops, m, n, k, L)
+            )
+            t += int(d) + 5_000
+        numel = B * int(L) * D
+        d = numel / 2_000.0 * (1 + 0.02 * rng.exponential())
+        grid = (numel // 512, 1)
+        rows.append(
+            (
+                "vectorized_elementwise_kernel<MulFunctor>",
+                "aten::mul",
+                "aten::mul#0.0",
+                0,
+                step,
+                t,
+                d,
+                grid,
+                128,
+                32,
+                np.nan,
+                np.nan,
+                np.nan,
+                np.nan,
+                L,
+            )
+        )
+    columns = [
+        "kernel_name",
+        "launch_op",
+        "call_site",
+        "op_occurrence",
+        "step",
+        "start",
+        "duration",
+        "grid",
+        "block_x",
+        "registers_per_thread",
+        "op_flops",
+        "op_m",
+        "op_n",
+        "op_k",
+        "seq_len",
+    ]
+    frame = pd.DataFrame(rows, columns=columns)
+    grid = np.array(frame.pop("grid").tolist(), dtype=np.int64)
+    out = _frame(
+        {
+            "kernel_name": frame["kernel_name"].tolist(),
+            "start": frame["start"].to_numpy(np.int64),
+            "duration": np.round(frame["duration"].to_numpy()),
+            "grid_x": grid[:, 0],
+            "step": frame["step"].to_numpy(np.int64),
+            "call_index": np.zeros(len(frame), np.int64),
+            "op_occurrence": frame["op_occurrence"].to_numpy(np.int64),
+            "launch_op": frame["launch_op"].tolist(),
+            "call_site": frame["call_site"].tolist(),
+            "seq_len": frame["seq_len"].to_numpy(np.int64),
+        },
+        len(frame),
+    )
+    out["grid_y"] = grid[:, 1]
+    out["block_x"] = frame["block_x"].to_numpy(np.int64)
+    out["registers_per_thread"] = frame["registers_per_thread"].to_numpy(np.int64)
+    out["grid_size"] = out["grid_x"] * out["grid_y"] * out["grid_z"]
+    out["workgroup_size"] = out["block_x"] * out["block_y"] * out["block_z"]
+    if shapes:
+        for column in ("op_flops", "op_m", "op_n", "op_k"):
+            out[column] = frame[column].to_numpy(np.float64)
+    return out
