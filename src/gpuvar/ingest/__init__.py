@@ -47,6 +47,7 @@ def normalize_trace(raw):
     Returns (ReaderOutput with the accounting, canonical kernels Arrow table, memcpy table or None)."""
     from gpuvar.ingest.call_sites import add_call_sites, host_timeline
     from gpuvar.ingest.context import append_context, context_arrays, step_offset_arrays
+    from gpuvar.ingest.corun import set_columns
     from gpuvar.ingest.detect import formats
     from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
     from gpuvar.schema import finalize_kernels, finalize_memcpy
@@ -67,15 +68,17 @@ def normalize_trace(raw):
         require_int64_times(raw.format, kernels=kernels, memcpy=memcpy)
         host = host.result()
         context = pool.submit(context_arrays, kernels, memcpy)
+        corun = _corun_arrays(out, kernels)  # rows stay aligned: add_call_sites adds columns, never moves rows
         kernels, memcpy = add_call_sites(raw, out, kernels, memcpy, host)  # launch_op, step, call_index, call_site
         context = context.result()
     kernels = append_context(kernels, context | step_offset_arrays(kernels))
-    return out, _with_corun(out, kernels), memcpy
+    return out, set_columns(kernels, corun), memcpy
 
 
-def _with_corun(out, kernels):
-    """Kernels of a trace holding several processes with the co-running columns (gpuvar.ingest.corun)."""
-    from gpuvar.ingest.corun import set_columns, single_trace_arrays
+def _corun_arrays(out, kernels) -> dict:
+    """The co-running columns of a trace holding several processes (gpuvar.ingest.corun), {} otherwise; the
+    notes that say how its GPUs were named go to out.notes."""
+    from gpuvar.ingest.corun import single_trace_arrays
     from gpuvar.ingest.gpu_identity import Recorded
 
     recorded = Recorded.from_report(
@@ -83,7 +86,7 @@ def _with_corun(out, kernels):
     )
     arrays, notes = single_trace_arrays(kernels, recorded)
     out.notes.extend(notes)
-    return set_columns(kernels, arrays)
+    return arrays
 
 
 def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True, cache_dir: str | Path | None = None):

@@ -30,17 +30,18 @@ pair h100-2rank-gloo (3,036 launches; in brackets a second recording of the same
 rank whose rows vary, 3,060 launches), on the rank whose work varies:
   * the share's R² with the relu's duration is 0.998 (0.992), the count's 0.998 (0.992); with the GEMMs'
     0.74 (0.75) over all GEMMs, 0.98 (0.99) within a launch configuration;
-  * the relu launches > 5x their call site's median: 2 (7), of which 2 (6) have share > 0.5 (the other one
-    overlaps only a 1.3 us copy of the other rank); GEMM launches > 2x: 13 (13), all with share > 0.5;
+  * the relu launches > 5x the median of their kernel and launch configuration: 2 (7), of which 2 (6) have
+    share > 0.5 (the other one overlaps only a 1.3 us copy of the other rank); GEMM launches > 2x: 13 (13),
+    all with share > 0.5 (none reaches 5x);
   * lengthening every launch by 10 % changes the share by > 0.05 in 2 (6) launches and the count in none; by
     50 % in 192 (157) and 259 (244);
-  * but with every end set to start + its call site's median duration, no outlier keeps any overlap (relu R²
-    0.000): the other rank's kernels start *inside* the stretched launch. The GPU time-slices the two
+  * but with every end set to start + the median duration of its (rank, kernel, launch configuration), no
+    outlier keeps any overlap (relu R² 0.000): the other rank's kernels start *inside* the stretched launch. The GPU time-slices the two
     processes' contexts: the launch waits while the other process runs. So the column is the cause and, at
     the same time, something only a long launch can show; read it as "another process ran on this GPU
     during the launch", not as "was running when it started".
-The counterweight: on the rank whose work is fixed, 150 (190) launches have share > 0.5 and ran at their call
-site's median time (at most 1.11x): a high share does not make a launch long by construction.
+The counterweight: on the rank whose work is fixed, 150 (190) launches have share > 0.5 and ran at their kernel's
+median time (at most 1.11x): a high share does not make a launch long by construction.
 
 No Python loop over rows. The count is all kernels of the GPU overlapping the launch minus those of its own
 process (searchsorted over sorted starts and ends, context._overlaps). The share needs the union of the other

@@ -14,7 +14,7 @@ def configure(p):
         choices=("auto", "shared", "separate"),
         default="auto",
         help="ranks recording the same device index and no GPU UUID or host: auto (shared when each process "
-        "listed a single GPU, else unknown: NaN co-running columns), shared, or separate GPUs",
+        "listed a single GPU, else unknown: NaN co-running columns), shared, or separate GPUs (default auto)",
     )
 
 
