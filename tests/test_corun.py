@@ -240,3 +240,30 @@ def test_readers_record_gpu_identity(tmp_path):
     out, _, _ = load(real_file("rocpd-sqlite/rocprofsys-transpose-w7800/rocpd-3638851.db"))
     assert out.host == "b00b0f3556bf4fe19057adbff8e42943"
     assert out.devices == [{"id": 1, "name": "AMD Radeon PRO W7800"}]
+
+
+def test_renumbered_nsys_process_has_no_known_gpu(tmp_path):
+    """TARGET_INFO_CUDA_DEVICE mapping a process's CUDA device 0 to GPU 1 (CUDA_VISIBLE_DEVICES): whether the
+    kernel table's deviceId is the one or the other is not documented, so that process's launches get NaN."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "renumbered.sqlite"
+    shutil.copyfile(real_file("nsys-sqlite/nsys-ai-mock-rtx3080/mock.sqlite"), db)
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE TARGET_INFO_CUDA_DEVICE SET gpuId = 1 WHERE cudaId = 0")
+    parts = [tmp_path / "a", tmp_path / "b"]
+    for part in parts:
+        report = ingest(db, part)
+    assert report["gpu_renumbered_processes"] == [91186]
+    merged = merge(parts, tmp_path / "m")
+    kernels = pd.read_parquet(tmp_path / "m" / "kernels.parquet", columns=list(COLUMNS))
+    assert kernels.isna().all().all()
+    assert any("processes 91186 see other CUDA device ids" in n for n in merged["notes"])
+    # the untouched report: both copies name the same GPU UUID, so the copies (same times) overlap fully
+    for name in ("c", "d"):
+        ingest(real_file("nsys-sqlite/nsys-ai-mock-rtx3080/mock.sqlite"), tmp_path / name)
+    merged = merge([tmp_path / "c", tmp_path / "d"], tmp_path / "n")
+    kernels = pd.read_parquet(tmp_path / "n" / "kernels.parquet", columns=list(COLUMNS))
+    assert (kernels[KERNELS] == 1).all() and (kernels[OVERLAP] == 1).all()
+    assert "the GPU UUID its file records" in merged["notes"][1]
