@@ -23,6 +23,7 @@ from conftest import REPO, real_file
 
 from gpuvar.ingest import ingest
 from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
+from gpuvar.ingest.corun import COLUMNS as CORUN_COLUMNS
 from gpuvar.schema import canonical_columns, short_kernel_name
 
 NSYS = [
@@ -56,7 +57,11 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
     launch_config (checked from its parts) they must cover the whole canonical table."""
     names = {c.column for c in canonical_columns(table)}
     absent = absent | ({"rank"} - set(expected))  # rank: set for Kineto traces and merged multi-rank datasets only
-    derived = {"launch_config", *CALL_SITE_COLUMNS, *CONTEXT_COLUMNS} if table == "kernels" else {"launch_op", "step"}
+    derived = (
+        {"launch_config", *CALL_SITE_COLUMNS, *CONTEXT_COLUMNS, *CORUN_COLUMNS}
+        if table == "kernels"
+        else {"launch_op", "step"}
+    )
     covered = set(expected) | absent | derived
     assert covered == names, f"unchecked: {sorted(names - covered)}; not canonical: {sorted(covered - names)}"
     for column, values in expected.items():
@@ -68,7 +73,7 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
         _check_call_sites(got)
 
 
-# derived after the reader (tests/test_call_sites.py and tests/test_context.py check them in detail)
+# derived after the reader (tests/test_call_sites.py, tests/test_context.py and tests/test_corun.py check them)
 CALL_SITE_COLUMNS = ("launch_op", "step", "call_index", "call_site")
 
 

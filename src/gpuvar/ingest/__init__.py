@@ -47,6 +47,7 @@ def normalize_trace(raw):
     Returns (ReaderOutput with the accounting, canonical kernels Arrow table, memcpy table or None)."""
     from gpuvar.ingest.call_sites import add_call_sites, host_timeline
     from gpuvar.ingest.context import append_context, context_arrays, step_offset_arrays
+    from gpuvar.ingest.corun import set_columns
     from gpuvar.ingest.detect import formats
     from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
     from gpuvar.schema import finalize_kernels, finalize_memcpy
@@ -67,10 +68,25 @@ def normalize_trace(raw):
         require_int64_times(raw.format, kernels=kernels, memcpy=memcpy)
         host = host.result()
         context = pool.submit(context_arrays, kernels, memcpy)
+        corun = _corun_arrays(out, kernels)  # rows stay aligned: add_call_sites adds columns, never moves rows
         kernels, memcpy = add_call_sites(raw, out, kernels, memcpy, host)  # launch_op, step, call_index, call_site
         context = context.result()
     kernels = append_context(kernels, context | step_offset_arrays(kernels))
-    return out, kernels, memcpy
+    return out, set_columns(kernels, corun), memcpy
+
+
+def _corun_arrays(out, kernels) -> dict:
+    """The co-running columns of a trace holding several processes (gpuvar.ingest.corun), {} otherwise; the
+    notes that say how its GPUs were named go to out.notes."""
+    from gpuvar.ingest.corun import single_trace_arrays
+    from gpuvar.ingest.gpu_identity import Recorded
+
+    recorded = Recorded.from_report(
+        {"devices": out.devices, "host": out.host, "gpu_renumbered_processes": out.gpu_renumbered}
+    )
+    arrays, notes = single_trace_arrays(kernels, recorded)
+    out.notes.extend(notes)
+    return arrays
 
 
 def load(source: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True, cache_dir: str | Path | None = None):
@@ -121,6 +137,7 @@ def write_ingest(
     from gpuvar.canonical_io import write_canonical, write_json
     from gpuvar.ingest.call_sites import DERIVED as CALL_SITE_DERIVED
     from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
+    from gpuvar.ingest.corun import COLUMNS as CORUN_COLUMNS
     from gpuvar.ingest.sanity import duplicate_rows, require_kernels
     from gpuvar.schema import empty_memcpy
 
@@ -135,6 +152,10 @@ def write_ingest(
     }
     if out.devices:
         report["devices"] = out.devices
+    if out.host:
+        report["host"] = out.host
+    if out.gpu_renumbered:
+        report["gpu_renumbered_processes"] = sorted(out.gpu_renumbered)
     for name, table in tables.items():  # the books are checked before anything is written
         dropped = dict(sorted(out.dropped.get(name, {}).items()))
         rows_read = out.rows_read.get(name, table.num_rows + sum(dropped.values()))
@@ -149,7 +170,7 @@ def write_ingest(
             require_kernels(source, table, rows_read, dropped)
         # columns computed from a launch's neighbours (call index, context) differ between two records of one
         # launch (the second's gap, call index): exact duplicates are judged on the recorded columns
-        derived = [c for c in (*CALL_SITE_DERIVED, *CONTEXT_COLUMNS) if c in table.column_names]
+        derived = [c for c in (*CALL_SITE_DERIVED, *CONTEXT_COLUMNS, *CORUN_COLUMNS) if c in table.column_names]
         duplicates = duplicate_rows(table.drop_columns(derived))
         report["tables"][name] = {
             "rows_read": rows_read,

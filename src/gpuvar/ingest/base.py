@@ -32,7 +32,9 @@ class ReaderOutput:
     rows_read: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, Counter] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    devices: list[dict] = field(default_factory=list)  # GPUs as recorded: id, name, sm_count, clock_hz (if known)
+    devices: list[dict] = field(default_factory=list)  # GPUs as recorded: id, name, sm_count, clock_hz, uuid, bus
+    host: str | None = None  # the profiled machine, where the file records it (gpuvar.ingest.gpu_identity)
+    gpu_renumbered: list[int] = field(default_factory=list)  # processes whose CUDA device ids are not the GPU ids
 
     def drop(self, table: str, reason: str, count: int) -> None:
         if count:

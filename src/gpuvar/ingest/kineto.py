@@ -16,6 +16,8 @@ null start/end (the range's ts/dur time the replay, not the kernel; a note says 
     memsets are kept with copy_kind_name 'Memset' and a null copy_kind.
   * wave_size: deviceProperties[].warpSize of the event's device (64 on AMD), else 32.
   * rank: distributedInfo.rank when the trace has it (a note records rank and world size).
+  * ingest.json `host`: the top-level `host_name` (or `hostname`) where the trace has one; `devices[].uuid`: a
+    deviceProperties `uuid` where a build writes one (gpuvar.ingest.gpu_identity).
 launch_id = row rank by (start, correlation), from 0. Events with a missing or non-numeric ts/dur, or a negative
 dur, are dropped and counted.
 
@@ -480,9 +482,16 @@ def _notes(info: dict, out: ReaderOutput) -> tuple[dict[int, int], int | None]:
             device = {"id": p["id"], "name": str(p.get("name", "?"))}
             if isinstance(p.get("numSms"), int):
                 device["sm_count"] = p["numSms"]
+            uuid = p.get("uuid", p.get("UUID"))
+            if isinstance(uuid, str) and uuid.strip():  # not written by PyTorch's profiler; read where a build does
+                device["uuid"] = uuid.strip()
             out.devices.append(device)
     if names:
         out.notes.append("GPUs (deviceProperties): " + "; ".join(names))
+    host = next((top[k] for k in ("host_name", "hostname") if isinstance(top.get(k), str) and top[k].strip()), None)
+    if host:  # Meta's Kineto builds write host_name; it names the machine for co-running (gpu_identity)
+        out.host = host.strip()
+        out.notes.append(f"host: {out.host}")
     dist = top.get("distributedInfo")
     rank = dist.get("rank") if isinstance(dist, dict) else None
     rank = rank if isinstance(rank, int) and not isinstance(rank, bool) and -(2**63) <= rank < 2**63 else None

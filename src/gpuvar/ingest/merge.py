@@ -71,8 +71,45 @@ def _sorted(table: pa.Table) -> pa.Table:
     return table.take(pc.sort_indices(table, sort_keys=keys)) if table.num_rows else table
 
 
-def merge(parts: list[str | Path], output: str | Path) -> dict:
-    """Merge ingest folders `parts` (in rank/file order) into `output`; returns the merged ingest.json."""
+def _with_corun(table: pa.Table, reports: list[dict], ranks: list[int], unknown_gpu: str) -> tuple[pa.Table, list]:
+    """The merged kernels with the co-running columns (when they hold two or more processes) and the notes."""
+    import numpy as np
+    import pandas as pd
+
+    from gpuvar.ingest.context import _codes
+    from gpuvar.ingest.corun import COLUMNS, corun_columns, set_columns
+    from gpuvar.ingest.gpu_identity import Recorded, merged_gpus
+
+    names = [c for c in ("start", "end", "device_id", "rank", "process_id") if c in table.column_names]
+    frame = table.select(names).to_pandas()
+    if not {"start", "end", "device_id"} <= set(names) or not frame["start"].notna().any():
+        return table, []  # no timeline (Nsight Compute): nothing ran "at the same time"
+    pid = frame["process_id"] if "process_id" in frame.columns else pd.Series(np.full(len(frame), np.nan))
+    process = _codes(frame["rank"], pid)  # a process: (rank, process id), a null process id a value of its own
+    if len(np.unique(process)) < 2:
+        return table, []
+    position = {rank: i for i, rank in enumerate(ranks)}
+    part = frame["rank"].map(position).to_numpy(dtype=np.int64)
+    recorded = [Recorded.from_report(r) for r in reports]
+    gpu, notes = merged_gpus(recorded, part, frame["device_id"], ranks, unknown_gpu, process=pid)
+    columns = corun_columns(frame, gpu, process)
+    # the parts' own columns (null, or one trace's processes) are replaced: these see every process
+    table = set_columns(table, {n: pa.array(columns[n], type=pa.float64(), from_pandas=True) for n in COLUMNS})
+    count = columns[COLUMNS[0]]
+    known = ~np.isnan(count)
+    notes.append(
+        f"co-running: {int((count[known] > 0).sum())} of {len(count)} launches overlap kernels of another process "
+        f"on their GPU (ctx_other_process_kernels > 0); {int((~known).sum())} have no known physical GPU or "
+        "timeline (NaN)"
+    )
+    return table, notes
+
+
+def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = "auto") -> dict:
+    """Merge ingest folders `parts` (in rank/file order) into `output`; returns the merged ingest.json.
+
+    unknown_gpu: whether ranks that record the same device index and no GPU UUID or host share a GPU
+    ("auto", "shared", "separate": gpuvar.ingest.gpu_identity)."""
     output = Path(output)
     if not parts:
         raise InputError(output, "nothing to merge: no ingest folders given")
@@ -137,6 +174,9 @@ def merge(parts: list[str | Path], output: str | Path) -> dict:
                 table = _sorted(pa.concat_tables(pieces, promote_options="permissive"))
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 raise InputError(output, f"cannot merge the {name} tables: {exc}") from None
+            if name == "kernels":
+                table, corun_notes = _with_corun(table, [r for _, r, _ in loaded], ranks, unknown_gpu)
+                notes.extend(corun_notes)
             write_canonical(table, dest / f"{name}.parquet", meta)
             dropped = Counter()
             rows_read = 0

@@ -9,12 +9,19 @@ import json
 def configure(p):
     p.add_argument("parts", nargs="+", help="ingest output folders, in rank (file) order")
     p.add_argument("--output", "-o", required=True, help="output folder of the merged dataset")
+    p.add_argument(
+        "--unknown-gpu",
+        choices=("auto", "shared", "separate"),
+        default="auto",
+        help="ranks recording the same device index and no GPU UUID or host: auto (shared when each process "
+        "listed a single GPU, else unknown: NaN co-running columns), shared, or separate GPUs (default auto)",
+    )
 
 
 def run(args) -> int:
     from gpuvar.ingest.merge import merge
 
-    report = merge(args.parts, args.output)
+    report = merge(args.parts, args.output, unknown_gpu=args.unknown_gpu)
     print(
         json.dumps(
             {"format": report["format"], "parts": len(report["parts"]), "tables": report["tables"]}, sort_keys=True

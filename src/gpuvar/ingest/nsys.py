@@ -11,7 +11,10 @@ read_raw (the expensive part: the table scans). Raw tables, named as in the expo
     eventType, globalTid, text, textId), as found: the CUDA API calls and NVTX ranges that place each launch
     (read by gpuvar.ingest.call_sites, not by normalize).
   raw.info: keep_vendor_columns, the columns not read, META_DATA_EXPORT as (name, value) pairs, GPU names
-  (TARGET_INFO_GPU, TARGET_INFO_CUDA_DEVICE) or SM counts. nsys creates tables lazily, so any may be absent.
+  (TARGET_INFO_GPU, TARGET_INFO_CUDA_DEVICE) or SM counts, the GPUs' uuid and busLocation (ingest.json devices),
+  the profiled machine's Hostname (TARGET_INFO_SYSTEM_ENV: ingest.json `host`) and the processes whose CUDA device
+  ids are not the GPU ids (TARGET_INFO_CUDA_DEVICE cudaId != gpuId), for gpuvar.ingest.gpu_identity. nsys creates
+  tables lazily, so any may be absent.
   Tables are fetched with connectorx (Arrow, 2 partitions on rowid for big tables, put back in rowid order; the
   kernel and memcpy tables concurrently); where connectorx cannot read a file the pure-sqlite3 path is used.
   Timestamps that are not integers are an InputError here (the file cannot be a trace), not a drop.
@@ -278,15 +281,38 @@ def _metadata(con: sqlite3.Connection, tables: dict[str, list[str]]) -> dict:
             rows = con.execute(f'SELECT {key}, name FROM "{table}" ORDER BY 1').fetchall()
             info[f"{table}.name"] = [[_plain(i), _plain(n)] for i, n in rows]
             if "devices" not in info:  # structured, for comparisons: the first table naming GPUs
-                extra = [(c, f) for c, f in (("smCount", "sm_count"), ("clockRate", "clock_hz")) if c in cols]
+                extra = [
+                    (c, f)
+                    for c, f in (
+                        ("smCount", "sm_count"),
+                        ("clockRate", "clock_hz"),
+                        ("uuid", "uuid"),
+                        ("busLocation", "bus"),
+                    )
+                    if c in cols
+                ]
                 select = ", ".join([key, "name", *(_quote(c) for c, _ in extra)])
                 info["devices"] = [
-                    {"id": _plain(r[0]), "name": _plain(r[1]), **{f: _plain(v) for (_, f), v in zip(extra, r[2:])}}
+                    {
+                        "id": _plain(r[0]),
+                        "name": _plain(r[1]),
+                        **{f: _plain(v) for (_, f), v in zip(extra, r[2:]) if v not in (None, "")},
+                    }
                     for r in con.execute(f'SELECT {select} FROM "{table}" ORDER BY 1').fetchall()
                 ]
         elif table == "TARGET_INFO_CUDA_DEVICE" and {"cudaId", "numMultiprocessors"} <= set(cols):
             rows = con.execute("SELECT cudaId, numMultiprocessors FROM TARGET_INFO_CUDA_DEVICE ORDER BY 1").fetchall()
             info[f"{table}.numMultiprocessors"] = [[_plain(i), _plain(n)] for i, n in rows]
+    if {"name", "value"} <= set(tables.get("TARGET_INFO_SYSTEM_ENV", ())):  # the profiled machine's name
+        row = con.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1").fetchone()
+        if row and row[0] not in (None, ""):
+            info["host"] = str(row[0])
+    if {"gpuId", "cudaId", "pid"} <= set(tables.get("TARGET_INFO_CUDA_DEVICE", ())):
+        rows = con.execute(
+            "SELECT DISTINCT pid FROM TARGET_INFO_CUDA_DEVICE WHERE pid IS NOT NULL AND gpuId != cudaId"
+        ).fetchall()
+        if rows:  # CUDA_VISIBLE_DEVICES renumbered these processes' devices (gpuvar.ingest.gpu_identity)
+            info["gpu_renumbered_processes"] = sorted(int(r[0]) for r in rows)
     return info
 
 
@@ -568,6 +594,10 @@ def normalize(raw: RawTrace) -> ReaderOutput:
     out = raw.start_output(None)
     out.notes.extend(_metadata_notes(raw.info))
     out.devices = [d for d in raw.info.get("devices", []) if isinstance(d, dict)]
+    out.host = raw.info.get("host") if isinstance(raw.info.get("host"), str) else None
+    out.gpu_renumbered = [int(p) for p in raw.info.get("gpu_renumbered_processes", []) if isinstance(p, int)]
+    if out.host:
+        out.notes.append(f"host: {out.host} (TARGET_INFO_SYSTEM_ENV Hostname)")
     not_read = raw.info.get("columns_not_read", {})
     for table, skipped in ((t, not_read[t]) for t in (KERNEL_TABLE, MEMCPY_TABLE) if not_read.get(t)):
         out.notes.append(

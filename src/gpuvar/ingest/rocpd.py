@@ -16,6 +16,8 @@ reader's own functions, so both give the same canonical columns:
     Correlation_Id = rocpd_event.stack_id (the internal correlation id the rocpd CSV export writes).
   * rocpd_memory_copy: Direction = rocpd_string of name_id (MEMORY_COPY_HOST_TO_DEVICE, ...) -> copy_kind
     codes as rocprofv3; Bytes = size; Source/Destination_Agent_Id as Agent_Id.
+  * ingest.json `devices` (the GPU agents) and `host` (rocpd_info_node machine_id, else hostname), for
+    gpuvar.ingest.gpu_identity.
 A dispatch whose kernel_id has no symbol keeps its row, named '<unknown kernel_id N>' (counted in the notes).
 A database with no dispatch is an error: rocprofv3 writes an empty table when only APIs were traced.
 Two steps (gpuvar.ingest.raw): read_raw fetches each relation used, with its own column names and rows as
@@ -97,7 +99,8 @@ COPY_READ = [*COPY_COLUMNS, "name_id", "src_agent_id", "dst_agent_id", *_KEYS]
 EVENT_READ = ["id", "stack_id"]
 LOOKUPS = {  # small info relations: read whole (these columns), looked up in pandas by id (and guid)
     "rocpd_info_kernel_symbol": ["id", "guid", "display_name", "kernel_name", *SYMBOL_COLUMNS],
-    "rocpd_info_agent": ["id", "guid", "absolute_index", "type", "extdata"],
+    "rocpd_info_agent": ["id", "guid", "absolute_index", "type", "extdata", "product_name"],
+    "rocpd_info_node": ["id", "guid", "machine_id", "hostname"],
     "rocpd_info_process": ["id", "guid", "pid"],
     "rocpd_info_thread": ["id", "guid", "tid"],
     "rocpd_string": ["id", "guid", "string"],
@@ -449,7 +452,34 @@ def normalize(raw: RawTrace) -> ReaderOutput:
             out.memcpy = _copy_frame(_copies(raw), path, out)
         else:
             out.notes.append(f"{COPY} is empty: no memory copies were traced")
+    _identity(raw, out)
     return out
+
+
+def _identity(raw: RawTrace, out: ReaderOutput) -> None:
+    """The GPU agents (devices: absolute_index, product name) and the machine (host: rocpd_info_node machine_id,
+    else hostname; only when the database holds one machine), for gpuvar.ingest.gpu_identity. absolute_index
+    numbers the node's agents whatever the process could see, so (host, absolute_index) names a GPU.
+    rocpd_info_agent.uuid is not used: the databases here hold a small number there (29790 for a W7800), not a
+    documented GPU UUID."""
+    agents = _frame(raw, "rocpd_info_agent")
+    if agents is not None and {"absolute_index", "type"} <= set(agents.columns):
+        gpus = agents[agents["type"].astype(str).str.upper().eq("GPU")]
+        seen = set()
+        for index, name in zip(gpus["absolute_index"], gpus.get("product_name", pd.Series([None] * len(gpus)))):
+            index = pd.to_numeric(index, errors="coerce")
+            if pd.notna(index) and int(index) not in seen:
+                seen.add(int(index))
+                out.devices.append({"id": int(index), "name": str(name) if isinstance(name, str) and name else "?"})
+    nodes = _frame(raw, "rocpd_info_node")
+    if nodes is not None and len(nodes):
+        for column in ("machine_id", "hostname"):
+            if column in nodes.columns:
+                values = {str(v) for v in nodes[column] if isinstance(v, str) and v.strip()}
+                if len(values) == 1:
+                    out.host = values.pop()
+                    out.notes.append(f"host: {out.host} (rocpd_info_node.{column})")
+                    break
 
 
 def read(path: Path) -> ReaderOutput:
