@@ -165,8 +165,8 @@ def _preference(name: str, kind: str) -> tuple[int, int]:
     context, then counters."""
     from gpuvar.causal.roles import role_of
 
-    if kind != SIZE:
-        return (_PREFERENCE[kind], 0)
+    if kind != SIZE:  # a share of the launch overlapped before a count of what overlapped (less biased by length)
+        return (_PREFERENCE[kind], 0 if name.endswith("_overlap") else 1)
     if name == VARIANT_LABEL:
         return (0, 3)
     if name == STEP_THREADS:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpuvar.ranks.gpus import sharing
 from gpuvar.ranks.lateness import lateness, sentence
 from gpuvar.ranks.load import RankInput
 
@@ -138,7 +139,7 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
             "step_time_sd_ns": int(round(float(mine["time_ns"].std(ddof=0)))) if len(mine) else 0,
         }
     straggler = max(ranks, key=lambda r: (per_rank[str(r)]["last_steps"], -r))
-    driver = lateness(steps, data, straggler, getattr(data, "same_gpu", None), seed)
+    driver = lateness(steps, data, straggler, sharing(data.kernels, straggler), seed)
     summary = {
         "ranks": ranks,
         "collective_source": data.collective_source,

@@ -44,14 +44,21 @@ def step_parts(steps: pd.DataFrame, data, rank: int, shared_gpu: bool | None) ->
     its parts (GPU time per launching op, copies, other processes' kernels, host gaps) and the signed lateness."""
     mine = steps[(steps["rank"] == rank) & steps["arrival_ns"].notna()].sort_values("step")
     mine = mine[mine["step"] > mine["step"].min()] if len(mine) > 1 else mine
+    if mine.empty:
+        return pd.DataFrame()
     arrivals = steps.pivot_table(index="step", columns="rank", values="arrival_ns", aggfunc="first")
     others = [c for c in arrivals.columns if c != rank]
     signed = arrivals[rank] - arrivals[others].median(axis=1) if others else arrivals[rank] * 0
     launches = pd.concat(
         [data.kernels.assign(_kind="kernel"), data.copies.assign(_kind="copy")], ignore_index=True, sort=False
     )
+    from gpuvar.ranks.gpus import GPU
+
     own = launches[launches["rank"] == rank]
-    other = launches[launches["rank"] != rank] if shared_gpu else launches.iloc[0:0]
+    other = launches.iloc[0:0]
+    if shared_gpu and GPU in launches.columns:  # other ranks' launches on one of this rank's GPUs
+        gpus = set(own[GPU].unique()) - {-1}
+        other = launches[(launches["rank"] != rank) & launches[GPU].isin(gpus)]
     own_by_step = {s: g for s, g in own.groupby("step")}
     o_start, o_end = other["start"].to_numpy(np.int64), other["end"].to_numpy(np.int64)
     order = np.argsort(o_start, kind="stable")
@@ -95,24 +102,25 @@ def _shares(parts: pd.DataFrame, target: np.ndarray) -> dict[str, float]:
 
 
 def _size_check(data, rank: int, op: str, steps: list[int], seed: int) -> dict | None:
-    """Does the op's GPU time per step follow the rank's problem size (threads launched, input FLOPs)?"""
-    k = data.kernels[(data.kernels["rank"] == rank) & data.kernels["step"].isin(steps)]
-    k = k[k["launch_op"].astype("string").fillna("(no launch op)") == op]
+    """Does the op's GPU time per step follow the rank's problem size: the threads launched by all its kernels
+    in the step (a capped GEMM grid does not carry the size, the elementwise kernels beside it do) and the FLOPs
+    of its ops' inputs where recorded?"""
+    mine = data.kernels[(data.kernels["rank"] == rank) & data.kernels["step"].isin(steps)]
+    k = mine[mine["launch_op"].astype("string").fillna("(no launch op)") == op]
     if k.empty:
         return None
-    by = k.groupby("step")
     time = (k["end"] - k["start"]).groupby(k["step"]).sum().astype(np.float64)
     features = {}
-    if "grid_size" in k.columns and k["grid_size"].notna().all():
-        threads = pd.to_numeric(k["grid_size"], errors="coerce")
-        if "workgroup_size" in k.columns and k["workgroup_size"].notna().all():
-            threads = threads * pd.to_numeric(k["workgroup_size"], errors="coerce")
-        features["threads launched"] = threads.groupby(k["step"]).sum()
+    if "grid_size" in mine.columns and mine["grid_size"].notna().all():
+        threads = pd.to_numeric(mine["grid_size"], errors="coerce")
+        if "workgroup_size" in mine.columns and mine["workgroup_size"].notna().all():
+            threads = threads * pd.to_numeric(mine["workgroup_size"], errors="coerce")
+        features["threads launched in the step"] = threads.groupby(mine["step"]).sum()
     if "op_flops" in k.columns and k["op_flops"].notna().any():
         features["input FLOPs"] = pd.to_numeric(k["op_flops"], errors="coerce").fillna(0).groupby(k["step"]).sum()
     features = {n: f.reindex(time.index).to_numpy(np.float64) for n, f in features.items()}
     features = {n: f for n, f in features.items() if np.isfinite(f).all() and np.ptp(f) > 0}
-    if not features or by.ngroups < MIN_STEPS:
+    if not features or len(time) < MIN_STEPS:
         return None
     X = np.column_stack([np.column_stack([f, f**2]) for f in features.values()])
     names = [x for n in features for x in (n, f"{n}²")]

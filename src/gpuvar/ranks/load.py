@@ -23,10 +23,14 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.errors import InputError
+from gpuvar.ingest.gpu_identity import Recorded
+from gpuvar.ranks.gpus import assign as assign_gpus
 
 KERNEL_COLUMNS = ["rank", "step", "start", "end", "launch_op", "call_site", "kernel_name"]
+# read when present: the physical GPU (gpuvar.ranks.gpus) and the size of the work (gpuvar.ranks.lateness)
+OPTIONAL_KERNEL_COLUMNS = ["device_id", "grid_size", "workgroup_size", "op_flops"]
 NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl(?:Dev)?Kernel")
-COPY_COLUMNS = ["rank", "step", "start", "end", "launch_op", "copy_kind_name"]
+COPY_COLUMNS = ["rank", "step", "start", "end", "launch_op", "copy_kind_name", "device_id"]
 # host collective ops, most specific first: the first tier a rank has is used for that rank
 COLLECTIVE_TIERS = (("gloo:", "nccl:", "mpi:", "ucc:"), ("c10d::",), ("record_param_comms",))
 
@@ -41,13 +45,15 @@ class RankInput:
     span: dict[int, tuple[int, int]]  # each rank's profiled time: first to last recorded event (ns)
     collective_source: str
     sources: list[str] = field(default_factory=list)
+    gpu_notes: list[str] = field(default_factory=list)  # how the ranks' physical GPUs were told apart
 
 
 def _frame(table, columns: list[str], source) -> pd.DataFrame:
     if table is None:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("rank", "start", "end") else object) for c in columns})
     frame = table.to_pandas() if hasattr(table, "to_pandas") else table
-    optional = ("call_site", "launch_op", "copy_kind_name", "kernel_name")
+    optional = ("call_site", "launch_op", "copy_kind_name", "kernel_name", "device_id")
+    columns = columns + [c for c in OPTIONAL_KERNEL_COLUMNS if c in frame.columns and c not in columns]
     missing = [c for c in columns if c not in frame.columns and c not in optional]
     if missing:
         raise InputError(
@@ -182,12 +188,20 @@ def from_traces(paths: list[str | Path]) -> RankInput:
     kernels when every rank has them, else from host ops."""
     from gpuvar.ingest import normalize_trace, read_source
 
-    kernels, copies, host_ops, spans, sources = [], [], [], {}, []
+    kernels, copies, host_ops, spans, sources, recorded = [], [], [], {}, [], []
     for position, path in enumerate(paths):
         raw = read_source(path)
         if "cpu_ops" not in raw.tables:
             raise InputError(path, f"{raw.format} trace has no host ops: pass the ingest folder instead of --traces")
-        _, k, m = normalize_trace(raw)
+        out, k, m = normalize_trace(raw)
+        recorded.append(
+            Recorded(
+                host=out.host,
+                names={int(d["id"]): str(d.get("name")) for d in out.devices if "id" in d},
+                uuids={int(d["id"]): str(d["uuid"]) for d in out.devices if d.get("uuid")},
+                listed=len(out.devices) or None,
+            )
+        )
         k = _frame(k, KERNEL_COLUMNS, path)
         m = _frame(m, COPY_COLUMNS, path)
         rank = _rank_of(k, position)
@@ -204,10 +218,11 @@ def from_traces(paths: list[str | Path]) -> RankInput:
     kernels = pd.concat(kernels, ignore_index=True)
     copies = pd.concat(copies, ignore_index=True)
     _check(kernels, sources)
+    gpu_notes = assign_gpus(kernels, copies, recorded, list(spans))
     collectives, what = nccl_collectives(kernels), "NCCL kernels "
     if set(collectives["rank"]) != set(spans):  # not every rank runs NCCL: the host ops of the backend
         hosts = [host_collectives(ops, path, rank) for ops, path, rank in host_ops]
         collectives, what = _sequence(pd.concat(hosts, ignore_index=True)), "host ops "
     names = sorted(set(collectives["name"]))
     label = what + ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
-    return RankInput(kernels, copies, collectives, spans, label, sources)
+    return RankInput(kernels, copies, collectives, spans, label, sources, gpu_notes)

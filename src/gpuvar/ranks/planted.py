@@ -6,7 +6,12 @@ rank 1 is late exactly in the steps where its GEMMs are longer, and its GEMM tim
 
 With collective="nccl" the ranks meet in a device-side NCCL all-reduce kernel instead (as PyTorch jobs on NCCL
 do): each rank's kernel starts when the rank arrives and ends when the last rank has arrived plus the transfer,
-so a rank waits max(arrival) - its arrival inside the kernel; no host copies."""
+so a rank waits max(arrival) - its arrival inside the kernel; no host copies.
+
+With cause="host" rank 1's GEMMs are as fixed as rank 0's and its host is what varies: the gap before each of
+its launches is GAP_NS * U(1, 100) (an allocation, a shape-dependent host path), so the split of its time to the
+collective must name its host gaps. The ReLU runs on as many blocks as the rank's rows (grid_size), the GEMM on a
+capped grid of 132, as cuBLAS does: the step's size is in the threads launched, not in the GEMM's grid."""
 
 from __future__ import annotations
 
@@ -25,10 +30,14 @@ EXCHANGE_NS = 100_000  # the collective's own transfer time, after the last rank
 NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 
-def planted_job(steps: int = 60, gemms: int = 4, seed: int = 0, collective: str = "copies") -> dict:
+def planted_job(
+    steps: int = 60, gemms: int = 4, seed: int = 0, collective: str = "copies", cause: str = "gemm"
+) -> dict:
     """Per rank (kernels, copies) DataFrames plus the truth: the last rank per step and the waits."""
     rng = np.random.default_rng(seed)
-    scale = {0: np.ones(steps), 1: rng.uniform(0.4, 2.0, steps)}
+    drawn = rng.uniform(0.4, 2.0, steps)
+    host = {0: np.ones(steps), 1: rng.uniform(1.0, 100.0, steps) if cause == "host" else np.ones(steps)}
+    scale = {0: np.ones(steps), 1: drawn if cause == "gemm" else np.ones(steps)}
     tables = {r: ([], []) for r in (0, 1)}
     t = {0: 10_000_000, 1: 10_000_000}
     truth = {"last": [], "wait_ns": {0: 0, 1: 0}}
@@ -37,13 +46,15 @@ def planted_job(steps: int = 60, gemms: int = 4, seed: int = 0, collective: str 
         for r in (0, 1):
             kernels, copies = tables[r]
             now = t[r]
+            gap = int(GAP_NS * host[r][s])
+            rows = int(4096 * scale[r][s])
             for i in range(gemms):
-                now += GAP_NS
+                now += gap
                 d = int(GEMM_NS * scale[r][s])
-                kernels.append((r, s, now, now + d, "aten::mm", f"aten::mm#{i} b256x1x1 r202", "sgemm"))
-                now += d + GAP_NS
+                kernels.append((r, s, now, now + d, "aten::mm", f"aten::mm#{i}.0", "sgemm", 132, 384))
+                now += d + gap
                 kernels.append(
-                    (r, s, now, now + RELU_NS, "aten::clamp_min", f"aten::clamp_min#{i} b128x1x1 r28", "relu")
+                    (r, s, now, now + RELU_NS, "aten::clamp_min", f"aten::clamp_min#{i}.0", "relu", rows, 128)
                 )
                 now += RELU_NS
             now += GAP_NS
@@ -56,8 +67,8 @@ def planted_job(steps: int = 60, gemms: int = 4, seed: int = 0, collective: str 
         for r in (0, 1):
             if collective == "nccl":
                 truth["wait_ns"][r] += max(arrival.values()) - arrival[r]
-                call = "c10d::allreduce_#0 b512x1x1 r96"
-                tables[r][0].append((r, s, arrival[r], done, "c10d::allreduce_", call, NCCL_KERNEL))
+                call = "c10d::allreduce_#0.0"
+                tables[r][0].append((r, s, arrival[r], done, "c10d::allreduce_", call, NCCL_KERNEL, 1, 512))
                 t[r] = done + GAP_NS
             else:
                 truth["wait_ns"][r] += done - arrival[r]
@@ -65,7 +76,20 @@ def planted_job(steps: int = 60, gemms: int = 4, seed: int = 0, collective: str 
                 t[r] = done + COPY_NS + GAP_NS
     out = {}
     for r, (kernels, copies) in tables.items():
-        k = pd.DataFrame(kernels, columns=["rank", "step", "start", "end", "launch_op", "call_site", "kernel_name"])
+        k = pd.DataFrame(
+            kernels,
+            columns=[
+                "rank",
+                "step",
+                "start",
+                "end",
+                "launch_op",
+                "call_site",
+                "kernel_name",
+                "grid_size",
+                "workgroup_size",
+            ],
+        )
         m = pd.DataFrame(copies, columns=["rank", "step", "start", "end", "launch_op", "copy_kind_name"])
         k["duration"] = k["end"] - k["start"]
         m["duration"] = m["end"] - m["start"]
