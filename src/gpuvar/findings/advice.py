@@ -117,7 +117,7 @@ def advice_key(category: str, top_feature: str | None, collective: bool) -> str:
     if top_feature is not None:
         if top_feature.startswith("ctx_copy") or top_feature.startswith("ctx_memset"):
             return "copy"
-        if top_feature.startswith("ctx_other_process"):
+        if top_feature.startswith("ctx_other_process") or top_feature.startswith("other processes"):
             return "other_process"
         if top_feature.startswith("ctx_kernels"):
             return "streams"

@@ -205,8 +205,8 @@ def _drivers(groups: SlopeGroups, X: np.ndarray, kinds: dict[str, str], blocks: 
             break
         near = [s for s in scored if s[0] >= best - NEAR_TIE]
         gain, name, cols = min(near, key=lambda s: (_preference(s[1], kinds[s[1]]), -s[0], s[1]))
-        sign = 1
-        if len(cols) == 1:
+        sign = 1  # the kernel variants have no direction
+        if name != VARIANT_LABEL:  # a block's sign is its first column's (the overlap share before the count)
             x = basis.residual(X[:, cols[0]])
             sign = int(np.sign(float(x @ r))) or 1
         merged = []

@@ -27,6 +27,8 @@ CONTEXT_PREFIX = "ctx_"
 STEP_THREADS = "step_threads"
 VARIANT_PREFIX = "kernel="
 VARIANT_LABEL = "kernel variant"
+OTHER_PROCESSES = "other processes' kernels on the GPU"
+OTHER_PROCESS_COLUMNS = ("ctx_other_process_overlap", "ctx_other_process_kernels")  # one driver: share, count
 MAX_VARIANTS = 6  # indicator columns per group; rarer variants share the baseline
 SIZE, CONTEXT, COUNTER = "size", "context", "counter"
 
@@ -148,8 +150,11 @@ def group_features(part: pd.DataFrame, size_cols: list[str], context: pd.DataFra
     if counters:
         add(part[counters], COUNTER)
     table = pd.concat(frames, axis=1) if frames else pd.DataFrame(index=part.index)
-    blocks = {c: [c] for c in table.columns if not c.startswith(VARIANT_PREFIX)}
+    together = [c for c in OTHER_PROCESS_COLUMNS if c in table.columns]
+    blocks = {c: [c] for c in table.columns if not c.startswith(VARIANT_PREFIX) and c not in together}
     variant_cols = [c for c in table.columns if c.startswith(VARIANT_PREFIX)]
     if variant_cols:
         blocks[VARIANT_LABEL] = variant_cols
+    if together:  # how much of the launch and how many kernels overlapped: one cause, one driver
+        blocks[OTHER_PROCESSES] = together
     return Features(table, kinds, blocks)

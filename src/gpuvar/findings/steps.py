@@ -100,7 +100,8 @@ def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict 
     time = time[keep]
     n = len(time)
     record = {
-        "steps": int(n),
+        "steps": int(n) if "rank" not in key else int(time.index.get_level_values("step").nunique()),
+        "ranks": int(time.index.get_level_values("rank").nunique()) if "rank" in key else None,
         "partial_steps_left_out": int(partial.sum()),
         "by": key,
         "gpu_time_ns": {
@@ -158,8 +159,11 @@ def headline(record: dict | None, short=lambda s: s) -> str | None:
     if record is None:
         return None
     t = record["gpu_time_ns"]
+    over = f"{record['steps']} steps"
+    if record.get("ranks"):
+        over = f"{record['steps']} steps of {record['ranks']} ranks"
     text = (
-        f"step GPU time {duration_text(t['min'])}–{duration_text(t['max'])} over {record['steps']} steps "
+        f"step GPU time {duration_text(t['min'])}–{duration_text(t['max'])} over {over} "
         f"(median {duration_text(t['median'])}, p95 {duration_text(t['p95'])}, CV {percent(t['cv'])})"
     )
     if record.get("shares") is None:
