@@ -180,7 +180,7 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
     verdict = assumption_checks(
         X, B, names, target, te, prep.condition_number, unconstrained, seed, siblings, n_bins if bootstrap > 0 else None
     )
-    graph_verdict_record, trusted = graph_verdict(X, names, target, prep.bins, seed, verdict["checks"])
+    graph_verdict_record, trusted = graph_verdict(X, names, target, prep.bins, seed, verdict["checks"], prep.sites)
     edges = edge_table(B, names)
     boot = None
     if bootstrap > 0:

@@ -35,6 +35,8 @@ EXCLUDED_COLUMNS = (
     "stream_id",
     "bin",
     "bin_id",
+    "step",  # a label: what a step changes is its size (step_threads) or context, which are features
+    "op_occurrence",  # part of the call site's identity, not a quantity
 )
 # Other targets computed from durations: as features they would leak the target.
 TARGET_COLUMNS = ("kernel_variability", "memory_stall", "gpu_time_variation", "perf_variability")
@@ -81,6 +83,7 @@ class Prepared:
     centred_within: int | None = None  # number of kernel groups the whole-trace rows were centred in
     condition_number: float | None = None
     bins: np.ndarray | None = None  # bin id of each analysed row (the bootstrap's resampling unit)
+    sites: np.ndarray | None = None  # call site of each analysed row (the verdict is measured within them)
 
     def label(self, name: str) -> str:
         """Display name: a merged representative lists its members, e.g. 'grid_x (≈ grid_size)'."""
@@ -238,6 +241,11 @@ def prepare_group(
     keep = ~bad_rows
     table = table[keep]
     bins = frame["bin"].to_numpy()[keep] if "bin" in frame.columns else np.arange(int(keep.sum()))
+    sites = (
+        frame["call_site"].astype("string").fillna("?").to_numpy(dtype=object)[keep]
+        if "call_site" in frame.columns
+        else None
+    )
     prep.rows_used = len(table)
     if len(table) < max(min_rows, 2):
         prep.skip_reason = f"{len(table)} usable rows < min_rows {max(min_rows, 2)}"
@@ -297,6 +305,7 @@ def prepare_group(
     prep.scale = {c: {"mean": float(mean[c]), "std": float(std[c])} for c in table.columns}
     prep.data = ((table - mean) / std).reset_index(drop=True)
     prep.bins = np.asarray(bins)
+    prep.sites = sites
     prep.condition_number = condition_number(prep.data[cols].to_numpy())
     return prep
 

@@ -100,19 +100,16 @@ def work_counter_columns(kernels: pd.DataFrame) -> list[str]:
 
 
 def step_threads(kernels: pd.DataFrame) -> pd.Series | None:
-    """Threads launched by all kernels of each launch's step (and rank), aligned with the rows; None when the
-    trace has no steps or no launch configuration."""
-    if "step" not in kernels.columns or "grid_size" not in kernels.columns:
-        return None
-    step = pd.to_numeric(kernels["step"], errors="coerce")
-    threads = pd.to_numeric(kernels["grid_size"], errors="coerce")
-    if "workgroup_size" in kernels.columns:
-        threads = threads * pd.to_numeric(kernels["workgroup_size"], errors="coerce")
-    if step.isna().all() or threads.isna().all():
-        return None
-    keys = [step] + ([kernels["rank"]] if "rank" in kernels.columns else [])
-    total = threads.groupby(keys, dropna=False).transform("sum")
-    return total.where(step.notna()).astype(np.float64)
+    """The `step_threads` column (gpuvar.ingest.step_size), computed when an older ingest or a planted table has
+    none; None when the trace has no steps or no launch configuration."""
+    from gpuvar.ingest.step_size import COLUMN
+    from gpuvar.ingest.step_size import step_threads as compute
+
+    if COLUMN in kernels.columns:
+        values = pd.to_numeric(kernels[COLUMN], errors="coerce").astype(np.float64)
+    else:
+        values = pd.Series(compute(kernels), index=kernels.index)
+    return None if values.isna().all() else values
 
 
 _NUMBER = re.compile(r"\d+")

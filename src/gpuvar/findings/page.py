@@ -115,9 +115,24 @@ def _finding(f: dict) -> list[str]:
     if f["evidence"].get("figure"):
         lines.append(f"  figure: [{f['evidence']['figure']}]({f['evidence']['figure']})")
     lines += [f"- **Do**: see *{f['advice']}* below", f"- **Check**: {f['verify']}"]
-    if f.get("causal_graph"):
-        lines.append(f"- {f['causal_graph']}")
+    graphs = f["evidence"].get("causal_graphs") or []
+    if graphs:
+        lines.append("- **Causal graphs of its kernels** (the most variable windows only, one graph per kernel name):")
+        for g in graphs[:3]:
+            lines.append(f"  {code(short_name(g['kernel'], 60))}: {_graph_text(g)}")
+        if len(graphs) > 3:
+            lines.append(f"  and {len(graphs) - 3} more in findings.json")
     return lines + [""]
+
+
+def _graph_text(g: dict) -> str:
+    """What the kernel's causal graph says, as checks.tsv says it (its verdict, its share, its checks)."""
+    if g.get("status") != "ok" or not g.get("verdict"):
+        return "no graph (skipped: too few rows in the selected windows)"
+    share = f" {percent(g['share'])}" if g.get("verdict") in ("explained", "partly explained") else ""
+    text = f"{g['verdict']}{share} over {g.get('rows', '?')} launches"
+    figure = f", [figure]({g['figure']})" if g.get("figure") else ""
+    return text + f" ({g.get('checks', '?')}){figure}"
 
 
 def _kernel_table(rec: dict) -> list[str]:

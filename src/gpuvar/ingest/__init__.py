@@ -50,6 +50,7 @@ def normalize_trace(raw):
     from gpuvar.ingest.corun import set_columns
     from gpuvar.ingest.detect import formats
     from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
+    from gpuvar.ingest.step_size import with_step_threads
     from gpuvar.schema import finalize_kernels, finalize_memcpy
 
     module = formats().get(raw.format)
@@ -71,7 +72,7 @@ def normalize_trace(raw):
         corun = _corun_arrays(out, kernels)  # rows stay aligned: add_call_sites adds columns, never moves rows
         kernels, memcpy = add_call_sites(raw, out, kernels, memcpy, host)  # launch_op, step, call_index, call_site
         context = context.result()
-    kernels = append_context(kernels, context | step_offset_arrays(kernels))
+    kernels = with_step_threads(append_context(kernels, context | step_offset_arrays(kernels)))
     return out, set_columns(kernels, corun), memcpy
 
 
