@@ -74,14 +74,19 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
 
 
 # derived after the reader (tests/test_call_sites.py, tests/test_context.py and tests/test_corun.py check them)
-CALL_SITE_COLUMNS = ("launch_op", "step", "call_index", "call_site")
+CALL_SITE_COLUMNS = ("launch_op", "step", "op_occurrence", "call_index", "call_site", "step_threads")
 
 
 def _check_call_sites(k: pd.DataFrame) -> None:
-    """Without a step, a launch's call site is its launch configuration; with one, it names the launching op."""
+    """Without a step, a launch's call site is its block, registers and shared memory, never its grid; with an op
+    and a step, it names the op's occurrence; the step's threads are known exactly where the step is."""
     no_step = k["step"].isna()
-    assert (k.loc[no_step, "call_site"] == k.loc[no_step, "launch_config"].fillna("?")).all()
+    assert k.loc[no_step, "call_site"].str.fullmatch(r"b\S+ r\S+ s\S+|\?").all()
+    with_op = k["op_occurrence"].notna()
+    assert all(site.startswith(f"{op}#") for site, op in zip(k.loc[with_op, "call_site"], k.loc[with_op, "launch_op"]))
     assert k["call_site"].notna().all()
+    if "grid_size" in k.columns and k["grid_size"].notna().all():
+        assert (k["step_threads"].notna() == k["step"].notna()).all()
 
 
 def _check_launch_config(k: pd.DataFrame) -> None:

@@ -291,6 +291,8 @@ def _step_positions(p: Placed, corr: np.ndarray, rows: np.ndarray) -> np.ndarray
 def _config_labels(table: pa.Table) -> np.ndarray:
     """'b{block} r{registers} s{shared memory}' per row: the launch configuration without the grid."""
     n = table.num_rows
+    if n == 0:
+        return np.zeros(0, dtype=object)
 
     def column(name):
         if name not in table.column_names:
