@@ -35,6 +35,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from gpuvar.ingest.json_stream import DecodeFailed
@@ -429,7 +430,14 @@ def _text_column(raws: list) -> tuple[list, np.ndarray]:
     n = len(raws)
     if raws.count(_NULL) == n:
         return [], np.full(n, -1, dtype=np.int32)
-    uniques, codes = _dictionary(list(map(bytes, raws)))
+    lengths = np.fromiter(map(len, raws), np.int64, n)  # the raw values as one Arrow binary array: hashed in C++
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))]
+    )
+    encoded = pc.dictionary_encode(values)  # (distinct values in first-seen order)
+    uniques, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy()
     texts = []
     for raw in uniques:
         value = json_value(raw)
