@@ -200,8 +200,7 @@ def op_shape_features(op_names, dims_texts, types_texts=None, concrete_texts=Non
     for c, u in zip(codes[1:], uniques[1:]):  # one code per distinct combination, pairwise (no overflow)
         combo, _ = pd.factorize((combo + 1) * (len(u) + 1) + (c + 1))
     combo = np.asarray(combo, dtype=np.int64)
-    first = np.full(combo.max() + 1 if n else 0, -1, np.int64)
-    first[combo[::-1]] = np.arange(n - 1, -1, -1)  # a row of each combination
+    _, first = np.unique(combo, return_index=True)  # the first row of each combination (codes 0..k-1)
     parsed: dict = {}
     table = np.empty((len(first), len(SIZE_COLUMNS)), np.float64)
     for j, row in enumerate(first):
