@@ -218,3 +218,17 @@ def test_group_slug_safe_and_deterministic():
     assert a == group_slug("void k<float, 3>(float*, int) / ../x")
     assert "/" not in a and ".." not in a and len(a) <= 49
     assert group_slug("a b") != group_slug("a_b")
+
+
+def test_auto_features_keep_the_input_size_columns_as_launch_causes():
+    """op_* (gpuvar.ingest.shapes: the launching op's input sizes) are set by the program: auto features keep
+    them, in the launch tier (a counter or the duration cannot cause them), not categorical."""
+    from gpuvar.causal.roles import role_of
+    from gpuvar.ingest.shapes import SIZE_COLUMNS
+
+    df = frame()
+    for i, name in enumerate(SIZE_COLUMNS):
+        df[name] = df["grid_x"] * (i + 2.0)
+    feats, rejected = select_features(df, "kernel_variability", "kernel_name", "auto")
+    assert feats == ["grid_x", "grid_y", "block_x", *SIZE_COLUMNS] and rejected == {}
+    assert {(role_of(c).role, role_of(c).tier, role_of(c).categorical) for c in SIZE_COLUMNS} == {("launch", 0, False)}

@@ -4,15 +4,16 @@ The default `--format set` writes the datasets the default config analyses: four
 "ranks" (as in the paper's workflow datasets), one Nsight Compute CSV (a PerfCounter dataset) and one rocprof
 counter CSV, a planted comparison pair (pair_baseline/pair_candidate.sqlite: the candidate slows one kernel by
 10 % and removes one of its causal drivers; gpuvar.demo.planted_pair), plus demo.json describing the planted
-causal structure. `--format pair` writes only the pair. `--format canonical` writes canonical
-Parquet directly, for benchmarks of any size.
+causal structure. `--format pair` writes only the pair. `--format shapes` writes a Kineto trace recorded with
+input shapes whose GEMM kernel names drift with the size, and its truth.json (gpuvar.demo.planted_shapes; --rows:
+launches, 5 per step). `--format canonical` writes canonical Parquet directly, for benchmarks of any size.
 """
 
 from __future__ import annotations
 
 import json
 
-SET_FORMATS = ("set", "canonical", "nsys", "rocprof", "ncu", "ncu-wide", "pair")
+SET_FORMATS = ("set", "canonical", "nsys", "rocprof", "ncu", "ncu-wide", "pair", "shapes")
 
 PLANTED = {
     "kernel_variability": {"grid_x": "+", "grid_y": "-", "tcp_pending_stall": "+ (AMD / ncu counters)"},
@@ -92,6 +93,11 @@ def run(args) -> int:
         from gpuvar.demo.planted_pair import write_pair
 
         result = write_pair(args.output, args.rows or 5_000, args.seed)
+    elif args.format == "shapes":
+        from gpuvar.demo.planted_shapes import LAUNCHES_PER_STEP, write_planted_shapes
+
+        steps = max((args.rows or 300) // LAUNCHES_PER_STEP, 1)
+        result = write_planted_shapes(args.output, steps, args.seed)
     elif args.format == "canonical":
         from gpuvar.demo.canonical_writer import write_canonical_demo
 

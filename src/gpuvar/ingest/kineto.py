@@ -26,7 +26,9 @@ JSON keys as column names: `events` (the kernel, gpu_memcpy and gpu_memset event
 as an exact decimal in µs (12 decimals; more are rounded to odd, so the ns rounding stays exact), dur (µs),
 args.<key> for the args above, args.grid[0..2], args.block[0..2], args.kind), `cuda_profiler_range` (cat,
 name, ts, dur, args.<counter>), and the host events that place each launch (read by gpuvar.ingest.call_sites,
-not by normalize): `cpu_ops` (cat cpu_op / user_annotation: cat, name, ts, dur, pid, tid, args.External id) and
+not by normalize): `cpu_ops` (cat cpu_op / user_annotation: cat, name, ts, dur, pid, tid, args.External id, and
+the input shapes of record_shapes=True as dictionary-encoded compact JSON text: args.Input Dims, args.Input type,
+args.Concrete Inputs, each present only when some op carries it; read by gpuvar.ingest.shapes) and
 `runtime` (cat cuda_runtime / cuda_driver: the same and args.correlation); raw.info holds the other top-level keys (`top`: deviceProperties,
 distributedInfo, schemaVersion, ...), the number of trace events and the count of each GPU category.
 normalize selects kernels and copies by cat, converts µs to ns and renames (docs/raw-rocpd-kineto.md).
@@ -59,6 +61,7 @@ from gpuvar.ingest.kineto_pieces import (
     DIMS,
     GPU_CATS,
     HOST_TABLES,
+    HOST_TEXT_ARGS,
     RANGE_CAT,
     TS_TYPE,
     process_piece,
@@ -122,11 +125,13 @@ def sniff(path: Path, head: bytes) -> bool:
 
 class _Gpu:
     """The GPU event columns (or, with other `cats`, one host table's), gathered piece by piece: piece
-    dictionaries mapped to global ones, ts parsed."""
+    dictionaries mapped to global ones, ts parsed. `optional`: dictionary columns left out of the table when no
+    row has a value (the input-shape texts of a trace recorded without shapes)."""
 
-    def __init__(self, cats: tuple = GPU_CATS, dictionaries: tuple = ("name", "args.kind")):
+    def __init__(self, cats: tuple = GPU_CATS, dictionaries: tuple = ("name", "args.kind"), optional: tuple = ()):
         self.cats = cats
-        self.dicts: dict[str, dict] = {key: {} for key in dictionaries}
+        self.optional = frozenset(optional)
+        self.dicts: dict[str, dict] = {key: {} for key in (*dictionaries, *optional)}
         self.chunks: dict[str, list] = {}
         self.rows = 0
 
@@ -144,6 +149,8 @@ class _Gpu:
     def table(self) -> pa.Table:
         columns = {}
         for key, chunks in self.chunks.items():
+            if key in self.optional and not self.dicts[key]:
+                continue
             if key in self.dicts:
                 codes = np.concatenate(chunks)
                 mask = codes < 0
@@ -249,7 +256,10 @@ def read_raw(path: Path, options: ReadOptions = DEFAULT_OPTIONS) -> RawTrace:
     tables with the JSON keys as column names, and the other top-level keys in raw.info."""
     path = Path(path)
     gpu, ranges, counts = _Gpu(), [], Counter()
-    host = {table: _Gpu(cats, ("name",)) for table, (cats, _) in HOST_TABLES.items()}
+    host = {
+        table: _Gpu(cats, ("name",), tuple(f"args.{key}" for key in HOST_TEXT_ARGS[table]))
+        for table, (cats, _) in HOST_TABLES.items()
+    }
     gc_was_on = gc.isenabled()
     gc.disable()  # the decode allocates millions of acyclic objects: collection passes would dominate
     try:

@@ -4,7 +4,8 @@ Only the GPU activity events are decoded in full: `kernel`, `gpu_memcpy` and `gp
 in file order) and `cuda_profiler_range` (a list: their args are arbitrary counters). The host events that say
 where and when a kernel was launched are decoded in part (HOST_TABLES: cat, name, ts, dur, pid, tid and the one
 or two args keys that link them: External id, correlation): `cpu_op` / `user_annotation` and `cuda_runtime` /
-`cuda_driver`. The others are counted.
+`cuda_driver`. The others are counted. The ops also keep their input shapes as JSON text (HOST_TEXT_ARGS, see
+_text_column).
 Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit conversion, no renaming.
   * cat, name, ts, dur, args, pid, tid: ph is not read; pid and tid (small scalars) are decoded as they are and
     used on host events only (on GPU events they repeat args.device and args.stream);
@@ -34,6 +35,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from gpuvar.ingest.json_stream import DecodeFailed
@@ -93,13 +95,19 @@ HOST_TABLES = {  # raw table -> (its categories, the args keys read on them)
     "cpu_ops": (("cpu_op", "user_annotation"), ("External id",)),
     "runtime": (("cuda_runtime", "cuda_driver"), ("correlation", "External id")),
 }
+# args keys kept as JSON text (a dictionary column per raw table): the input shapes that
+# torch.profiler.profile(record_shapes=True) writes on every op (gpuvar.ingest.shapes reads them)
+HOST_TEXT_ARGS = {"cpu_ops": ("Input Dims", "Input type", "Concrete Inputs"), "runtime": ()}
+_TEXT_FIELDS = {"Input Dims": "dims", "Input type": "types", "Concrete Inputs": "concrete"}  # attribute names
 _HOST_CODE = {cat: i + 1 for i, cat in enumerate(c for cats, _ in HOST_TABLES.values() for c in cats)}  # 1-based
 _HostArgs = msgspec.defstruct(
     "_HostArgs",
-    [("external", Any, msgspec.field(default=None, name="External id")), ("correlation", Any, None)],
+    [("external", Any, msgspec.field(default=None, name="External id")), ("correlation", Any, None)]
+    + [(attr, msgspec.Raw, msgspec.field(default=_NULL, name=key)) for key, attr in _TEXT_FIELDS.items()],
     gc=False,
 )
 _HOST_GETTERS = {"External id": attrgetter("external"), "correlation": attrgetter("correlation")}
+_TEXT_GETTERS = {key: attrgetter(attr) for key, attr in _TEXT_FIELDS.items()}
 
 
 _Args = msgspec.defstruct(
@@ -376,22 +384,25 @@ def _scatter(n: int, parts: list[tuple]) -> np.ndarray:
 
 
 def _host_args(raws: list) -> list:
-    """The linking args (External id, correlation) of host events; an event whose args do not fit gets None."""
+    """The linking args (External id, correlation) and input shapes (raw) of host events; an event whose args do
+    not fit gets None."""
     return _decode_each(_HOST_ARGS, raws)
 
 
-def _host_columns(events: list, cat: np.ndarray, keys: tuple) -> dict:
+def _host_columns(events: list, cat: np.ndarray, table: str) -> dict:
     """Columns of one piece's host events of one raw table (raw fields decoded here)."""
     args = _host_args(list(map(attrgetter("args"), events)))
     empty = _HostArgs()
     args = [a if a is not None else empty for a in args]
     names, dur = decode_names(list(map(_NAME, events))), dur_to_us(list(map(_DUR, events)))
-    return _host_table(events, cat, names, dur, args, [(key, _HOST_GETTERS[key]) for key in keys])
+    getters = [(key, _HOST_GETTERS[key]) for key in HOST_TABLES[table][1]]
+    return _host_table(table, events, cat, names, dur, args, getters)
 
 
-def _host_table(events: list, cat: np.ndarray, names: list, dur: np.ndarray, args: list, getters: list) -> dict:
+def _host_table(table: str, events: list, cat: np.ndarray, names: list, dur: np.ndarray, args: list, getters: list):
     """Columns of one piece's host events of one raw table: cat code, name (piece dictionary), ts text, dur, pid,
-    tid, args.<key> (int64, or float64 with NaN where missing); `getters`: (key, its getter on the args)."""
+    tid, args.<key> (int64, or float64 with NaN where missing); `getters`: (key, its getter on the args);
+    args.<text key> for each key of the table's HOST_TEXT_ARGS (_text_column)."""
     names, name_code = _dictionary(names)
     cols = {
         "cat": cat,
@@ -403,7 +414,37 @@ def _host_table(events: list, cat: np.ndarray, names: list, dur: np.ndarray, arg
     }
     for key, get in getters:
         cols[f"args.{key}"] = numbers(list(map(get, args)))
+    for key in HOST_TEXT_ARGS[table]:
+        cols[f"args.{key}"] = _text_column(list(map(_TEXT_GETTERS[key], args)))
     return cols
+
+
+def _text_column(raws: list) -> tuple[list, np.ndarray]:
+    """Raw JSON values of one text args key -> a piece dictionary (distinct texts, int32 codes; -1 null).
+
+    A text is the value's compact JSON (msgspec's encoding: no spaces), so that a value reads the same whatever
+    the writer's spacing. Null where the key is absent, the value is not a list (Kineto writes a list for every
+    input-shape key), or it cannot be decoded (invalid UTF-8): only that event's value. Each distinct raw value
+    is decoded once (shapes repeat from step to step). Without shapes (every value the absent key's default)
+    this costs one pass in C over the piece's ops."""
+    n = len(raws)
+    if raws.count(_NULL) == n:
+        return [], np.full(n, -1, dtype=np.int32)
+    lengths = np.fromiter(map(len, raws), np.int64, n)  # the raw values as one Arrow binary array: hashed in C++
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))]
+    )
+    encoded = pc.dictionary_encode(values)  # (distinct values in first-seen order)
+    uniques, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy()
+    texts = []
+    for raw in uniques:
+        value = json_value(raw)
+        texts.append(msgspec.json.encode(value).decode() if isinstance(value, list) else None)
+    lookup: dict = {}
+    glob = np.array([-1 if t is None else lookup.setdefault(t, len(lookup)) for t in texts] + [-1], dtype=np.int32)
+    return list(lookup), glob[codes]
 
 
 def _range_rows(events: list) -> list[tuple]:
@@ -437,8 +478,8 @@ def _process_raw(data) -> dict:
     gpu = list(compress(events, codes))
     ranges = list(compress(events, map(eq, cats, repeat(RANGE_CAT))))  # (str.__eq__(None) is NotImplemented)
     host = {}
-    for table, keys, picked, cat in _host_selections(events, cats):
-        host[table] = _host_columns(picked, cat, keys)
+    for table, picked, cat in _host_selections(events, cats):
+        host[table] = _host_columns(picked, cat, table)
     cat = np.array(list(filter(None, codes)), dtype=np.int8) - 1
     n = len(events)
     del events, cats, codes  # freed before the columns are built: their memory is reused (faster)
@@ -446,7 +487,7 @@ def _process_raw(data) -> dict:
 
 
 def _host_selections(events: list, cats: list) -> Iterator[tuple]:
-    """(raw table, its args keys, its events, their category codes) of each host table with events here."""
+    """(raw table, its events, their category codes) of each host table with events here."""
     host_codes = list(map(_HOST_CODE.get, cats))  # one pass for both host tables; None for the other categories
     chosen = list(compress(events, host_codes))
     if not chosen:
@@ -454,11 +495,11 @@ def _host_selections(events: list, cats: list) -> Iterator[tuple]:
     host_cat = np.array(list(filter(None, host_codes)), dtype=np.int8) - 1
     del host_codes
     first = 0
-    for table, (table_cats, keys) in HOST_TABLES.items():
+    for table, (table_cats, _) in HOST_TABLES.items():
         mine = (host_cat >= first) & (host_cat < first + len(table_cats))
         if mine.any():
             picked = chosen if mine.all() else list(compress(chosen, mine.tolist()))
-            yield table, keys, picked, host_cat[mine] - first
+            yield table, picked, host_cat[mine] - first
         first += len(table_cats)
 
 
@@ -494,11 +535,12 @@ class _Refused(Exception):
     """The typed pass cannot read this piece: _process_raw reads it."""
 
 
-_StrictArgs = msgspec.defstruct(  # _Args' attributes, typed
+_StrictArgs = msgspec.defstruct(  # _Args' attributes, typed, and the ops' input shapes (raw: any JSON value)
     "_StrictArgs",
     [(f"a{i}", _Number, msgspec.field(default=None, name=key)) for i, key in enumerate(ARGS)]
     + [(dim, _Dim, None) for dim in DIMS]
-    + [("kind", str | None, None)],
+    + [("kind", str | None, None)]
+    + [(attr, msgspec.Raw, msgspec.field(default=_NULL, name=key)) for key, attr in _TEXT_FIELDS.items()],
     gc=False,
 )
 
@@ -559,10 +601,10 @@ def _strict_columns(events: list) -> dict:
     codes = list(map(_CAT_CODE.get, cats))
     gpu = list(compress(events, codes))
     host = {}
-    for table, keys, picked, cat in _host_selections(events, cats):
+    for table, picked, cat in _host_selections(events, cats):
         names, dur, args = _strict_fields(picked)
-        getters = [(key, _STRICT_HOST_GETTERS[key]) for key in keys]
-        host[table] = _host_table(picked, cat, names, dur, args, getters)
+        getters = [(key, _STRICT_HOST_GETTERS[key]) for key in HOST_TABLES[table][1]]
+        host[table] = _host_table(table, picked, cat, names, dur, args, getters)
     cat = np.array(list(filter(None, codes)), dtype=np.int8) - 1
     n = len(events)
     del events, cats, codes
