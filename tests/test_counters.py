@@ -77,6 +77,20 @@ def test_every_row_of_the_role_table_is_consistent():
         assert (role.role == "leak") == (role.kind == "time"), pattern.pattern
 
 
+def test_a_row_without_a_kind_takes_its_roles_default_and_a_contradiction_is_refused():
+    """The kind column is last and may be left out (rows written before it existed, or merged from a branch that
+    did not have it): a leak is then time-like, anything else 'other'. A leak said to be work is an error."""
+    from gpuvar.causal.roles import parse_rules
+
+    header = "pattern,role,categorical,components,why,kind\n"
+    rules = parse_rules(
+        header + "op_.*,launch,no,,input sizes of the op\nx_cycles,leak,no,,cycles\ny,counter,no,,y,work\n"
+    )
+    assert [r.kind for _, r in rules] == ["other", "time", "work"]
+    with pytest.raises(ValueError, match="inconsistent"):
+        parse_rules(header + "x_cycles,leak,no,,cycles,work\n")
+
+
 @pytest.mark.parametrize(
     "where",
     [

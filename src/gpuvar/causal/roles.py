@@ -18,7 +18,8 @@ Roles and their tier in the prior knowledge (a lower tier cannot be caused by a 
                     unless listed explicitly (gpuvar.causal.prepare.leak_reason)
   target  (tier 2)  the variability being explained (a sink)
 
-Kinds (`kind` column, `counter_kind`): what a measured column counts, so that the findings can tell a counter that
+Kinds (`kind`, the table's last column, `counter_kind`; a row without it is 'time' if it is a leak, else 'other'):
+what a measured column counts, so that the findings can tell a counter that
 may be named as a cause of the duration from one that is the duration in another form (issue 34, GUIDE §10):
   work   work or traffic whose direction on the duration is known: bytes, sectors, requests, instructions, waves
          (ncu dram__bytes_*, lts__t_sectors*, smsp__inst_executed*, launch__waves_per_multiprocessor; AMD SQ_WAVES,
@@ -79,11 +80,16 @@ COUNTER = Role("counter", False, (), "measured during the run (hardware counter 
 
 @lru_cache(maxsize=1)
 def _rules() -> tuple[tuple[re.Pattern, Role], ...]:
-    text = resources.files("gpuvar").joinpath("data/feature_roles.csv").read_text(encoding="utf-8")
+    return parse_rules(resources.files("gpuvar").joinpath("data/feature_roles.csv").read_text(encoding="utf-8"))
+
+
+def parse_rules(text: str) -> tuple[tuple[re.Pattern, Role], ...]:
+    """The rows of a role table (the CSV text of data/feature_roles.csv), in order."""
     rules = []
     for row in csv.DictReader(text.splitlines()):
         components = tuple(c for c in row["components"].split("*") if c)
-        role = Role(row["role"], row["categorical"] == "yes", components, row["why"], row["kind"])
+        kind = row.get("kind") or ("time" if row["role"] == "leak" else "other")  # the last column may be left out
+        role = Role(row["role"], row["categorical"] == "yes", components, row["why"], kind)
         # a leak is the duration in another form and a time-like counter is refused as a cause: one fact, two
         # columns, so a row that says one without the other is an error in the table, not a judgement call
         if role.role not in TIERS or role.kind not in KINDS or (role.role == "leak") != (role.kind == "time"):
