@@ -198,6 +198,33 @@ def test_ncu_details_page_names_by_kind(relative):
         } <= set(metrics)
 
 
+# Names of the --set full sections that no recorded details export here holds (Compute Workload Analysis, Memory
+# Workload Analysis, Scheduler and Warp State Statistics, Instruction Statistics, Source Counters), as ncu prints them.
+FULL_SET_DETAILS = {
+    "Executed Ipc Elapsed": "time",
+    "Executed Ipc Active": "other",
+    "Issue Slots Busy": "time",
+    "SM Busy": "time",
+    "Memory Workload Analysis: Memory Throughput": "time",
+    "Mem Busy": "time",
+    "Max Bandwidth": "time",
+    "L1/TEX Hit Rate": "other",
+    "L2 Hit Rate": "other",
+    "One or More Eligible": "other",
+    "Active Warps Per Scheduler": "other",
+    "Warp Cycles Per Issued Instruction": "time",
+    "Executed Instructions": "work",
+    "Issued Instructions Per Scheduler": "work",
+    "Branch Instructions": "work",
+    "Branch Instructions Ratio": "other",
+    "Branch Efficiency": "other",
+}
+
+
+def test_ncu_full_set_details_names_by_kind():
+    assert {n: counter_kind(n) for n in FULL_SET_DETAILS} == FULL_SET_DETAILS
+
+
 AMD_EXPECTED = {
     # rocprof v1 counter passes (omniperf2022-mixbench-mi100-perpass), as in the files
     "GRBM_COUNT": "time",
