@@ -12,7 +12,9 @@ GPU does. Rules, in this order:
      represented by the member a performance engineer can act on: a launch parameter over a context column
      (ctx_*: what ran beside the kernel), over a derived column, over a copy attribute, over a counter; ties
      by column order. Greedy in that preference order, each representative absorbing the not-yet-merged
-     columns within the threshold of itself (no chaining).
+     columns within the threshold of itself (no chaining). A time-like column (role `leak`, analysed only when
+     listed explicitly) merges only with other leaks: it never becomes the name of a driver nor hides inside
+     one ('grid_x (≈ Elapsed Cycles)' would present the duration in another unit as part of a cause).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def merge_near_duplicates(values: np.ndarray, names: list[str], threshold: float
         return list(names), {}, {}
     corr = correlations(values)
     order = sorted(range(len(names)), key=lambda k: (ROLE_PREFERENCE[role_of(names[k]).role], k))
+    leak = [role_of(n).role == "leak" for n in names]
     assigned = np.zeros(len(names), bool)
     merged: dict[str, list[tuple[str, float]]] = {}
     dropped: dict[str, str] = {}
@@ -66,7 +69,7 @@ def merge_near_duplicates(values: np.ndarray, names: list[str], threshold: float
             continue
         assigned[k] = True
         for j in order:
-            if not assigned[j] and abs(corr[k, j]) >= threshold:
+            if not assigned[j] and leak[j] == leak[k] and abs(corr[k, j]) >= threshold:
                 assigned[j] = True
                 merged.setdefault(names[k], []).append((names[j], float(corr[k, j])))
                 dropped[names[j]] = f"near-duplicate of {names[k]} (corr {corr[k, j]:+.3f}): merged into it"

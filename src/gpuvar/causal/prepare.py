@@ -47,6 +47,14 @@ EXCLUDED_SUFFIXES = ("_start", "_end", "_id", "_duration")
 VENDOR_NOT_FEATURE = re.compile(
     r"^(?:.*(?:Id|ID|Pid|Index|index|Ns|_Timestamp)|tid|pid|sig|obj|context|stream|device|gpu__time_duration(?:\..*)?)$"
 )
+# Nsight Compute's bookkeeping of its own replay and sampling (memory saved before each replay pass, pass counts,
+# sampler buffers): set by the profiler and by what the process had allocated so far, not by the kernel. On the real
+# random-sizes H100 export profiler__replayer_bytes_mem_accessible.avg (growing with the process's allocations over
+# the run) took a 0.29 share of the curand graph.
+PROFILER_NOT_FEATURE = re.compile(
+    r"^(?:profiler__|smsp__pcsamp_(?:aggregated_passes|buffer_size_bytes|dropped_bytes|interval))"
+)
+PROFILER_REASON = "profiler bookkeeping (replay passes, memory saved for replay, sampler buffers): set by the profiler"
 # Columns computed from the kernel's own elapsed time (role `leak` in data/feature_roles.csv, with the reason):
 # elapsed/busy cycle counts are the duration in another unit, rates per elapsed time (`*.pct_of_peak_sustained_
 # elapsed`, per second, throughput %, AMD busy %) the target in another form; on a real Nsight Compute CSV such
@@ -145,6 +153,8 @@ def select_features(df: pd.DataFrame, target: str, group_by: str | None, feature
                 continue
             if VENDOR_NOT_FEATURE.match(name):
                 rejected[name] = "identifier, timestamp or raw duration (not a cause)"
+            elif PROFILER_NOT_FEATURE.match(name) and not leak_reason(name):
+                rejected[name] = PROFILER_REASON
             elif leak_reason(name):
                 rejected[name] = leak_reason(name)
             else:
