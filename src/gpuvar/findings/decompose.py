@@ -53,6 +53,7 @@ SITE_SEPARATOR = " @ "
 DRIVER_MIN_SHARE = 0.05  # a feature adding less of the within-call-site variance is not a driver
 MAX_DRIVERS = 4
 MAX_COUNTERS = 3
+MAX_MERGED_NAMED = 2  # near-duplicates named in a driver's label (all of them in findings.json)
 DUPLICATE_CORR = 0.95  # drivers this correlated are one driver, named after the first (a launch parameter)
 NEAR_TIE = 0.02  # candidates within this share of the best: the one a user can change is named
 STABLE_CV = 0.03  # within-call-site CV below this: stable run to run (with MIN_ROWS launches or more)
@@ -99,7 +100,10 @@ class Driver:
 
     @property
     def label(self) -> str:
-        return f"{self.feature} (≈ {', '.join(self.merged)})" if self.merged else self.feature
+        if not self.merged:
+            return self.feature
+        more = f" and {len(self.merged) - MAX_MERGED_NAMED} more" if len(self.merged) > MAX_MERGED_NAMED else ""
+        return f"{self.feature} (≈ {', '.join(self.merged[:MAX_MERGED_NAMED])}{more})"
 
     def record(self) -> dict:
         return {
@@ -108,6 +112,7 @@ class Driver:
             "kind": self.kind,
             "sign": self.sign,
             "share_of_within": round(self.share, 6),
+            "near_duplicates": list(self.merged),
         }
 
 
@@ -161,19 +166,21 @@ _PREFERENCE = {SIZE: 0, "context": 1, COUNTER: 2}
 
 
 def _preference(name: str, kind: str) -> tuple[int, int]:
-    """What a user can change first: a launch parameter, an input shape, the variant, the step's work, then
-    context, then counters."""
+    """What a user can change or read first: a launch parameter, the op's FLOPs, its other input sizes, a product
+    of launch parameters, the kernel variant, the step's work; then context; then counters."""
     from gpuvar.causal.roles import role_of
 
     if kind != SIZE:  # a share of the launch overlapped before a count of what overlapped (less biased by length)
         return (_PREFERENCE[kind], 0 if name.endswith("_overlap") else 1)
     if name == VARIANT_LABEL:
-        return (0, 3)
-    if name == STEP_THREADS:
         return (0, 4)
-    if name.startswith("op_"):
+    if name == STEP_THREADS:
+        return (0, 5)
+    if name == "op_flops":
         return (0, 1)
-    return (0, 0 if role_of(name).role == "launch" else 2)
+    if name.startswith("op_"):
+        return (0, 2)
+    return (0, 0 if role_of(name).role == "launch" else 3)
 
 
 def _gain(basis: Basis, X: np.ndarray, cols: list[int], r: np.ndarray, total: float) -> float:
@@ -469,10 +476,10 @@ def decompose(kernels: pd.DataFrame, seed: int = 0) -> list[Decomposition]:
     from gpuvar.findings.features import (
         STEP_THREADS,
         context_frame,
+        counter_columns,
         group_features,
         size_columns,
         step_threads,
-        work_counter_columns,
     )
 
     if "duration" not in kernels.columns or "kernel_name" not in kernels.columns:
@@ -485,7 +492,7 @@ def decompose(kernels: pd.DataFrame, seed: int = 0) -> list[Decomposition]:
     groups = groups_of(rows)
     size_cols = size_columns(rows.drop(columns=[STEP_THREADS], errors="ignore"))
     context = context_frame(rows)
-    counters = work_counter_columns(rows)
+    counters = counter_columns(rows)
     steps = pd.to_numeric(rows["step"], errors="coerce") if "step" in rows.columns else None
     out = []
     for group, index in sorted(groups.groupby(groups, sort=False).indices.items()):

@@ -10,8 +10,9 @@ Why kinds: a performance engineer acts differently on each, and the direction of
   context   set by the rest of the program or the machine while the launch ran: copies and memsets in flight,
             kernels of other streams and of other processes on the same GPU, the rank (ctx_* of role `context`)
   counters  work and traffic the kernel did, measured by the profiler (bytes, sectors, requests, instructions,
-            waves): mediators between size and duration, allowed as drivers; time-like counters (cycles, rates
-            per second or per elapsed time) are the duration in another unit and never used
+            waves), and its stalls (cycles its warps waited on memory or a pipe): mediators between size and
+            duration, allowed as drivers; time-like counters (cycles, rates per second or per elapsed time) are
+            the duration in another unit and never used; ratios (hit rates, occupancy) are not offered
 Columns whose role is `leak` (ctx_gap_ns, ctx_step_offset_ns, elapsed cycles, rates) are never features here.
 """
 
@@ -31,6 +32,7 @@ OTHER_PROCESSES = "other processes' kernels on the GPU"
 OTHER_PROCESS_COLUMNS = ("ctx_other_process_overlap", "ctx_other_process_kernels")  # one driver: share, count
 MAX_VARIANTS = 6  # indicator columns per group; rarer variants share the baseline
 SIZE, CONTEXT, COUNTER = "size", "context", "counter"
+DRIVER_COUNTER_KINDS = ("work", "stall")
 
 
 @dataclass
@@ -82,19 +84,18 @@ def context_frame(kernels: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(cols, index=kernels.index)
 
 
-def work_counter_columns(kernels: pd.DataFrame) -> list[str]:
-    """Numeric hardware-counter columns whose kind is work or traffic (gpuvar.causal.roles.counter_kind)."""
-    from gpuvar.causal import roles
+def counter_columns(kernels: pd.DataFrame) -> list[str]:
+    """Numeric hardware-counter columns that may be drivers: work and traffic (bytes, sectors, requests,
+    instructions, waves) and stalls (cycles warps waited on memory or a pipe: they lengthen the kernel, the
+    kernel does not cause them), by gpuvar.causal.roles.counter_kind; time-like counters never, ratios not."""
+    from gpuvar.causal.roles import counter_kind, role_of
 
-    kind_of = getattr(roles, "counter_kind", None)
-    if kind_of is None:
-        return []
     out = []
     for name in kernels.columns:
         name = str(name)
-        if roles.role_of(name).role != "counter" or not pd.api.types.is_numeric_dtype(kernels[name]):
+        if role_of(name).role != "counter" or not pd.api.types.is_numeric_dtype(kernels[name]):
             continue
-        if kind_of(name) == "work":
+        if counter_kind(name) in DRIVER_COUNTER_KINDS:
             out.append(name)
     return out
 

@@ -89,10 +89,7 @@ def _finding(f: dict) -> list[str]:
             verdict += "; the remainder still depends on the features (non-linear effect): the share is a lower bound"
     lines.append(verdict)
     if f["drivers"]:
-        drivers = ", ".join(
-            f"{safe(d['label'])} ({'+' if d['sign'] > 0 else '−'}, {percent(d['share_of_within'])})"
-            for d in f["drivers"][:4]
-        )
+        drivers = "; ".join(_driver_text(d) for d in f["drivers"][:4])
         lines.append(f"- **Drivers** (each: what it adds to those before it): {drivers}")
     ev = f["evidence"]["slowest_launch"]
     ratio = f" = {ev['ratio']:.2f}× its call site's median" if ev.get("ratio") is not None else ""
@@ -133,6 +130,15 @@ def _graph_text(g: dict) -> str:
     text = f"{g['verdict']}{share} over {g.get('rows', '?')} launches"
     figure = f", [figure]({g['figure']})" if g.get("figure") else ""
     return text + f" ({g.get('checks', '?')}){figure}"
+
+
+def _driver_text(d: dict) -> str:
+    """'grid_x (+, 98 %; moves with grid_size, dram__bytes_read.sum)': the driver, its sign, what it adds, and
+    every near-duplicate (|corr| >= 0.95 within call sites: the data cannot tell them apart)."""
+    same = d.get("near_duplicates") or []
+    shown = ", ".join(safe(m) for m in same[:8]) + (f" and {len(same) - 8} more" if len(same) > 8 else "")
+    tail = f"; moves with {shown}" if same else ""
+    return f"{safe(d['feature'])} ({'+' if d['sign'] > 0 else '−'}, {percent(d['share_of_within'])}{tail})"
 
 
 def _kernel_table(rec: dict) -> list[str]:

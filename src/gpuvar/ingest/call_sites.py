@@ -349,6 +349,31 @@ def _labels(
     return out if n else np.zeros(0, object)
 
 
+def _shape_columns(host: HostTimeline | None, p: Placed) -> dict[str, pa.Array]:
+    """The launching op's input-shape features (gpuvar.ingest.shapes) per launch, when the trace records shapes:
+    computed once per op that launched something, then given to each of its launches; {} otherwise."""
+    from gpuvar.ingest.shapes import SIZE_COLUMNS, op_shape_features
+
+    if host is None or "dims" not in host.ops.columns or not (p.op_row >= 0).any():
+        return {}
+    ops = host.ops.reset_index(drop=True)
+    used, inverse = np.unique(p.op_row[p.op_row >= 0], return_inverse=True)
+
+    def column(name):
+        return ops[name].to_numpy(dtype=object)[used] if name in ops.columns else None
+
+    features = op_shape_features(
+        ops["name"].to_numpy(dtype=object)[used], column("dims"), column("types"), column("concrete")
+    )
+    out = {}
+    for name in SIZE_COLUMNS:
+        values = np.full(len(p.op_row), np.nan)
+        values[p.op_row >= 0] = features[name][inverse]
+        if np.isfinite(values).any():
+            out[name] = pa.array(values, type=pa.float64(), from_pandas=True)
+    return out
+
+
 def _nullable(values: np.ndarray) -> pa.Array:
     return pa.array(values, type=pa.int64(), mask=values == MISSING)
 
@@ -407,6 +432,8 @@ def add_call_sites(
     kernels = _set(kernels, "op_occurrence", _nullable(occurrence))
     kernels = _set(kernels, "call_index", _nullable(index))
     kernels = _set(kernels, "call_site", pa.array(sites.tolist(), pa.string()))
+    for name, values in _shape_columns(host, k).items():
+        kernels = _set(kernels, name, values)
     if memcpy is not None:
         m = placed[1]
         memcpy = _set(memcpy, "launch_op", _op_array(m))

@@ -22,6 +22,7 @@ EMIT_NVTX_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes|input_op_ids)\s*=.*$", re
 SYNC_NAME = re.compile(r"^cudaDeviceSynchronize(?:_v\d+)?$")
 NVTX_PUSHPOP, NVTX_STARTEND = 59, 60
 MISSING = np.iinfo(np.int64).min  # an int64 "null"
+SHAPE_ARGS = {"args.Input Dims": "dims", "args.Input type": "types", "args.Concrete Inputs": "concrete"}
 
 
 @dataclass
@@ -106,6 +107,9 @@ def _kineto_host(raw) -> HostTimeline | None:
                 "ext": ints(cpu.column("args.External id"))[keep],
             }
         )
+        for key, column in SHAPE_ARGS.items():  # record_shapes traces: the op's input shapes (gpuvar.ingest.shapes)
+            if key in cpu.column_names:
+                ops[column] = texts(cpu.column(key))[keep]
         if (marker & ~o_null).any():
             sel = marker & ~o_null
             steps = pd.DataFrame({"start": o_start[sel], "end": o_end[sel], "number": step_no[sel].astype(np.int64)})
@@ -157,16 +161,20 @@ def _nsys_host(raw) -> HostTimeline | None:
         step_no = np.array([_step_number(NVTX_STEP, t) if r else None for t, r in zip(text, ranges)], dtype=object)
         marker = np.array([s is not None for s in step_no], dtype=bool)
         pushpop = timed & (kind == NVTX_PUSHPOP) & ~marker
-        names = [EMIT_NVTX_SUFFIX.sub("", t) if isinstance(t, str) else None for t in text[pushpop]]
+        from gpuvar.ingest.shapes import nvtx_op_and_dims
+
+        names, dims = nvtx_op_and_dims(text[pushpop])  # emit_nvtx's ", seq = N, ..." suffix removed
         ops = pd.DataFrame(
             {
                 "start": n_start[pushpop],
                 "end": n_end[pushpop],
                 "thread": ints(nvtx.column("globalTid"))[pushpop],
-                "name": np.array(names, dtype=object),
+                "name": np.asarray(names, dtype=object),
                 "ext": -1,
             }
         )
+        if any(d is not None for d in dims):  # emit_nvtx(record_shapes=True): sizes = [[...]]
+            ops["dims"] = np.asarray(dims, dtype=object)
         if marker.any():
             steps = pd.DataFrame(
                 {"start": n_start[marker], "end": n_end[marker], "number": step_no[marker].astype(np.int64)}
