@@ -37,8 +37,8 @@ def test_bench_ingest_reports_arrow_native_readers_and_the_sqlite_engine(tmp_pat
     assert 0 < out["scan_s"] <= out["read_s"] <= out["wall_s"]
     assert "floor_s" not in out  # no Python cursor loop as a "floor"
     assert (
-        out["kernel_columns_written"] > out["kernel_columns_written_no_vendor_columns"] == 43
-    )  # canonical (with rank) + launch_op, step, op_occurrence, call_index, call_site, step_threads + 8 ctx_* columns
+        out["kernel_columns_written"] > out["kernel_columns_written_no_vendor_columns"] == 50
+    )  # canonical (with rank) + launch_op, step, op_occurrence, call_index, call_site, step_threads, 7 op_* input-shape columns + 8 ctx_* columns
 
 
 @pytest.mark.mpi

@@ -58,7 +58,7 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
     names = {c.column for c in canonical_columns(table)}
     absent = absent | ({"rank"} - set(expected))  # rank: set for Kineto traces and merged multi-rank datasets only
     derived = (
-        {"launch_config", *CALL_SITE_COLUMNS, *CONTEXT_COLUMNS, *CORUN_COLUMNS}
+        {"launch_config", *CALL_SITE_COLUMNS, *SHAPE_COLUMNS, *CONTEXT_COLUMNS, *CORUN_COLUMNS}
         if table == "kernels"
         else {"launch_op", "step"}
     )
@@ -75,6 +75,7 @@ def _check(table: str, got: pd.DataFrame, expected: dict, absent: set[str]) -> N
 
 # derived after the reader (tests/test_call_sites.py, tests/test_context.py and tests/test_corun.py check them)
 CALL_SITE_COLUMNS = ("launch_op", "step", "op_occurrence", "call_index", "call_site", "step_threads")
+SHAPE_COLUMNS = ("op_numel", "op_bytes", "op_m", "op_n", "op_k", "op_batch", "op_flops")  # tests/test_shapes.py
 
 
 def _check_call_sites(k: pd.DataFrame) -> None:

@@ -181,7 +181,7 @@ def test_report_and_its_raw_csv_export_agree_column_by_column(name, tmp_path):
     assert csv_out.format == "ncu-csv" and rep_out.format == "ncu-rep"
     # every metric, the canonical columns (rank among them), context, cc, and the derived call-site and context
     # columns (launch_op, step, call_index, call_site; ctx_*)
-    assert len(rep.columns) == 1220 + 31 + 14
+    assert len(rep.columns) == 1220 + 31 + 21
     assert_same_tables(rep, from_csv)
     unit_note = [n for n in rep_out.notes if n.startswith("metric units")]
     assert unit_note == [n for n in csv_out.notes if n.startswith("metric units")]

@@ -373,7 +373,7 @@ def test_emit_nvtx_texts_give_op_names_and_sizes():
 
 def test_emit_nvtx_names_match_the_launching_op_of_the_real_nsys_trace():
     """The op names are the launch_op that call sites give the same ranges (emit_nvtx numbers removed)."""
-    from gpuvar.ingest.call_sites import EMIT_NVTX_SUFFIX
+    from gpuvar.ingest.host_timeline import EMIT_NVTX_SUFFIX
 
     path = real_file(NSYS_EMIT_NVTX)
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
@@ -416,29 +416,26 @@ def test_planted_shapes_trace_ingests_balanced_with_the_dims_on_its_ops(tmp_path
 
 def test_planted_label_drift_is_recovered_through_the_input_shapes(tmp_path):
     """The kernel name of a GEMM call site drifts with the size and its grid_y falls as the size grows, but the
-    op's FLOPs, joined to each launch by External id, give back the planted FLOPs exactly and explain the
-    duration of the drifting call site."""
+    ingest joins every launch to its op's input shapes (gpuvar.ingest.call_sites), which give back the planted
+    FLOPs exactly and explain the duration of the drifting label; the physical call site is one GEMM."""
     trace, truth = _planted(tmp_path, steps=120, seed=7)
     _, kernels, _ = load(trace)
-    k = kernels.to_pandas()
-    ops = read_raw(trace).tables["cpu_ops"].to_pandas()
-    ops = ops[ops["cat"] == "cpu_op"]  # (the ProfilerStep ranges carry External id 0)
-    f = pd.DataFrame(op_shape_features(ops["name"], ops["args.Input Dims"], ops["args.Input type"]))
-    f["external_id"] = ops["args.External id"].to_numpy()
-    k = k.merge(f, on="external_id", how="left", validate="many_to_one")
-    launches = pd.DataFrame(truth["launches"]).sort_values("correlation")
-    k = k.sort_values("correlation_id").reset_index(drop=True)
+    launches = pd.DataFrame(truth["launches"]).sort_values("correlation").reset_index(drop=True)
+    k = kernels.to_pandas().sort_values("correlation_id").reset_index(drop=True)
     assert k["kernel_name"].astype(str).tolist() == launches["kernel"].tolist()
     gemm = launches["op"].isin(["aten::mm", "aten::bmm"]).to_numpy()
     assert np.array_equal(k.loc[gemm, "op_flops"].to_numpy(), launches.loc[gemm, "flops"].to_numpy())
-    # the drifting call site: the first gemm_64x256 launched by aten::mm in its step
-    site = k[(k["kernel_name"] == "gemm_64x256") & (k["launch_op"] == "aten::mm") & (k["call_index"] == 0)]
-    roles = launches.set_index("correlation").loc[site["correlation_id"], "role"]
+    assert k.loc[~gemm, "op_flops"].isna().all() and k["op_numel"].notna().all()
+    # the drifting label of a per-name call site: the first gemm_64x256 launched by aten::mm in its step
+    k["name_index"] = k.groupby(["step", "launch_op", "kernel_name"], observed=True).cumcount()
+    site = k[(k["kernel_name"] == "gemm_64x256") & (k["launch_op"] == "aten::mm") & (k["name_index"] == 0)]
+    roles = launches.loc[site.index, "role"]
     assert set(roles) == {"Wq", "MLP"}  # two different GEMMs under one label
-    assert r2(site["op_flops"], site["duration"]) > 0.97  # FLOPs explain the drifting call site's duration
-    # the physical call site (the step's first aten::mm, whatever its kernel variant): grid_y falls as the size
-    # grows (66x2 -> 132x1), a library choice; the size is the cause
-    wq = k[launches["role"].to_numpy() == "Wq"]
+    assert r2(site["op_flops"], site["duration"]) > 0.97  # FLOPs explain the drifting label's duration
+    # the physical call site: the step's first aten::mm, whatever its kernel variant, is always the Wq GEMM;
+    # its grid_y falls as the size grows (66x2 -> 132x1), a library choice; the size is the cause
+    wq = k[k["call_site"] == "aten::mm#0.0"]
+    assert set(launches.loc[wq.index, "role"]) == {"Wq"}
     assert wq["kernel_name"].nunique() == 2 and np.corrcoef(wq["grid_y"], wq["duration"])[0, 1] < -0.5
     assert r2(wq["op_flops"] / wq["kernel_name"].map(GEMM_RATE).astype(float), wq["duration"]) > 0.95
 
