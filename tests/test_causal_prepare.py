@@ -231,4 +231,7 @@ def test_auto_features_keep_the_input_size_columns_as_launch_causes():
         df[name] = df["grid_x"] * (i + 2.0)
     feats, rejected = select_features(df, "kernel_variability", "kernel_name", "auto")
     assert feats == ["grid_x", "grid_y", "block_x", *SIZE_COLUMNS] and rejected == {}
-    assert {(role_of(c).role, role_of(c).tier, role_of(c).categorical) for c in SIZE_COLUMNS} == {("launch", 0, False)}
+    roles = {c: (role_of(c).role, role_of(c).tier, role_of(c).categorical) for c in SIZE_COLUMNS}
+    assert roles.pop("op_flops") == ("derived", 0, False)  # 2 M N K batch: a product of its factors
+    assert set(roles.values()) == {("launch", 0, False)}
+    assert role_of("op_flops").components == ("op_m", "op_n", "op_k", "op_batch")
