@@ -46,22 +46,57 @@ def _launches(data: RankInput) -> pd.DataFrame:
     return both
 
 
-def _step_table(data: RankInput, launches: pd.DataFrame) -> pd.DataFrame:
+def step_rows(launches: pd.DataFrame) -> pd.DataFrame:
+    """One row per (rank, step) of the launches: start, end, time, busy, idle (ns); sorted by rank, then step."""
     rows = []
     for (rank, step), g in launches.groupby(["rank", "step"], sort=True):
         start, end = g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64)
         s0, s1 = int(start.min()), int(end.max())
         busy = union_ns(start, end)
         rows.append((int(step), int(rank), s0, s1, s1 - s0, busy, s1 - s0 - busy))
-    steps = pd.DataFrame(rows, columns=["step", "rank", "start_ns", "end_ns", "time_ns", "busy_ns", "idle_ns"])
-    # the step each collective belongs to: the step of the rank's last launch starting before it
-    col = data.collectives.copy()
+    return pd.DataFrame(rows, columns=["step", "rank", "start_ns", "end_ns", "time_ns", "busy_ns", "idle_ns"])
+
+
+def collective_steps(collectives: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
+    """The collectives that fall in a step, with it: the step of the rank's last launch starting before each."""
+    col = collectives.copy()
     col["step"] = -1
     for rank, g in col.groupby("rank"):
         mine = launches[launches["rank"] == rank].sort_values("start", kind="stable")
         idx = np.searchsorted(mine["start"].to_numpy(), g["start"].to_numpy(), side="right") - 1
         col.loc[g.index, "step"] = np.where(idx >= 0, mine["step"].to_numpy()[np.maximum(idx, 0)], -1)
-    return steps, col[col["step"] >= 0]
+    return col[col["step"] >= 0]
+
+
+def _first(col: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and step: its first collective's start (the arrival), that collective's seq, how many."""
+    return (
+        col.sort_values(["rank", "seq"])
+        .groupby(["rank", "step"], as_index=False)
+        .agg(arrival_ns=("start", "first"), seq=("seq", "first"), collectives=("seq", "size"))
+    )
+
+
+@dataclass
+class LocalSteps:
+    """What each rank's own launches give (gpuvar.ranks.job computes it rank by rank, so launches never travel):
+    its step rows, the step of each of its collectives and its host gaps before arrival."""
+
+    ranks: list[int]  # ranks with a launch in a step
+    steps: pd.DataFrame  # step_rows
+    col_steps: pd.DataFrame  # rank, seq, step of each collective in a step
+    pre_idle: pd.DataFrame  # rank, step, pre_idle_ns
+
+
+def local_steps(launches: pd.DataFrame, collectives: pd.DataFrame) -> LocalSteps:
+    """The per-rank part of the analysis, from `_launches` and the collectives' (rank, seq, start): nothing here
+    depends on another rank's launches or on the collectives' ends."""
+    steps = step_rows(launches)
+    col = collective_steps(collectives, launches)
+    with_arrival = steps.merge(_first(col), on=["rank", "step"], how="left")
+    pre_idle = steps[["rank", "step"]].assign(pre_idle_ns=_pre_idle(with_arrival, launches))
+    ranks = sorted(int(r) for r in launches["rank"].unique())
+    return LocalSteps(ranks, steps, col[["rank", "seq", "step"]], pre_idle)
 
 
 def _arrivals(col: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
@@ -93,35 +128,45 @@ def _pre_idle(steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
 
 
 def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
-    launches = _launches(data)
-    ranks = sorted(int(r) for r in launches["rank"].unique())
+    """The whole analysis in one process, every launch in memory (`gpuvar ranks` runs gpuvar.ranks.job instead:
+    the same functions rank by rank, byte-identical outputs)."""
+    local = local_steps(_launches(data), data.collectives)
+
+    def explain(steps: pd.DataFrame, straggler: int) -> dict:
+        return lateness(steps, data, straggler, sharing(data.kernels, straggler), seed)
+
+    return combine(local, data.collectives, data.span, data.collective_source, explain)
+
+
+def combine(local: LocalSteps, collectives: pd.DataFrame, span: dict, collective_source: str, explain) -> RankAnalysis:
+    """Every rank's LocalSteps with the collectives of all ranks (their waits): arrivals, lateness, waits, the
+    straggler; `explain(steps, straggler)` gives the straggler's driver record (gpuvar.ranks.lateness)."""
+    ranks = local.ranks
     if len(ranks) < 2:
         summary = {"ranks": ranks, "result": "one rank: nothing to compare"}
         return RankAnalysis(pd.DataFrame(), summary, [f"one rank ({ranks[0]}): nothing to compare"])
-    steps, col = _step_table(data, launches)
+    col = collectives.merge(local.col_steps, on=["rank", "seq"])
     arrivals, skew = _arrivals(col, ranks)
-    first = (
-        col.sort_values(["rank", "seq"])
-        .groupby(["rank", "step"], as_index=False)
-        .agg(arrival_ns=("start", "first"), seq=("seq", "first"), collectives=("seq", "size"))
-    )
+    first = _first(col)
     col = col.assign(wait=col["end"] - col["start"])
     waits = col.groupby(["rank", "step"], as_index=False)["wait"].sum().rename(columns={"wait": "wait_ns"})
-    steps = steps.merge(first, on=["rank", "step"], how="left").merge(waits, on=["rank", "step"], how="left")
+    steps = local.steps.merge(first, on=["rank", "step"], how="left").merge(waits, on=["rank", "step"], how="left")
     steps["wait_ns"] = pd.to_numeric(steps["wait_ns"]).fillna(0).astype(np.int64)
     steps["collectives"] = steps["collectives"].fillna(0).astype(np.int64)
     late = skew.stack().rename("late_ns").reset_index().rename(columns={"level_1": "rank"})
     late = late.merge(arrivals[["seq", "last_rank"]], on="seq")
     steps = steps.merge(late, on=["seq", "rank"], how="left")
     steps["last"] = (steps["last_rank"] == steps["rank"]).astype(np.int64)
-    steps["pre_idle_ns"] = _pre_idle(steps, launches)
+    steps["pre_idle_ns"] = (
+        steps[["rank", "step"]].merge(local.pre_idle, on=["rank", "step"], how="left")["pre_idle_ns"].to_numpy()
+    )
     steps = steps.drop(columns=["last_rank"]).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
     n = len(arrivals)
     per_rank = {}
     for r in ranks:
         mine = steps[steps["rank"] == r]
-        span = data.span[r][1] - data.span[r][0]
+        span_ns = span[r][1] - span[r][0]
         wait = int(mine["wait_ns"].sum())
         last = int((arrivals["last_rank"] == r).sum())
         per_rank[str(r)] = {
@@ -129,20 +174,20 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
             "last_steps": last,
             "last_share": round(last / n, 6) if n else None,
             "late_by_ns_when_last": int(arrivals.loc[arrivals["last_rank"] == r, "late_by_ns"].sum()),
-            "profiled_ns": int(span),
+            "profiled_ns": int(span_ns),
             "step_time_ns": int(mine["time_ns"].sum()),
             "busy_ns": int(mine["busy_ns"].sum()),
             "idle_ns": int(mine["idle_ns"].sum()),
             "wait_ns": wait,
-            "wait_share": round(wait / span, 6) if span else None,
+            "wait_share": round(wait / span_ns, 6) if span_ns else None,
             "wait_share_of_steps": round(wait / int(mine["time_ns"].sum()), 6) if len(mine) else None,
             "step_time_sd_ns": int(round(float(mine["time_ns"].std(ddof=0)))) if len(mine) else 0,
         }
     straggler = max(ranks, key=lambda r: (per_rank[str(r)]["last_steps"], -r))
-    driver = lateness(steps, data, straggler, sharing(data.kernels, straggler), seed)
+    driver = explain(steps, straggler)
     summary = {
         "ranks": ranks,
-        "collective_source": data.collective_source,
+        "collective_source": collective_source,
         "collectives_compared": int(n),
         "straggler": straggler,
         "per_rank": per_rank,
