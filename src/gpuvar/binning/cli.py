@@ -29,7 +29,13 @@ CONFIG_OPTIONS = (
 
 def configure(p):
 
-    p.add_argument("kernels", type=Path, help="canonical kernels.parquet (from gpuvar ingest)")
+    p.add_argument(
+        "kernels",
+        type=Path,
+        nargs="+",
+        help="canonical kernels.parquet (from gpuvar ingest); several (a job's per-rank tables) are binned as one "
+        "table, their rows one after the other, on one global timeline",
+    )
     p.add_argument(
         "--memcpy",
         type=Path,
@@ -80,7 +86,7 @@ def _check(args) -> None:
     """Input paths, before MPI starts any work (the option bounds are the config's, checked by argparse)."""
     from gpuvar.errors import InputError, path_problem
 
-    for path in (args.kernels, args.memcpy):
+    for path in (*args.kernels, args.memcpy):
         problem = path and path_problem(path)
         if problem:
             raise InputError(path, problem)
@@ -100,7 +106,7 @@ def _options(args):
 
     _check(args)
     return BinOptions(
-        kernels=args.kernels,
+        kernels=args.kernels[0] if len(args.kernels) == 1 else list(args.kernels),
         memcpy=_copies(args.memcpy),
         target=args.target,
         group=args.group,
