@@ -39,12 +39,14 @@ from gpuvar.demo.kineto_writer import _gzip_text
 SIZE_UNIT = 256
 SIZE_RANGE = (1, 8)  # k of n = SIZE_UNIT * k on the other ranks (inclusive)
 STRAGGLER_SIZE_RANGE = (5, 12)  # on the straggler
-GEMM_NS_PER_ROW = 12.0
-ELEMENTWISE_NS, ELEMENTWISE_NS_PER_BLOCK = 1_500.0, 1.2
-LAYER_NORM_NS = 6_000.0
+# durations of a training step's kernels (a step of 1,000 launches takes ~0.1-0.3 s, as in real jobs): the job's
+# timeline then spans ~2,000 of the workflow's 10 ms bins at 100 steps, not a handful holding every rank's launches
+GEMM_NS_PER_ROW = 120.0
+ELEMENTWISE_NS, ELEMENTWISE_NS_PER_BLOCK = 15_000.0, 12.0
+LAYER_NORM_NS = 60_000.0
 NOISE_GAMMA = (2.0, 0.01)
 HOST_GAP_NS = (2_000, 6_000)
-TRANSFER_NS = 40_000.0
+TRANSFER_NS = 400_000.0
 OPS = (
     ("aten::mm", "gemm_sm90_128x128", 168),
     ("aten::add", "elementwise_add_kernel", 24),
