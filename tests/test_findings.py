@@ -210,3 +210,30 @@ def test_causal_outputs_are_written_at_a_machine_stable_precision(tmp_path):
                 assert len(significant) <= 12, (path.name, match.group(0))
                 seen += 1
     assert seen > 10
+
+
+@pytest.mark.parametrize("layout", ["raw", "details"])
+@pytest.mark.parametrize("iterations,launches", [(9, 36), (100, None)])
+def test_planted_ncu_random_sizes_findings_are_size_or_not_compared(tmp_path, layout, iterations, launches):
+    """The ncu random-sizes program (gpuvar.demo.planted_ncu_random_sizes) in both Nsight Compute layouts: with 36
+    launches nothing is compared (never 'call-site differences'); with a few hundred, sigmoid, mul and the GEMM
+    place are explained by size with a + sign, by no time-like counter."""
+    from gpuvar.causal.roles import counter_kind
+    from gpuvar.demo.planted_ncu_random_sizes import write_random_sizes
+    from gpuvar.ingest import load
+
+    planted = write_random_sizes(tmp_path / "rs.csv", iterations=iterations, layout=layout, launches=launches)
+    _, kernels, _ = load(planted["path"])
+    frame = kernels.to_pandas()
+    decs = decompose(frame)
+    record = dataset_findings("rs", frame, decs, pooled_shares(decs))
+    assert record["call_site_differences"] == []
+    by_group = {d.group: d for d in decs}
+    for site in ("iter#1", "iter#2", "iter#3"):
+        dec = by_group[site]
+        if iterations < 20:
+            assert dec.verdict.verdict == DECLINED
+            continue
+        assert dec.verdict.verdict == EXPLAINED, (site, dec.verdict.record())
+        assert dec.drivers[0].kind == "size" and dec.drivers[0].sign == 1
+        assert all(counter_kind(d.feature) != "time" for d in dec.drivers)

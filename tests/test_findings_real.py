@@ -184,3 +184,41 @@ def test_recorded_input_shapes_explain_every_gemm_call_site():
         top = dec.drivers[0]
         assert top.feature == "op_flops" and top.sign == 1 and top.kind == "size"
     assert all(d.verdict.verdict != "not explained by recorded features" for d in decs.values() if d.cv_within > 0.03)
+
+
+NCU_FULL = "ncu-csv/h100-random-sizes-full/full_raw.csv.gz"
+
+
+def test_ncu_36_launches_never_file_size_as_call_site_differences():
+    """Nsight Compute, random sizes, no steps: the program's loop gives the iterations, a call site is a position
+    in it, and with 9 launches per call site nothing is compared; never 'call-site differences' for mul and
+    sigmoid, whose grid follows the size (R² 0.998)."""
+    from gpuvar.ingest import load
+
+    _, kernels, _ = load(real_file(NCU_FULL))
+    k = kernels.to_pandas()
+    decs = decompose(k)
+    record = _record(k, decs, "ncu")
+    assert record["call_site_differences"] == [] and record["findings"] == []
+    assert {e["group"] for e in record["not_compared"]} >= {"iter#1", "iter#2"}
+    assert all(e["reason"].startswith("too few launches") for e in record["not_compared"])
+
+
+@pytest.mark.parametrize("layout", ["raw", "details"])
+def test_ncu_360_recorded_launches_are_explained_by_size(layout):
+    """360 real launches of the same program (tests/data/recorded/h100-random-sizes-basic): sigmoid, mul and the
+    GEMM call site (whichever cuBLAS variant ran) are explained by size with a + sign."""
+    from conftest import REPO
+
+    from gpuvar.ingest import load
+
+    path = REPO / "tests" / "data" / "recorded" / "h100-random-sizes-basic" / f"random_sizes_{layout}.csv.gz"
+    _, kernels, _ = load(path)
+    k = kernels.to_pandas()
+    decs = {d.group: d for d in decompose(k)}
+    assert len(decs["iter#3"].kernels) >= 2  # the GEMM place runs several library variants
+    for site in ("iter#1", "iter#2", "iter#3"):
+        dec = decs[site]
+        assert dec.verdict.verdict == EXPLAINED and dec.verdict.share >= 0.9, (site, dec.verdict.record())
+        assert dec.drivers[0].kind == "size" and dec.drivers[0].sign == 1
+        assert not any("cycle" in d.feature.lower() or "elapsed" in d.feature.lower() for d in dec.drivers)

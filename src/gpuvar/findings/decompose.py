@@ -18,7 +18,9 @@ The five shares add up to 1. The within-call-site part is fitted on durations an
 site (each call site its own intercept), folds by step where steps are known (gpuvar.findings.verdict).
 
 Drivers are chosen forward: the feature (or block: the kernel variants together) that explains most of what is
-left, while it adds at least DRIVER_MIN_SHARE of the within-call-site variance, at most MAX_DRIVERS. So a feature
+left, while it adds at least DRIVER_MIN_SHARE of the within-call-site variance, at most MAX_DRIVERS; size and
+context first, counters only for what they leave (a work counter mediates size: bytes follow the size, the size
+is what the program sets). So a feature
 that only repeats a stronger one (a GEMM's grid_y, which cuBLAS lowers as the size grows, next to the size
 itself) is not named with its own sign; near-duplicates of a driver (|corr| >= DUPLICATE_CORR) are named beside it.
 """
@@ -68,13 +70,22 @@ def call_sites(kernels: pd.DataFrame) -> pd.Series:
     return pd.Series(["?"] * len(kernels), index=kernels.index, dtype=object)
 
 
+POSITION_SITE = r"^(?:iter|step)#\d+$"  # call sites that are a position in the step or iteration (no host ops)
+
+
 def groups_of(kernels: pd.DataFrame) -> pd.Series:
-    """The group of each launch: its launching op where recorded, else its kernel name."""
+    """The group of each launch: its launching op where recorded; else, where its call site is a position in the
+    step or iteration (traces without host ops), that call site, so the kernel variants a library picks at one
+    place stay together; else its kernel name."""
     names = kernels["kernel_name"].astype("string").fillna("?")
-    if "launch_op" not in kernels.columns:
-        return names.astype(object)
-    ops = kernels["launch_op"].astype("string")
-    return ops.where(ops.notna(), names).astype(object)
+    groups = names
+    if "call_site" in kernels.columns:
+        sites = kernels["call_site"].astype("string")
+        groups = sites.where(sites.str.match(POSITION_SITE).fillna(False), groups)
+    if "launch_op" in kernels.columns:
+        ops = kernels["launch_op"].astype("string")
+        groups = ops.where(ops.notna(), groups)
+    return groups.astype(object)
 
 
 def _centred(values: np.ndarray, codes: np.ndarray, n_sites: int) -> np.ndarray:
@@ -203,11 +214,17 @@ def _drivers(groups: SlopeGroups, X: np.ndarray, kinds: dict[str, str], blocks: 
     taken: set[str] = set()
     drivers: list[Driver] = []
     for _ in range(MAX_DRIVERS):
-        scored = [(_gain(basis, X, cols, r, total), name, cols) for name, cols in blocks.items() if name not in taken]
-        scored = [s for s in scored if s[0] > 0]
-        if not scored:
-            break
-        best = max(g for g, _, _ in scored)
+        best, scored = 0.0, []
+        for tier in ((SIZE, "context"), (COUNTER,)):  # counters only for what size and context leave
+            scored = [
+                (_gain(basis, X, cols, r, total), name, cols)
+                for name, cols in blocks.items()
+                if name not in taken and kinds[name] in tier
+            ]
+            scored = [s for s in scored if s[0] > 0]
+            best = max((g for g, _, _ in scored), default=0.0)
+            if best >= DRIVER_MIN_SHARE:
+                break
         if best < DRIVER_MIN_SHARE:
             break
         near = [s for s in scored if s[0] >= best - NEAR_TIE]
@@ -506,7 +523,7 @@ def decompose(kernels: pd.DataFrame, seed: int = 0) -> list[Decomposition]:
                 pd.to_numeric(part["duration"]).to_numpy(dtype=np.float64),
                 sites.iloc[index].to_numpy(),
                 part["kernel_name"].astype("string").fillna("?").to_numpy(dtype=object),
-                group_features(part, size_cols, context, counters),
+                group_features(part, size_cols, context, counters, sites.iloc[index].to_numpy()),
                 step_values,
                 seed,
             )

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.findings import advice as A
-from gpuvar.findings.decompose import STABLE_CV, Decomposition, call_sites, groups_of
+from gpuvar.findings.decompose import POSITION_SITE, STABLE_CV, Decomposition, call_sites, groups_of
 from gpuvar.findings.verdict import DECLINED, EXPLAINED, MIN_ROWS, NOT_EXPLAINED, PARTLY
 
 BOOTSTRAP = 200
@@ -66,8 +66,13 @@ def _strip_parameters(text: str) -> str:
     return text
 
 
-def display_name(group: str, is_op: bool) -> str:
-    return group if is_op else short_name(group)
+def display_name(group: str, is_op: bool, kernels: dict | None = None) -> str:
+    """An op as it is named; a position in the step ('iter#3') with its commonest kernel; a kernel name short."""
+    if is_op:
+        return group
+    if re.match(POSITION_SITE, group) and kernels:
+        return f"{group} ({short_name(next(iter(kernels)), 50)})"
+    return short_name(group)
 
 
 def percent(x: float | None) -> str:
@@ -228,6 +233,7 @@ def dataset_findings(
     groups = groups_of(rows)
     is_op = rows["launch_op"].notna().to_numpy() if "launch_op" in rows.columns else np.zeros(len(rows), dtype=bool)
     index_of = groups.groupby(groups, sort=False).indices
+    op_groups = set(groups[is_op].unique()) if is_op.any() else set()
     steps = pd.to_numeric(rows["step"], errors="coerce") if "step" in rows.columns else None
     origin = _origins(rows)
     entries, stable, call_site_only, not_compared, small = [], [], [], [], []
@@ -242,7 +248,7 @@ def dataset_findings(
         excess = np.maximum(d - median, 0.0)
         step_values = steps.iloc[idx].to_numpy() if steps is not None and steps.iloc[idx].notna().all() else None
         recoverable, interval = _recoverable(excess, step_values, seed)
-        name = display_name(dec.group, bool(is_op[idx].all()))
+        name = display_name(dec.group, bool(is_op[idx].all()), dec.kernels)
         category = category_of(dec)
         brief = {
             "group": dec.group,
@@ -307,6 +313,10 @@ def dataset_findings(
         listing.sort(key=lambda e: (-e["recoverable_ns"], e["group"]))
     shared = A.shared_advice(vendor)
     used = sorted({e["advice"] for e in entries})
+    if step_record is not None:  # the step level names groups as the findings do
+        names = {dec.group: display_name(dec.group, dec.group in op_groups, dec.kernels) for dec in decompositions}
+        for op in step_record.get("ops", []):
+            op["name"] = names.get(op["group"], op["group"])
     return {
         "dataset": dataset,
         "vendor": vendor,

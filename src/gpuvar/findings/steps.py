@@ -175,5 +175,5 @@ def headline(record: dict | None, short=lambda s: s) -> str | None:
     )
     ops = [o for o in record["ops"] if o["share"] >= 0.05][:TOP_OPS]
     if ops:
-        text += "; carried by " + ", ".join(f"{short(o['group'])} {percent(o['share'])}" for o in ops)
+        text += "; carried by " + ", ".join(f"{o.get('name', short(o['group']))} {percent(o['share'])}" for o in ops)
     return text
