@@ -237,3 +237,50 @@ def test_planted_ncu_random_sizes_findings_are_size_or_not_compared(tmp_path, la
         assert dec.verdict.verdict == EXPLAINED, (site, dec.verdict.record())
         assert dec.drivers[0].kind == "size" and dec.drivers[0].sign == 1
         assert all(counter_kind(d.feature) != "time" for d in dec.drivers)
+
+
+def _noise_frame(name: str = "planted_kernel", op: str = "aten::planted") -> pd.DataFrame:
+    frame = heteroscedastic()
+    rng = np.random.default_rng(5)
+    frame["duration"] = np.round(50_000 * (1 + 0.3 * rng.exponential(size=len(frame)))).astype(np.int64)
+    frame["grid_x"] = 64
+    frame["kernel_name"], frame["launch_op"] = name, op
+    return frame
+
+
+@pytest.mark.parametrize(
+    "vendor,wanted,unwanted",
+    [("AMD", ["rocm-smi --setperfdeterminism", "rocprofv3"], ["nvidia-smi", "Nsight"]),
+     ("NVIDIA", ["nvidia-smi -lgc", "Nsight Compute"], ["rocm-smi"])],
+)  # fmt: skip
+def test_unexplained_advice_names_the_vendor_s_tools(vendor, wanted, unwanted):
+    """An AMD user told to run nvidia-smi cannot act on it: the clock and counter advice follows the vendor."""
+    frame = _noise_frame()
+    decs = decompose(frame)
+    record = dataset_findings("v", frame, decs, pooled_shares(decs), vendor=vendor)
+    (finding,) = record["findings"]
+    assert finding["advice"] == "unexplained"
+    text = finding["verify"] + record["shared_advice"]["unexplained"]["do"]
+    assert all(w in text for w in wanted) and not any(u in text for u in unwanted)
+
+
+def test_collective_kernels_point_at_the_rank_analysis_not_at_clocks():
+    frame = _noise_frame(
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "c10d::allreduce_"
+    )
+    decs = decompose(frame)
+    record = dataset_findings("c", frame, decs, pooled_shares(decs), vendor="NVIDIA")
+    (finding,) = record["findings"]
+    assert finding["collective"] and finding["advice"] == "collective"
+    assert "rank analysis" in record["shared_advice"]["collective"]["do"] and "nvidia-smi" not in finding["verify"]
+
+
+@pytest.mark.parametrize(
+    "fmt,devices,vendor",
+    [("rocpd-sqlite", None, "AMD"), ("nsys-sqlite", None, "NVIDIA"), ("pytorch-kineto", "AMD Instinct MI250X", "AMD"),
+     ("pytorch-kineto", "NVIDIA H100 80GB HBM3", "NVIDIA"), ("pytorch-kineto", None, "unknown")],
+)  # fmt: skip
+def test_vendor_from_format_and_devices(fmt, devices, vendor):
+    from gpuvar.findings.advice import vendor_of
+
+    assert vendor_of(fmt, devices) == vendor

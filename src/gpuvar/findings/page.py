@@ -85,7 +85,7 @@ def _finding(f: dict) -> list[str]:
         verdict += f" (cross-validated share {v['share']:.2f} of the within-call-site variance, a slope per call site"
         verdict += f", permutation p = {v['p_value']:.3g})" if v["p_value"] is not None else ")"
         check = v.get("residual_check")
-        if check and not check["passed"]:
+        if check and not check["passed"] and v["share"] < 0.95:
             verdict += "; the remainder still depends on the features (non-linear effect): the share is a lower bound"
     lines.append(verdict)
     if f["drivers"]:

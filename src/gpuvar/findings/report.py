@@ -127,6 +127,16 @@ def _headline(dec: Decomposition, name: str) -> str:
     return f"{name}: {v.verdict} {percent(v.share)} by {drivers}"
 
 
+def _what_to_fix(top) -> str | None:
+    """What a re-run would hold constant: one input size where the driver is the step's work, an input shape or
+    the library's variant (none of which a user sets directly), else the driver itself."""
+    if top is None:
+        return None
+    if top.feature == "step_threads" or top.feature.startswith("op_") or top.feature == "kernel variant":
+        return f"one input size ({top.feature} then stays constant)"
+    return f"{top.feature} fixed"
+
+
 def _medians(d: np.ndarray, sites: np.ndarray) -> np.ndarray:
     return pd.Series(d).groupby(sites).transform("median").to_numpy()
 
@@ -302,7 +312,7 @@ def dataset_findings(
                     {"call_site": str(k), "excess_ns": round(float(v), 3)} for k, v in site_excess[:3].items()
                 ],
                 "advice": key,
-                "verify": A.check_text(key, top.label if top else None, vendor, percent(dec.cv_within), remain),
+                "verify": A.check_text(key, _what_to_fix(top), vendor, percent(dec.cv_within), remain),
                 "evidence": _evidence(part, s, d, median, origin),
             }
         )
