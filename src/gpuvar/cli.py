@@ -29,6 +29,7 @@ SUBCOMMANDS = {
     "plot": ("gpuvar.plots.cli", "draw causal graphs, parallel coordinates, timelines, scaling"),
     "findings": ("gpuvar.findings.cli", "findings: variance decomposition, verdicts, ranked actionable kernels"),
     "explain": ("gpuvar.findings.explain", "one command for a first answer: ingest, bin, causal, findings"),
+    "verify": ("gpuvar.findings.verify_cli", "check each finding's prediction on a re-run with its cause removed"),
     "ranks": ("gpuvar.ranks.cli", "per-rank analysis: the late rank per step, waiting in collectives, why"),
     "compare": ("gpuvar.compare.cli", "compare two runs: slower kernels, moved windows, changed causes"),
     "bench": ("gpuvar.bench.cli", "benchmarks printing JSON"),

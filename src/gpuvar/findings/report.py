@@ -236,6 +236,12 @@ def dataset_findings(
     notes: list[str] | None = None,
 ) -> dict:
     """The findings record of one dataset (what findings.json holds for it)."""
+    from gpuvar.findings.features import STEP_THREADS, step_threads
+    from gpuvar.findings.predict import finding_prediction
+
+    threads = step_threads(kernels) if STEP_THREADS not in kernels.columns else None
+    if threads is not None:
+        kernels = kernels.assign(**{STEP_THREADS: threads})
     d_all = pd.to_numeric(kernels["duration"], errors="coerce")
     total_ns = float(d_all.sum())
     rows = kernels[d_all.notna()]
@@ -316,6 +322,7 @@ def dataset_findings(
                 "evidence": _evidence(part, s, d, median, origin),
             }
         )
+        entries[-1]["prediction"] = finding_prediction(entries[-1], part, s)
     entries.sort(key=lambda e: (-e["recoverable_ns"], e["group"]))
     for rank, entry in enumerate(entries, 1):
         entry["rank"] = rank
