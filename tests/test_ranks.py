@@ -150,3 +150,19 @@ def test_ingest_without_host_round_trips_says_lateness_cannot_be_compared(tmp_pa
     result = analyze(from_ingest(folders))
     assert result.summary["collectives_compared"] == 0
     assert result.findings == ["no collective is seen on every rank: lateness cannot be compared"]
+
+
+def test_median_pace_counterfactual_matches_the_planted_arrivals(tmp_path):
+    """If the straggler kept its median time to the collective, the other rank would stop waiting for it in the
+    steps where it ran slower than its median: computed independently from the step table."""
+    folders, _ = write_planted(tmp_path / "job", steps=60, seed=3)
+    result = analyze(from_ingest(folders))
+    paced = result.summary["driver"]["if_at_median_pace"]
+    s = result.steps.pivot_table(index="step", columns="rank", values=["arrival_ns", "start_ns"]).iloc[1:]
+    own, other, start = s[("arrival_ns", 1)], s[("arrival_ns", 0)], s[("start_ns", 1)]
+    new = start + (own - start).median()
+    expected = (np.maximum(own, other) - other) - (np.maximum(new, other) - other)
+    assert paced["others_wait_less_per_step_ns"]["value"] == pytest.approx(expected.clip(lower=0).mean(), rel=1e-6)
+    lo, hi = paced["others_wait_less_per_step_ns"]["interval"]
+    assert lo <= paced["others_wait_less_per_step_ns"]["value"] <= hi
+    assert any(f.startswith("if rank 1 kept its median pace") for f in result.findings)

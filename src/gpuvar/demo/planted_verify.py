@@ -12,7 +12,6 @@ them; seeded, so one seed gives the same rows.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 RERUNS = ("no_copy", "same_steps", "copy_stays")

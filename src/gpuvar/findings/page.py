@@ -112,6 +112,9 @@ def _finding(f: dict) -> list[str]:
     if f["evidence"].get("figure"):
         lines.append(f"  figure: [{f['evidence']['figure']}]({f['evidence']['figure']})")
     lines += [f"- **Do**: see *{f['advice']}* below", f"- **Check**: {f['verify']}"]
+    prediction = f.get("prediction")
+    if prediction:
+        lines.append(f"- **Predicts** (checked by `gpuvar verify`): {_prediction_text(prediction)}")
     graphs = f["evidence"].get("causal_graphs") or []
     if graphs:
         lines.append("- **Causal graphs of its kernels** (the most variable windows only, one graph per kernel name):")
@@ -120,6 +123,34 @@ def _finding(f: dict) -> list[str]:
         if len(graphs) > 3:
             lines.append(f"  and {len(graphs) - 3} more in findings.json")
     return lines + [""]
+
+
+def _interval(x: dict, show) -> str:
+    return f"{show(x['value'])} ({show(x['interval'][0])}–{show(x['interval'][1])})"
+
+
+def _prediction_text(p: dict) -> str:
+    """'with step_threads held at its median: 441 µs per step (440–441 µs), CV within call sites 0.3 % (...)'."""
+    iv, ref = p["intervention"], p["at_reference"]
+    if iv["type"] == "remove_context":
+        text = f"without {iv['feature']}"
+    else:
+        text = f"with {iv['feature']} held at one value (here its median)"
+    parts = []
+    if "time_per_launch_ns" in ref:
+        parts.append(f"{_interval(ref['time_per_launch_ns'], duration_text)} per launch")
+    if "time_per_step_ns" in ref:
+        parts.append(f"{_interval(ref['time_per_step_ns'], duration_text)} per step at its call sites")
+    if "cv_within_call_site" in ref:
+        parts.append(f"CV within call sites {_interval(ref['cv_within_call_site'], percent)}")
+    text += ": " + ", ".join(parts)
+    saving = p.get("saving")
+    if saving:
+        text += (
+            f"; it saves {_interval(saving['per_affected_step_ns'], duration_text)} in each of the "
+            f"{saving['affected_steps']} affected steps, {_interval(saving['over_the_run_ns'], duration_text)} over the run"
+        )
+    return text
 
 
 def _graph_text(g: dict) -> str:

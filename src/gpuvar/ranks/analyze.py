@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.ranks.gpus import sharing
-from gpuvar.ranks.lateness import lateness, sentence
+from gpuvar.ranks.lateness import lateness, median_pace, sentence
 from gpuvar.ranks.load import RankInput
 
 
@@ -140,6 +140,7 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
         }
     straggler = max(ranks, key=lambda r: (per_rank[str(r)]["last_steps"], -r))
     driver = lateness(steps, data, straggler, sharing(data.kernels, straggler), seed)
+    driver["if_at_median_pace"] = median_pace(steps, straggler, seed)
     summary = {
         "ranks": ranks,
         "collective_source": data.collective_source,
@@ -174,4 +175,12 @@ def _sentences(summary: dict) -> list[str]:
     line = sentence(s, summary["driver"])
     if line:
         out.append(line)
+    paced = summary["driver"].get("if_at_median_pace")
+    if paced:
+        w = paced["others_wait_less_per_step_ns"]
+        out.append(
+            f"if rank {s} kept its median pace, the other ranks would wait {w['value'] / 1e6:.3g} ms less per step "
+            f"(90 % interval {w['interval'][0] / 1e6:.3g}–{w['interval'][1] / 1e6:.3g} ms; "
+            f"{paced['others_wait_less_over_the_run_ns'] / 1e6:.3g} ms over {paced['steps']} steps)"
+        )
     return out
