@@ -122,3 +122,34 @@ def test_no_failed_graph_no_checks_line(tmp_path, capsys):
     print_run_summary(findings, tmp_path / "absent.tsv")
     out = capsys.readouterr().out
     assert "gemm_kernel" in out and "assumption check" not in out
+
+
+@pytest.mark.snakemake
+@pytest.mark.timeout(600)
+def test_a_verification_plans_gpuvar_verify_of_the_findings_on_the_rerun(tmp_path):
+    """config `verifications`: one `gpuvar verify` job per entry, after the findings of one dataset and the
+    ingest of its re-run; a refuted finding is a result (--exit-zero), not a failed job."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for name in ("varlen", "fixed"):
+        (traces / f"{name}.pt.trace.json.gz").write_bytes(b"")
+    config = tmp_path / "my.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "datasets": [
+                    {"name": "varlen", "source": str(traces / "varlen.pt.trace.json.gz")},
+                    {"name": "fixed", "source": str(traces / "fixed.pt.trace.json.gz")},
+                ],
+                "verifications": [{"name": "fixed_length", "findings": "varlen", "rerun": "fixed"}],
+            }
+        )
+    )
+    proc = _dry_run(config, "-p")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rule verify_findings" in proc.stdout and "results/verify/fixed_length/verify.json" in proc.stdout
+    assert "results/findings/varlen" in proc.stdout and "results/ingest/fixed/kernels.parquet" in proc.stdout
+    with pytest.raises(Exception, match="rerun 'nope' is not a dataset name"):
+        raw = yaml.safe_load(config.read_text())
+        raw["verifications"][0]["rerun"] = "nope"
+        validate_config(raw, tmp_path)

@@ -264,6 +264,21 @@ class Comparison(Strict):
     )
 
 
+class Verification(Strict):
+    """A re-run that checks one dataset's findings (`gpuvar verify`; one DAG branch each): findings and rerun are
+    dataset names, the rerun recorded with a finding's cause removed (one input size, no concurrent copy, ...)."""
+
+    name: str = Field(description="identifier used in output paths")
+    findings: str = Field(description="dataset name whose findings are checked")
+    rerun: str = Field(description="dataset name of the re-run")
+    tolerance: float = Field(
+        0.02, ge=0, lt=1, description="relative widening of the predicted time-per-launch interval (0.02 = 2 %)"
+    )
+    cv_tolerance: float = Field(
+        0.02, ge=0, lt=1, description="points the CV within call sites may exceed its predicted upper end"
+    )
+
+
 class Config(Strict):
     # sections default through factories: an instance made at import would build every validator there
     demo: Demo = Field(default_factory=Demo)
@@ -275,11 +290,16 @@ class Config(Strict):
     plots: Plots = Field(default_factory=Plots)
     scaling: Scaling = Field(default_factory=Scaling)
     comparisons: list[Comparison] = []
+    verifications: list[Verification] = []
 
-    @field_validator("comparisons")
+    @field_validator("comparisons", "verifications")
     @classmethod
-    def _comparisons(cls, v, info):
+    def _pairs(cls, v, info):
+        """Named pairs of datasets (comparisons: baseline, candidate; verifications: findings, rerun): unique
+        names, known datasets, two different datasets."""
         datasets = [d.name for d in info.data.get("datasets") or []]
+        kind = "comparison" if info.field_name == "comparisons" else "verification"
+        sides = ("baseline", "candidate") if kind == "comparison" else ("findings", "rerun")
         seen = set()
         for i, c in enumerate(v):
             if not _NAME.fullmatch(c.name):
@@ -288,16 +308,18 @@ class Config(Strict):
                     "digits, '_', '.', '-'"
                 )
             if c.name in seen:
-                raise ValueError(f"entry {i}: name {c.name!r} is repeated; comparison names must be unique")
+                raise ValueError(f"entry {i}: name {c.name!r} is repeated; {kind} names must be unique")
             seen.add(c.name)
-            for side in ("baseline", "candidate"):
+            for side in sides:
                 if datasets and getattr(c, side) not in datasets:
                     raise ValueError(
                         f"entry {i} ({c.name}): {side} {getattr(c, side)!r} is not a dataset name; "
                         f"datasets: {', '.join(datasets)}"
                     )
-            if c.baseline == c.candidate:
-                raise ValueError(f"entry {i} ({c.name}): baseline and candidate are the same dataset {c.baseline!r}")
+            if getattr(c, sides[0]) == getattr(c, sides[1]):
+                raise ValueError(
+                    f"entry {i} ({c.name}): {sides[0]} and {sides[1]} are the same dataset {getattr(c, sides[0])!r}"
+                )
         return v
 
     @model_validator(mode="after")

@@ -131,6 +131,7 @@ def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict 
     record["verdicts"] = {"size": size_test.record(), "size_and_context": both.record()}
     record["size_features"] = [c for c in size.columns if np.ptp(size[c].to_numpy(np.float64)) > 0]
     record["context_features"] = [c for c in context.columns if np.ptp(context[c].to_numpy(np.float64)) > 0]
+    record["at_median_size"] = _at_median_size(size, y) if s >= 0.5 else None
     # by op: covariance shares
     g = groups.loc[rows.index].astype(str)
     per_op = d.groupby([*by, g], sort=True).sum().unstack(fill_value=0.0).reindex(full_index).fillna(0.0)
@@ -144,6 +145,28 @@ def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict 
         for k, v in time.sort_values(ascending=False, kind="stable").head(5).items()
     ]
     return record
+
+
+def _at_median_size(size: pd.DataFrame, y: np.ndarray) -> dict | None:
+    """What the step time is at the median problem size: the mean of the steps nearest the median of the size
+    feature that varies most (threads, else FLOPs, ...), with a 90 % interval for one step there. Size is the
+    workload, not a saving: this is the step time a fixed size would give, to compare with the spread."""
+    varying = [c for c in ("op_flops", "threads", "op_bytes", "op_numel", "launches") if c in size.columns]
+    varying = [c for c in varying if np.ptp(size[c].to_numpy(np.float64)) > 0]
+    if not varying:
+        return None
+    x = size[varying[0]].to_numpy(np.float64)
+    v = float(np.median(x))
+    k = max(5, int(np.ceil(0.05 * len(x))))
+    near = np.argsort(np.abs(x - v), kind="stable")[:k]
+    mean, sd = float(y[near].mean()), float(y[near].std(ddof=1)) if k > 1 else 0.0
+    return {
+        "feature": varying[0],
+        "value": v,
+        "steps_used": int(k),
+        "step_time_ns": round(mean, 3),
+        "interval_ns": [round(mean - 1.6449 * sd, 3), round(mean + 1.6449 * sd, 3)],
+    }
 
 
 def _plain(key):
@@ -173,6 +196,12 @@ def headline(record: dict | None, short=lambda s: s) -> str | None:
         f"; {percent(s['size'])} follows problem size, {percent(s['context'])} context, "
         f"{percent(s['unexplained'])} unexplained"
     )
+    at = record.get("at_median_size")
+    if at:
+        text += (
+            f"; at its median size ({at['feature']}) a step takes {duration_text(at['step_time_ns'])} "
+            f"({duration_text(at['interval_ns'][0])}–{duration_text(at['interval_ns'][1])})"
+        )
     ops = [o for o in record["ops"] if o["share"] >= 0.05][:TOP_OPS]
     if ops:
         text += "; carried by " + ", ".join(f"{o.get('name', short(o['group']))} {percent(o['share'])}" for o in ops)

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpuvar.artifacts import VERIFY_PAGE, VERIFY_RECORD  # noqa: F401 (the CLI writes them)
 from gpuvar.errors import InputError
 from gpuvar.findings.predict import CONTEXT_INTERVENTION, SIZE_INTERVENTION, predict, rounded
 
@@ -38,7 +39,6 @@ CONSTANT_SPREAD = 0.01
 PRESENT_SHARE = 0.01
 TOLERANCE = 0.02
 CV_TOLERANCE = 0.02
-VERIFY_PAGE, VERIFY_RECORD = "verify.md", "verify.json"
 
 
 def load_findings(path: Path) -> dict:
