@@ -284,3 +284,14 @@ def test_vendor_from_format_and_devices(fmt, devices, vendor):
     from gpuvar.findings.advice import vendor_of
 
     assert vendor_of(fmt, devices) == vendor
+
+
+def test_two_instantiations_of_one_kernel_get_names_that_tell_them_apart():
+    from gpuvar.findings.report import distinct_names
+
+    a = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, MulFunctor<float> > >(int)"
+    b = "void at::native::vectorized_elementwise_kernel<2, at::native::AUnaryFunctor<float, MulFunctor<float> > >(int)"
+    c = "gemm_kernel"
+    short = "vectorized_elementwise_kernel[AUnaryFunctor, MulFunctor]"
+    names = distinct_names({a: short, b: short, c: "gemm_kernel"})
+    assert names == {a: f"{short} ‹4›", b: f"{short} ‹2›", c: "gemm_kernel"}

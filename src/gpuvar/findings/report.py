@@ -75,6 +75,32 @@ def display_name(group: str, is_op: bool, kernels: dict | None = None) -> str:
     return short_name(group)
 
 
+_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+")
+
+
+def distinct_names(display: dict[str, str]) -> dict[str, str]:
+    """Display names that tell groups apart: where two groups would show the same short name (two instantiations
+    of one templated kernel: vector width 4 or 2, float or Half), each gets the first token of its full name that
+    differs from the others' at the same position (`vectorized_elementwise_kernel[...] ‹4›`)."""
+    by_name: dict[str, list[str]] = {}
+    for group, name in display.items():
+        by_name.setdefault(name, []).append(group)
+    out = dict(display)
+    for name, groups in by_name.items():
+        if len(groups) < 2:
+            continue
+        tokens = {g: _TOKEN.findall(g) for g in groups}
+        for g in groups:
+            mine, others = tokens[g], [tokens[o] for o in groups if o != g]
+            at = next(
+                (i for i in range(len(mine)) if any(i >= len(t) or t[i] != mine[i] for t in others)),
+                None,
+            )
+            tag = mine[at] if at is not None else str(sorted(groups).index(g) + 1)
+            out[g] = f"{name} ‹{tag}›"
+    return out
+
+
 def percent(x: float | None) -> str:
     """A share as the page and the headlines show it: whole percent, one decimal below 1 %."""
     if x is None:
@@ -323,6 +349,18 @@ def dataset_findings(
             }
         )
         entries[-1]["prediction"] = finding_prediction(entries[-1], part, s)
+    names = distinct_names(
+        {e["group"]: e["short_name"] for e in (*entries, *stable, *call_site_only, *not_compared, *small)}
+    )
+    for listing in (entries, stable, call_site_only, not_compared, small):
+        for e in listing:
+            if names[e["group"]] != e["short_name"]:
+                e["headline"] = (
+                    e["headline"].replace(e["short_name"], names[e["group"]], 1) if "headline" in e else None
+                )
+                e["short_name"] = names[e["group"]]
+                if e["headline"] is None:
+                    del e["headline"]
     entries.sort(key=lambda e: (-e["recoverable_ns"], e["group"]))
     for rank, entry in enumerate(entries, 1):
         entry["rank"] = rank
