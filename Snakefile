@@ -22,6 +22,10 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+# the report opens on the findings of the run (rendered, figures embedded): results/findings/findings.html
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/demo.smk"
 include: "workflow/rules/ingest.smk"

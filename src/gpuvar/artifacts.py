@@ -25,6 +25,8 @@ CAUSAL_CHECKS = "checks.tsv"  # every graph of a workflow run and its assumption
 CHECKS_PAGE = "checks.html"  # the same as a page: the HTML report's overview of which graphs to trust
 FINDINGS_RECORD = "findings.json"  # ranked findings with every number (docs/causal.md#findings); written last
 FINDINGS_PAGE = "findings.md"  # the same findings as the page a user reads first
+FINDINGS_HTML = "findings.html"  # the page rendered, figures embedded, to open in a browser
+FINDINGS_FRAGMENT = "findings.fragment.html"  # the same as an HTML fragment: the report's landing content
 DECOMPOSITION_TABLE = "decomposition.csv"  # per kernel name: the variance shares and the verdict
 
 # --- shared values ------------------------------------------------------------------------------------

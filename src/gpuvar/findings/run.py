@@ -19,6 +19,8 @@ from gpuvar.artifacts import (
     CAUSAL_RECORD,
     CAUSAL_SUMMARY,
     DECOMPOSITION_TABLE,
+    FINDINGS_FRAGMENT,
+    FINDINGS_HTML,
     FINDINGS_PAGE,
     FINDINGS_RECORD,
     KERNELS_TABLE,
@@ -34,6 +36,7 @@ from gpuvar.findings.decompose import (
     groups_of,
     pooled_shares,
 )
+from gpuvar.findings.html import render_fragment, render_html
 from gpuvar.findings.page import plain, render
 from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings, percent
 from gpuvar.findings.within_site import MIN_SITE_FIT
@@ -199,7 +202,11 @@ def write_dataset(record: dict, table: pd.DataFrame, folder: Path, kernels: pd.D
         if kernels is not None:
             _draw_figures(record, kernels, tmp, folder)
         _round_floats(table).to_csv(tmp / DECOMPOSITION_TABLE, index=False)
-        (tmp / FINDINGS_PAGE).write_text(render([record], __version__), encoding="utf-8")
+        page = render([record], __version__)
+        (tmp / FINDINGS_PAGE).write_text(page, encoding="utf-8")
+        (tmp / FINDINGS_HTML).write_text(
+            render_html(page, tmp, f"gpuvar findings: {record['dataset']}"), encoding="utf-8"
+        )
         write_json(
             {"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": [record]}, tmp / FINDINGS_RECORD
         )
@@ -224,7 +231,10 @@ def write_index(records: list[dict], folder: Path) -> None:
     from gpuvar.canonical_io import write_json
 
     with staged_folder(folder, replace=False, last=(FINDINGS_RECORD,)) as tmp:
-        (tmp / FINDINGS_PAGE).write_text(render(records, __version__), encoding="utf-8")
+        page = render(records, __version__)
+        (tmp / FINDINGS_PAGE).write_text(page, encoding="utf-8")
+        (tmp / FINDINGS_HTML).write_text(render_html(page, Path(folder)), encoding="utf-8")
+        (tmp / FINDINGS_FRAGMENT).write_text(render_fragment(page, Path(folder)), encoding="utf-8")
         write_json(
             {"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": records}, tmp / FINDINGS_RECORD
         )
