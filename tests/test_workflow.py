@@ -142,6 +142,25 @@ def test_report_is_one_self_contained_html_with_every_figure(demo_run, demo_repo
     assert '"results/causal/checks.html": {"name"' in html  # the overview: every graph, trusted or flagged
 
 
+def test_report_lands_on_the_rendered_findings(demo_run, demo_report):
+    """The report's landing content (Snakemake's workflow description, shown first) is the run's findings page
+    rendered as HTML with its figures embedded, not raw Markdown and not only the rule graph; the style that keeps
+    its top on screen and its column wide travels with it. (Looked at in headless Chromium: docs/causal.md.)"""
+    workdir, _ = demo_run
+    html = demo_report.read_text()
+    at = html.index("workflow_desc = ") + len("workflow_desc = ")
+    landing, _ = json.JSONDecoder().raw_decode(html, at)
+    assert '<div class="gpuvar-findings">' in landing and "<h1>Findings</h1>" in landing
+    datasets = json.loads((workdir / "results/findings/findings.json").read_text())["datasets"]
+    for record in datasets:
+        assert f"<h2>{record['dataset']}</h2>" in landing
+        for finding in record["findings"][: record["page_findings"]]:
+            assert f"<h3>{finding['rank']}. " in landing
+    assert landing.count('<img class="evidence"') >= sum(r["page_findings"] for r in datasets)
+    assert "data:image/png;base64," in landing and "### " not in landing and "**" not in landing
+    assert "align-items: flex-start" in landing
+
+
 def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_run, demo_report):
     """config `comparisons`: the planted pair's slowed kernel is the one flagged, its figures reach the report."""
     workdir, _ = demo_run

@@ -88,8 +88,11 @@ def collect(causal_dirs) -> list[dict]:
 
 _STYLE = """
 body { font-family: DejaVu Sans, Arial, sans-serif; font-size: 13px; margin: 12px; color: #222; }
-table { border-collapse: collapse; }
-th, td { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; width: 100%; max-width: 1380px; table-layout: fixed; }
+th, td { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+col.dataset { width: 8%; } col.target { width: 11%; } col.graph { width: 19%; } col.verdict { width: 13%; }
+col.checks { width: 9%; } col.why { width: 26%; } col.rows { width: 5%; } col.file { width: 9%; }
 th { background: #f2f3f4; }
 td.checks { font-weight: bold; white-space: nowrap; }
 tr.trusted td.checks { color: #1e8449; }
@@ -117,7 +120,11 @@ def render_html(rows: list[dict]) -> str:
         "<b>flagged</b>: a check that counts failed (red banner on the figure): read the graph as a hypothesis. "
         "<b>not explained</b>: the checks passed but the recorded features explain too little to act on. "
         "<b>skipped</b>: too few rows for a graph. Figures are listed by the file name given last.</p>",
-        "<table><tr><th>dataset</th><th>target</th><th>graph</th><th>checks</th><th>verdict</th>"
+        "<table><colgroup>"
+        + "".join(
+            f'<col class="{c}">' for c in ("dataset", "target", "graph", "verdict", "checks", "why", "rows", "file")
+        )
+        + "</colgroup><tr><th>dataset</th><th>target</th><th>graph</th><th>verdict</th><th>checks</th>"
         "<th>failed checks, warnings or reason</th><th>rows</th><th>file</th></tr>",
     ]
     ranked = sorted(enumerate(rows), key=lambda ir: (ir[1]["dataset"], ir[1]["target"], order[ir[1]["checks"]], ir[0]))
@@ -127,15 +134,15 @@ def render_html(rows: list[dict]) -> str:
             escape(str(r["dataset"])),
             escape(str(r["target"])),
             f'<span title="{escape(str(r["group"]))}">{escape(r["name"])}</span>',
-            escape(_MARK[r["checks"]] + r["checks"]),
             escape(verdict),
+            escape(_MARK[r["checks"]] + r["checks"]),
             escape(
                 ("informational, not counted: " if r["checks"] == TRUSTED and r["warnings"] else "") + r["warnings"]
             ),
             escape(str(r["rows"])),
             escape(str(r["slug"])),
         ]
-        classes = ["", "", "", "checks", "", "why", "", "file"]
+        classes = ["", "", "", "", "checks", "why", "", "file"]
         tds = "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for c, v in zip(classes, cells))
         lines.append(f'<tr class="{r["checks"].replace(" ", "-")}">{tds}</tr>')
     lines += ["</table>", "</body></html>", ""]
