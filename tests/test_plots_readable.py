@@ -344,7 +344,7 @@ def test_checks_overview_lists_every_graph_by_name_with_its_status(tmp_path, run
     page = (tmp_path / "checks.html").read_text()
     rows = re.findall(r'<tr class="([a-z-]+)">(.*?)</tr>', page)
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", body) for _, body in rows]
-    listed = [(re.sub(r"<[^>]+>", "", c[2]), c[3], c[-1]) for c in cells]
+    listed = [(re.sub(r"<[^>]+>", "", c[2]), c[4], c[-1]) for c in cells]
     assert listed == [
         ("gemm_tile_kernel&lt;float, 128&gt;", "⚠ flagged", "void_gemm-ca17dbcd"),
         ("All kernels (whole dataset)", "✓ trusted", "all-1a465e64"),
