@@ -34,20 +34,16 @@ import pandas as pd
 
 from gpuvar.findings.features import COUNTER, SIZE, STEP_THREADS, VARIANT_LABEL, Features
 from gpuvar.findings.verdict import (
-    ALPHA,
     DECLINED,
-    EXPLAINED,
-    EXPLAINED_SHARE,
     FOLDS,
     MIN_ROWS,
     NOT_EXPLAINED,
-    PARTLY,
-    PARTLY_SHARE,
     PERMUTATIONS,
     RESIDUAL_ALPHA,
     ShareTest,
     fold_of,
     residual_dependence_of,
+    verdict_of,
 )
 from gpuvar.findings.within_site import Basis, SlopeGroups, basis_of, cv_r2, fit_predict, within_permutations
 
@@ -292,17 +288,7 @@ def _cv_with_counters(groups: SlopeGroups, F, C, y, folds) -> float:
     """Cross-validated R^2 on F plus the counters of C chosen on each fold's training rows."""
     if not C.shape[1]:
         return cv_r2(groups, F, y, folds)
-    total = float((y**2).sum())
-    if total <= 0:
-        return 0.0
-    error = 0.0
-    for f in np.unique(folds):
-        test = folds == f
-        picked = select_counters(groups, F, C, y, ~test)
-        X = np.column_stack([F, C[:, picked]]) if picked else F
-        pred = fit_predict(groups, X, y, ~test)
-        error += float(((y[test] - pred[test]) ** 2).sum())
-    return float(min(1.0, max(0.0, 1.0 - error / total)))
+    return cv_r2(groups, F, y, folds, lambda train: C[:, select_counters(groups, F, C, y, train)])
 
 
 def _permutation_p(groups: SlopeGroups, sites: np.ndarray, F, C, y, observed: float, seed: int) -> float:
@@ -361,12 +347,7 @@ def within_test(
     total = float((y**2).sum())
     observed = basis_of(groups, X).explained(y) / total
     p = _permutation_p(groups, sites, F, C, y, observed, seed)
-    if p >= ALPHA or share < PARTLY_SHARE:
-        verdict = NOT_EXPLAINED
-    elif share >= EXPLAINED_SHARE:
-        verdict = EXPLAINED
-    else:
-        verdict = PARTLY
+    verdict = verdict_of(share, p)
     used = names[: F.shape[1]] + [names[F.shape[1] + k] for k in picked]
     result = ShareTest(verdict, share, observed, p, n, used)
     if residual_check and verdict != NOT_EXPLAINED:

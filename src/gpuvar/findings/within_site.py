@@ -121,15 +121,18 @@ def fit_predict(groups: SlopeGroups, X: np.ndarray, y: np.ndarray, train: np.nda
     return (X * groups.spread(beta)).sum(axis=1)
 
 
-def cv_r2(groups: SlopeGroups, X: np.ndarray, y: np.ndarray, folds: np.ndarray) -> float:
-    """1 - out-of-fold squared error / sum of squares of y, clipped to [0, 1] (sorted rows)."""
+def cv_r2(groups: SlopeGroups, X: np.ndarray, y: np.ndarray, folds: np.ndarray, extra=None) -> float:
+    """1 - out-of-fold squared error / sum of squares of y, clipped to [0, 1] (sorted rows). extra(train): more
+    columns chosen on a fold's training rows only (counters: the choice is part of what is validated)."""
     total = float((y**2).sum())
     if total <= 0:
         return 0.0
     error = 0.0
     for f in np.unique(folds):
         test = folds == f
-        pred = fit_predict(groups, X, y, ~test)
+        more = extra(~test) if extra is not None else None
+        design = np.column_stack([X, more]) if more is not None and more.shape[1] else X
+        pred = fit_predict(groups, design, y, ~test)
         error += float(((y[test] - pred[test]) ** 2).sum())
     return float(min(1.0, max(0.0, 1.0 - error / total)))
 
