@@ -53,15 +53,11 @@ def _quiet(fn, *a):
 
 
 def _ranks(traces, parts: list[str], folder: Path) -> list[str]:
-    """`gpuvar ranks --traces` on the job's files (exact waits from the host collective ops); its findings."""
-    from gpuvar.ranks.analyze import analyze
-    from gpuvar.ranks.load import from_traces
-    from gpuvar.ranks.report import write_outputs
+    """The rank section (gpuvar.ranks.section): host collective ops where the format has them (Kineto), else
+    what the ranks' ingest folders show, else one line why it is empty; its lines."""
+    from gpuvar.ranks.section import rank_section
 
-    data = from_traces([str(t) for t in traces])
-    result = analyze(data)
-    write_outputs(result, data, str(folder))
-    return list(result.findings)
+    return rank_section(traces, parts, folder)
 
 
 def run(args) -> int:
