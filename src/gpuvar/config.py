@@ -87,8 +87,10 @@ class Dataset(Strict):
     name: str = Field(description="identifier used in output paths")
     source: str | list[str] = Field(
         min_length=1,
-        description="profiler file or folder; a glob expands to one dataset per match. With merge: true, a list "
-        "of files and/or globs whose matches are ingested side by side (one job per file) and combined",
+        description="profiler file or folder; a glob expands to one dataset per match. A list (globs expand in "
+        "place) without merge: the files of one trace, a rocprof / rocprofv3 kernel trace with its counter passes "
+        "(joined by dispatch). With merge: true, a list of files and/or globs whose matches are ingested side by "
+        "side (one job per file) and combined",
     )
     merge: bool = Field(False, description="combine the files of `source` into one dataset with a rank column")
     format: Literal[FORMATS] = Field("auto", description="auto (detect by content) or a reader's name")
@@ -116,17 +118,10 @@ class Dataset(Strict):
             raise ValueError("must be a path without newline or NUL characters")
         return v
 
-    @model_validator(mode="after")
-    def _sources(self):
-        if isinstance(self.source, list) and not self.merge:
-            raise ValueError("a list of sources needs merge: true (one dataset from several rank files)")
-        if isinstance(self.source, list) and not self.source:
-            raise ValueError("merge: true needs at least one source file")
-        return self
-
     @property
     def sources(self) -> list[str]:
-        """The dataset's files: one, or the rank files of a merged dataset in rank (file) order."""
+        """The dataset's files: one, the rank files of a merged dataset in rank (file) order, or the files of one
+        trace (a kernel trace and its counter passes: a list without merge)."""
         return list(self.source) if isinstance(self.source, list) else [self.source]
 
     @field_validator("targets")
@@ -364,7 +359,8 @@ def _glob(source: str, base: Path, dataset) -> list[str]:
 
 
 def _merged_sources(d: dict, base: Path) -> dict:
-    """merge: true: every glob in source (a string or a list) expands in place, keeping the listed order."""
+    """merge: true, or a list: every glob in source (a string or a list) expands in place, keeping the listed
+    order."""
     source = d.get("source")
     entries = source if isinstance(source, list) else [source]
     if not all(isinstance(e, str) for e in entries):
@@ -377,13 +373,14 @@ def _merged_sources(d: dict, base: Path) -> dict:
 
 def _expand_globs(raw: dict, base: Path) -> dict:
     """A dataset whose source is a glob becomes one dataset per match, named '<name>_<file stem>'; with
-    merge: true the matches stay one dataset (a list of rank files)."""
+    merge: true the matches stay one dataset (a list of rank files), and so do a list's (the files of one
+    trace)."""
     if not isinstance(raw.get("datasets"), list):
         return raw
     out = []
     for d in raw["datasets"]:
         source = d.get("source") if isinstance(d, dict) else None
-        if isinstance(d, dict) and d.get("merge") is True:
+        if isinstance(d, dict) and (d.get("merge") is True or isinstance(source, list)):
             out.append(_merged_sources(d, base))
         elif isinstance(source, str) and _is_glob(source):
             for m in _glob(source, base, d.get("name")):

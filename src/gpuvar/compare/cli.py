@@ -3,9 +3,12 @@ a bootstrap interval, Mann-Whitney U with Benjamini-Hochberg, ordered by the tim
 most variable windows moved, and which causes of variability changed (causal-graph diff). Writes
 OUTDIR/{compare.json,kernels.csv,causal_diff.csv} and the figures forest, distributions and causal_diff.
 
-BASELINE and CANDIDATE are ingest folders (or their kernels.parquet); add each run's `gpuvar bin` and
-`gpuvar causal` output folders (one per target) for the window and cause comparisons. With --results ROOT they
-are dataset names of a workflow's results folder and every target found for both is used."""
+BASELINE and CANDIDATE are ingest folders (or their kernels.parquet), or profiler files of any supported format,
+which are ingested first into OUTDIR/ingest/{baseline,candidate} (as `gpuvar explain` does); add each run's
+`gpuvar bin` and `gpuvar causal` output folders (one per target) for the window and cause comparisons. With
+--results ROOT they are dataset names of a workflow's results folder and every target found for both is used.
+Prints a short summary (the time books, the verdict counts, the rows that moved most); --json prints the
+summary record as JSON instead."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY
+from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY, KERNELS_TABLE
 
 
 def folder_list(text: str) -> list[str]:
@@ -25,8 +28,16 @@ def configure(p):
     from gpuvar.options import ConfigOption, add_options
     from gpuvar.plots.cli import FIGURE_OPTIONS
 
-    p.add_argument("baseline", help="baseline: ingest folder or kernels.parquet (a dataset name with --results)")
-    p.add_argument("candidate", help="candidate: ingest folder or kernels.parquet (a dataset name with --results)")
+    p.add_argument(
+        "baseline",
+        help="baseline: ingest folder, kernels.parquet or a profiler file (ingested first); a dataset name with --results",
+    )
+    p.add_argument(
+        "candidate",
+        help="candidate: ingest folder, kernels.parquet or a profiler file (ingested first); a dataset name with "
+        "--results",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (default: a short readable summary)")
     p.add_argument("--output", "-o", required=True, help="output folder")
     p.add_argument("--results", help="workflow results folder: read ROOT/{ingest,bin,causal}/<dataset>")
     for side in ("baseline", "candidate"):
@@ -81,7 +92,36 @@ def configure(p):
 
 def _label(path: Path) -> str:
     path = Path(path)
+    if is_profiler_file(path):
+        return path.name.split(".")[0] or path.name  # run.pt.trace.json.gz -> run, as explain names a dataset
     return (path.parent if path.suffix == ".parquet" else path).name or str(path)
+
+
+def is_profiler_file(path: Path) -> bool:
+    """Whether a side is a profiler file (or a profiler's output folder) to ingest first, not an ingest folder or
+    its kernels.parquet."""
+    path = Path(path)
+    if path.is_dir():
+        return not (path / KERNELS_TABLE).is_file()
+    return path.is_file() and path.suffix != ".parquet"  # a missing path: read_kernels says so
+
+
+def ingest_sides(runs, tmp: Path, output: Path) -> None:
+    """Ingest each side given as a profiler file into tmp/ingest/<side> (OUTPUT/ingest/<side> once in place) and
+    point the run at it; its stage output goes nowhere, its errors are the ingest's one-line errors."""
+    import contextlib
+    import io
+
+    from gpuvar.ingest import ingest
+
+    for run, side in zip(runs, ("baseline", "candidate")):
+        if not is_profiler_file(run.ingest):
+            continue
+        folder = tmp / "ingest" / side
+        print(f"gpuvar compare: ingest {side} {run.ingest}", file=sys.stderr, flush=True)
+        with contextlib.redirect_stdout(io.StringIO()):
+            ingest(run.ingest, folder)
+        run.source, run.ingest, run.kept = run.ingest, folder, output / "ingest" / side
 
 
 def runs_from_results(root: Path, baseline: str, candidate: str):
@@ -145,8 +185,15 @@ def run(args) -> int:
         min_probability=args.min_probability,
     )
     with staged_folder(args.output, replace=True) as tmp:  # the folder appears complete or not at all
+        if not args.results:
+            ingest_sides((base, cand), tmp, Path(args.output))
         record = compare_runs(base, cand, tmp, options)
     for warning in record["warnings"]:
         print(f"gpuvar compare: warning: {warning}", file=sys.stderr)
-    print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
+    if args.json:
+        print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
+    else:
+        from gpuvar.compare.page import console
+
+        print(console(record, Path(args.output)))
     return 0

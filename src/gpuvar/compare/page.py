@@ -1,11 +1,13 @@
 """compare.md: the comparison as a performance engineer reads it -- warnings first, then the time books, then
-the rows that moved most, each with its verdict, interval and hint. Every number is also in compare.json."""
+the rows that moved most, each with its verdict, interval and hint; and `console`, the few lines `gpuvar compare`
+prints (the same books, the flagged rows first). Every number is also in compare.json."""
 
 from __future__ import annotations
 
 import math
 
 ROWS = 12
+CONSOLE_ROWS = 5
 
 
 def _ms(ns) -> str:
@@ -22,20 +24,15 @@ def _ratio(row: dict) -> str:
 
 def render(record: dict) -> str:
     """Markdown of one compare.json record."""
-    b, c, s = record["baseline"], record["candidate"], record["summary"]
+    b, c = record["baseline"], record["candidate"]
     lines = [f"# {b['name']} → {c['name']}", ""]
     if record["warnings"]:
         lines += ["**Warnings: these runs may not be comparable.**", ""]
         lines += [f"- {w}" for w in record["warnings"]] + [""]
-    floor = record["options"]["min_effect"]
-    ratio = s["total_time_ratio"]
+    books, counts = _books(record)
     lines += [
-        f"GPU time (kernels, copies, memsets) {b['total_ns'] / 1e6:.3f} ms → {c['total_ns'] / 1e6:.3f} ms: "
-        f"Δ {_ms(s['delta_total_ns'])}" + (f" (×{ratio:.3f})." if ratio else "."),
-        f"{s['slower']} slower, {s['faster']} faster (beyond noise and at least {100 * floor:g} %), "
-        f"{s['negligible']} negligible, {s['unchanged']} unchanged, {s['untested']} untested, "
-        f"{s['added']} added, {s['removed']} removed. Intervals resample "
-        f"{b['environment']['resampling'].get('unit', 'launch')}s of each run.",
+        f"{books}.",
+        f"{counts}. Intervals resample {b['environment']['resampling'].get('unit', 'launch')}s of each run.",
         "",
         "| # | kernel / copy | verdict | ratio [interval] | Δ time | of which launch count | note |",
         "|---|---|---|---|---|---|---|",
@@ -50,3 +47,37 @@ def render(record: dict) -> str:
     if rest:
         lines += ["", f"{len(rest)} more row(s) in kernels.csv, Δ {_ms(sum(r['delta_total_ns'] for r in rest))}."]
     return "\n".join(lines) + "\n"
+
+
+def _books(record: dict) -> tuple[str, str]:
+    b, c, s = record["baseline"], record["candidate"], record["summary"]
+    ratio = s["total_time_ratio"]
+    books = (
+        f"GPU time (kernels, copies, memsets) {b['total_ns'] / 1e6:.3f} ms → {c['total_ns'] / 1e6:.3f} ms: "
+        f"Δ {_ms(s['delta_total_ns'])}" + (f" (×{ratio:.3f})" if ratio else "")
+    )
+    counts = (
+        f"{s['slower']} slower, {s['faster']} faster (beyond noise and at least "
+        f"{100 * record['options']['min_effect']:g} %), {s['negligible']} negligible, {s['unchanged']} unchanged, "
+        f"{s['untested']} untested, {s['added']} added, {s['removed']} removed"
+    )
+    return books, counts
+
+
+def console(record: dict, output) -> str:
+    """What `gpuvar compare` prints: the runs, the time books, the verdict counts, then the rows that moved
+    most -- the slower and faster ones first, then the largest |Δ time| -- and where the page is."""
+    b, c = record["baseline"], record["candidate"]
+    books, counts = _books(record)
+    lines = [f"{b['name']} → {c['name']}", f"  {books}", f"  {counts}"]
+    rows = record["kernels"]
+    flagged = [r for r in rows if r["verdict"] in ("slower", "faster")]
+    shown = (flagged + [r for r in rows if r not in flagged])[:CONSOLE_ROWS]
+    for i, row in enumerate(shown, 1):
+        hint = f" ({row['hint']})" if row.get("hint") else ""
+        ratio = f" {_ratio(row)}" if row["ratio"] is not None else ""
+        lines.append(f"  {i}. {row['label']}: {row['verdict']}{ratio}, Δ {_ms(row['delta_total_ns'])}{hint}")
+    if len(rows) > len(shown):
+        lines.append(f"  {len(rows) - len(shown)} more row(s) in {output}/kernels.csv")
+    lines.append(f"comparison page: {output}/compare.md")
+    return "\n".join(lines)

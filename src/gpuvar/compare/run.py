@@ -26,6 +26,8 @@ class Run:
     ingest: Path
     bins: list[Path] = field(default_factory=list)
     causal: list[Path] = field(default_factory=list)
+    source: Path | None = None  # the profiler file this side was ingested from by `gpuvar compare` itself
+    kept: Path | None = None  # where that ingest is once the comparison is in place (OUTPUT/ingest/<side>)
 
 
 @dataclass
@@ -72,7 +74,8 @@ def _side(run: Run, k: inputs.Kernels) -> dict:
     kinds = k.frame.groupby("kind")["duration"].sum()
     return {
         "name": run.name,
-        "kernels_file": str(k.path),
+        "kernels_file": str(run.kept / k.path.name if run.kept else k.path),
+        "source": str(run.source) if run.source else None,
         "rows_in": k.rows_in,
         "rows_used": int(len(k.frame)),
         "rows_dropped": dict(sorted(k.dropped.items())),

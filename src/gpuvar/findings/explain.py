@@ -14,7 +14,13 @@ from pathlib import Path
 
 
 def configure(p):
-    p.add_argument("traces", nargs="+", type=Path, help="profiler file(s); several = ranks of one job")
+    p.add_argument(
+        "traces",
+        nargs="+",
+        type=Path,
+        help="profiler file(s); several = ranks of one job, or a rocprof / rocprofv3 kernel trace with its counter "
+        "passes (results.csv pmc_1.csv ..., kernel_trace.csv counter_collection.csv)",
+    )
     p.add_argument("--output", "-o", type=Path, required=True, help="output folder")
     p.add_argument("--name", default=None, help="dataset name on the findings page (default: the first file's stem)")
     p.add_argument("--format", default="auto", help="format name or 'auto': detect by content (default: %(default)s)")
@@ -46,16 +52,12 @@ def _quiet(fn, *a):
         return fn(*a)
 
 
-def _ranks(traces, folder: Path) -> list[str]:
-    """`gpuvar ranks --traces` on the job's files (exact waits from the host collective ops); its findings."""
-    from gpuvar.ranks.analyze import analyze
-    from gpuvar.ranks.load import from_traces
-    from gpuvar.ranks.report import write_outputs
+def _ranks(traces, parts: list[str], folder: Path) -> list[str]:
+    """The rank section (gpuvar.ranks.section): host collective ops where the format has them (Kineto), else
+    what the ranks' ingest folders show, else one line why it is empty; its lines."""
+    from gpuvar.ranks.section import rank_section
 
-    data = from_traces([str(t) for t in traces])
-    result = analyze(data)
-    write_outputs(result, data, str(folder))
-    return list(result.findings)
+    return rank_section(traces, parts, folder)
 
 
 def run(args) -> int:
@@ -72,15 +74,18 @@ def run(args) -> int:
     out = args.output
     name = args.name or args.traces[0].name.split(".")[0]
     ingest = out / "ingest"
-    if len(args.traces) == 1:
-        _progress(f"ingest {args.traces[0]}", t0)
-        _quiet(_stage, ["ingest", str(args.traces[0]), "-o", str(ingest), "--format", args.format])
+    from gpuvar.ingest.counter_passes import group_files
+
+    ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
+    parts = []
+    if len(ranks) == 1:
+        _progress(f"ingest {', '.join(map(str, ranks[0]))}", t0)
+        _quiet(_stage, ["ingest", *map(str, ranks[0]), "-o", str(ingest), "--format", args.format])
     else:
-        parts = []
-        for k, trace in enumerate(args.traces):
-            _progress(f"ingest rank file {k}: {trace}", t0)
+        for k, files in enumerate(ranks):
+            _progress(f"ingest rank file {k}: {', '.join(map(str, files))}", t0)
             part = out / "ranks" / str(k)
-            _quiet(_stage, ["ingest", str(trace), "-o", str(part), "--format", args.format])
+            _quiet(_stage, ["ingest", *map(str, files), "-o", str(part), "--format", args.format])
             parts.append(str(part))
         _progress(f"merge {len(parts)} ranks", t0)
         _quiet(_stage, ["ingest-merge", *parts, "-o", str(ingest)])
@@ -108,9 +113,9 @@ def run(args) -> int:
             + ["--target", target, *arguments(cfg, CONFIG_OPTIONS), "-o", str(causal)],
         )
     rank_lines = []
-    if len(args.traces) > 1:
-        _progress(f"ranks: stragglers and waits across {len(args.traces)} ranks", t0)
-        rank_lines = _ranks(args.traces, out / "ranks")
+    if len(ranks) > 1:
+        _progress(f"ranks: stragglers and waits across {len(ranks)} ranks", t0)
+        rank_lines = _ranks([files[0] for files in ranks], parts, out / "ranks")
     _progress("findings: variance decomposition and verdicts per kernel", t0)
     record, table, kernels = analyse_dataset(name, ingest, causal, plots)
     write_dataset(record, table, out / "findings", kernels)

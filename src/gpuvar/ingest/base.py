@@ -35,6 +35,7 @@ class ReaderOutput:
     devices: list[dict] = field(default_factory=list)  # GPUs as recorded: id, name, sm_count, clock_hz, uuid, bus
     host: str | None = None  # the profiled machine, where the file records it (gpuvar.ingest.gpu_identity)
     gpu_renumbered: list[int] = field(default_factory=list)  # processes whose CUDA device ids are not the GPU ids
+    counter_passes: list[dict] = field(default_factory=list)  # counter passes joined to the trace (counter_passes)
 
     def drop(self, table: str, reason: str, count: int) -> None:
         if count:

@@ -69,6 +69,19 @@ def require_kernels(source, kernels: pa.Table, rows_read: int, dropped: dict) ->
     raise InputError(source, f"no usable kernel rows: all {rows_read} were dropped ({reasons})")
 
 
+def require_timing(source, fmt: str, kernels: pa.Table) -> None:
+    """A counter pass alone (rocprof v1 `rocprof -i`, rocprofv3 counter_collection without timestamps) has
+    launches but no start, end or duration: nothing later can say how long a launch took, so it is an error that
+    asks for its kernel trace (gpuvar.ingest.counter_passes), not an empty analysis."""
+    from gpuvar.ingest.counter_passes import KERNEL_TRACE_FILES, counter_only_message
+
+    if fmt not in KERNEL_TRACE_FILES or not kernels.num_rows:
+        return
+    timed = [c for c in TIME_COLUMNS if c in kernels.column_names and kernels.column(c).null_count < kernels.num_rows]
+    if not timed:
+        raise InputError(source, counter_only_message(kernels.num_rows))
+
+
 def require_int64_times(reader: str, **tables: pa.Table | None) -> None:
     """Fail loudly if a canonical time column is not int64 ns (docs/schema.md): a float64 start/end loses the
     low digits of epoch-scale clocks (> 2^53 ns) and corrupts every duration. A reader bug, not a user error,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
@@ -314,9 +315,31 @@ class Layout:
     half: dict[str, tuple[float, float]]  # node -> half width, half height of its box
 
 
+ALIAS_SHOWN = 24  # characters of the one near-duplicate a label names; a longer one is counted, not named
+_ALIASES = re.compile(r"^(?P<name>.+?) \(≈ (?P<aliases>.+)\)$")
+
+
+def compact_label(name: str) -> str:
+    """A merged feature's label with its near-duplicates counted, not listed: 'grid_x (≈ launch__grid_dim_x and
+    12 more)'. Nsight Compute exports carry a dozen columns that follow one another (dram__bytes_read.avg/.max/
+    .min/.sum, ...); listed in full they made a node box and a title of ten lines. A near-duplicate longer than
+    ALIAS_SHOWN characters is counted as well ('(≈ 1 more)'). The full list stays in the
+    edge table (its `from`/`to` columns) and in graph.graphml."""
+    m = _ALIASES.match(name)
+    if not m:
+        return name
+    aliases = m.group("aliases").split(", ")
+    if len(aliases[0]) > ALIAS_SHOWN:  # a long metric name as well: counted too
+        return f"{m.group('name')} (≈ {len(aliases)} more)"
+    if len(aliases) <= 1:
+        return name
+    return f"{m.group('name')} (≈ {aliases[0]} and {len(aliases) - 1} more)"
+
+
 def node_label(name: str) -> str:
-    """The node's name on lines of at most ~LABEL_WIDTH characters, never cut inside a word."""
-    return style.wrap_label(name, LABEL_WIDTH)
+    """The node's name (near-duplicates counted: compact_label) on lines of at most ~LABEL_WIDTH characters,
+    never cut inside a word."""
+    return style.wrap_label(compact_label(name), LABEL_WIDTH)
 
 
 def _layers(cg: CausalGraph, nodes: list[str], edges: list[tuple[str, str]]) -> dict[str, int]:
@@ -693,6 +716,12 @@ def _footnote_lines(
         lines.append(f"{beyond} more edges in {edges_csv or 'the edge table'} (only the strongest are drawn).")
     if edges["probability"].isna().all() and len(edges):
         lines.append("No bootstrap probabilities: edges not filtered by confidence.")
+    counted = sorted(n for n in shown_nodes if compact_label(n) != n)
+    if counted:
+        lines.append(
+            f"≈ … and N more: near-duplicate columns merged into the one named ({len(counted)} node(s)); every "
+            f"name is in {edges_csv or 'the edge table'} and graph.graphml."
+        )
     idle = sorted(set(cg.graph.nodes) - shown_nodes)
     if idle:
         lines.append(f"{len(idle)} feature(s) without a shown edge not drawn.")
@@ -705,9 +734,11 @@ def draw_causal_graph(
     min_probability: float = 0.5,
     title: str | None = None,
     edges_csv: str | None = None,
+    name: str | None = None,
 ):
     """Figure of one causal graph; returns (figure, edge table with a status per edge). `edges_csv`: the name
-    the footnote gives the edge table, where the edges not drawn are listed."""
+    the footnote gives the edge table, where the edges not drawn are listed; `name`: the group's name in the
+    default title (default: group_name; plot_causal_dir passes the name the figure has in its index)."""
     edges = classify_edges(cg, min_variance_share, min_probability)
     shown = edges[edges["status"] == "shown"]
     layout = layered_layout(cg, shown)
@@ -728,7 +759,8 @@ def draw_causal_graph(
     x1 = max(x + w for x, _, w, _ in boxes) + 20
     pad = max(0.0, 440 - (x1 - x0)) / 2  # the title and footnote need some width
     x0, x1 = x0 - pad, x1 + pad
-    title = style.wrap_label(title or default_title(cg), max(60, int((x1 - x0) / 5.6)))
+    width = max(60, int((x1 - x0) / 5.6))
+    title = style.wrap_label(title or fitted_title(cg, width, name), width)
     header = 4 + 12.5 * (title.count("\n") + 1) + (24 if cg.flagged else 0) + 26  # title, banner, legend row
     y0 = min(y - h for _, y, _, h in boxes) - 15
     y1 = max(y + h for _, y, _, h in boxes) + 10 + header
@@ -773,16 +805,46 @@ def draw_causal_graph(
     return fig, edges
 
 
-def default_title(cg: CausalGraph) -> str:
+def default_title(cg: CausalGraph, name: str | None = None, aliases: bool = True) -> str:
     """The verdict in words: '<kernel>: what explains <target>: explained 99 % by grid_x' (kernel names
     without return type, namespaces and parameter lists), never "causes of" on a graph that does not explain
-    its target."""
+    its target. Near-duplicates of a driver are counted (compact_label), or left out with aliases=False."""
     from gpuvar.causal.verdict import verdict_title
 
-    name = group_name(cg.group)
+    name = name or group_name(cg.group)
     if cg.verdict is None:
         return f"{name}: causes of {cg.target}"
-    return verdict_title(name, cg.target, cg.verdict, cg.drivers)
+    drivers = [compact_label(d) if aliases else _ALIASES.sub(r"\g<name>", d) for d in cg.drivers]
+    return verdict_title(name, cg.target, cg.verdict, drivers)
+
+
+TITLE_LINES = 2
+_PERCENT = re.compile(r"(\d) %")
+
+
+def fitted_title(cg: CausalGraph, width: int, name: str | None = None) -> str:
+    """default_title in at most TITLE_LINES lines of `width` characters: with the drivers' near-duplicates
+    counted; else without them; else with the kernel's name shortened at a word boundary (its end, which holds
+    the template arguments, kept); else cut after the last whole word that fits."""
+    name = name or group_name(cg.group)
+
+    def fits(text: str) -> bool:  # ('100 %' is written '100%' below: a line never ends in a bare number)
+        return style.wrap_label(text, width).count("\n") < TITLE_LINES
+
+    for aliases in (True, False):
+        title = _PERCENT.sub(r"\1%", default_title(cg, name, aliases))
+        if fits(title):
+            return title
+    rest = title[len(name) :]  # ': what explains ...'
+    budget = TITLE_LINES * width - len(rest) - 8  # wrapping at word boundaries leaves some room unused
+    if budget >= 16:
+        from gpuvar.compare.names import shorten_left
+
+        title = shorten_left(name, budget) + rest
+        if fits(title):
+            return title
+    lines = style.wrap_label(title, width).split("\n")[:TITLE_LINES]
+    return " ".join(lines).rstrip(" ,:") + " …"
 
 
 WHOLE_DATASET = "All kernels (whole dataset)"
@@ -840,6 +902,7 @@ def plot_group(
 # each figure by (gpuvar.workflow.figures.causal_labels), `slug` is the figure's file name
 INDEX_COLUMNS = ["group", "slug", "name", "checks", "status", "edges", "shown", "hidden", "reason"]
 REPORT_NAME_WIDTH = 80
+TITLE_NAME_WIDTH = 60  # characters of a kernel's name in a figure title (group_name's default)
 
 
 def group_folders(causal_dir: str | Path) -> list[Path]:
@@ -892,12 +955,17 @@ def plot_causal_dir(
     root, outdir = Path(causal_dir), Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for folder in group_folders(root):
-        cg = load_group(folder)
+    # every group's title names it as the index does: told apart from the folder's other kernels (a tile size)
+    loaded = [(folder, load_group(folder)) for folder in group_folders(root)]
+    groups = [cg.group for _, cg in loaded] + [g["group"] for g in _skipped_groups(root)]
+    names = dict(zip(groups, group_names(groups, TITLE_NAME_WIDTH), strict=True))
+    for folder, cg in loaded:
         is_whole = cg.group == ALL_GROUP
         if (which == "whole" and not is_whole) or (which == "per_kernel" and is_whole):
             continue
-        fig, edges = draw_causal_graph(cg, min_variance_share, min_probability, edges_csv=f"{folder.name}.edges.csv")
+        fig, edges = draw_causal_graph(
+            cg, min_variance_share, min_probability, edges_csv=f"{folder.name}.edges.csv", name=names[cg.group]
+        )
         style.save_figure(fig, outdir / folder.name, formats, dpi)
         style.write_csv(edges, outdir / f"{folder.name}.edges.csv")
         if (folder / "graph.graphml").is_file():  # the full graph travels with the figure

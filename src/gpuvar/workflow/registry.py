@@ -40,8 +40,9 @@ class Registry:
         return [(d.name, target) for d in self.cfg.datasets for target in d.targets]
 
     # input functions of the rules (Snakemake calls them with the job's wildcards)
-    def source(self, wildcards) -> str:
-        """The profiler file or folder of a dataset (an output of make_demo_data for the demo)."""
+    def source(self, wildcards) -> str | list[str]:
+        """The profiler file or folder of a dataset (an output of make_demo_data for the demo), or the files of
+        one trace (a kernel trace and its counter passes)."""
         return self.datasets[wildcards.dataset].source
 
     def rank_source(self, wildcards) -> str:
