@@ -59,6 +59,7 @@ from gpuvar.ingest.kineto_pieces import (
     HOST_TABLES,
     RANGE_CAT,
     TS_TYPE,
+    join_ts,
     process_piece,
     ts_decimal,
 )
@@ -165,7 +166,7 @@ def _range_table(rows: list[tuple]) -> pa.Table:
     columns = {
         "cat": pa.array([RANGE_CAT] * len(rows), pa.string()),
         "name": pa.array(name, pa.string()),
-        "ts": ts_decimal(b"\n".join(ts), len(rows)),
+        "ts": ts_decimal(join_ts(ts), len(rows)),
         "dur": pa.array(np.array(dur), from_pandas=True),
     }
     counters = pd.DataFrame([a if isinstance(a, dict) else {} for a in args])
