@@ -19,12 +19,17 @@ def _page(result: RankAnalysis) -> str:
     s = result.summary
     lines = ["# Ranks", ""] + [f"- {f}" for f in result.findings]
     if "per_rank" in s:
-        lines += ["", f"Collectives: {s['collective_source']}; {s['collectives_compared']} compared on every rank.", ""]
-        lines += ["| rank | last in | wait | wait share | busy | idle (in steps) |", "|---|---|---|---|---|---|"]
+        lines += ["", f"Collectives: {s['collective_source']}; {s['collectives_compared']} compared on every rank."]
+        for r, reasons in sorted(s.get("dropped_collectives", {}).items()):
+            words = ", ".join(f"{n} ({reason})" for reason, n in sorted(reasons.items()))
+            lines.append(f"Dropped collectives of rank {r}: {words}.")
+        lines += ["", "| rank | last in | wait | wait share | busy | idle (in steps) |", "|---|---|---|---|---|---|"]
         for r, p in s["per_rank"].items():
+            last = f"{p['last_steps']} of {s['collectives_compared']}" if s.get("clocks_agree", True) else "not known"
+            share = "n/a" if p["wait_share"] is None else f"{100 * p['wait_share']:.1f} %"
             lines.append(
-                f"| {r} | {p['last_steps']} of {s['collectives_compared']} | {p['wait_ns'] / 1e6:.1f} ms "
-                f"| {100 * p['wait_share']:.1f} % | {p['busy_ns'] / 1e6:.1f} ms | {p['idle_ns'] / 1e6:.1f} ms |"
+                f"| {r} | {last} | {p['wait_ns'] / 1e6:.1f} ms "
+                f"| {share} | {p['busy_ns'] / 1e6:.1f} ms | {p['idle_ns'] / 1e6:.1f} ms |"
             )
         cands = s["driver"]["candidates"]
         if cands:
