@@ -38,6 +38,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import signal
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from decimal import ROUND_HALF_EVEN
@@ -217,13 +218,40 @@ def _remote(pool: ProcessPoolExecutor, path: Path, fh):
     return submit
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_start(parent: int) -> None:
+    """A decode worker's first act: die with its parent, and let go of the parent's terminal and pipes.
+
+    A parent killed with SIGKILL (by a user, the OOM killer, a batch system) runs no cleanup, and its workers
+    (~110 MB each) lived on holding its stdout, so `gpuvar ingest big.json | cat` never ended. The kernel now
+    sends the worker SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG; on Linux, where fork is used), and
+    its stdin, stdout and stderr are /dev/null: it reports only through the pool's pipes."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the descriptors below still free the parent's pipes
+        pass
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list, host: dict[str, _Gpu]) -> TraceStream:
     """Stream the trace once, filling the tables; returns the stream (top-level keys, whether the array was seen).
 
     Big traces are decoded by worker processes (fork: they need no imports), pieces in order, the main
     process reading, cutting and gathering the columns; see TraceStream.pieces for how a wrong cut is redone."""
     workers = _workers(path)
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) if workers else None
+    pool = None
+    if workers:
+        context = mp.get_context("fork")
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),))
     try:
         with open_binary(path) as fh:
             # workers read an uncompressed trace themselves: here the file is mapped, only the cuts are read
