@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly, require_columns
+from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly, in_wal_mode, require_columns
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "nsys-sqlite"
@@ -227,6 +227,8 @@ def _fetch_connectorx(path: Path, table: str, columns: list[str], rows: int, row
     """
     import connectorx as cx
 
+    if in_wal_mode(path):
+        raise ValueError("a WAL-mode database: connectorx would write it (checkpoint on close)")
     with tempfile.TemporaryDirectory(prefix="gpuvar-nsys-") as tmp:
         link = Path(tmp) / "export.sqlite"
         link.symlink_to(Path(path).resolve())
