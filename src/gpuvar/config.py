@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -122,6 +123,12 @@ class Dataset(Strict):
             raise ValueError("a list of sources needs merge: true (one dataset from several rank files)")
         if isinstance(self.source, list) and not self.source:
             raise ValueError("merge: true needs at least one source file")
+        seen = set()
+        for path in self.sources:  # one rank's file twice would be two ranks of one job
+            key = os.path.normpath(path)
+            if key in seen:
+                raise ValueError(f"merge: true lists {path!r} twice: each rank's file once")
+            seen.add(key)
         return self
 
     @property
@@ -378,6 +385,7 @@ WORKFLOW_SOURCES = ("resources/demo/", "resources/paper/")
 def check_sources(cfg: Config, base: str | Path = ".") -> None:
     """Every dataset's source exists (unless the workflow writes it): ConfigError names the key and the path."""
     for i, d in enumerate(cfg.datasets):
+        seen: dict[str, str] = {}
         for source in d.sources:
             if Path(source).as_posix().startswith(WORKFLOW_SOURCES):
                 continue
@@ -387,6 +395,13 @@ def check_sources(cfg: Config, base: str | Path = ".") -> None:
             except OSError as exc:
                 why = {errno.ELOOP: "symlink loop", errno.ENOENT: "no such file or folder"}.get(exc.errno, exc.strerror)
                 raise ConfigError(f"datasets[{i}].source: {source!r} of dataset {d.name!r}: {why} ({path})") from None
+            real = os.path.realpath(path)  # the same file by two names (a link, a relative and an absolute path)
+            if real in seen:
+                raise ConfigError(
+                    f"datasets[{i}].source: {source!r} of dataset {d.name!r} is the same file as {seen[real]!r}: "
+                    "each rank's file once"
+                )
+            seen[real] = source
 
 
 def validate_config(raw: dict, base: str | Path = ".", origin: str = "config") -> Config:

@@ -360,13 +360,15 @@ def _us_to_ns_slow(values: list) -> tuple[np.ndarray, np.ndarray]:
 
 def _number(column, rows: np.ndarray, floats: bool):
     """A raw number column for `rows`: float64, or int64 numpy where those rows hold integers only (the column is
-    float64 when another category lacks the key), else nullable Int64 (fractions rounded, others null)."""
+    float64 when another category lacks the key), else the float64 values (NaN: missing or not a number); a
+    fraction in a launch configuration count is nulled and counted after normalize (sanity.null_fractional_counts)
+    instead of rounded."""
     values = column.to_numpy()[rows]
     if floats or values.dtype.kind in "iu":
         return values
     if np.isfinite(values).all() and (np.abs(values) < 2.0**53).all() and (values == np.round(values)).all():
         return values.astype(np.int64)
-    return int_column(pd.Series(values))
+    return values.astype(np.float64, copy=False)
 
 
 def _timing(ts_ns: tuple, dur: np.ndarray, out: ReaderOutput, table: str) -> tuple[dict, np.ndarray]:

@@ -216,12 +216,17 @@ def numbers(values: list, floats: bool = False) -> np.ndarray:
     """JSON values as int64 numpy where all are integers (the usual case, exact), else float64 (NaN where a value
     is not a number: None, a string, a bool, a list). floats=True: always float64."""
     if floats:
-        try:
-            arr = np.array(values, dtype=np.float64)
-        except (TypeError, ValueError):
+        try:  # (no dtype: numpy would parse a string "5" as 5.0, where a string ts is not a number)
+            arr = np.array(values)
+        except (TypeError, ValueError, OverflowError):
             arr = None
-        if arr is not None and arr.shape == (len(values),):  # not a 2-D array of equal lists ([1, 2] each)
-            return arr
+        if arr is not None and arr.dtype.kind in "if" and arr.shape == (len(values),):  # not 2-D ([1, 2] each)
+            return arr.astype(np.float64, copy=False)
+        if set(map(type, values)) <= _NUMBER_OR_NULL:  # numbers and nulls (an event without the key)
+            try:
+                return np.array(values, dtype=np.float64)
+            except OverflowError:  # an integer beyond float64
+                pass
     else:
         try:
             arr = np.array(values)

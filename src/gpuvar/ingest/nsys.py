@@ -169,6 +169,8 @@ def _damaged(path: Path, exc: Exception) -> InputError:
     try:
         with open(path, "rb") as fh:
             header = fh.read(100)
+        if not header.startswith(SQLITE_MAGIC):  # (--format nsys-sqlite on a JSON or CSV file)
+            return InputError(path, f"not a SQLite database (it starts with {header[:16]!r}, not {SQLITE_MAGIC!r})")
         page = int.from_bytes(header[16:18], "big")
         page = 65536 if page == 1 else page
         pages = int.from_bytes(header[28:32], "big")
