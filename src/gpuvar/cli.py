@@ -134,10 +134,12 @@ def main(argv=None) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
+    from gpuvar.text_safety import plain
+
     try:
         return run_command(args)
     except GpuvarError as exc:
-        print(f"gpuvar {args.command}: error: {exc}", file=sys.stderr)
+        print(f"gpuvar {args.command}: error: {plain(exc)}", file=sys.stderr)  # (file and kernel names in it)
         return 2
     except BrokenPipeError:  # `gpuvar schema | head`: the reader left; not an error worth a message
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -145,7 +147,7 @@ def main(argv=None) -> int:
     except OSError as exc:  # unwritable output, disk full, missing directory: the environment, not a bug
         if args.verbose:
             raise
-        print(f"gpuvar {args.command}: error: {describe(exc)}", file=sys.stderr)
+        print(f"gpuvar {args.command}: error: {plain(describe(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gpuvar {args.command}: interrupted", file=sys.stderr)

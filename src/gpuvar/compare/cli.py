@@ -146,7 +146,9 @@ def run(args) -> int:
     )
     with staged_folder(args.output, replace=True) as tmp:  # the folder appears complete or not at all
         record = compare_runs(base, cand, tmp, options)
+    from gpuvar.text_safety import plain
+
     for warning in record["warnings"]:
-        print(f"gpuvar compare: warning: {warning}", file=sys.stderr)
+        print(f"gpuvar compare: warning: {plain(warning)}", file=sys.stderr)
     print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
     return 0

@@ -29,7 +29,9 @@ def configure(p):
 
 
 def _progress(message: str, t0: float) -> None:
-    print(f"[{time.perf_counter() - t0:6.1f} s] {message}", file=sys.stderr, flush=True)
+    from gpuvar.text_safety import plain
+
+    print(f"[{time.perf_counter() - t0:6.1f} s] {plain(message)}", file=sys.stderr, flush=True)
 
 
 def _stage(argv: list[str]) -> None:
@@ -123,6 +125,7 @@ def run(args) -> int:
 
     from gpuvar.atomic import rewrite_files, staged_folder
     from gpuvar.findings.run import console_summary
+    from gpuvar.text_safety import plain
 
     t0 = time.perf_counter()
     if not getattr(args, "verbose", False):  # the stages' INFO lines are for the workflow's logs, not this summary
@@ -137,7 +140,7 @@ def run(args) -> int:
     _progress("done", t0)
     print(console_summary([record], args.top))
     for line in rank_lines:
-        print(f"  ranks: {line}")
+        print(f"  ranks: {plain(line)}")  # (launching ops' names in it)
     if (out / "ranks" / "ranks.md").is_file():
         print(f"ranks page: {out / 'ranks' / 'ranks.md'}")
     print(f"findings page: {out / 'findings' / 'findings.md'}")

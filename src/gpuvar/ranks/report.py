@@ -9,6 +9,7 @@ from gpuvar.canonical_io import write_json
 from gpuvar.plots import style
 from gpuvar.ranks.analyze import RankAnalysis
 from gpuvar.ranks.load import RankInput
+from gpuvar.text_safety import md_code, md_text
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 TIMELINE_STEPS = 4
@@ -17,9 +18,10 @@ MAX_TIMELINE_RANKS = 16
 
 def _page(result: RankAnalysis) -> str:
     s = result.summary
-    lines = ["# Ranks", ""] + [f"- {f}" for f in result.findings]
+    lines = ["# Ranks", ""] + [f"- {md_text(f)}" for f in result.findings]
     if "per_rank" in s:
-        lines += ["", f"Collectives: {s['collective_source']}; {s['collectives_compared']} compared on every rank."]
+        source = md_text(s["collective_source"])
+        lines += ["", f"Collectives: {source}; {s['collectives_compared']} compared on every rank."]
         for r, reasons in sorted(s.get("dropped_collectives", {}).items()):
             words = ", ".join(f"{n} ({reason})" for reason, n in sorted(reasons.items()))
             lines.append(f"Dropped collectives of rank {r}: {words}.")
@@ -35,7 +37,7 @@ def _page(result: RankAnalysis) -> str:
         if cands:
             lines += ["", f"What varies with rank {s['straggler']}'s {s['driver']['target']}:", ""]
             lines += ["| feature | R² (cross-validated) | p | verdict |", "|---|---|---|---|"]
-            lines += [f"| {c['feature']} | {c['r2']:.3f} | {c['p_value']} | {c['verdict']} |" for c in cands]
+            lines += [f"| {md_code(c['feature'])} | {c['r2']:.3f} | {c['p_value']} | {c['verdict']} |" for c in cands]
         lines += [
             "",
             "Figures: timeline.png (busy, idle, wait per rank), skew.png (arrival after the first rank).",
