@@ -185,3 +185,12 @@ def test_a_command_that_adds_files_may_write_beside_its_input(work, tmp_path, ru
     assert (raw / "raw.json").is_file() and (out / "kernels.parquet").is_file()
     line = _one_line(run_cli("normalize", raw, "-o", raw))
     assert "input" in line, line
+
+
+def test_ingest_and_its_two_steps_write_the_same_folder(work, tmp_path, run_cli):
+    """`gpuvar ingest` and `gpuvar read` + `gpuvar normalize` make the same canonical tables (the README runs both
+    into out/ingest): each may rewrite the other's output."""
+    out = tmp_path / "ingest"
+    assert run_cli(*commands(work)["ingest"], "-o", out).returncode == 0
+    assert run_cli("normalize", work / "raw", "-o", out).returncode == 0
+    assert run_cli(*commands(work)["ingest"], "-o", out).returncode == 0

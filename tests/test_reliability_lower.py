@@ -69,8 +69,9 @@ def test_fractional_launch_configuration_values_are_nulled_and_counted_not_round
     kernels[3]["args"]["registers per thread"] = 32.5
     report = ingest(_write(tmp_path, doc), tmp_path / "out")
     assert report["tables"]["kernels"]["rows_written"] == 200, "the launches are kept"
-    assert "launch configuration values not a whole number: left null (1 grid_x, 1 registers_per_thread)" in (
-        report["notes"]
+    assert (
+        "launch configuration values not a whole number: left null (1 grid_x, 1 registers_per_thread)"
+        in (report["notes"])
     )
     table = pq.read_table(tmp_path / "out" / "kernels.parquet")
     assert table.column("grid_x").null_count == 1 and table.column("registers_per_thread").null_count == 1

@@ -7,8 +7,9 @@ has the modes any folder made by the user's umask would have (group members on a
 mkdtemp's owner-only 0700.
 
 Whose folder (`claimed`, the one rule of every command that writes a folder, issue 35): a command writes its
-output folder only where it is absent, empty, or a previous output of the same command, which a marker file
-(artifacts.OUTPUT_MARKER, naming the command) says; anything else is a one-line error before any work, because
+output folder only where it is absent, empty, or a previous output of the same command (ingest, normalize and
+ingest-merge count as one: they write the same tables), which a marker file (artifacts.OUTPUT_MARKER, naming
+the command) says; anything else is a one-line error before any work, because
 replacing a folder swaps it out whole (`gpuvar compare a b -o Documents` removed Documents/). An output folder
 equal to an input is refused; one containing an input is refused where the folder is replaced whole. A command
 that only adds its files (ingest, normalize, ingest-merge, bin, findings --combine) may write beside its inputs
@@ -206,6 +207,10 @@ class Output:
     lock: bool = True
 
 
+# commands that write the same output, so each may rewrite the other's (the README runs `gpuvar ingest` and then
+# `gpuvar read` + `gpuvar normalize` into one folder): the canonical tables of one dataset
+_KIND = {"ingest": "canonical tables", "normalize": "canonical tables", "ingest-merge": "canonical tables"}
+
 _CLAIMS: contextvars.ContextVar[tuple[tuple[str, Output], ...]] = contextvars.ContextVar("gpuvar_claims", default=())
 
 
@@ -269,7 +274,7 @@ def check_output(out: Output) -> None:
     if not content:
         return
     owner = read_marker(folder)
-    if owner == command:
+    if owner == command or _KIND.get(owner, owner) == _KIND.get(command, command):
         return
     if owner is not None:
         raise OutputRefused(
