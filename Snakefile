@@ -50,3 +50,7 @@ rule all:
 
 onsuccess:
     print_run_summary()
+
+
+onerror:
+    print_failed_jobs(RUN_STARTED)

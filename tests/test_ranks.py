@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpuvar.artifacts import OUTPUT_MARKER
 from gpuvar.cli import main
 from gpuvar.ranks.analyze import analyze
 from gpuvar.ranks.load import from_ingest
@@ -135,7 +136,7 @@ def test_outputs_are_byte_identical_on_rerun(tmp_path):
     assert main(["ranks", *map(str, folders), "-o", str(a)]) == 0
     assert main(["ranks", *map(str, folders), "-o", str(b)]) == 0
     names = sorted(p.name for p in a.iterdir())
-    assert names == ["ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
+    assert names == [OUTPUT_MARKER, "ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import PurePath
 
 # --- files inside a stage's output folder --------------------------------------------------------------
+OUTPUT_MARKER = ".gpuvar-output.json"  # in every output folder: the command that wrote it (gpuvar.atomic)
 RAW_FOLDER = "raw"  # `gpuvar read`: <table>.parquet per vendor table + raw.json (gpuvar.ingest.raw)
 RAW_MANIFEST = "raw.json"  # the raw read's format, accounting and reader facts; written last
 KERNELS_TABLE = "kernels.parquet"  # canonical kernel launches (docs/schema.md)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -117,6 +118,19 @@ class Dataset(Strict):
         if any(ch in path for path in ([v] if isinstance(v, str) else v) for ch in "\n\r\0"):
             raise ValueError("must be a path without newline or NUL characters")
         return v
+
+    @model_validator(mode="after")
+    def _sources(self):
+        if isinstance(self.source, list) and not self.source:
+            raise ValueError("a list of sources needs at least one file")
+        seen = set()
+        for path in self.sources:  # one file twice: two ranks of one job, or one counter pass joined twice
+            key = os.path.normpath(path)
+            if key in seen:
+                what = "each rank's file once" if self.merge else "each file of the trace once"
+                raise ValueError(f"source lists {path!r} twice: {what}")
+            seen.add(key)
+        return self
 
     @property
     def sources(self) -> list[str]:
@@ -397,6 +411,7 @@ WORKFLOW_SOURCES = ("resources/demo/", "resources/paper/")
 def check_sources(cfg: Config, base: str | Path = ".") -> None:
     """Every dataset's source exists (unless the workflow writes it): ConfigError names the key and the path."""
     for i, d in enumerate(cfg.datasets):
+        seen: dict[str, str] = {}
         for source in d.sources:
             if Path(source).as_posix().startswith(WORKFLOW_SOURCES):
                 continue
@@ -406,6 +421,13 @@ def check_sources(cfg: Config, base: str | Path = ".") -> None:
             except OSError as exc:
                 why = {errno.ELOOP: "symlink loop", errno.ENOENT: "no such file or folder"}.get(exc.errno, exc.strerror)
                 raise ConfigError(f"datasets[{i}].source: {source!r} of dataset {d.name!r}: {why} ({path})") from None
+            real = os.path.realpath(path)  # the same file by two names (a link, a relative and an absolute path)
+            if real in seen:
+                raise ConfigError(
+                    f"datasets[{i}].source: {source!r} of dataset {d.name!r} is the same file as {seen[real]!r}: "
+                    "each rank's file once"
+                )
+            seen[real] = source
 
 
 def validate_config(raw: dict, base: str | Path = ".", origin: str = "config") -> Config:

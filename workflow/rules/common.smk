@@ -3,6 +3,7 @@
 # file layout (gpuvar.artifacts). Rule files only read these, so they can be included in any order.
 
 import sys
+import time
 from pathlib import Path
 
 import gpuvar.artifacts as files
@@ -11,10 +12,13 @@ import gpuvar.workflow.figures as plot_paths
 from gpuvar.errors import ConfigError
 from gpuvar.options import comma_list
 from gpuvar.workflow.env import put_own_bin_first_on_path
+from gpuvar.workflow.failures import print_failed_jobs
 from gpuvar.workflow.launcher import mpi_launcher
 from gpuvar.workflow.registry import build_registry, names_regex, print_run_summary
 
 put_own_bin_first_on_path()
+# job logs written after this are this run's (onerror: print_failed_jobs)
+RUN_STARTED = time.time()
 
 try:
     REG = build_registry(

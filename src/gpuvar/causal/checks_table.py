@@ -150,10 +150,9 @@ def render_html(rows: list[dict]) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    from gpuvar.canonical_io import write_text
+
+    write_text(text, path)  # atomic; a failure (a folder at PATH, a full disk) leaves no temporary file behind
 
 
 def run(args) -> int:

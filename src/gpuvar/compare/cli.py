@@ -188,8 +188,10 @@ def run(args) -> int:
         if not args.results:
             ingest_sides((base, cand), tmp, Path(args.output))
         record = compare_runs(base, cand, tmp, options)
+    from gpuvar.text_safety import plain
+
     for warning in record["warnings"]:
-        print(f"gpuvar compare: warning: {warning}", file=sys.stderr)
+        print(f"gpuvar compare: warning: {plain(warning)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
     else:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from gpuvar.text_safety import md_code, md_text
+
 ROWS = 12
 CONSOLE_ROWS = 5
 
@@ -25,10 +27,10 @@ def _ratio(row: dict) -> str:
 def render(record: dict) -> str:
     """Markdown of one compare.json record."""
     b, c = record["baseline"], record["candidate"]
-    lines = [f"# {b['name']} → {c['name']}", ""]
+    lines = [f"# {md_text(b['name'])} → {md_text(c['name'])}", ""]
     if record["warnings"]:
         lines += ["**Warnings: these runs may not be comparable.**", ""]
-        lines += [f"- {w}" for w in record["warnings"]] + [""]
+        lines += [f"- {md_text(w)}" for w in record["warnings"]] + [""]
     books, counts = _books(record)
     lines += [
         f"{books}.",
@@ -38,10 +40,9 @@ def render(record: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for i, row in enumerate(record["kernels"][:ROWS], 1):
-        label = row["label"].replace("|", "\\|")
         lines.append(
-            f"| {i} | `{label}` | {row['verdict']} | {_ratio(row)} | {_ms(row['delta_total_ns'])} | "
-            f"{_ms(row['delta_count_ns'])} | {row['hint'] or ''} |"
+            f"| {i} | {md_code(row['label'])} | {row['verdict']} | {_ratio(row)} | {_ms(row['delta_total_ns'])} | "
+            f"{_ms(row['delta_count_ns'])} | {md_text(row['hint'] or '')} |"
         )
     rest = record["kernels"][ROWS:]
     if rest:

@@ -8,33 +8,15 @@ stable, differ only between call sites, could not be compared, or cost too littl
 
 from __future__ import annotations
 
-import re
-
 from gpuvar.findings.decompose import STABLE_CV
 from gpuvar.findings.report import MAX_KERNEL_ROWS, MIN_RECOVERABLE_SHARE, duration_text, percent, short_name
 from gpuvar.findings.steps import headline as step_headline
 from gpuvar.findings.verdict import MIN_ROWS
+from gpuvar.text_safety import md_code, md_text
+from gpuvar.text_safety import plain as plain_text
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def safe(text: str) -> str:
-    """Text from a trace as Markdown shows it literally: no control characters (terminal escapes), no line
-    breaks, and the characters that start Markdown structure escaped."""
-    text = _CONTROL.sub("?", str(text)).replace("\n", " ").replace("\r", " ")
-    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", text)
-
-
-def plain(text: str) -> str:
-    """Text from a trace as a terminal prints it literally: control characters (escape sequences) replaced."""
-    return _CONTROL.sub("?", str(text)).replace("\n", " ")
-
-
-def code(text: str) -> str:
-    """Text in a code span (any backticks inside handled)."""
-    text = _CONTROL.sub("?", str(text)).replace("\n", " ")
-    fence = "``" if "`" in text else "`"
-    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+# names from a trace (kernels, ops, datasets) pass through gpuvar.text_safety: no Markdown structure, no escapes
+safe, code, plain = md_text, md_code, plain_text
 
 
 def _shares(s: dict) -> str:
@@ -221,12 +203,15 @@ def dataset_section(rec: dict) -> list[str]:
     elif not rec.get("steps"):
         lines += ["**Step time**: this trace has no steps (no step markers, syncs or repeating launch pattern).", ""]
     p = rec["pooled_shares"]
-    lines += [
-        f"Spread of launch durations, all groups: between call sites {percent(p['between'])}, problem size "
-        f"{percent(p['size'])}, context {percent(p['context'])}, work counters {percent(p.get('counters', 0.0))}, "
-        f"unexplained {percent(p['unexplained'])}.",
-        "",
-    ]
+    if sum(p.values()) > 0:
+        lines += [
+            f"Spread of launch durations, all groups: between call sites {percent(p['between'])}, problem size "
+            f"{percent(p['size'])}, context {percent(p['context'])}, work counters {percent(p.get('counters', 0.0))}, "
+            f"unexplained {percent(p['unexplained'])}.",
+            "",
+        ]
+    else:
+        lines += ["No spread of launch durations to split: too few launches of any group to compare.", ""]
     if rec["nothing_actionable"]:
         lines += [
             f"**Nothing actionable.** Every group is stable within its call sites (CV < {percent(STABLE_CV)} with "

@@ -259,11 +259,16 @@ def console_summary(records: list[dict], top: int = 5) -> str:
     lines = []
     for rec in records:
         shares = rec["pooled_shares"]
+        spread = (
+            f"spread of durations: {percent(shares['between'])} call sites, {percent(shares['size'])} size, "
+            f"{percent(shares['context'])} context, {percent(shares.get('counters', 0.0))} counters, "
+            f"{percent(shares['unexplained'])} unexplained"
+            if sum(shares.values()) > 0
+            else "no spread of durations to split (too few launches to compare)"
+        )
         lines.append(
             f"{plain(rec['dataset'])}: {rec['launches']} launches, {rec['kernel_names']} kernel names at "
-            f"{rec['call_sites']} call sites; spread of durations: {percent(shares['between'])} call sites, "
-            f"{percent(shares['size'])} size, {percent(shares['context'])} context, "
-            f"{percent(shares.get('counters', 0.0))} counters, {percent(shares['unexplained'])} unexplained"
+            f"{rec['call_sites']} call sites; {spread}"
         )
         step = headline(rec.get("step_level"))
         if step:

@@ -66,7 +66,7 @@ def normalize_trace(raw):
     from gpuvar.ingest.context import append_context, context_arrays, step_offset_arrays
     from gpuvar.ingest.corun import set_columns
     from gpuvar.ingest.detect import formats
-    from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
+    from gpuvar.ingest.sanity import drop_negative_durations, null_fractional_counts, require_int64_times
     from gpuvar.ingest.step_size import with_step_threads
     from gpuvar.schema import finalize_kernels, finalize_memcpy
 
@@ -79,6 +79,7 @@ def normalize_trace(raw):
     with ThreadPoolExecutor(max_workers=1) as pool:
         host = pool.submit(host_timeline, raw)
         out = module.normalize(raw)
+        null_fractional_counts(out.kernels, out)
         kernels = drop_negative_durations(finalize_kernels(out.kernels), out, "kernels")
         memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
         if memcpy is not None:

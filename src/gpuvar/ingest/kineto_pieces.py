@@ -224,10 +224,17 @@ def numbers(values: list, floats: bool = False) -> np.ndarray:
     """JSON values as int64 numpy where all are integers (the usual case, exact), else float64 (NaN where a value
     is not a number: None, a string, a bool, a list). floats=True: always float64."""
     if floats:
-        try:
-            return np.array(values, dtype=np.float64)
-        except (TypeError, ValueError):
-            pass
+        try:  # (no dtype: numpy would parse a string "5" as 5.0, where a string ts is not a number)
+            arr = np.array(values)
+        except (TypeError, ValueError, OverflowError):
+            arr = None
+        if arr is not None and arr.dtype.kind in "if" and arr.shape == (len(values),):  # not 2-D ([1, 2] each)
+            return arr.astype(np.float64, copy=False)
+        if set(map(type, values)) <= _NUMBER_OR_NULL:  # numbers and nulls (an event without the key)
+            try:
+                return np.array(values, dtype=np.float64)
+            except OverflowError:  # an integer beyond float64
+                pass
     else:
         try:
             arr = np.array(values)
@@ -269,9 +276,21 @@ def _dims(raws: list, key: str) -> dict:
     }
 
 
+def join_ts(raws) -> bytes:
+    """Raw JSON ts texts joined by newlines, one line each (what ts_decimal parses). A number or a string never
+    holds a raw newline (strings escape it), but an array or object may (`[1,\n2]`, valid JSON): such a value is
+    not a number, so it is written as null, on its own line, instead of shifting every line after it (which
+    nulled the whole piece's timestamps)."""
+    raws = raws if isinstance(raws, list) else list(raws)
+    joined = b"\n".join(raws)
+    if b"\r" in joined or joined.count(b"\n") != max(len(raws) - 1, 0):
+        joined = b"\n".join(b"null" if b"\n" in r or b"\r" in r else r for r in map(bytes, raws))
+    return joined
+
+
 def ts_decimal(joined: bytes, n: int) -> pa.Array:
-    """n raw JSON ts texts (µs) joined by newlines -> exact decimals (TS_TYPE); null where not a number or out of
-    range (a JSON ts text never holds a raw newline: strings escape it)."""
+    """n raw JSON ts texts (µs) joined by newlines, one per line (join_ts) -> exact decimals (TS_TYPE); null where
+    not a number or out of range."""
     if not n:
         return pa.array([], type=TS_TYPE)
     try:
@@ -319,7 +338,7 @@ def _gpu_columns(events: list, cat: np.ndarray) -> dict:
     return _gpu_table(
         cat,
         decode_names(list(map(_NAME, events))),
-        b"\n".join(map(_TS, events)),
+        join_ts(map(_TS, events)),
         dur_to_us(list(map(_DUR, events))),
         args,
     )
@@ -407,7 +426,7 @@ def _host_table(table: str, events: list, cat: np.ndarray, names: list, dur: np.
     cols = {
         "cat": cat,
         "name": ([u if isinstance(u, str) else str(u) for u in names], name_code),
-        "ts": b"\n".join(map(_TS, events)),
+        "ts": join_ts(map(_TS, events)),
         "dur": dur,
         "pid": numbers(list(map(_PID, events))),  # (NaN where one is not a number: a named track)
         "tid": numbers(list(map(_TID, events))),
@@ -611,7 +630,7 @@ def _strict_columns(events: list) -> dict:
     cols = None
     if gpu:
         names, dur, args = _strict_fields(gpu)
-        cols = _gpu_table(cat, names, b"\n".join(map(_TS, gpu)), dur, args, strict=True)
+        cols = _gpu_table(cat, names, join_ts(map(_TS, gpu)), dur, args, strict=True)
     return _result(n, cols, host, [])
 
 

@@ -32,6 +32,7 @@ launch ID. `.ncu-rep` (ncu_rep.py) shares normalize's building blocks: identity,
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from pathlib import Path
@@ -363,6 +364,35 @@ def _valid_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return rows, ids[rows].astype(np.int64)
 
 
+def _long_launches(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """(row positions whose ID is a launch number, each row's launch (0..n-1, in order of first appearance), each
+    launch's ID, the IDs' offsets per export) of the long layout.
+
+    A launch's rows are consecutive. Exports concatenated (`cat a.csv b.csv`) number their launches from 0 again:
+    a run of rows whose ID the current export already has starts the next export where the kernel name differs
+    from that launch's, or where the ID is the export's first (the numbering starts over); a stray repeated row
+    (same ID and name) stays with its launch. Launch IDs of export k are offset past export k-1's largest, so
+    every launch keeps its own ID, in file order."""
+    rows, ids = _valid_rows(table)
+    if not len(rows):
+        return rows, np.empty(0, np.int64), np.empty(0, np.int64), [0]
+    names = _codes(table.column("Kernel Name"))[0][rows] if "Kernel Name" in table.column_names else np.zeros_like(ids)
+    starts = np.flatnonzero(np.r_[True, (ids[1:] != ids[:-1]) | (names[1:] != names[:-1])])
+    run_of_row = np.cumsum(np.r_[True, (ids[1:] != ids[:-1]) | (names[1:] != names[:-1])]) - 1
+    keys, offsets, seen, first, offset, top = [], [0], {}, None, 0, -1
+    for i, n in zip(ids[starts].tolist(), names[starts].tolist()):
+        if i in seen and (seen[i] != n or i == first):  # the numbering starts over: the next export
+            offset += top + 1
+            offsets.append(offset)
+            seen, first, top = {}, None, -1
+        seen.setdefault(i, n)
+        first = i if first is None else first
+        top = max(top, i)
+        keys.append(i + offset)
+    codes, launch_ids = pd.factorize(np.asarray(keys, dtype=np.int64)[run_of_row])
+    return rows, codes.astype(np.int64), np.asarray(launch_ids, dtype=np.int64), offsets
+
+
 # --- long layout ------------------------------------------------------------------------------------------
 def _metric_keys(table: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """(key code per row, key names): the metric name, or 'Section: Metric' when the name recurs in several
@@ -385,9 +415,14 @@ def _metric_keys(table: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, list[st
 
 def _pivot_long(table: pa.Table, out: ReaderOutput) -> Columns:
     """(identity frame, metric columns, metric units, metric rows without a launch ID) of the long layout."""
-    rows, ids = _valid_rows(table)
-    id_codes, launch_ids = pd.factorize(ids)  # launches in order of first appearance
+    rows, id_codes, launch_ids, offsets = _long_launches(table)  # launches in order of first appearance
     n = len(launch_ids)
+    if len(offsets) > 1:
+        out.notes.append(
+            f"{len(offsets)} exports concatenated (launch IDs start over at each): their launch IDs are offset by "
+            + ", ".join(map(str, offsets))
+            + " so that every launch keeps its own ID"
+        )
     first = rows[np.unique(id_codes, return_index=True)[1]]
     skip = LONG_COLUMNS + RULE_COLUMNS  # a metric row's rule fields are empty (rules are in raw table `rules`)
     extras = [c for c in table.column_names if c not in IDENTITY and c not in SIZES and c not in skip]
@@ -548,10 +583,14 @@ def require_durations(source, kernels: pd.DataFrame) -> None:
 
 
 def _launch_count(table: pa.Table, long: bool) -> tuple[int, int]:
-    """(launches, rows whose ID is not a launch number): the long layout has one row per (launch, metric)."""
+    """(launches, rows whose ID is not a launch number): the long layout has one row per (launch, metric), and
+    counts its launches as normalize pivots them (_long_launches: every export's)."""
+    if long:
+        rows, _, launch_ids, _ = _long_launches(table)
+        return len(launch_ids), table.num_rows - len(rows)
     ids = _launch_id_values(table.column("ID"))
     valid = ids[~np.isnan(ids)]
-    return (len(pd.unique(valid)) if long else len(valid)), table.num_rows - len(valid)
+    return len(valid), table.num_rows - len(valid)
 
 
 def _rule_width(fields: list[str]) -> int | None:
@@ -563,6 +602,60 @@ def _rule_width(fields: list[str]) -> int | None:
     if "Metric Name" not in fields or "Rule Name" not in fields or fields.index("Rule Name") == len(fields) - 1:
         return None
     return fields.index("Rule Name") + 1
+
+
+def _first_row_is_full_metric_row(body, fields: list[str]) -> bool:
+    """The first data row of a 2025 details page has every header field and no rule name: the file was re-saved
+    by a tool that writes every field of every row (pandas, a spreadsheet), not as ncu writes it (metric rows stop
+    after Rule Name). Such a file is read against the full header."""
+    text = bytes(body[: 1 << 20]).decode("utf-8", errors="replace")
+    try:
+        records = csv.reader(io.StringIO(text))
+        next(records, None)  # the header
+        first = next(records, None)
+    except csv.Error:
+        return False
+    return first is not None and len(first) == len(fields) and first[fields.index("Rule Name")].strip() == ""
+
+
+def _named_rules(rules: pa.Table, fields: list[str]) -> pa.Array:
+    """Which rows of a table read against the full header are rule findings: those with a Rule Name."""
+    column = rules.column(unique_names(fields, "{name} ({n})", first=2)[fields.index("Rule Name")])
+    return pc.fill_null(pc.not_equal(pc.utf8_trim_whitespace(column), ""), False)
+
+
+def _split_rules(fields: list[str], width: int, full: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(metric rows, rule findings) of a 2025 details page read against the full header: a row is a rule
+    finding only when its Rule Name is not empty (a tool that writes every field of every row pads metric rows)."""
+    named = _named_rules(full, fields)
+    names = unique_names(fields, "{name} ({n})", first=2)
+    return full.filter(pc.invert(named)).select(names[:width]), full.filter(named)
+
+
+def _read_padded(path: Path, body, fields: list[str], width: int) -> tuple[pa.Table, int]:
+    """(every row against the full header, metric rows as ncu writes them padded with empty fields; rows with
+    fewer than `width` fields, skipped): the slow, order-keeping read of a file that mixes metric rows of both
+    widths (one edited in a spreadsheet). Launches stay in file order, which the long layout's pivot needs."""
+    names = unique_names(fields, "{name} ({n})", first=2)
+    data = bytes(body)
+    text = data.decode("utf-8") if is_utf8(data) else data.decode("latin-1")
+    records = csv.reader(io.StringIO(text, newline=""))
+    next(records, None)  # the header
+    columns: list[list[str]] = [[] for _ in names]
+    short = 0
+    try:
+        for record in records:
+            if len(record) < width:
+                short += bool(record)  # (a blank line is no row)
+                continue
+            if len(record) > len(names) or width < len(record) < len(names):
+                raise InputError(path, f"malformed CSV: a row of {len(record)} fields under a header of {len(names)}")
+            record += [""] * (len(names) - len(record))
+            for column, value in zip(columns, record):
+                column.append(value)
+    except csv.Error as exc:
+        raise InputError(path, f"malformed CSV: {exc}") from None
+    return pa.table({n: pa.array(c, pa.string()) for n, c in zip(names, columns)}), short
 
 
 def _rule_table(path: Path, fields: list[str], rows: list[bytes]) -> pa.Table:
@@ -606,8 +699,16 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     if removed:
         raw.notes.append(f"ignored {removed} ==PROF==/==WARNING== report line(s) after the CSV header")
     width = _rule_width(fields)
+    every_field = width is not None and _first_row_is_full_metric_row(body, fields)
     _check_truncated(path, body, width or len(fields))
-    table, short, rule_rows = _parse(path, body, fields, raw, width)
+    table, short, rule_rows = _parse(path, body, fields, raw, None if every_field else width)
+    rules = None
+    if width is not None:
+        full = table if every_field else _rule_table(path, fields, rule_rows)
+        if not every_field and not pc.all(_named_rules(full, fields)).as_py():
+            full, short = _read_padded(path, body, fields, width)  # a metric row with every field: keep file order
+            every_field = True
+        table, rules = _split_rules(fields, width, full) if every_field else (table, full)
     long = any(c in table.column_names for c in LONG_COLUMNS)
     required = ("ID", "Kernel Name", "Metric Name", "Metric Value") if long else ("ID", "Kernel Name")
     require_columns(path, table.column_names, required, "Nsight Compute CSV")
@@ -624,7 +725,6 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     if units is not None:
         raw.tables["units"] = units
     if width is not None:
-        rules = _rule_table(path, fields, rule_rows)
         raw.tables["rules"] = rules
         raw.notes.append(
             f"details page with rule results: {rules.num_rows} rule-finding row(s) kept in the raw 'rules' table "

@@ -15,8 +15,9 @@ read_raw (the expensive part: the table scans). Raw tables, named as in the expo
   the profiled machine's Hostname (TARGET_INFO_SYSTEM_ENV: ingest.json `host`) and the processes whose CUDA device
   ids are not the GPU ids (TARGET_INFO_CUDA_DEVICE cudaId != gpuId), for gpuvar.ingest.gpu_identity. nsys creates
   tables lazily, so any may be absent.
-  Tables are fetched with connectorx (Arrow, 2 partitions on rowid for big tables, put back in rowid order; the
-  kernel and memcpy tables concurrently); where connectorx cannot read a file the pure-sqlite3 path is used.
+  Tables are fetched with connectorx (Arrow, 2 partitions on the real rowid for big tables that have one, put
+  back in rowid order; the kernel and memcpy tables concurrently); where connectorx cannot read a file, or reads
+  another number of rows than SQLite counts, the pure-sqlite3 path is used.
   Timestamps that are not integers are an InputError here (the file cannot be a trace), not a drop.
 
 normalize (cheap, vectorised):
@@ -49,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly, require_columns
+from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly, in_wal_mode, require_columns
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "nsys-sqlite"
@@ -171,6 +172,8 @@ def _damaged(path: Path, exc: Exception) -> InputError:
     try:
         with open(path, "rb") as fh:
             header = fh.read(100)
+        if not header.startswith(SQLITE_MAGIC):  # (--format nsys-sqlite on a JSON or CSV file)
+            return InputError(path, f"not a SQLite database (it starts with {header[:16]!r}, not {SQLITE_MAGIC!r})")
         page = int.from_bytes(header[16:18], "big")
         page = 65536 if page == 1 else page
         pages = int.from_bytes(header[28:32], "big")
@@ -203,14 +206,34 @@ def _quote(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
 
 
-def _fetch_connectorx(path: Path, table: str, columns: list[str], rows_hint: int) -> pa.Table:
-    """The table as Arrow through connectorx, 2 partitions on rowid when it is big.
+ROWID_ALIASES = ("_rowid_", "rowid", "oid")  # SQLite's names of a table's rowid, unless a column takes one
+
+
+def _rowid(con: sqlite3.Connection, table: str) -> str | None:
+    """The name under which `table`'s real rowid can be selected: the first alias no column of the table shadows
+    (a column named `rowid` is what `rowid` then means), or None: every alias is a column, or the table is
+    WITHOUT ROWID."""
+    columns = {r[1].lower() for r in con.execute(f'PRAGMA table_info("{table}")')}
+    alias = next((a for a in ROWID_ALIASES if a not in columns), None)
+    if alias is None:
+        return None
+    try:
+        con.execute(f'SELECT {alias} FROM "{table}" LIMIT 1').fetchall()
+    except sqlite3.OperationalError:  # no such column: a WITHOUT ROWID table
+        return None
+    return alias
+
+
+def _fetch_connectorx(path: Path, table: str, columns: list[str], rows: int, rowid: str | None) -> pa.Table:
+    """The table as Arrow through connectorx, 2 partitions on the real rowid when it is big and has one.
 
     connectorx takes a URI and does not decode it the same way for partitioned queries (a path with a space
     silently opened a new empty database next to it), so it is given a symlink with a plain name.
     """
     import connectorx as cx
 
+    if in_wal_mode(path):
+        raise ValueError("a WAL-mode database: connectorx would write it (checkpoint on close)")
     with tempfile.TemporaryDirectory(prefix="gpuvar-nsys-") as tmp:
         link = Path(tmp) / "export.sqlite"
         link.symlink_to(Path(path).resolve())
@@ -218,8 +241,8 @@ def _fetch_connectorx(path: Path, table: str, columns: list[str], rows_hint: int
             raise ValueError(f"temporary path {link} is not URI-safe")
         select = ", ".join(_quote(c) for c in columns)
         uri = f"sqlite://{link}"
-        if rows_hint >= PARTITION_MIN_ROWS and (os.cpu_count() or 1) > 1:
-            sql = f'SELECT rowid AS "__gpuvar_rowid", {select} FROM "{table}"'
+        if rowid is not None and rows >= PARTITION_MIN_ROWS and (os.cpu_count() or 1) > 1:
+            sql = f'SELECT {rowid} AS "__gpuvar_rowid", {select} FROM "{table}"'
             result = cx.read_sql(uri, sql, return_type="arrow", partition_on="__gpuvar_rowid", partition_num=2)
             result = _in_rowid_order(result, "__gpuvar_rowid").drop_columns(["__gpuvar_rowid"])
         else:
@@ -244,13 +267,17 @@ def _in_rowid_order(table: pa.Table, rowid: str) -> pa.Table:
 
 
 def _fetch(path: Path, table: str, columns: list[str]) -> pa.Table:
-    """Whole table as Arrow: connectorx when it works on this file, sqlite3 otherwise (own connection, so
-    the kernel and memcpy tables can be fetched from two threads)."""
+    """Whole table as Arrow: connectorx when it reads every row of it on this file, sqlite3 otherwise (own
+    connection, so the kernel and memcpy tables can be fetched from two threads). The rows SQLite counts are
+    compared with the rows fetched: a lossy fetch (a partition range that misses a row) is never counted."""
     con = _connect(path)
     try:
-        rows_hint = con.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0] or 0
+        rows = con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
         try:
-            return _fetch_connectorx(path, table, columns, rows_hint)
+            result = _fetch_connectorx(path, table, columns, rows, _rowid(con, table))
+            if result.num_rows == rows:
+                return result
+            log.debug("%s: connectorx read %d of the %d rows of %s; using sqlite3", path, result.num_rows, rows, table)
         except BaseException as exc:  # noqa: BLE001 - any connectorx failure falls back to the reference reader
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise  # (a Rust panic on a damaged file is a BaseException too: pyo3's PanicException)
@@ -277,7 +304,7 @@ def _metadata(con: sqlite3.Connection, tables: dict[str, list[str]]) -> dict:
     for table, id_col in GPU_TABLES:
         cols = tables.get(table, ())
         if "name" in cols:
-            key = _quote(id_col) if id_col in cols else "rowid"
+            key = _quote(id_col) if id_col in cols else _rowid(con, table) or "NULL"
             rows = con.execute(f'SELECT {key}, name FROM "{table}" ORDER BY 1').fetchall()
             info[f"{table}.name"] = [[_plain(i), _plain(n)] for i, n in rows]
             if "devices" not in info:  # structured, for comparisons: the first table naming GPUs

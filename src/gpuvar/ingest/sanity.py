@@ -96,3 +96,31 @@ def require_int64_times(reader: str, **tables: pa.Table | None) -> None:
         ]
         if wrong:
             raise GpuvarError(f"internal error in the {reader} reader: {name} {', '.join(wrong)}, not int64 ns")
+
+
+FRACTIONAL = "not a whole number: left null"
+
+
+def null_fractional_counts(frame, out) -> None:
+    """A launch configuration value (grid, block, registers, shared memory, ...: a count) that is not a whole
+    number is invalid, not a value to round: it becomes null (the launch is kept) and is counted in the notes.
+    The canonical conversion rounds floats, right for times in fractional units, silent for a grid of 1.5."""
+    import pandas as pd
+
+    from gpuvar.schema import canonical_columns
+
+    if frame is None or not len(frame):
+        return
+    counts = [c.column for c in canonical_columns("kernels") if c.group == "launch_configuration" and c.type == "int64"]
+    found = {}
+    for name in counts:
+        if name not in frame.columns or not pd.api.types.is_float_dtype(frame[name]):
+            continue
+        values = frame[name].to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.isfinite(values) & (values != np.floor(values))
+        if bad.any():
+            frame.loc[bad, name] = np.nan
+            found[name] = int(bad.sum())
+    if found:
+        listed = ", ".join(f"{n} {name}" for name, n in found.items())
+        out.notes.append(f"launch configuration values {FRACTIONAL} ({listed})")

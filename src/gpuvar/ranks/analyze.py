@@ -105,10 +105,11 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
         .groupby(["rank", "step"], as_index=False)
         .agg(arrival_ns=("start", "first"), seq=("seq", "first"), collectives=("seq", "size"))
     )
-    col = col.assign(wait=col["end"] - col["start"])
-    waits = col.groupby(["rank", "step"], as_index=False)["wait"].sum().rename(columns={"wait": "wait_ns"})
-    steps = steps.merge(first, on=["rank", "step"], how="left").merge(waits, on=["rank", "step"], how="left")
-    steps["wait_ns"] = pd.to_numeric(steps["wait_ns"]).fillna(0).astype(np.int64)
+    steps = steps.merge(first, on=["rank", "step"], how="left").merge(
+        _waits(col, steps), on=["rank", "step"], how="left"
+    )
+    for column in ("wait_ns", "wait_in_step_ns"):
+        steps[column] = pd.to_numeric(steps[column]).fillna(0).astype(np.int64)
     steps["collectives"] = steps["collectives"].fillna(0).astype(np.int64)
     late = skew.stack().rename("late_ns").reset_index().rename(columns={"level_1": "rank"})
     late = late.merge(arrivals[["seq", "last_rank"]], on="seq")
@@ -121,8 +122,9 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
     per_rank = {}
     for r in ranks:
         mine = steps[steps["rank"] == r]
-        span = data.span[r][1] - data.span[r][0]
+        span = data.span[r][1] - data.span[r][0]  # holds every collective of the rank: wait <= span
         wait = int(mine["wait_ns"].sum())
+        step_time = int(mine["time_ns"].sum())
         last = int((arrivals["last_rank"] == r).sum())
         per_rank[str(r)] = {
             "steps": int(len(mine)),
@@ -135,7 +137,7 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
             "idle_ns": int(mine["idle_ns"].sum()),
             "wait_ns": wait,
             "wait_share": round(wait / span, 6) if span else None,
-            "wait_share_of_steps": round(wait / int(mine["time_ns"].sum()), 6) if len(mine) else None,
+            "wait_share_of_steps": round(int(mine["wait_in_step_ns"].sum()) / step_time, 6) if step_time else None,
             "step_time_sd_ns": int(round(float(mine["time_ns"].std(ddof=0)))) if len(mine) else 0,
         }
     straggler = max(ranks, key=lambda r: (per_rank[str(r)]["last_steps"], -r))
@@ -152,8 +154,26 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
             "median": int(np.median(arrivals["late_by_ns"])) if n else 0,
             "max": int(arrivals["late_by_ns"].max()) if n else 0,
         },
+        "dropped_collectives": data.dropped,
+        "warnings": list(data.warnings),
+        "clocks_agree": data.clocks_agree,
     }
-    return RankAnalysis(steps, summary, _sentences(summary))
+    return RankAnalysis(steps.drop(columns=["wait_in_step_ns"]), summary, summary["warnings"] + _sentences(summary))
+
+
+def _waits(col: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and step: wait_ns, the time inside the step's collectives (their union: collectives that overlap,
+    or nest, count once), and wait_in_step_ns, the part of it within the step's own span (for the share of step
+    time). Both are bounded by construction."""
+    bounds = steps.set_index(["rank", "step"])[["start_ns", "end_ns"]]
+    rows = []
+    for (rank, step), g in col.groupby(["rank", "step"], sort=True):
+        start, end = g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64)
+        s0, s1 = bounds.loc[(rank, step)] if (rank, step) in bounds.index else (0, 0)
+        inside = np.minimum(end, s1) > np.maximum(start, s0)
+        clipped = union_ns(np.maximum(start, s0)[inside], np.minimum(end, s1)[inside])
+        rows.append((int(rank), int(step), union_ns(start, end), clipped))
+    return pd.DataFrame(rows, columns=["rank", "step", "wait_ns", "wait_in_step_ns"])
 
 
 def _pct(x: float | None) -> str:
@@ -166,7 +186,9 @@ def _sentences(summary: dict) -> list[str]:
     if n == 0:
         return ["no collective is seen on every rank: lateness cannot be compared"]
     me = per[str(s)]
-    out = [f"rank {s} is last in {_pct(me['last_share'])} of steps ({me['last_steps']} of {n})"]
+    out = []
+    if summary.get("clocks_agree", True):  # else the arrival order is not known (the warning says why)
+        out.append(f"rank {s} is last in {_pct(me['last_share'])} of steps ({me['last_steps']} of {n})")
     for r in ranks:
         out.append(
             f"rank {r} waits {_pct(per[str(r)]['wait_share'])} of its time in collectives "
