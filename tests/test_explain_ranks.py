@@ -32,13 +32,39 @@ def _explain(run_cli, files, out):
     return proc.stdout, ranks
 
 
+def _per_device(source, folder):
+    """One real two-GPU Nsight Systems export split into one file per GPU: the rank files of one job (one clock),
+    each holding its own GPU's kernels and copies."""
+    import sqlite3
+
+    files = []
+    for device in (0, 1):
+        path = folder / f"rank{device}.sqlite"
+        shutil.copyfile(source, path)
+        with sqlite3.connect(path) as db:
+            for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+                if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+                    db.execute(f"DELETE FROM {table} WHERE deviceId != ?", (device,))
+        files.append(path)
+    return files
+
+
 def test_two_real_nsys_ranks_with_nccl_kernels(tmp_path, run_cli):
+    """The real 2-GPU export split per GPU: two rank files of one job, their NCCL kernels the collectives."""
+    files = _per_device(real_file(f"{MFU}/mfu_2gpu_before.sqlite"), tmp_path)
+    stdout, ranks = _explain(run_cli, files, tmp_path / "out")
+    assert ranks["collective_source"] == "NCCL kernels" and ranks["collectives_compared"] > 10
+    assert "ranks: rank " in stdout and " is last in " in stdout
+    merged = pd.read_parquet(tmp_path / "out" / "ingest" / "kernels.parquet")
+    assert merged["rank"].nunique() == 2 and len(merged) == 4010  # both GPUs' launches, one job
+
+
+def test_two_real_nsys_recordings_of_different_runs_are_not_ranks(tmp_path, run_cli):
+    """Before and after a fix are two runs, 12.5 s apart: explain writes the findings and says, in the rank
+    section, why their ranks are not compared (no confident 'last in 100 %')."""
     files = [real_file(f"{MFU}/mfu_2gpu_before.sqlite"), real_file(f"{MFU}/mfu_2gpu_after.sqlite")]
     stdout, ranks = _explain(run_cli, files, tmp_path / "out")
-    assert ranks["collective_source"] == "NCCL kernels" and ranks["collectives_compared"] == 60
-    assert "ranks: rank 1 is last in 100 % of steps (60 of 60)" in stdout
-    merged = pd.read_parquet(tmp_path / "out" / "ingest" / "kernels.parquet")
-    assert merged["rank"].value_counts().to_dict() == {0: 4010, 1: 3587}  # both files' launches, one job
+    assert "timelines do not overlap" in ranks["empty_because"] and "is last in" not in stdout
 
 
 def test_real_nsys_ranks_without_steps_say_why_in_one_line(tmp_path, run_cli):
@@ -49,11 +75,19 @@ def test_real_nsys_ranks_without_steps_say_why_in_one_line(tmp_path, run_cli):
 
 
 def test_two_real_rocpd_copies_write_findings_and_say_why_the_rank_section_is_empty(tmp_path, run_cli):
-    # one real rocpd file with kernels exists: two copies of it are the ranks (as tests/test_merge.py does for nsys)
+    # one real rocpd file with kernels exists: two copies of it are the ranks (as tests/test_merge.py does for nsys);
+    # the second one's process id differs, as another rank's would (explain refuses one file given twice)
+    import sqlite3
+
     files = []
     for rank in (0, 1):
         files.append(tmp_path / f"rank{rank}.db")
         shutil.copyfile(real_file(ROCPD), files[-1])
+    with sqlite3.connect(files[1]) as db:
+        table = db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'rocpd_info_process%'"
+        ).fetchone()[0]
+        db.execute(f'UPDATE "{table}" SET pid = pid + 1')
     stdout, ranks = _explain(run_cli, files, tmp_path / "out")
     assert "ranks: no rank analysis" in stdout and "no step is known" in ranks["empty_because"]
     record = json.loads((tmp_path / "out" / "findings" / "findings.json").read_text())

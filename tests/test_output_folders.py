@@ -59,6 +59,7 @@ def commands(w: Path) -> dict[str, list]:
         "explain": ["explain", w / "demo" / "pair_baseline.sqlite", "--no-causal"],
         "ranks": ["ranks", "--traces", *kineto],
         "compare": ["compare", w / "a", w / "b", "--bootstrap", "100"],
+        "verify": ["verify", w / "afind", w / "b"],
     }
 
 
