@@ -38,6 +38,13 @@ def configure(p):
         "--results",
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON (default: a short readable summary)")
+    p.add_argument(
+        "--fail-on",
+        choices=("slower", "changed"),
+        default=None,
+        help="a CI gate: exit 1 when a kernel, copy or the total GPU time per step is slower (or, with 'changed', "
+        "slower or faster) beyond noise and --min-effect (default: always exit 0)",
+    )
     p.add_argument("--output", "-o", required=True, help="output folder")
     p.add_argument("--results", help="workflow results folder: read ROOT/{ingest,bin,causal}/<dataset>")
     for side in ("baseline", "candidate"):
@@ -198,4 +205,11 @@ def run(args) -> int:
         from gpuvar.compare.page import console
 
         print(console(record, Path(args.output)))
+    if args.fail_on:
+        from gpuvar.compare.run import gate
+
+        failing = gate(record, args.fail_on)
+        for line in failing:
+            print(f"gpuvar compare: --fail-on {args.fail_on}: {plain(line)}", file=sys.stderr)
+        return 1 if failing else 0
     return 0

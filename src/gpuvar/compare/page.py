@@ -57,6 +57,9 @@ def _books(record: dict) -> tuple[str, str]:
         f"GPU time (kernels, copies, memsets) {b['total_ns'] / 1e6:.3f} ms → {c['total_ns'] / 1e6:.3f} ms: "
         f"Δ {_ms(s['delta_total_ns'])}" + (f" (×{ratio:.3f})" if ratio else "")
     )
+    total = record.get("total") or {}
+    if total.get("ratio") is not None:
+        books += f"; total per step ×{total['ratio']:.3f} [{total['ci_low']:.3f}, {total['ci_high']:.3f}]: {total['verdict']}"
     counts = (
         f"{s['slower']} slower, {s['faster']} faster (beyond noise and at least "
         f"{100 * record['options']['min_effect']:g} %), {s['negligible']} negligible, {s['unchanged']} unchanged, "

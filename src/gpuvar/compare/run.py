@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from gpuvar.canonical_io import json_ready, write_json, write_text
@@ -111,6 +112,44 @@ def summarise(table: pd.DataFrame, sides: tuple[dict, dict]) -> dict:
     }
 
 
+TOTAL_KEY = "total GPU time per step"
+
+
+def total_row(kb: pd.DataFrame, kc: pd.DataFrame, options: Options) -> dict:
+    """The runs' total GPU time (kernels, copies, memsets) per resampling unit (step, else time block) compared
+    like one kernel: ratio of the median per-unit totals, the same cluster bootstrap, noise and minimum effect,
+    so a slowdown spread thinly over many kernels, none of them beyond noise alone, still shows in the total."""
+
+    def per_unit(frame: pd.DataFrame) -> pd.DataFrame:
+        totals = frame.groupby("unit", sort=True)["duration"].sum()
+        return pd.DataFrame({"key": TOTAL_KEY, "duration": totals.to_numpy(np.float64), "unit": totals.index})
+
+    table = kernels.compare_kernels(
+        per_unit(kb),
+        per_unit(kc),
+        bootstrap=options.bootstrap,
+        confidence=options.confidence,
+        alpha=options.alpha,
+        min_launches=options.min_launches,
+        min_effect=options.min_effect,
+        seed=options.seed,
+    )
+    row = table.iloc[0].to_dict() if len(table) else {"key": TOTAL_KEY, "verdict": "untested"}
+    return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
+
+
+def gate(record: dict, fail_on: str) -> list[str]:
+    """What fails a CI gate: the rows (kernels, copies, memsets) and the total whose verdict is `slower` (fail_on
+    'slower') or `slower`/`faster` (fail_on 'changed'), beyond noise and the minimum effect."""
+    bad = ("slower",) if fail_on == "slower" else ("slower", "faster")
+    rows = [r for r in record["kernels"] if r["verdict"] in bad]
+    total = record.get("total") or {}
+    failing = [f"{r['label']}: {r['verdict']} ×{r['ratio']:.3f}" for r in rows]
+    if total.get("verdict") in bad:
+        failing.insert(0, f"{TOTAL_KEY}: {total['verdict']} ×{total['ratio']:.3f}")
+    return failing
+
+
 def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Options | None = None) -> dict:
     """Compare two runs and write OUTDIR/{compare.json,kernels.csv,causal_diff.csv,forest.*,distributions.*,
     causal_diff.*}; returns the compare.json record."""
@@ -157,6 +196,7 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
         },
         "options": {k: getattr(options, k) for k in OPTION_KEYS},
         "summary": summarise(table, sides),
+        "total": total_row(kb.frame, kc.frame, options),
         "kernels": table.to_dict("records"),
         "windows": win,
         "causes": causes,
