@@ -169,7 +169,21 @@ def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_ru
     flagged = [k for k in record["kernels"] if k["verdict"] in ("slower", "faster")]
     assert [k["key"] for k in flagged] == [planted["kernel"]] and flagged[0]["ci_low"] > 1
     html = demo_report.read_text()
-    assert '"Comparisons"' in html and "results/compare/planted_pair/forest.png" in html
+    assert '"3 Comparisons"' in html and "results/compare/planted_pair/forest.png" in html
+    assert "results/compare/planted_pair/compare.html" in html
+
+
+def test_report_orders_findings_ranks_comparisons_checks(demo_run, demo_report):
+    """The report's categories read in the order a user acts on them: findings, the rank page of each multi-rank
+    dataset (rendered, its figures embedded), the comparisons, then which causal graphs to trust."""
+    workdir, _ = demo_run
+    html = demo_report.read_text()
+    order = ["1 Findings (read first)", "2 Ranks", "3 Comparisons", "4 Causal graphs: which to trust"]
+    assert all(f'"{name}"' in html for name in order)
+    assert sorted(order) == order  # Snakemake lists categories sorted by name
+    page = (workdir / "results/ranks/kineto/ranks.html").read_text()
+    assert "<h1>Ranks</h1>" in page and page.count("data:image/png;base64,") == 2
+    assert "results/ranks/kineto/ranks.html" in html
 
 
 @pytest.mark.parametrize("rows", ["top_k", "random", "all"])

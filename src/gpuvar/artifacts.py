@@ -51,6 +51,7 @@ VERIFY_PAGE = "verify.md"  # the same as a page
 COMPARE_DIR = "results/compare/{comparison}"  # gpuvar compare of one configured pair (docs/compare.md)
 COMPARE_RECORD = "compare.json"  # every number of a comparison; written last
 COMPARE_KERNELS = "kernels.csv"  # per kernel name: both runs' times and the ratio's interval
+COMPARE_PAGE_HTML = "compare.html"  # compare.md rendered, figures embedded: the report's comparison page
 COMPARE_CAUSAL_DIFF = "causal_diff.csv"  # edges found in one run's graph and not the other's
 COMPARE_FIGURES = ("forest", "delta_time", "distributions", "causal_diff")  # stems, one file per plots.formats
 SCALING_TRACE_DIR = "resources/scaling/demo-{rows}"  # the canonical demo trace a scaling study of the demo bins

@@ -66,7 +66,14 @@ rule analyse_ranks:
     input:
         unpack(REG.ranks_inputs),
     output:
-        directory(files.RANKS_DIR),
+        report(
+            directory(files.RANKS_DIR),
+            patterns=["{page}.html"],  # ranks.html: ranks.md with its figures embedded
+            caption="../report/ranks.rst",
+            category="2 Ranks",
+            subcategory="{dataset}",
+            labels={"dataset": "{dataset}", "page": "which rank is late and why"},
+        ),
     log:
         "logs/analyse_ranks/{dataset}.log",
     benchmark:

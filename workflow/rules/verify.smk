@@ -21,7 +21,7 @@ rule verify_findings:
         page=report(
             f"{files.VERIFY_DIR}/{files.VERIFY_PAGE}",
             caption="../report/verify.rst",
-            category="2 Verifications",
+            category="5 Verifications",
             labels={"verification": "{verification}"},
         ),
     log:

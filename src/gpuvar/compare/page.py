@@ -10,6 +10,13 @@ from gpuvar.text_safety import md_code, md_text
 
 ROWS = 12
 CONSOLE_ROWS = 5
+# the figures the page links, in reading order, with what each shows
+FIGURES = {
+    "forest": "the ratio of every moved kernel with its interval",
+    "delta_time": "where the time went: Δ total per kernel, split into per-launch change and launch count",
+    "distributions": "the duration distributions of the kernels that moved most",
+    "causal_diff": "the causal edges that differ between the runs",
+}
 
 
 def _ms(ns) -> str:
@@ -24,8 +31,8 @@ def _ratio(row: dict) -> str:
     return f"×{row['ratio']:.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}]"
 
 
-def render(record: dict) -> str:
-    """Markdown of one compare.json record."""
+def render(record: dict, figures: list[str] = ()) -> str:
+    """Markdown of one compare.json record; `figures`: the names (FIGURES) drawn as PNG beside the page."""
     b, c = record["baseline"], record["candidate"]
     lines = [f"# {md_text(b['name'])} → {md_text(c['name'])}", ""]
     if record["warnings"]:
@@ -47,6 +54,8 @@ def render(record: dict) -> str:
     rest = record["kernels"][ROWS:]
     if rest:
         lines += ["", f"{len(rest)} more row(s) in kernels.csv, Δ {_ms(sum(r['delta_total_ns'] for r in rest))}."]
+    if figures:
+        lines += ["", "## Figures", ""] + [f"- {FIGURES[name]}: [{name}.png]({name}.png)" for name in figures]
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 from gpuvar.canonical_io import json_ready, write_json, write_text
 from gpuvar.compare import causal_diff, environment, figures, inputs, kernels, page, windows
 from gpuvar.errors import GpuvarError, InputError
+from gpuvar.markdown_html import render_html
 from gpuvar.plots import style
 
 
@@ -220,12 +221,17 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     }
     record = json_ready(record)
     outdir.mkdir(parents=True, exist_ok=True)
-    write_json(record, outdir / "compare.json")
-    write_text(page.render(record), outdir / "compare.md")
     style.write_csv(table, outdir / "kernels.csv")
     style.write_csv(diffs, outdir / "causal_diff.csv")
     figures.forest(table, outdir / "forest", options.formats, options.dpi, names, options.forest_rows)
     figures.delta_time(table, outdir / "delta_time", options.formats, options.dpi, names, options.forest_rows)
     figures.distributions(table, kb.frame, kc.frame, outdir / "distributions", options.formats, options.dpi, names)
     figures.causal_diff(causes, diffs, outdir / "causal_diff", options.formats, options.dpi)
+    # the page last: it links (and its HTML embeds) the figures drawn as PNG
+    drawn = [name for name in page.FIGURES if (outdir / f"{name}.png").exists()]
+    markdown = page.render(record, drawn)
+    write_text(markdown, outdir / "compare.md")
+    title = f"gpuvar compare: {record['baseline']['name']} → {record['candidate']['name']}"
+    write_text(render_html(markdown, outdir, title), outdir / "compare.html")
+    write_json(record, outdir / "compare.json")  # last: its presence means the comparison is complete
     return record

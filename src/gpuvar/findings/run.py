@@ -36,10 +36,10 @@ from gpuvar.findings.decompose import (
     groups_of,
     pooled_shares,
 )
-from gpuvar.findings.html import render_fragment, render_html
 from gpuvar.findings.page import plain, render
 from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings, percent
 from gpuvar.findings.within_site import MIN_SITE_FIT
+from gpuvar.markdown_html import render_fragment, render_html
 
 log = logging.getLogger("gpuvar.findings")
 FIGURES_FOLDER = "figures"  # one PNG per finding: its launches against the top driver, per call site
@@ -233,7 +233,7 @@ def write_index(records: list[dict], folder: Path) -> None:
     with staged_folder(folder, replace=False, last=(FINDINGS_RECORD,)) as tmp:
         page = render(records, __version__)
         (tmp / FINDINGS_PAGE).write_text(page, encoding="utf-8")
-        (tmp / FINDINGS_HTML).write_text(render_html(page, Path(folder)), encoding="utf-8")
+        (tmp / FINDINGS_HTML).write_text(render_html(page, Path(folder), "gpuvar findings"), encoding="utf-8")
         (tmp / FINDINGS_FRAGMENT).write_text(render_fragment(page, Path(folder)), encoding="utf-8")
         write_json(
             {"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": records}, tmp / FINDINGS_RECORD

@@ -1,4 +1,5 @@
-"""Outputs of `gpuvar ranks`: ranks.json, steps.csv, ranks.md, timeline.png, skew.png (byte-identical on rerun)."""
+"""Outputs of `gpuvar ranks`: ranks.json, steps.csv, ranks.md (and ranks.html, the page with its figures embedded,
+for the report), timeline.png, skew.png (byte-identical on rerun)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from gpuvar.atomic import staged_folder
 from gpuvar.canonical_io import write_json
+from gpuvar.markdown_html import render_html
 from gpuvar.plots import style
 from gpuvar.ranks.analyze import RankAnalysis
 from gpuvar.ranks.load import RankInput
@@ -49,7 +51,11 @@ def _page(result: RankAnalysis) -> str:
                 lines += ["", f"Host stalls left out of the split: {stalls}."]
         lines += [
             "",
-            "Figures: timeline.png (busy, idle, wait per rank), skew.png (arrival after the first rank).",
+            "## Figures",
+            "",
+            "- busy, idle and wait per rank: [timeline.png](timeline.png)",
+            "- arrival after the first rank: [skew.png](skew.png)",
+            "",
             "Definitions: docs/ranks.md.",
         ]
     return "\n".join(lines) + "\n"
@@ -119,14 +125,20 @@ def _skew(result: RankAnalysis, stem: Path) -> None:
     style.save_figure(fig, stem, formats=("png",))
 
 
+def write_pages(markdown: str, folder: Path) -> None:
+    """ranks.md and ranks.html (figures embedded: the report shows it as the ranks page)."""
+    (folder / "ranks.md").write_text(markdown, encoding="utf-8")
+    (folder / "ranks.html").write_text(render_html(markdown, folder, "gpuvar ranks"), encoding="utf-8")
+
+
 def write_outputs(result: RankAnalysis, data: RankInput, out: str | Path) -> Path:
     out = Path(out)
     with staged_folder(out) as tmp:
         record = dict(result.summary, findings=result.findings, sources=data.sources)
-        (tmp / "ranks.md").write_text(_page(result))
         if not result.steps.empty:
             style.write_csv(result.steps, tmp / "steps.csv")
             _timeline(result, data, tmp / "timeline")
             _skew(result, tmp / "skew")
+        write_pages(_page(result), tmp)
         write_json(record, tmp / "ranks.json")
     return out

@@ -51,7 +51,10 @@ def rank_section(traces: list, parts: list, folder: Path, seed: int = 0) -> list
 
 def write_empty(folder: Path, why: str, sources: list[str]) -> None:
     """ranks.md and ranks.json of a rank section that has nothing to show, with the reason."""
+    from gpuvar.ranks.report import write_pages
+    from gpuvar.text_safety import md_text
+
     line = EMPTY.format(why=why)
     with staged_folder(Path(folder)) as tmp:
-        (tmp / "ranks.md").write_text(f"# Ranks\n\n- {line}\n\nDefinitions: docs/ranks.md.\n")
+        write_pages(f"# Ranks\n\n- {md_text(line)}\n\nDefinitions: docs/ranks.md.\n", tmp)
         write_json({"findings": [line], "empty_because": why, "sources": sources}, tmp / "ranks.json")

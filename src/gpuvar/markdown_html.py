@@ -1,7 +1,7 @@
-"""findings.html: the findings page as a self-contained HTML page (the report's landing content).
+"""The pages gpuvar writes (findings.md, ranks.md, compare.md) as self-contained HTML: what the report embeds.
 
 Why: a performance engineer opens `snakemake --report report.html` in a browser, where Markdown shows as raw
-text. The page is the same Markdown gpuvar writes (gpuvar.findings.page), rendered by markdown-it-py (CommonMark
+text. Each page is the same Markdown gpuvar writes, rendered by markdown-it-py (CommonMark
 with tables; a well-kept parser, so gpuvar writes no Markdown parser of its own), with every figure it links
 embedded as a data URI (the page travels alone, inside the report or by mail) and a stylesheet that keeps tables
 inside 1400 px: long names wrap at any character, wide cells scroll. Nothing executes; no network.
@@ -23,7 +23,7 @@ table { border-collapse: collapse; table-layout: auto; max-width: 100%; display:
 th, td { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top;
          overflow-wrap: anywhere; max-width: 520px; }
 th { background: #f2f3f4; }
-img.evidence { max-width: 640px; width: 100%; display: block; margin: 6px 0; border: 1px solid #eee; }
+img.evidence { max-width: 100%; height: auto; display: block; margin: 6px 0; border: 1px solid #eee; }
 li { margin: 2px 0; }
 code::before, code::after { content: none !important; }
 """
@@ -47,7 +47,8 @@ def _data_uri(path: Path) -> str | None:
 
 def render_fragment(markdown: str, folder: Path) -> str:
     """The page's Markdown as an HTML fragment (a style and a div, no document around it): what the Snakemake
-    report embeds as its landing content; figure links (relative to `folder`) become embedded images."""
+    report embeds as its landing content; figure links (relative to `folder`) become embedded images. The
+    class name stays `gpuvar-findings` for every page: the report's style override keys on it."""
     from html import escape
 
     from markdown_it import MarkdownIt
@@ -63,7 +64,7 @@ def render_fragment(markdown: str, folder: Path) -> str:
     return f'<style>{style}</style>\n<div class="gpuvar-findings">\n{body}</div>\n'
 
 
-def render_html(markdown: str, folder: Path, title: str = "gpuvar findings") -> str:
+def render_html(markdown: str, folder: Path, title: str) -> str:
     """The page's Markdown as one self-contained HTML document (figures embedded)."""
     from html import escape
 
