@@ -48,8 +48,12 @@ rule all:
         VERIFY_OUTPUTS,
 
 
+onstart:
+    refuse_placeholders(workflow.resource_settings.default_resources)
+
+
 onsuccess:
-    print_run_summary()
+    print_run_summary(ranks=REG.ranks_datasets)
 
 
 onerror:

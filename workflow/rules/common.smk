@@ -15,8 +15,11 @@ from gpuvar.workflow.env import put_own_bin_first_on_path
 from gpuvar.workflow.failures import print_failed_jobs
 from gpuvar.workflow.launcher import mpi_launcher
 from gpuvar.workflow.registry import build_registry, names_regex, print_run_summary
+from gpuvar.workflow.site import note_placeholders, refuse_placeholders
 
 put_own_bin_first_on_path()
+# profiles/slurm's EDIT-ME values: a line here (dry runs), a refusal when a real run starts (Snakefile onstart)
+note_placeholders(workflow.resource_settings.default_resources)
 # job logs written after this are this run's (onerror: print_failed_jobs)
 RUN_STARTED = time.time()
 
