@@ -229,6 +229,8 @@ def page_traps(steps: int = 300, seed: int = 0) -> pd.DataFrame:
     last = frame.index[frame["launch_op"] == f"aten::op{PAGE_OPS - 1}"][7]
     frame.loc[last, "duration"] = LONGEST_NS  # the longest launch of the trace, ~25x its call site's median
     frame["end"] = frame["start"] + frame["duration"]
-    return frame.sort_values("start", kind="stable").reset_index(drop=True).assign(
-        launch_id=lambda f: np.arange(len(f), dtype=np.int64)
+    return (
+        frame.sort_values("start", kind="stable")
+        .reset_index(drop=True)
+        .assign(launch_id=lambda f: np.arange(len(f), dtype=np.int64))
     )
