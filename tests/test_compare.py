@@ -289,6 +289,7 @@ def test_outputs_are_strict_json_and_byte_identical_on_rerun(pair_outputs):
         "causal_diff.csv",
         "causal_diff.png",
         "causal_diff.svg",
+        "compare.html",
         "compare.json",
         "compare.md",
         "delta_time.png",

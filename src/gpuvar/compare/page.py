@@ -67,8 +67,11 @@ def _books(record: dict) -> tuple[str, str]:
         f"Δ {_ms(s['delta_total_ns'])}" + (f" (×{ratio:.3f})" if ratio else "")
     )
     total = record.get("total") or {}
-    if total.get("ratio") is not None:
-        books += f"; total per step ×{total['ratio']:.3f} [{total['ci_low']:.3f}, {total['ci_high']:.3f}]: {total['verdict']}"
+    if total.get("ratio") is not None:  # no interval where too few steps (or blocks) were resampled: say so
+        interval = (
+            f"[{total['ci_low']:.3f}, {total['ci_high']:.3f}]" if total.get("ci_low") is not None else "(no interval)"
+        )
+        books += f"; total per step ×{total['ratio']:.3f} {interval}: {total['verdict']}"
     counts = (
         f"{s['slower']} slower, {s['faster']} faster (beyond noise and at least "
         f"{100 * record['options']['min_effect']:g} %), {s['negligible']} negligible, {s['unchanged']} unchanged, "
