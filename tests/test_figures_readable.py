@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from gpuvar.compare.names import display_name, labels
+from gpuvar.kernel_names import display_name, labels
 from gpuvar.plots import causal_graph, parallel, style
 
 NCU = REPO / "tests" / "data" / "recorded" / "h100-torch-ncu" / "raw.csv"

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, CAUSAL_SUMMARY, INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
-from gpuvar.compare.names import ARROW
+from gpuvar.kernel_names import ARROW
 from gpuvar.errors import InputError
 
 KEYS = ("kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site")

@@ -838,7 +838,7 @@ def fitted_title(cg: CausalGraph, width: int, name: str | None = None) -> str:
     rest = title[len(name) :]  # ': what explains ...'
     budget = TITLE_LINES * width - len(rest) - 8  # wrapping at word boundaries leaves some room unused
     if budget >= 16:
-        from gpuvar.compare.names import shorten_left
+        from gpuvar.kernel_names import shorten_left
 
         title = shorten_left(name, budget) + rest
         if fits(title):
@@ -851,9 +851,9 @@ WHOLE_DATASET = "All kernels (whole dataset)"
 
 
 def group_names(groups: list[str], width: int = 60) -> list[str]:
-    """group_name of each group, those that would read alike told apart (gpuvar.compare.names.labels): the
+    """group_name of each group, those that would read alike told apart (gpuvar.kernel_names.labels): the
     names a list of figures or a table shows side by side."""
-    from gpuvar.compare.names import labels
+    from gpuvar.kernel_names import labels
 
     kernels = [g for g in groups if g not in (ALL_GROUP, "all")]
     named = dict(zip(kernels, labels(kernels, [None] * len(kernels), width), strict=True))
@@ -862,9 +862,9 @@ def group_names(groups: list[str], width: int = 60) -> list[str]:
 
 def group_name(group: str, width: int = 60) -> str:
     """A group as people name it: "All kernels (whole dataset)" for the whole dataset, a kernel by its
-    readable name (gpuvar.compare.names: no `void`, namespaces or parameter lists; too long: cut from the
+    readable name (gpuvar.kernel_names: no `void`, namespaces or parameter lists; too long: cut from the
     left, keeping the template arguments that tell kernels apart)."""
-    from gpuvar.compare.names import label
+    from gpuvar.kernel_names import label
 
     if group in (ALL_GROUP, "all"):
         return WHOLE_DATASET
