@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from test_plots import TARGET, bins_frame, top_rows, write_group
 
+from gpuvar.causal.describe import group_name
 from gpuvar.plots import causal_graph, parallel, style, timeline
 from gpuvar.workflow import figures as workflow_figures
 
@@ -132,7 +133,7 @@ def test_titles_name_the_kernel_without_cutting_a_word(tmp_path):
     name = "void elementwise_add_kernel<float>(float*, float const*, float const*, long)"
     cg = causal_graph.load_group(write_group(tmp_path / "g", dense_edges()[:3], group=name))
     assert causal_graph.default_title(cg) == "elementwise_add_kernel<float>: causes of kernel_variability"
-    assert causal_graph.group_name("__all__") == "All kernels (whole dataset)"
+    assert group_name("__all__") == "All kernels (whole dataset)"
 
 
 # ----------------------------------------------------------------------------------------------- units

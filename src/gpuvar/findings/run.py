@@ -82,7 +82,7 @@ def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | No
     """Attach to each finding the causal graphs (folder, verdict, figure) of its kernels, when the causal run
     analysed them: the graphs are per kernel name over the most variable windows, the finding over every launch
     of its call sites, so the page says which graph to open and that its scope differs."""
-    from gpuvar.causal.checks_table import graph_status
+    from gpuvar.causal.describe import graph_status
 
     if causal_dir is None or not (causal_dir / CAUSAL_SUMMARY).is_file():
         return

@@ -34,6 +34,7 @@ from matplotlib.path import Path as MplPath
 from matplotlib.textpath import TextPath
 
 from gpuvar.artifacts import ALL_GROUP, CAUSAL_RECORD
+from gpuvar.causal.describe import graph_status, group_name, group_names
 from gpuvar.errors import InputError
 from gpuvar.plots import style
 
@@ -75,9 +76,7 @@ class CausalGraph:
 
     @property
     def checks(self) -> str:
-        """trusted, flagged or not explained (gpuvar.causal.checks_table.graph_status, as checks.tsv says)."""
-        from gpuvar.causal.checks_table import graph_status
-
+        """trusted, flagged or not explained (gpuvar.causal.describe.graph_status, as checks.tsv says)."""
         return graph_status({"verdict": self.verdict, "warnings": self.warnings, "trusted": self.trusted})
 
 
@@ -845,30 +844,6 @@ def fitted_title(cg: CausalGraph, width: int, name: str | None = None) -> str:
             return title
     lines = style.wrap_label(title, width).split("\n")[:TITLE_LINES]
     return " ".join(lines).rstrip(" ,:") + " …"
-
-
-WHOLE_DATASET = "All kernels (whole dataset)"
-
-
-def group_names(groups: list[str], width: int = 60) -> list[str]:
-    """group_name of each group, those that would read alike told apart (gpuvar.kernel_names.labels): the
-    names a list of figures or a table shows side by side."""
-    from gpuvar.kernel_names import labels
-
-    kernels = [g for g in groups if g not in (ALL_GROUP, "all")]
-    named = dict(zip(kernels, labels(kernels, [None] * len(kernels), width), strict=True))
-    return [named.get(g, WHOLE_DATASET) for g in groups]
-
-
-def group_name(group: str, width: int = 60) -> str:
-    """A group as people name it: "All kernels (whole dataset)" for the whole dataset, a kernel by its
-    readable name (gpuvar.kernel_names: no `void`, namespaces or parameter lists; too long: cut from the
-    left, keeping the template arguments that tell kernels apart)."""
-    from gpuvar.kernel_names import label
-
-    if group in (ALL_GROUP, "all"):
-        return WHOLE_DATASET
-    return label(str(group), None, width)
 
 
 def plot_group(
