@@ -14,8 +14,12 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from gpuvar.compare.names import display_name, labels
-from gpuvar.plots import causal_graph, parallel, style
+from gpuvar.kernel_names import display_name, labels
+from gpuvar.plots import parallel, style
+from gpuvar.plots.causal_graph.draw import draw_causal_graph
+from gpuvar.plots.causal_graph.folder import plot_causal_dir
+from gpuvar.plots.causal_graph.layout import compact_label, node_label
+from gpuvar.plots.causal_graph.load import group_folders, load_group
 
 NCU = REPO / "tests" / "data" / "recorded" / "h100-torch-ncu" / "raw.csv"
 
@@ -59,18 +63,18 @@ def test_real_ncu_names_lose_lambdas_and_are_never_cut_inside_a_word():
 
 
 def test_real_ncu_causal_titles_have_at_most_two_lines(ncu_causal, tmp_path):
-    index = causal_graph.plot_causal_dir(ncu_causal, tmp_path / "figs", formats=("png",))
+    index = plot_causal_dir(ncu_causal, tmp_path / "figs", formats=("png",))
     names = dict(zip(index["group"], index["name"]))
     drawn = 0
-    for folder in causal_graph.group_folders(ncu_causal):
-        cg = causal_graph.load_group(folder)
-        fig, _ = causal_graph.draw_causal_graph(cg, name=names[cg.group])
+    for folder in group_folders(ncu_causal):
+        cg = load_group(folder)
+        fig, _ = draw_causal_graph(cg, name=names[cg.group])
         ax = fig.axes[0]
         title = ax.get_title()
         assert title.count("\n") <= 1, title
         for driver in cg.drivers[:2]:  # the drivers are named, their near-duplicates counted or left out
             assert driver.split(" (≈")[0] in title.replace("\n", " "), (driver, title)
-        boxes = [t.get_text() for t in ax.texts if t.get_text() in {causal_graph.node_label(n) for n in cg.graph}]
+        boxes = [t.get_text() for t in ax.texts if t.get_text() in {node_label(n) for n in cg.graph}]
         assert boxes and max(b.count("\n") for b in boxes) <= 2, boxes  # was 20 lines of metric names
         style.plt.close(fig)
         drawn += 1
@@ -79,11 +83,11 @@ def test_real_ncu_causal_titles_have_at_most_two_lines(ncu_causal, tmp_path):
 
 def test_compact_label_counts_near_duplicates():
     name = "grid_x (≈ launch__grid_dim_x, dram__bytes_read.avg, dram__bytes_read.max)"
-    assert causal_graph.compact_label(name) == "grid_x (≈ launch__grid_dim_x and 2 more)"
-    assert causal_graph.compact_label("grid_x (≈ grid_size)") == "grid_x (≈ grid_size)"
-    assert causal_graph.compact_label("lts__t_sector_hit_rate.pct") == "lts__t_sector_hit_rate.pct"
+    assert compact_label(name) == "grid_x (≈ launch__grid_dim_x and 2 more)"
+    assert compact_label("grid_x (≈ grid_size)") == "grid_x (≈ grid_size)"
+    assert compact_label("lts__t_sector_hit_rate.pct") == "lts__t_sector_hit_rate.pct"
     long = "sm__warps_active.avg.pct_of_peak_sustained_active (≈ sm__warps_active.sum.pct_of_peak_sustained_active)"
-    assert causal_graph.compact_label(long) == "sm__warps_active.avg.pct_of_peak_sustained_active (≈ 1 more)"
+    assert compact_label(long) == "sm__warps_active.avg.pct_of_peak_sustained_active (≈ 1 more)"
 
 
 def test_findings_legend_sits_beside_the_data(monkeypatch, tmp_path):

@@ -13,10 +13,10 @@ import pytest
 from conftest import real_file
 
 from gpuvar.causal.options import causal_options
+from gpuvar.causal.share_test import DECLINED, EXPLAINED, NOT_EXPLAINED, residual_dependence, share_test
 from gpuvar.demo.planted_findings import CALL_SITE_NS, call_site_mix, heteroscedastic, label_drift
 from gpuvar.findings.decompose import decompose, pooled_shares
 from gpuvar.findings.report import category_of, dataset_findings, short_name
-from gpuvar.findings.verdict import DECLINED, EXPLAINED, NOT_EXPLAINED, residual_dependence, share_test
 
 
 def _one(frame: pd.DataFrame):

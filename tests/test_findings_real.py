@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 from conftest import real_file
 
+from gpuvar.causal.share_test import EXPLAINED, PARTLY
 from gpuvar.findings.decompose import STABLE_CV, decompose, groups_of, pooled_shares
 from gpuvar.findings.report import dataset_findings
-from gpuvar.findings.verdict import EXPLAINED, PARTLY
 
 VARLEN = "pytorch-kineto-trace/h100-varlen-transformer-block"
 CONTENTION = "pytorch-kineto-trace/h100-fixed-shape-copy-contention"

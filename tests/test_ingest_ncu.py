@@ -18,7 +18,7 @@ from conftest import real_file
 
 from gpuvar.demo import synth
 from gpuvar.demo.ncu_writer import DRAM_BYTES_PER_NS, IDENTITY_HEADER, STALL_METRIC, write_ncu_demo
-from gpuvar.ingest import ingest, load, ncu
+from gpuvar.ingest import ingest, load, ncu, ncu_metrics
 from gpuvar.ingest.compression import read_head
 from gpuvar.ingest.detect import detect
 
@@ -304,7 +304,7 @@ def test_latin1_file_is_read_and_noted(tmp_path):
     ],
 )
 def test_unit_scale(unit, expected):
-    assert ncu.unit_scale(unit) == expected
+    assert ncu_metrics.unit_scale(unit) == expected
 
 
 def test_sniff_claims_no_other_real_profiler_file(real_data):

@@ -25,10 +25,10 @@ MAX_ROWID = 2**63 - 1
 @pytest.fixture
 def partitioned(monkeypatch):
     """Tables of the demo's size are read in two partitions (as tables of 200,000 rows and more are)."""
-    from gpuvar.ingest import nsys
+    from gpuvar.ingest import nsys_sqlite
 
-    monkeypatch.setattr(nsys, "PARTITION_MIN_ROWS", 100)
-    monkeypatch.setattr(nsys.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(nsys_sqlite, "PARTITION_MIN_ROWS", 100)
+    monkeypatch.setattr(nsys_sqlite.os, "cpu_count", lambda: 2)
 
 
 @pytest.fixture
@@ -112,14 +112,14 @@ def test_a_without_rowid_kernel_table(trace, tmp_path):
 
 def test_a_fetch_that_loses_rows_falls_back_to_the_exact_reader(trace, tmp_path, monkeypatch):
     """Whatever made connectorx return fewer rows than the table holds, the count check catches it."""
-    from gpuvar.ingest import nsys
+    from gpuvar.ingest import nsys_sqlite
 
-    real = nsys._fetch_connectorx
+    real = nsys_sqlite.fetch_connectorx
 
     def lossy(path, table, columns, rows_hint, rowid):
         result = real(path, table, columns, rows_hint, rowid)
         return result.slice(0, result.num_rows - 1) if table == KERNELS else result
 
-    monkeypatch.setattr(nsys, "_fetch_connectorx", lossy)
+    monkeypatch.setattr(nsys_sqlite, "fetch_connectorx", lossy)
     k = _kernels(trace, tmp_path)
     assert (k["rows_read"], k["rows_written"]) == (ROWS, ROWS)

@@ -40,10 +40,10 @@ def wal_trace(tmp_path):
 
 @pytest.mark.parametrize("partitioned", [False, True], ids=["one-query", "partitioned"])
 def test_reproducer_a_wal_database_is_read_not_checkpointed(wal_trace, tmp_path, monkeypatch, partitioned):
-    from gpuvar.ingest import nsys
+    from gpuvar.ingest import nsys_sqlite
 
     if partitioned:
-        monkeypatch.setattr(nsys, "PARTITION_MIN_ROWS", 100)
+        monkeypatch.setattr(nsys_sqlite, "PARTITION_MIN_ROWS", 100)
     wal = wal_trace.with_name(wal_trace.name + "-wal")
     before = (_digest(wal_trace), _digest(wal))
     report = ingest(wal_trace, tmp_path / "out")

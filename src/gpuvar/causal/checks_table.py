@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from gpuvar.artifacts import CAUSAL_SUMMARY
+from gpuvar.causal.describe import FLAGGED, NOT_EXPLAINED, SKIPPED, TRUSTED, graph_status, group_names
 
 COLUMNS = [
     "dataset",
@@ -28,21 +29,6 @@ COLUMNS = [
     "name",
     "slug",
 ]
-# How to read a graph (the `checks` column, the report's label): trusted (its verdict explains the target and
-# every check that counts passed), flagged (a check that counts failed: a hypothesis, not a finding), not
-# explained (checks passed, but the features explain too little: nothing to act on), skipped (no graph).
-TRUSTED, FLAGGED, NOT_EXPLAINED, SKIPPED = "trusted", "flagged", "not explained", "skipped"
-
-
-def graph_status(record: dict) -> str:
-    """trusted, flagged, not explained or skipped, from a group's causal.json or summary.json entry."""
-    if record.get("status", "ok") != "ok":
-        return SKIPPED
-    verdict = record.get("verdict") or None
-    failed = verdict.get("failed_checks") if verdict else record.get("warnings")
-    if failed:
-        return FLAGGED
-    return NOT_EXPLAINED if record.get("trusted") is False else TRUSTED
 
 
 def configure(p):
@@ -54,7 +40,6 @@ def configure(p):
 def collect(causal_dirs) -> list[dict]:
     """One row per analysis group of every folder (dataset and target from results/causal/DATASET/TARGET)."""
     from gpuvar.errors import InputError
-    from gpuvar.plots.causal_graph import group_names
 
     rows = []
     for folder in map(Path, causal_dirs):

@@ -31,7 +31,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from gpuvar.compare import names
+from gpuvar.kernel_names import labels
 
 _BLOCK = 1 << 22  # resampled values held at once
 
@@ -209,7 +209,7 @@ def compare_kernels(
     table["verdict"] = [_verdict(r, alpha, min_effect) for r in table.to_dict("records")]
     tested = int(np.isfinite(table["p_value"].to_numpy(dtype=np.float64)).sum())
     table["hint"] = [_with_why(r, alpha, tested) for r in table.to_dict("records")]
-    table["label"] = names.labels(
+    table["label"] = labels(
         table["key"].tolist(), [rb if rc is None else rc for rb, rc in zip(table["op_b"], table["op_c"])]
     )
     table["_order"] = -table["delta_total_ns"].abs()

@@ -20,7 +20,7 @@ TITLE_WIDTH = 100  # characters per line of the claim under the kernel's name (t
 
 def _site_label(site) -> str:
     """A call site as the legend shows it: its end kept (the op's occurrence, `#3.0`), cut between words."""
-    from gpuvar.compare.names import shorten_left
+    from gpuvar.kernel_names import shorten_left
 
     return shorten_left(str(site), SITE_LABEL)
 

@@ -8,10 +8,10 @@ stable, differ only between call sites, could not be compared, or cost too littl
 
 from __future__ import annotations
 
+from gpuvar.causal.share_test import MIN_ROWS
 from gpuvar.findings.decompose import STABLE_CV
 from gpuvar.findings.report import MAX_KERNEL_ROWS, MIN_RECOVERABLE_SHARE, duration_text, percent, short_name
 from gpuvar.findings.steps import headline as step_headline
-from gpuvar.findings.verdict import MIN_ROWS
 from gpuvar.text_safety import md_code, md_text
 from gpuvar.text_safety import plain as plain_text
 

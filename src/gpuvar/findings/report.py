@@ -20,9 +20,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from gpuvar.causal.share_test import DECLINED, EXPLAINED, MIN_ROWS, NOT_EXPLAINED, PARTLY
 from gpuvar.findings import advice as A
 from gpuvar.findings.decompose import POSITION_SITE, STABLE_CV, Decomposition, call_sites, groups_of
-from gpuvar.findings.verdict import DECLINED, EXPLAINED, MIN_ROWS, NOT_EXPLAINED, PARTLY
 
 BOOTSTRAP = 200
 MAX_FINDINGS = 10

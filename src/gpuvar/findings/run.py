@@ -25,10 +25,10 @@ from gpuvar.artifacts import (
     FINDINGS_RECORD,
     KERNELS_TABLE,
 )
+from gpuvar.causal import share_test as V
+from gpuvar.causal.within_site import DRIVER_MIN_SHARE, MIN_SITE_FIT
 from gpuvar.errors import InputError, path_problem
-from gpuvar.findings import verdict as V
 from gpuvar.findings.decompose import (
-    DRIVER_MIN_SHARE,
     MAX_DRIVERS,
     STABLE_CV,
     call_sites,
@@ -38,7 +38,6 @@ from gpuvar.findings.decompose import (
 )
 from gpuvar.findings.page import plain, render
 from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings, percent
-from gpuvar.findings.within_site import MIN_SITE_FIT
 from gpuvar.markdown_html import render_fragment, render_html
 
 log = logging.getLogger("gpuvar.findings")
@@ -82,7 +81,7 @@ def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | No
     """Attach to each finding the causal graphs (folder, verdict, figure) of its kernels, when the causal run
     analysed them: the graphs are per kernel name over the most variable windows, the finding over every launch
     of its call sites, so the page says which graph to open and that its scope differs."""
-    from gpuvar.causal.checks_table import graph_status
+    from gpuvar.causal.describe import graph_status
 
     if causal_dir is None or not (causal_dir / CAUSAL_SUMMARY).is_file():
         return

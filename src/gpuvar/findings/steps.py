@@ -7,7 +7,7 @@ two ways:
                its square, since attention's work grows with the square of the sequence length), then what the
                step's context adds (launches overlapping a copy, time overlapped by other processes' kernels,
                the rank), and the unexplained rest: the same cross-validated share and permutation test as the
-               launch-level verdicts (gpuvar.findings.verdict), rows being steps;
+               launch-level verdicts (gpuvar.causal.share_test), rows being steps;
   by op        each group's (op's) covariance with the step time over the step time's variance: exact shares
                that add up to 1 (a group whose time moves against the total has a negative share), so "aten::mm
                31 %" means 31 % of the step time's variance is aten::mm's time moving with it.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpuvar.findings.verdict import DECLINED, MIN_ROWS, share_test
+from gpuvar.causal.share_test import DECLINED, MIN_ROWS, share_test
 
 PARTIAL_STEP = 0.5  # of the median launches per step
 TOP_OPS = 5

@@ -57,20 +57,10 @@ from gpuvar.errors import InputError
 from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.compression import compression_of, open_binary, read_raw_head
 from gpuvar.ingest.json_stream import TraceStream
-from gpuvar.ingest.kineto_pieces import (
-    DIM_AXES,
-    DIMS,
-    GPU_CATS,
-    HOST_TABLES,
-    HOST_TEXT_ARGS,
-    RANGE_CAT,
-    TS_TYPE,
-    join_ts,
-    process_piece,
-    ts_decimal,
-)
+from gpuvar.ingest.kineto_pieces import DIMS, GPU_CATS, HOST_TABLES, HOST_TEXT_ARGS, RANGE_CAT, process_piece
 from gpuvar.ingest.kineto_pieces import piece_at_in_worker as _piece_at_in_worker
 from gpuvar.ingest.kineto_pieces import piece_in_worker as _piece_in_worker
+from gpuvar.ingest.kineto_values import DIM_AXES, TS_TYPE, join_ts, ts_decimal
 from gpuvar.ingest.nsys import MEMCPY_OPER_FALLBACK, copy_kind_short
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 from gpuvar.schema import int_column

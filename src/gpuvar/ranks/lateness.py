@@ -14,7 +14,7 @@ are listed apart and left out of the shares: one allocation or one shape-depende
 carry the whole variance. The first step (start-up) is left out.
 
 Then the GPU part that carries most is checked against the rank's problem size: its time per step against the
-threads its kernels launch and the FLOPs of their ops' inputs where recorded (gpuvar.findings.verdict.share_test,
+threads its kernels launch and the FLOPs of their ops' inputs where recorded (gpuvar.causal.share_test.share_test,
 cross-validated). "Follows problem size" is that test's verdict, never a regression on lateness.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpuvar.findings.verdict import EXPLAINED, PARTLY, share_test
+from gpuvar.causal.share_test import EXPLAINED, PARTLY, share_test
 
 HOST_GAPS = "host gaps"
 OTHER_PROCESSES = "other processes' kernels on its GPU"

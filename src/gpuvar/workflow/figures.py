@@ -44,7 +44,7 @@ READ_AS = {
 
 @functools.lru_cache(maxsize=256)
 def _index(folder: str, stamp: int) -> dict[str, dict[str, str]]:
-    """slug -> row of a causal figure folder's index.csv (gpuvar.plots.causal_graph.plot_causal_dir)."""
+    """slug -> row of a causal figure folder's index.csv (gpuvar.plots.causal_graph.folder.plot_causal_dir)."""
     with open(Path(folder) / "index.csv", newline="", encoding="utf-8") as handle:
         return {row["slug"]: row for row in csv.DictReader(handle)}
 

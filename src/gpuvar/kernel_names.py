@@ -1,4 +1,4 @@
-"""Readable labels for kernels in comparison tables and figures.
+"""Readable kernel names, shared by every page and figure that names a kernel (findings, compare, plots).
 
 Why: demangled CUDA names run to hundreds of characters of namespaces, lambdas and parameter lists, and the part
 that tells two kernels apart (`GeluCUDAKernelImpl` inside `vectorized_elementwise_kernel<4, ...>`) sits in the
