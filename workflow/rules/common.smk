@@ -11,6 +11,7 @@ import gpuvar.workflow.compare as compare_paths
 import gpuvar.workflow.figures as plot_paths
 from gpuvar.errors import ConfigError
 from gpuvar.options import comma_list
+from gpuvar.targets import TARGETS
 from gpuvar.workflow.env import put_own_bin_first_on_path
 from gpuvar.workflow.failures import print_failed_jobs
 from gpuvar.workflow.launcher import mpi_launcher
@@ -40,7 +41,7 @@ GPUVAR = "../scripts/gpuvar_command.py"
 
 wildcard_constraints:
     dataset=names_regex(DATASETS),
-    target="|".join(files.TARGETS),
+    target=names_regex(TARGETS),
 
 
 # Figures: every one in plots.formats (byte-identical on rerun) plus its data as CSV; the PNG (else the SVG)

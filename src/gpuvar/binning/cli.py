@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuvar.artifacts import BIN_REPORT, TARGETS
+from gpuvar import targets as T
+from gpuvar.artifacts import BIN_REPORT
 from gpuvar.options import ConfigOption, add_options, arguments, comma_list
 
 # settings that come from the config (one definition: gpuvar.config); the rest are per-run inputs
@@ -40,8 +41,8 @@ def configure(p):
     p.add_argument(
         "--target",
         default="kernel_variability",
-        choices=TARGETS,
-        help="kernel_variability or memory_stall (default: %(default)s)",
+        choices=tuple(T.TARGETS),
+        help=f"{' or '.join(T.TARGETS)} (default: %(default)s)",
     )
     p.add_argument(
         "--features",
