@@ -9,6 +9,7 @@ from pathlib import Path
 import gpuvar.artifacts as files
 import gpuvar.workflow.compare as compare_paths
 import gpuvar.workflow.figures as plot_paths
+from gpuvar.binning.selection import sample_bin_count
 from gpuvar.errors import ConfigError
 from gpuvar.options import comma_list
 from gpuvar.targets import TARGETS

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpuvar import targets as T
 from gpuvar.artifacts import BIN_REPORT
+from gpuvar.binning.selection import sample_bin_count
 from gpuvar.options import ConfigOption, add_options, arguments, comma_list
 
 # settings that come from the config (one definition: gpuvar.config); the rest are per-run inputs
@@ -65,7 +66,7 @@ def configure(p):
 def workflow_arguments(cfg, target: str) -> list[str]:
     """`gpuvar bin` options for `target` from validated config `cfg` (what the MPI rules pass, each quoted):
     the random bin sample has as many bins as the top-k, or every bin when the causal step analyses all."""
-    sample_bins = -1 if cfg.causal.rows == "all" else cfg.binning.top_k
+    sample_bins = sample_bin_count(cfg)
     return [
         "--target",
         target,
