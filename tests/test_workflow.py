@@ -189,13 +189,12 @@ def test_report_orders_findings_ranks_comparisons_checks(demo_run, demo_report):
 
 
 @pytest.mark.parametrize("rows", ["top_k", "random", "all"])
-def test_causal_rows_option_reaches_the_commands(rows):
-    """causal.rows: top-k bins checked against random bins (default), a random sample, or every bin; what the
-    rules hand `gpuvar bin` (--sample-bins) and `gpuvar causal` (its rows, --random-rows: the registry's
-    causal_rows and random_rows, which discover_causal_graph's params call)."""
+def test_causal_rows_option_reaches_the_causal_command(rows):
+    """causal.rows: top-k bins checked against random bins (default), a random sample, or every bin; the rows
+    `gpuvar causal` fits and its --random-rows are the registry's causal_rows and random_rows, which
+    discover_causal_graph's params call (what `gpuvar bin` samples: the test below, through the rule)."""
     from types import SimpleNamespace
 
-    from gpuvar.binning.cli import workflow_arguments
     from gpuvar.workflow.registry import build_registry
 
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -203,14 +202,44 @@ def test_causal_rows_option_reaches_the_commands(rows):
     reg = build_registry(cfg, REPO)
     files = SimpleNamespace(rows="top.parquet", sample="sample.parquet")
     causal = (reg.causal_rows(files), reg.random_rows(files))
-    binning = workflow_arguments(reg.cfg, "kernel_variability")
-    sample_bins = binning[binning.index("--sample-bins") + 1]
-    if rows == "top_k":
-        assert causal == ("top.parquet", "sample.parquet") and sample_bins == "20"
-    elif rows == "random":
-        assert causal == ("sample.parquet", None) and sample_bins == "20"
-    else:
-        assert causal == ("sample.parquet", None) and sample_bins == "-1"
+    assert causal == (("top.parquet", "sample.parquet") if rows == "top_k" else ("sample.parquet", None))
+
+
+@pytest.mark.snakemake
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("rows, sample_bins", [("top_k", "7"), ("random", "7"), ("all", "-1")])
+def test_sample_bins_reach_the_binning_command_as_the_rule_passes_them(tmp_path, rows, sample_bins):
+    """causal.rows decides how many random bins `gpuvar bin` samples (--sample-bins): as many as the top-k, or
+    every bin (-1) when the causal step reads all. Read where it matters: the command line bin_trace runs, as
+    Snakemake prints it on a dry run (binning.top_k 7, not the default, so a rule passing top_k for `all`
+    fails here)."""
+    trace = tmp_path / "t.sqlite"
+    trace.write_bytes(b"")  # a dry run checks that the source exists; it does not read it
+    config = tmp_path / "rows.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "demo": {"enabled": False},
+                "datasets": [{"name": "t", "source": str(trace)}],
+                "binning": {"top_k": 7},
+                "causal": {"rows": rows},
+            }
+        )
+    )
+    env = {**os.environ, "PATH": f"{Path(SNAKEMAKE).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path / "run"), "--configfile", str(config)]
+        + ["--cores", "1", "-n", "-p", "results/bin/t/kernel_variability/bin.json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commands = [line for line in (proc.stdout + proc.stderr).splitlines() if " gpuvar bin " in line]
+    assert len(commands) == 1, (proc.stdout + proc.stderr)[-3000:]
+    assert re.search(r" --top-k '?7'? ", commands[0]), commands[0]
+    assert re.search(rf" --sample-bins '?{re.escape(sample_bins)}'? ", commands[0]), commands[0]
 
 
 def test_venv_snakemake_runs_rules_without_the_venv_on_path(tmp_path):

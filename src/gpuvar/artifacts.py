@@ -31,7 +31,6 @@ FINDINGS_FRAGMENT = "findings.fragment.html"  # the same as an HTML fragment: th
 DECOMPOSITION_TABLE = "decomposition.csv"  # per kernel name: the variance shares and the verdict
 
 # --- shared values ------------------------------------------------------------------------------------
-TARGETS = ("kernel_variability", "memory_stall")
 ALL_GROUP = "__all__"  # the whole-dataset analysis among `gpuvar causal`'s groups
 
 # --- workflow layout (relative to the repository root); {dataset}/{target} are Snakemake wildcards -------

@@ -23,9 +23,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
-from gpuvar.artifacts import TARGETS
 from gpuvar.errors import ConfigError
+from gpuvar.targets import TARGETS
 from gpuvar.units import MAX_LAUNCHES, format_bin_width
 
 FORMATS = (
@@ -76,6 +77,26 @@ Seed = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=MAX_SEED)]
 Features = Annotated[Literal["auto"] | list[str], BeforeValidator(_feature_names)]
 
 
+class OneOf:
+    """A choice whose allowed values are read when a value is validated, not when this module is imported: the
+    target names are gpuvar.targets.TARGETS', so a target added there is a config value at once. A value not
+    allowed is refused as a Literal's is (the same one-line message); gpuvar.config_reference lists `choices()`."""
+
+    def __init__(self, choices):
+        self.choices = choices
+
+    def __call__(self, value):
+        allowed = tuple(self.choices())
+        if value in allowed:
+            return value
+        names = [repr(c) for c in allowed]
+        expected = names[-1] if len(names) < 2 else f"{', '.join(names[:-1])} or {names[-1]}"
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+
+
+TargetName = Annotated[str, BeforeValidator(OneOf(lambda: tuple(TARGETS)))]
+
+
 class Strict(BaseModel):
     # defer_build: a model's validator is built when it first validates, not at import (every `gpuvar bin` rank
     # imports this module for its option defaults and never validates a config)
@@ -95,7 +116,7 @@ class Dataset(Strict):
     )
     merge: bool = Field(False, description="combine the files of `source` into one dataset with a rank column")
     format: Literal[FORMATS] = Field("auto", description="auto (detect by content) or a reader's name")
-    targets: list[Literal[TARGETS]] = Field(["kernel_variability"], description="targets analysed, one branch each")
+    targets: list[TargetName] = Field(["kernel_variability"], description="targets analysed, one branch each")
     group_by: Literal["kernel_name", "kernel_short_name", "launch_config"] = Field(
         "kernel_name", description="column whose groups get their own causal graph"
     )
@@ -241,7 +262,7 @@ class Plots(Strict):
 
 class Scaling(Strict):
     dataset: str | None = Field(None, description="dataset whose binning job the `scaling` target times")
-    target: Literal[TARGETS] = Field("kernel_variability", description="target of the timed binning runs")
+    target: TargetName = Field("kernel_variability", description="target of the timed binning runs")
     ranks: list[Int] = Field([1, 2], description="MPI rank counts to time")
     rows: Int = Field(
         2_000_000,

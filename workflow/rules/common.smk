@@ -9,8 +9,10 @@ from pathlib import Path
 import gpuvar.artifacts as files
 import gpuvar.workflow.compare as compare_paths
 import gpuvar.workflow.figures as plot_paths
+from gpuvar.binning.selection import sample_bin_count
 from gpuvar.errors import ConfigError
 from gpuvar.options import comma_list
+from gpuvar.targets import TARGETS
 from gpuvar.workflow.env import put_own_bin_first_on_path
 from gpuvar.workflow.failures import print_failed_jobs
 from gpuvar.workflow.launcher import mpi_launcher
@@ -40,7 +42,7 @@ GPUVAR = "../scripts/gpuvar_command.py"
 
 wildcard_constraints:
     dataset=names_regex(DATASETS),
-    target="|".join(files.TARGETS),
+    target=names_regex(TARGETS),
 
 
 # Figures: every one in plots.formats (byte-identical on rerun) plus its data as CSV; the PNG (else the SVG)
