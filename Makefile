@@ -2,6 +2,7 @@
 #   make demo                 build the environment and run the whole workflow on the embedded demo
 #   make test                 build the environment and run the test suite (what CI runs, via .ci/run)
 #   make run CONFIG=my.yaml   run the workflow on your own config, in runs/my/ (never over the demo's results/)
+#   make run-slurm CONFIG=my.yaml   the same on a Slurm cluster (profiles/slurm: set its account and partition first)
 # Only python3 (3.11+), pip and Debian packages are needed; everything else is installed here.
 
 PYTHON ?= python3
@@ -17,7 +18,7 @@ FAST_WORKERS ?= 2
 XDIST := --dist loadgroup --no-loadscope-reorder
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env demo run test test-fast lint dag clean mutation
+.PHONY: env demo run run-slurm test test-fast lint dag clean mutation
 
 env: $(STAMP)
 
@@ -33,10 +34,13 @@ demo: $(STAMP)
 
 # a --configfile is the whole config (not layered over the demo's config/config.yaml); --directory keeps the
 # run's results/, logs/, benchmarks/ and .snakemake/ in runs/<config name>/
-$(if $(filter run,$(MAKECMDGOALS)),$(if $(CONFIG),,$(error make run: name your config file, e.g. make run CONFIG=my.yaml)))
+$(if $(filter run run-slurm,$(MAKECMDGOALS)),$(if $(CONFIG),,$(error make $(MAKECMDGOALS): name your config file, e.g. make $(MAKECMDGOALS) CONFIG=my.yaml)))
+RUN_DIR = runs/$(basename $(notdir $(CONFIG)))
 run: $(STAMP)
-	snakemake --profile profiles/local --cores $(CORES) --configfile $(CONFIG) \
-		--directory runs/$(basename $(notdir $(CONFIG)))
+	snakemake --profile profiles/local --cores $(CORES) --configfile '$(CONFIG)' --directory '$(RUN_DIR)'
+
+run-slurm: $(STAMP)
+	snakemake --profile profiles/slurm --configfile '$(CONFIG)' --directory '$(RUN_DIR)'
 
 test: $(STAMP)
 	GPUVAR_TEST_WORKERS=$(TEST_WORKERS) bash .ci/test.sh

@@ -2,6 +2,7 @@
 #
 #   make_demo_data -> ingest_trace -> normalize_columns -> bin_trace (MPI) -> discover_causal_graph -> plots
 #   two datasets' ingest + bin + causal outputs -> compare_runs (config `comparisons`)
+#   one dataset's findings + a re-run's ingest -> verify_findings (config `verifications`)
 #
 # One branch per dataset (and per target); see config/config.yaml, README.md and docs/architecture.md.
 # common.smk defines what every rule file uses; the rule files after it may come in any order.
@@ -21,6 +22,10 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+# the report opens on the findings of the run (rendered, figures embedded): results/findings/findings.html
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/demo.smk"
 include: "workflow/rules/ingest.smk"
@@ -31,6 +36,7 @@ include: "workflow/rules/plots.smk"
 include: "workflow/rules/scaling.smk"
 include: "workflow/rules/paper.smk"
 include: "workflow/rules/compare.smk"
+include: "workflow/rules/verify.smk"
 
 
 rule all:
@@ -39,7 +45,16 @@ rule all:
         REG.analysis_outputs(),
         PLOT_OUTPUTS,
         COMPARE_OUTPUTS,
+        VERIFY_OUTPUTS,
+
+
+onstart:
+    refuse_placeholders(workflow.resource_settings.default_resources)
 
 
 onsuccess:
-    print_run_summary()
+    print_run_summary(ranks=REG.ranks_datasets)
+
+
+onerror:
+    print_failed_jobs(RUN_STARTED)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuvar.artifacts import OUTPUT_MARKER
 from gpuvar.atomic import staged_folder, staged_stem
 
 # Runs the gpuvar CLI with one function replaced by a disk that fills up: the N-th call raises ENOSPC.
@@ -233,22 +234,28 @@ def test_staged_merge_moves_the_marker_last_and_stem_keeps_neighbours(tmp_path):
 @pytest.mark.timeout(120)
 def test_ingest_merge_disk_full_on_the_second_table_leaves_nothing(ingested, tmp_path):
     """Issue 22 item 8: kernels.parquet used to stay behind when memcpy.parquet (or ingest.json) could not be
-    written. A previous merged result (and the per-rank ingests inside the output folder) stays as it was."""
+    written. A previous merged result (and the per-rank ingests inside the output folder, the workflow's layout)
+    stays as it was."""
+    import shutil
+
     out = tmp_path / "merged"
-    (out / "ranks").mkdir(parents=True)
-    (out / "ranks" / "keep").write_text("a rank's ingest")
+    parts = [shutil.copytree(ingested, out / "ranks" / str(k)) for k in range(2)]
     for nth, failing in ((2, "memcpy.parquet"), (3, "ingest.json")):  # write_table: kernels, then memcpy
         target = "pyarrow.parquet.write_table" if failing.endswith(".parquet") else "pathlib.Path.write_text"
-        proc = _disk_full(
-            target, nth if failing.endswith(".parquet") else 1, "ingest-merge", ingested, ingested, "-o", out
-        )
+        proc = _disk_full(target, nth if failing.endswith(".parquet") else 1, "ingest-merge", *parts, "-o", out)
         _one_line_naming(proc, out)
         assert sorted(p.name for p in out.iterdir()) == ["ranks"], failing
         assert _leftovers(tmp_path) == []
     from gpuvar.cli import main
 
-    assert main(["ingest-merge", str(ingested), str(ingested), "-o", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["ingest.json", "kernels.parquet", "memcpy.parquet", "ranks"]
+    assert main(["ingest-merge", *map(str, parts), "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        OUTPUT_MARKER,
+        "ingest.json",
+        "kernels.parquet",
+        "memcpy.parquet",
+        "ranks",
+    ]
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o002, 0o027], ids=["022", "002", "027"])

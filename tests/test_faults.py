@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuvar.artifacts import OUTPUT_MARKER
 from gpuvar.errors import GpuvarError
 from gpuvar.ingest import ingest
 
@@ -98,8 +99,8 @@ def test_interrupted_ingest_leaves_nothing_complete_looking_and_a_rerun_complete
     assert proc.stderr.strip() == "gpuvar ingest: interrupted", proc.stderr
     left = sorted(p.name for p in out.iterdir()) if out.exists() else []
     # the signal lands while the two tables are written (concurrently): whatever table got written, nothing
-    # marks the ingest complete
-    assert set(left) <= {"kernels.parquet", "memcpy.parquet"}, left
+    # marks the ingest complete (the output marker says only that the folder is gpuvar ingest's: the rerun's)
+    assert set(left) <= {"kernels.parquet", "memcpy.parquet", OUTPUT_MARKER}, left
     assert "ingest.json" not in left, left
     assert not [name for name in left if ".tmp-" in name], left  # temporary files are removed too
 

@@ -13,10 +13,10 @@ import pytest
 from conftest import real_file
 
 from gpuvar.causal.options import causal_options
+from gpuvar.causal.share_test import DECLINED, EXPLAINED, NOT_EXPLAINED, residual_dependence, share_test
 from gpuvar.demo.planted_findings import CALL_SITE_NS, call_site_mix, heteroscedastic, label_drift
 from gpuvar.findings.decompose import decompose, pooled_shares
 from gpuvar.findings.report import category_of, dataset_findings, short_name
-from gpuvar.findings.verdict import DECLINED, EXPLAINED, NOT_EXPLAINED, residual_dependence, share_test
 
 
 def _one(frame: pd.DataFrame):
@@ -210,3 +210,88 @@ def test_causal_outputs_are_written_at_a_machine_stable_precision(tmp_path):
                 assert len(significant) <= 12, (path.name, match.group(0))
                 seen += 1
     assert seen > 10
+
+
+@pytest.mark.parametrize("layout", ["raw", "details"])
+@pytest.mark.parametrize("iterations,launches", [(9, 36), (100, None)])
+def test_planted_ncu_random_sizes_findings_are_size_or_not_compared(tmp_path, layout, iterations, launches):
+    """The ncu random-sizes program (gpuvar.demo.planted_ncu_random_sizes) in both Nsight Compute layouts: with 36
+    launches nothing is compared (never 'call-site differences'); with a few hundred, sigmoid, mul and the GEMM
+    place are explained by size with a + sign, by no time-like counter."""
+    from gpuvar.causal.roles import counter_kind
+    from gpuvar.demo.planted_ncu_random_sizes import write_random_sizes
+    from gpuvar.ingest import load
+
+    planted = write_random_sizes(tmp_path / "rs.csv", iterations=iterations, layout=layout, launches=launches)
+    _, kernels, _ = load(planted["path"])
+    frame = kernels.to_pandas()
+    decs = decompose(frame)
+    record = dataset_findings("rs", frame, decs, pooled_shares(decs))
+    assert record["call_site_differences"] == []
+    by_group = {d.group: d for d in decs}
+    for site in ("iter#1", "iter#2", "iter#3"):
+        dec = by_group[site]
+        if iterations < 20:
+            assert dec.verdict.verdict == DECLINED
+            continue
+        assert dec.verdict.verdict == EXPLAINED, (site, dec.verdict.record())
+        assert dec.drivers[0].kind == "size" and dec.drivers[0].sign == 1
+        assert all(counter_kind(d.feature) != "time" for d in dec.drivers)
+
+
+def _noise_frame(name: str = "planted_kernel", op: str = "aten::planted") -> pd.DataFrame:
+    frame = heteroscedastic()
+    rng = np.random.default_rng(5)
+    frame["duration"] = np.round(50_000 * (1 + 0.3 * rng.exponential(size=len(frame)))).astype(np.int64)
+    frame["grid_x"] = 64
+    frame["kernel_name"], frame["launch_op"] = name, op
+    return frame
+
+
+@pytest.mark.parametrize(
+    "vendor,wanted,unwanted",
+    [("AMD", ["rocm-smi --setperfdeterminism", "rocprofv3"], ["nvidia-smi", "Nsight"]),
+     ("NVIDIA", ["nvidia-smi -lgc", "Nsight Compute"], ["rocm-smi"])],
+)  # fmt: skip
+def test_unexplained_advice_names_the_vendor_s_tools(vendor, wanted, unwanted):
+    """An AMD user told to run nvidia-smi cannot act on it: the clock and counter advice follows the vendor."""
+    frame = _noise_frame()
+    decs = decompose(frame)
+    record = dataset_findings("v", frame, decs, pooled_shares(decs), vendor=vendor)
+    (finding,) = record["findings"]
+    assert finding["advice"] == "unexplained"
+    text = finding["verify"] + record["shared_advice"]["unexplained"]["do"]
+    assert all(w in text for w in wanted) and not any(u in text for u in unwanted)
+
+
+def test_collective_kernels_point_at_the_rank_analysis_not_at_clocks():
+    frame = _noise_frame(
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "c10d::allreduce_"
+    )
+    decs = decompose(frame)
+    record = dataset_findings("c", frame, decs, pooled_shares(decs), vendor="NVIDIA")
+    (finding,) = record["findings"]
+    assert finding["collective"] and finding["advice"] == "collective"
+    assert "rank analysis" in record["shared_advice"]["collective"]["do"] and "nvidia-smi" not in finding["verify"]
+
+
+@pytest.mark.parametrize(
+    "fmt,devices,vendor",
+    [("rocpd-sqlite", None, "AMD"), ("nsys-sqlite", None, "NVIDIA"), ("pytorch-kineto", "AMD Instinct MI250X", "AMD"),
+     ("pytorch-kineto", "NVIDIA H100 80GB HBM3", "NVIDIA"), ("pytorch-kineto", None, "unknown")],
+)  # fmt: skip
+def test_vendor_from_format_and_devices(fmt, devices, vendor):
+    from gpuvar.findings.advice import vendor_of
+
+    assert vendor_of(fmt, devices) == vendor
+
+
+def test_two_instantiations_of_one_kernel_get_names_that_tell_them_apart():
+    from gpuvar.findings.report import distinct_names
+
+    a = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, MulFunctor<float> > >(int)"
+    b = "void at::native::vectorized_elementwise_kernel<2, at::native::AUnaryFunctor<float, MulFunctor<float> > >(int)"
+    c = "gemm_kernel"
+    short = "vectorized_elementwise_kernel[AUnaryFunctor, MulFunctor]"
+    names = distinct_names({a: short, b: short, c: "gemm_kernel"})
+    assert names == {a: f"{short} ‹4›", b: f"{short} ‹2›", c: "gemm_kernel"}

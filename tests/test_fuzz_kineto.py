@@ -220,3 +220,126 @@ def test_pipelined_reading_matches_in_process_reading(mutation, salt):
             except GpuvarError as exc:  # the same error; where it is reported depends on where pieces were cut
                 outcomes.append(re.sub(r"byte \d+", "byte N", str(exc)))
         assert outcomes[0] == outcomes[1] == outcomes[2]
+
+
+# --- issue 35 item 2: values that are not numbers, where the decoder cuts its pieces ---------------------------
+NON_SCALAR = (b"[1,\n2]", b'{"a":\n1}', b"[1,\r2]", b"[\r\n]", b'[{"x": [1,\n2]}]', b'{\n"ts": 1\n}', b"[1, 2]", b"{}")
+NOT_A_NUMBER = "missing or non-numeric ts/dur"
+_FIELD = {field: re.compile(rb'"' + field.encode() + rb'": (-?[0-9.]+)') for field in ("ts", "dur")}
+
+
+def _boundary_trace() -> bytes:
+    """The demo's Kineto trace of 500 kernels (kernels, copies, sets, host ops, runtime calls), decompressed."""
+    if "boundary" not in _SEEDS:
+        from gpuvar.demo.kineto_writer import write_kineto_demo
+
+        with tempfile.TemporaryDirectory() as tmp:
+            write_kineto_demo(Path(tmp) / "seed.json", 500, seed=1, rank=0, world=2)
+            _SEEDS["boundary"] = (Path(tmp) / "seed.json").read_bytes()
+    return _SEEDS["boundary"]
+
+
+def _cuts(data: bytes, chunk: int) -> list[int]:
+    """Where the decoder cuts `data` into pieces of about `chunk` bytes: the offset of each piece's first byte."""
+    import io
+
+    from gpuvar.ingest.json_stream import TraceStream
+    from gpuvar.ingest.kineto_pieces import process_piece
+
+    pieces = []
+
+    def decode(piece: bytes):
+        pieces.append(bytes(piece[1:-1]))  # `[piece]`
+        return process_piece(piece)
+
+    for _ in TraceStream(io.BytesIO(data), Path("cuts.json"), chunk=chunk).pieces(decode):
+        pass
+    starts, at = [], 0
+    for piece in pieces:
+        at = data.index(piece, at)
+        starts.append(at)
+        at += len(piece)
+    return starts
+
+
+def _damage_near_cuts(data: bytes, cat: str, field: str, value: bytes, chunk: int, side: str) -> tuple[bytes, int]:
+    """`data` with `field` of the `cat` event nearest before and/or after a cut of the decoder (at most 40 cuts,
+    spread over the file) set to `value`; (the damaged trace, events damaged)."""
+    marker = b'"cat": "' + cat.encode() + b'"'
+    spans, at = [], data.find(marker)
+    while at >= 0:  # the demo writes ts and dur after cat, in each event
+        m = _FIELD[field].search(data, at)
+        spans.append((m.start(1), m.end(1)))
+        at = data.find(marker, at + 1)
+    cuts = _cuts(data, chunk)[1:]
+    chosen = set()
+    for cut in cuts[:: max(1, len(cuts) // 40)]:
+        before = [s for s in spans if s[0] < cut]
+        after = [s for s in spans if s[0] >= cut]
+        if side in ("before", "both") and before:
+            chosen.add(before[-1])
+        if side in ("after", "both") and after:
+            chosen.add(after[0])
+    pieces, last = [], 0
+    for start, end in sorted(chosen):
+        pieces += [data[last:start], value]
+        last = end
+    return b"".join(pieces + [data[last:]]), len(chosen)
+
+
+def _clean_tables() -> tuple[dict, int]:
+    """The undamaged trace's ingest tables and its kernels without a launching op (read once: the reader gives
+    the same for every piece size and worker count, which test_pipelined_reading_matches_in_process_reading and
+    tests/test_ingest_kineto.py check)."""
+    if "boundary_clean" not in _SEEDS:
+        import pyarrow.parquet as pq
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "clean.json"
+            path.write_bytes(_boundary_trace())
+            tables = ingest(path, Path(tmp) / "out", fmt="pytorch-kineto")["tables"]
+            missing = pq.read_table(Path(tmp) / "out" / "kernels.parquet").column("launch_op").null_count
+        _SEEDS["boundary_clean"] = json.dumps([tables, missing]).encode()
+    tables, missing = json.loads(_SEEDS["boundary_clean"])
+    return tables, missing
+
+
+@pytest.mark.long  # ~2 s a case (many small pieces, a worker pool): in `make test`, not `make test-fast`
+@pytest.mark.timeout(max(120, 6 * EXAMPLES))
+@settings(SETTINGS, max_examples=max(12, EXAMPLES // 3))
+@given(
+    chunk=st.sampled_from([1 << 10, 3 << 10, 16 << 10]),
+    cat=st.sampled_from(["kernel", "gpu_memcpy", "cpu_op"]),
+    field=st.sampled_from(["ts", "dur"]),
+    value=st.sampled_from(NON_SCALAR),
+    side=st.sampled_from(["before", "after", "both"]),
+    workers=st.sampled_from([0, 2]),
+)
+def test_non_scalar_ts_and_dur_at_piece_boundaries(chunk, cat, field, value, side, workers):
+    """A ts or dur that is an array or object (raw newlines, CR, nested) on the events at the decoder's cuts: only
+    those events are dropped, each counted as not a number; a host op's loses at most its own kernel's launching op
+    (the long run: GPUVAR_FUZZ_EXAMPLES=5000, a third of them here)."""
+    import pyarrow.parquet as pq
+
+    from gpuvar.ingest import json_stream, kineto
+
+    damaged, n = _damage_near_cuts(_boundary_trace(), cat, field, value, chunk, side)
+    assert n > 0
+    clean, clean_missing = _clean_tables()
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(json_stream, "CHUNK", chunk)
+        mp.setattr(kineto, "PARALLEL_MIN_BYTES", 0)
+        mp.setenv("GPUVAR_KINETO_WORKERS", str(workers))
+        path = Path(tmp) / "damaged.json"
+        path.write_bytes(damaged)
+        tables = ingest(path, Path(tmp) / "out", fmt="pytorch-kineto")["tables"]
+        missing = pq.read_table(Path(tmp) / "out" / "kernels.parquet").column("launch_op").null_count
+    table = {"kernel": "kernels", "gpu_memcpy": "memcpy", "cpu_op": "kernels"}[cat]
+    before, after = clean[table], tables[table]
+    assert after["rows_read"] == before["rows_read"] == after["rows_written"] + sum(after["dropped"].values())
+    if cat == "cpu_op":
+        assert after["rows_written"] == before["rows_written"]
+        assert missing - clean_missing <= n, "a damaged host op costs at most its own kernel's launching op"
+    else:
+        assert after["rows_written"] == before["rows_written"] - n
+        assert after["dropped"] == {**before["dropped"], NOT_A_NUMBER: before["dropped"].get(NOT_A_NUMBER, 0) + n}

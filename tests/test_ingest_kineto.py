@@ -360,6 +360,7 @@ def test_the_typed_pass_reads_a_piece_as_the_field_by_field_read(monkeypatch, su
 
     from gpuvar.demo.kineto_writer import write_kineto_demo
     from gpuvar.ingest import kineto_pieces
+    from gpuvar.ingest.kineto_values import ts_decimal
 
     if sub_piece:
         monkeypatch.setattr(kineto_pieces, "SUB_PIECE", sub_piece)
@@ -379,7 +380,7 @@ def test_the_typed_pass_reads_a_piece_as_the_field_by_field_read(monkeypatch, su
         _same(kineto_pieces._strict_piece(data), whole)
     result = kineto_pieces.process_piece(data)  # either, and the ts texts parsed
     for cols in [whole["gpu"], *whole["host"].values()]:
-        cols["ts"] = kineto_pieces.ts_decimal(cols["ts"], len(cols["cat"]))
+        cols["ts"] = ts_decimal(cols["ts"], len(cols["cat"]))
     _same(result, whole)
     assert result["events"] == len(events)
 

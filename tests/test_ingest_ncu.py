@@ -18,7 +18,7 @@ from conftest import real_file
 
 from gpuvar.demo import synth
 from gpuvar.demo.ncu_writer import DRAM_BYTES_PER_NS, IDENTITY_HEADER, STALL_METRIC, write_ncu_demo
-from gpuvar.ingest import ingest, load, ncu
+from gpuvar.ingest import ingest, load, ncu, ncu_metrics
 from gpuvar.ingest.compression import read_head
 from gpuvar.ingest.detect import detect
 
@@ -304,7 +304,7 @@ def test_latin1_file_is_read_and_noted(tmp_path):
     ],
 )
 def test_unit_scale(unit, expected):
-    assert ncu.unit_scale(unit) == expected
+    assert ncu_metrics.unit_scale(unit) == expected
 
 
 def test_sniff_claims_no_other_real_profiler_file(real_data):
@@ -465,10 +465,9 @@ def test_concatenated_ncu_exports_drop_the_repeated_header(tmp_path):
     (tmp_path / "ab.csv").write_bytes((tmp_path / "a.csv").read_bytes() + (tmp_path / "b.csv").read_bytes())
     out, k = kernels_of(tmp_path / "ab.csv")
     assert out.dropped["kernels"] == {"repeated header row (concatenated files)": 1}
-    assert len(k) == 30 and k["duration"].notna().all()  # same launch IDs 0..29: the first report's values kept
-    assert any(
-        "launch ID(s) carry rows with different kernel names" in n or "repeated (launch, metric)" in n
-        for n in out.notes
-    )
+    # launch IDs 0..29 twice: both reports' launches (issue 35 item 6: the second's were lost), the second's IDs
+    # offset past the first's (tests/test_ncu_exports.py)
+    assert len(k) == 60 and k["duration"].notna().all() and k["launch_id"].tolist() == list(range(60))
+    assert any("2 exports concatenated" in n for n in out.notes)
     report = ingest(tmp_path / "ab.csv", tmp_path / "out")
-    assert report["tables"]["kernels"]["balanced"] and report["tables"]["kernels"]["rows_read"] == 31
+    assert report["tables"]["kernels"]["balanced"] and report["tables"]["kernels"]["rows_read"] == 61

@@ -18,7 +18,7 @@ from conftest import real_file
 
 from gpuvar.demo import synth
 from gpuvar.demo.nsys_writer import write_nsys_demo
-from gpuvar.ingest import ingest, load, nsys
+from gpuvar.ingest import ingest, load, nsys, nsys_sqlite
 from gpuvar.ingest.compression import read_head
 from gpuvar.ingest.detect import detect
 from gpuvar.schema import canonical_columns
@@ -152,11 +152,11 @@ def test_partitioned_scan_is_put_back_in_table_order():
     """Partitions come back as interleaved batches: rows are returned in rowid order (overlaps sorted)."""
     batch = lambda ids: pa.RecordBatch.from_pydict({"rid": ids, "v": [i * 10 for i in ids]})  # noqa: E731
     shuffled = pa.Table.from_batches([batch([5, 6]), batch([1, 2]), batch([7]), batch([3, 4])])
-    ordered = nsys._in_rowid_order(shuffled, "rid")
+    ordered = nsys_sqlite.in_rowid_order(shuffled, "rid")
     assert ordered.column("rid").to_pylist() == [1, 2, 3, 4, 5, 6, 7]
     assert ordered.column("v").to_pylist() == [10, 20, 30, 40, 50, 60, 70]
     overlapping = pa.Table.from_batches([batch([2, 9]), batch([1, 5])])
-    assert nsys._in_rowid_order(overlapping, "rid").column("rid").to_pylist() == [1, 2, 5, 9]
+    assert nsys_sqlite.in_rowid_order(overlapping, "rid").column("rid").to_pylist() == [1, 2, 5, 9]
 
 
 # --- demo writer round trip ---------------------------------------------------------------------------------
@@ -207,10 +207,10 @@ def test_connectorx_and_sqlite3_paths_agree_on_an_awkward_path(tmp_path, monkeyp
     folder = tmp_path / "my traces %20"
     path = folder / "rank 0.sqlite"
     write_nsys_demo(path, 2000, seed=1)
-    monkeypatch.setattr(nsys, "PARTITION_MIN_ROWS", 0)
+    monkeypatch.setattr(nsys_sqlite, "PARTITION_MIN_ROWS", 0)
     calls = []
-    real_cx = nsys._fetch_connectorx
-    monkeypatch.setattr(nsys, "_fetch_connectorx", lambda *a: calls.append(a[1]) or real_cx(*a))
+    real_cx = nsys_sqlite.fetch_connectorx
+    monkeypatch.setattr(nsys_sqlite, "fetch_connectorx", lambda *a: calls.append(a[1]) or real_cx(*a))
     fast = nsys.read(path)
     assert sorted(calls) == ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"]
     assert sorted(p.name for p in folder.iterdir()) == ["rank 0.sqlite"]
@@ -218,7 +218,7 @@ def test_connectorx_and_sqlite3_paths_agree_on_an_awkward_path(tmp_path, monkeyp
     def broken(*args):
         raise RuntimeError("connectorx unavailable")
 
-    monkeypatch.setattr(nsys, "_fetch_connectorx", broken)
+    monkeypatch.setattr(nsys_sqlite, "fetch_connectorx", broken)
     slow = nsys.read(path)
     for a, b in ((fast.kernels, slow.kernels), (fast.memcpy, slow.memcpy)):
         assert list(a.columns) == list(b.columns)

@@ -92,9 +92,15 @@ def test_config_merge_keeps_a_glob_as_one_dataset(kineto_pair):
     assert [d.name for d in cfg.datasets[1:]] == ["solo_kineto_rank0.json", "solo_kineto_rank1.json"]
 
 
-def test_config_list_of_sources_needs_merge():
-    with pytest.raises(ConfigError, match="needs merge: true"):
-        validate_config({"datasets": [{"name": "job", "source": ["a.json", "b.json"]}]})
+def test_config_list_without_merge_is_one_trace_of_several_files(tmp_path):
+    # a kernel trace with its counter passes (gpuvar.ingest.counter_passes): one dataset, globs expanded in place
+    for name in ("results.csv", "pmc_1.csv", "pmc_2.csv"):
+        (tmp_path / name).write_text("x\n")
+    cfg = validate_config({"datasets": [{"name": "amd", "source": ["results.csv", "pmc_*.csv"]}]}, tmp_path)
+    (amd,) = cfg.datasets
+    assert not amd.merge and amd.sources == ["results.csv", "pmc_1.csv", "pmc_2.csv"]
+    with pytest.raises(ConfigError, match="at least 1 item"):
+        validate_config({"datasets": [{"name": "job", "source": []}]})
 
 
 @pytest.mark.snakemake  # starts Snakemake: in `make test`, not `make test-fast`

@@ -11,7 +11,12 @@ import pandas as pd
 import pytest
 
 from gpuvar.errors import GpuvarError, InputError
-from gpuvar.plots import causal_graph, parallel, scaling, timeline
+from gpuvar.plots import parallel, scaling, timeline
+from gpuvar.plots.causal_graph.draw import draw_causal_graph
+from gpuvar.plots.causal_graph.edges import MAX_DRAWN_EDGES, classify_edges, hidden_counts
+from gpuvar.plots.causal_graph.folder import plot_causal_dir, plot_group
+from gpuvar.plots.causal_graph.layout import layered_layout
+from gpuvar.plots.causal_graph.load import load_group
 
 TARGET = "kernel_variability"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -64,7 +69,7 @@ def group(tmp_path):
 
 
 def test_causal_graph_writes_png_svg_and_edge_table(group, tmp_path):
-    result = causal_graph.plot_group(group, tmp_path / "out" / "g")
+    result = plot_group(group, tmp_path / "out" / "g")
     png, svg = (tmp_path / "out" / "g.png").read_bytes(), (tmp_path / "out" / "g.svg").read_text()
     assert png.startswith(PNG_MAGIC) and len(png) > 5_000
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
@@ -73,37 +78,37 @@ def test_causal_graph_writes_png_svg_and_edge_table(group, tmp_path):
 
 
 def test_hidden_edges_counted_by_reason(group):
-    cg = causal_graph.load_group(group)
+    cg = load_group(group)
     assert cg.target == TARGET and cg.group == "void k<float>(int)"
-    table = causal_graph.classify_edges(cg, min_variance_share=0.01, min_probability=0.5)
+    table = classify_edges(cg, min_variance_share=0.01, min_probability=0.5)
     status = {(r["from"], r["to"]): r["status"] for r in table.to_dict("records")}
     assert status[("grid_x", TARGET)] == "shown"
     assert status[("block_x", TARGET)] == "variance share < 1 %"
     assert status[("registers_per_thread", TARGET)] == "bootstrap probability < 0.5"
     assert status[("grid_x", "grid_y")] == "shown"
-    assert causal_graph.hidden_counts(table) == {"bootstrap probability < 0.5": 2, "variance share < 1 %": 1}
-    assert causal_graph.hidden_counts(causal_graph.classify_edges(cg, 0.0, 0.0)) == {}
+    assert hidden_counts(table) == {"bootstrap probability < 0.5": 2, "variance share < 1 %": 1}
+    assert hidden_counts(classify_edges(cg, 0.0, 0.0)) == {}
 
 
 def test_csv_only_group_matches_graphml(tmp_path):
-    a = causal_graph.load_group(write_group(tmp_path / "a", EDGES))
-    b = causal_graph.load_group(write_group(tmp_path / "b", EDGES, graphml=False))
-    ta, tb = (causal_graph.classify_edges(x, 0.01, 0.5).reset_index(drop=True) for x in (a, b))
+    a = load_group(write_group(tmp_path / "a", EDGES))
+    b = load_group(write_group(tmp_path / "b", EDGES, graphml=False))
+    ta, tb = (classify_edges(x, 0.01, 0.5).reset_index(drop=True) for x in (a, b))
     pd.testing.assert_frame_equal(ta, tb)
 
 
 def test_without_bootstrap_nothing_hidden_by_probability(tmp_path):
-    cg = causal_graph.load_group(write_group(tmp_path / "g", EDGES, graphml=False, boot=False))
-    hidden = causal_graph.hidden_counts(causal_graph.classify_edges(cg, 0.01, 0.5))
+    cg = load_group(write_group(tmp_path / "g", EDGES, graphml=False, boot=False))
+    hidden = hidden_counts(classify_edges(cg, 0.01, 0.5))
     assert hidden == {"variance share < 1 %": 1}
 
 
 def test_layout_is_deterministic_layered_and_points_to_the_target(group):
     """Causes left of what they cause, the target alone on the right, every arrow pointing right."""
-    cg = causal_graph.load_group(group)
-    shown = causal_graph.classify_edges(cg, 0.01, 0.5).query("status == 'shown'")
-    layout = causal_graph.layered_layout(cg, shown)
-    assert layout == causal_graph.layered_layout(cg, shown)
+    cg = load_group(group)
+    shown = classify_edges(cg, 0.01, 0.5).query("status == 'shown'")
+    layout = layered_layout(cg, shown)
+    assert layout == layered_layout(cg, shown)
     pos = layout.pos
     assert set(pos) == {"grid_x", "grid_y", TARGET}  # idle_feature and hidden-edge features are not drawn
     assert pos["grid_x"][0] < pos["grid_y"][0] < pos[TARGET][0]  # grid_x -> grid_y -> target
@@ -131,14 +136,14 @@ def test_a_dense_graph_draws_a_bounded_figure(tmp_path):
     from matplotlib.patches import FancyArrowPatch
 
     folder = write_group(tmp_path / "causal" / "ncu", planted_ncu_graph())
-    cg = causal_graph.load_group(folder)
-    fig, edges = causal_graph.draw_causal_graph(cg, edges_csv="ncu.edges.csv")
+    cg = load_group(folder)
+    fig, edges = draw_causal_graph(cg, edges_csv="ncu.edges.csv")
     shown = edges[edges["status"] == "shown"]
     ax = fig.axes[0]
     arrows = [p for p in ax.patches if isinstance(p, FancyArrowPatch)]
-    assert len(edges) == 450 and len(shown) == causal_graph.MAX_DRAWN_EDGES == len(arrows)
+    assert len(edges) == 450 and len(shown) == MAX_DRAWN_EDGES == len(arrows)
     drawn_nodes = set(shown["from"]) | set(shown["to"]) | {TARGET}
-    assert set(causal_graph.layered_layout(cg, shown).pos) == drawn_nodes and len(drawn_nodes) <= 81
+    assert set(layered_layout(cg, shown).pos) == drawn_nodes and len(drawn_nodes) <= 81
     # the strongest: every edge into the target outranks the feature -> feature edges, by variance share
     into = edges[edges["into_target"]].sort_values("variance_share", ascending=False)
     assert set(shown["from"] + ">" + shown["to"]) == set(into["from"].head(40) + ">" + TARGET)
@@ -148,7 +153,7 @@ def test_a_dense_graph_draws_a_bounded_figure(tmp_path):
 
     plt.close(fig)
 
-    result = causal_graph.plot_group(folder, tmp_path / "out" / "ncu", formats=["png"])
+    result = plot_group(folder, tmp_path / "out" / "ncu", formats=["png"])
     assert result["edges"] == 450 and result["shown"] == 40 and result["hidden"] == {"strength rank > 40": 410}
     png = (tmp_path / "out" / "ncu.png").read_bytes()
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")  # the IHDR chunk
@@ -159,8 +164,8 @@ def test_a_dense_graph_draws_a_bounded_figure(tmp_path):
 def test_strongest_edges_by_coefficient_when_no_edge_enters_the_target(tmp_path):
     """Without variance shares, |coefficient| decides which edges are drawn (ties by name: deterministic)."""
     edges = [(f"f{i:03d}", f"g{i:03d}", (-1) ** i * (i + 1) / 100, float("nan"), 0.9) for i in range(100)]
-    cg = causal_graph.load_group(write_group(tmp_path / "g", edges))
-    table = causal_graph.classify_edges(cg, 0.01, 0.5, max_edges=10)
+    cg = load_group(write_group(tmp_path / "g", edges))
+    table = classify_edges(cg, 0.01, 0.5, max_edges=10)
     shown = table[table["status"] == "shown"]
     assert sorted(shown["from"]) == [f"f{i:03d}" for i in range(90, 100)]
 
@@ -173,18 +178,18 @@ def test_plot_causal_dir_selects_groups_and_lists_skipped(tmp_path):
     (root / "small-3" / "causal.json").write_text(
         json.dumps({"group": "tiny", "status": "skipped", "skip_reason": "12 rows < 30"})
     )
-    index = causal_graph.plot_causal_dir(root, tmp_path / "per", which="per_kernel", formats=["png"])
+    index = plot_causal_dir(root, tmp_path / "per", which="per_kernel", formats=["png"])
     assert set(index["slug"]) == {"k-1", "small-3"}
     assert index.set_index("slug").loc["small-3", "reason"] == "12 rows < 30"
     assert (tmp_path / "per" / "k-1.png").is_file() and (tmp_path / "per" / "k-1.graphml").is_file()
-    whole = causal_graph.plot_causal_dir(root, tmp_path / "whole", which="whole", formats=["svg"])
+    whole = plot_causal_dir(root, tmp_path / "whole", which="whole", formats=["svg"])
     assert list(whole["slug"]) == ["all-2"] and not (tmp_path / "whole" / "k-1.svg").exists()
 
 
 def test_not_a_causal_folder_is_an_input_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="graph.graphml or edges.csv"):
-        causal_graph.load_group(tmp_path / "empty")
+        load_group(tmp_path / "empty")
 
 
 def top_rows(n=400, seed=0):
@@ -307,7 +312,7 @@ def render_all(tmp_path, out):
         bins_frame().to_parquet(root / "bins.parquet", index=False)
         write_runs(root)
     out = tmp_path / out
-    causal_graph.plot_causal_dir(root / "causal", out / "causal")
+    plot_causal_dir(root / "causal", out / "causal")
     parallel.plot_parallel(root / "rows.parquet", out / "parallel", TARGET, ["grid_x", "linked_copy_kind"])
     timeline.plot_timeline(root / "bins.parquet", out / "timeline", TARGET, top_k=3)
     scaling.plot_scaling(sorted(root.glob("bin*.json")), out / "scaling")

@@ -15,7 +15,14 @@ import pandas as pd
 import pytest
 from test_plots import TARGET, bins_frame, top_rows, write_group
 
-from gpuvar.plots import causal_graph, parallel, style, timeline
+from gpuvar.causal.describe import group_name
+from gpuvar.plots import parallel, style, timeline
+from gpuvar.plots.causal_graph.captions import default_title
+from gpuvar.plots.causal_graph.draw import _curve, _overlap, draw_causal_graph
+from gpuvar.plots.causal_graph.edges import classify_edges
+from gpuvar.plots.causal_graph.folder import plot_causal_dir
+from gpuvar.plots.causal_graph.layout import arrow_routes, layered_layout, node_label
+from gpuvar.plots.causal_graph.load import load_group
 from gpuvar.workflow import figures as workflow_figures
 
 SEPARATORS = "_./: "
@@ -84,21 +91,21 @@ def inside(point, box, margin=1.0) -> bool:
 def test_a_dense_graph_has_no_arrow_through_a_label_and_no_label_on_a_label(tmp_path):
     """The ring layout drew arrows across node labels and labels over labels on dense whole-dataset graphs;
     layered, every arrow runs between boxes, and neither boxes nor arrow labels overlap."""
-    cg = causal_graph.load_group(write_group(tmp_path / "g", dense_edges(), group="__all__"))
-    shown = causal_graph.classify_edges(cg, 0.01, 0.5).query("status == 'shown'")
+    cg = load_group(write_group(tmp_path / "g", dense_edges(), group="__all__"))
+    shown = classify_edges(cg, 0.01, 0.5).query("status == 'shown'")
     assert len(shown) == len(dense_edges())
-    layout = causal_graph.layered_layout(cg, shown)
+    layout = layered_layout(cg, shown)
     boxes = {n: (*layout.pos[n], *layout.half[n]) for n in layout.pos}
-    for (u, v), points in causal_graph.arrow_routes(layout).items():
-        curve = causal_graph._curve(points).to_polygons(closed_only=False)[0]
+    for (u, v), points in arrow_routes(layout).items():
+        curve = _curve(points).to_polygons(closed_only=False)[0]
         crossed = {n for n, box in boxes.items() if any(inside(p, box) for p in curve)}
         assert not crossed, ((u, v), crossed)
         assert curve[-1][0] > curve[0][0]  # pointing right: causes before effects
     names = list(boxes)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
-            assert causal_graph._overlap(boxes[a], boxes[b]) == 0, (a, b)
-    fig, _ = causal_graph.draw_causal_graph(cg)
+            assert _overlap(boxes[a], boxes[b]) == 0, (a, b)
+    fig, _ = draw_causal_graph(cg)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     ax = fig.axes[0]
@@ -109,8 +116,8 @@ def test_a_dense_graph_has_no_arrow_through_a_label_and_no_label_on_a_label(tmp_
         assert not any(a.overlaps(b) for b in labels[i + 1 :] + nodes), a
     node_texts = [t.get_text() for t in ax.texts if t.get_zorder() == 6]
     for name in boxes:
-        assert causal_graph.node_label(name) in node_texts
-        assert not cut_inside_a_word(name, causal_graph.node_label(name))
+        assert node_label(name) in node_texts
+        assert not cut_inside_a_word(name, node_label(name))
     assert ax.get_title().startswith("All kernels (whole dataset): ")
     plt.close(fig)
 
@@ -118,9 +125,9 @@ def test_a_dense_graph_has_no_arrow_through_a_label_and_no_label_on_a_label(tmp_
 def test_many_direct_causes_go_on_both_sides_of_the_target(tmp_path):
     """40 features into the target were one column 40 labels tall: the weaker half goes right of the target."""
     edges = [(f"counter_{i:02d}.sum", TARGET, 0.5, 0.05 - 0.001 * i, 0.9) for i in range(40)]
-    cg = causal_graph.load_group(write_group(tmp_path / "g", edges))
-    shown = causal_graph.classify_edges(cg, 0.01, 0.5).query("status == 'shown'")
-    pos = causal_graph.layered_layout(cg, shown).pos
+    cg = load_group(write_group(tmp_path / "g", edges))
+    shown = classify_edges(cg, 0.01, 0.5).query("status == 'shown'")
+    pos = layered_layout(cg, shown).pos
     tx = pos[TARGET][0]
     left = [n for n in pos if pos[n][0] < tx]
     right = [n for n in pos if pos[n][0] > tx]
@@ -130,9 +137,9 @@ def test_many_direct_causes_go_on_both_sides_of_the_target(tmp_path):
 
 def test_titles_name_the_kernel_without_cutting_a_word(tmp_path):
     name = "void elementwise_add_kernel<float>(float*, float const*, float const*, long)"
-    cg = causal_graph.load_group(write_group(tmp_path / "g", dense_edges()[:3], group=name))
-    assert causal_graph.default_title(cg) == "elementwise_add_kernel<float>: causes of kernel_variability"
-    assert causal_graph.group_name("__all__") == "All kernels (whole dataset)"
+    cg = load_group(write_group(tmp_path / "g", dense_edges()[:3], group=name))
+    assert default_title(cg) == "elementwise_add_kernel<float>: causes of kernel_variability"
+    assert group_name("__all__") == "All kernels (whole dataset)"
 
 
 # ----------------------------------------------------------------------------------------------- units
@@ -288,7 +295,7 @@ def test_report_labels_name_each_graph_and_say_whether_to_trust_it(tmp_path):
 
     root = write_causal_run(tmp_path / "results" / "causal" / "demo" / TARGET)
     out = tmp_path / "plots"
-    index = causal_graph.plot_causal_dir(root, out, formats=["png"])
+    index = plot_causal_dir(root, out, formats=["png"])
     assert set(index["checks"]) == {"flagged", "trusted", "skipped"}
     labels = workflow_figures.causal_labels(dataset="{dataset}", target="{target}", figure="causal graph")
     shown = {}
@@ -344,7 +351,7 @@ def test_checks_overview_lists_every_graph_by_name_with_its_status(tmp_path, run
     page = (tmp_path / "checks.html").read_text()
     rows = re.findall(r'<tr class="([a-z-]+)">(.*?)</tr>', page)
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", body) for _, body in rows]
-    listed = [(re.sub(r"<[^>]+>", "", c[2]), c[3], c[-1]) for c in cells]
+    listed = [(re.sub(r"<[^>]+>", "", c[2]), c[4], c[-1]) for c in cells]
     assert listed == [
         ("gemm_tile_kernel&lt;float, 128&gt;", "⚠ flagged", "void_gemm-ca17dbcd"),
         ("All kernels (whole dataset)", "✓ trusted", "all-1a465e64"),

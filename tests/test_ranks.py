@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpuvar.artifacts import OUTPUT_MARKER
 from gpuvar.cli import main
 from gpuvar.ranks.analyze import analyze
 from gpuvar.ranks.load import from_ingest
@@ -135,7 +136,7 @@ def test_outputs_are_byte_identical_on_rerun(tmp_path):
     assert main(["ranks", *map(str, folders), "-o", str(a)]) == 0
     assert main(["ranks", *map(str, folders), "-o", str(b)]) == 0
     names = sorted(p.name for p in a.iterdir())
-    assert names == ["ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
+    assert names == [OUTPUT_MARKER, "ranks.html", "ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
@@ -150,3 +151,19 @@ def test_ingest_without_host_round_trips_says_lateness_cannot_be_compared(tmp_pa
     result = analyze(from_ingest(folders))
     assert result.summary["collectives_compared"] == 0
     assert result.findings == ["no collective is seen on every rank: lateness cannot be compared"]
+
+
+def test_median_pace_counterfactual_matches_the_planted_arrivals(tmp_path):
+    """If the straggler kept its median time to the collective, the other rank would stop waiting for it in the
+    steps where it ran slower than its median: computed independently from the step table."""
+    folders, _ = write_planted(tmp_path / "job", steps=60, seed=3)
+    result = analyze(from_ingest(folders))
+    paced = result.summary["driver"]["if_at_median_pace"]
+    s = result.steps.pivot_table(index="step", columns="rank", values=["arrival_ns", "start_ns"]).iloc[1:]
+    own, other, start = s[("arrival_ns", 1)], s[("arrival_ns", 0)], s[("start_ns", 1)]
+    new = start + (own - start).median()
+    expected = (np.maximum(own, other) - other) - (np.maximum(new, other) - other)
+    assert paced["others_wait_less_per_step_ns"]["value"] == pytest.approx(expected.clip(lower=0).mean(), rel=1e-6)
+    lo, hi = paced["others_wait_less_per_step_ns"]["interval"]
+    assert lo <= paced["others_wait_less_per_step_ns"]["value"] <= hi
+    assert any(f.startswith("if rank 1 kept its median pace") for f in result.findings)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from gpuvar.artifacts import OUTPUT_MARKER
 from gpuvar.ranks.analyze import analyze
 from gpuvar.ranks.load import from_ingest, from_traces
 from gpuvar.ranks.planted import write_planted
@@ -19,7 +20,7 @@ from gpuvar.ranks.report import write_outputs
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 GLOO = Path("../shared/data/real/pytorch-kineto-trace/h100-2rank-gloo")
 GLOO_TRACES = [GLOO / "rank0.pt.trace.json.gz", GLOO / "rank1.pt.trace.json.gz"]
-OUTPUTS = ["ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
+OUTPUTS = ["ranks.html", "ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
 
 
 def _mpi(processes: int, *args: str) -> subprocess.CompletedProcess:
@@ -33,7 +34,11 @@ def _reference(data, out: Path) -> None:
 
 
 def _same(a: Path, b: Path) -> None:
-    assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir()) == OUTPUTS
+    """`a` the reference (write_outputs alone), `b` the job's output: the same files, plus the marker the CLI's
+    output rule writes (gpuvar.atomic) naming the command."""
+    assert sorted(p.name for p in a.iterdir()) == OUTPUTS
+    assert sorted(p.name for p in b.iterdir()) == sorted([OUTPUT_MARKER, *OUTPUTS])
+    assert json.loads((b / OUTPUT_MARKER).read_text()) == {"command": "ranks"}
     for name in OUTPUTS:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
@@ -110,4 +115,35 @@ def test_a_bad_folder_ends_every_process_with_one_line(tmp_path):
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no kernels.parquet" in lines[0] and str(folders[1]) in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_collectives_recorded_twice_are_dropped_alike_under_mpi(tmp_path):
+    """Rank 0's NCCL kernels recorded twice (two exports concatenated): each process drops its ranks' repeated
+    records before numbering the collectives, rank 0 counts them; the outputs are the one-process analysis'."""
+    folders, truth = write_planted(tmp_path / "job", steps=30, seed=2, collective="nccl")
+    kernels = pd.read_parquet(folders[0] / "kernels.parquet")
+    pd.concat([kernels, kernels]).sort_values("start", kind="stable").to_parquet(
+        folders[0] / "kernels.parquet", index=False
+    )
+    _reference(from_ingest(folders), tmp_path / "ref")
+    proc = _mpi(2, *map(str, folders), "-o", str(tmp_path / "n2"))
+    assert proc.returncode == 0, proc.stderr
+    _same(tmp_path / "ref", tmp_path / "n2")
+    record = json.loads((tmp_path / "n2" / "ranks.json").read_text())
+    assert record["dropped_collectives"] == {"0": {"duplicate": 30}}
+    assert {int(r): p["wait_ns"] for r, p in record["per_rank"].items()} == truth["wait_ns"]
+
+
+def test_ranks_of_different_runs_are_refused_under_mpi_with_one_line(tmp_path):
+    """The timeline check (gpuvar.ranks.load.check_one_job) runs on rank 0 over every process' spans."""
+    folders, _ = write_planted(tmp_path / "job", steps=30, seed=2)
+    for name in ("kernels.parquet", "memcpy.parquet"):
+        frame = pd.read_parquet(folders[1] / name)
+        frame[["start", "end"]] += 7_000_000_000_000  # about two hours later
+        frame.to_parquet(folders[1] / name, index=False)
+    proc = _mpi(2, *map(str, folders), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "do not overlap" in lines[0], proc.stderr
     assert not (tmp_path / "out").exists()

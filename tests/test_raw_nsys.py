@@ -26,7 +26,7 @@ from gpuvar.demo import planted
 from gpuvar.demo.nsys_writer import write_nsys_demo
 from gpuvar.demo.planted_pair import write_pair
 from gpuvar.errors import GpuvarError
-from gpuvar.ingest import nsys, nsys_rep
+from gpuvar.ingest import nsys, nsys_rep, nsys_sqlite
 from gpuvar.ingest.raw import ReadOptions, roundtrip
 
 MOCK = "nsys-sqlite/nsys-ai-mock-rtx3080/mock.sqlite"
@@ -114,7 +114,7 @@ def test_partitioned_raw_read_is_in_rowid_order_not_start_order(tmp_path, monkey
     starts = [500, 100, 400, 200, 300, 900, 0, 800]
     rows = [(s, s + 10, 0, 7, i, None, 1, 2, 1, 32, None) for i, s in enumerate(starts)]
     path = minimal_export(tmp_path / "shuffled.sqlite", rows)
-    monkeypatch.setattr(nsys, "PARTITION_MIN_ROWS", 0)
+    monkeypatch.setattr(nsys_sqlite, "PARTITION_MIN_ROWS", 0)
     raw = nsys.read_raw(path)
     assert raw.tables["cupti_activity_kind_kernel"].column("start").to_pylist() == starts
     out = nsys.normalize(raw)
@@ -220,7 +220,7 @@ def test_split_equals_read_on_demo_and_edge_files(make, keep, tmp_path, monkeypa
     if make in ("demo", "sqlite3_path"):
         write_nsys_demo(path, 3000, seed=0)
         if make == "sqlite3_path":  # the fallback's Arrow types (NULL-only columns as text) survive Parquet too
-            monkeypatch.setattr(nsys, "_fetch_connectorx", _no_connectorx)
+            monkeypatch.setattr(nsys_sqlite, "fetch_connectorx", _no_connectorx)
     elif make == "empty":
         minimal_export(path, [], [])
     elif make == "pair":

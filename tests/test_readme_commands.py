@@ -1,5 +1,6 @@
-"""The README's commands, extracted from README.md and run as written: the stage-by-stage block on a real
-Nsight Systems trace of the demo (its placeholder path replaced), and the cluster section's dry runs."""
+"""The README's commands and those of the pages it sends a newcomer to (docs/usage.md, docs/cluster.md),
+extracted and run as written: the stage-by-stage block on a real Nsight Systems trace of the demo (its
+placeholder path replaced), and the cluster dry runs. And the README stays a five-minute read."""
 
 from __future__ import annotations
 
@@ -14,11 +15,22 @@ import pytest
 from conftest import REPO
 
 README = (REPO / "README.md").read_text()
+PAGES = [README, *((REPO / "docs" / name).read_text() for name in ("usage.md", "cluster.md"))]
 BIN = Path(sys.executable).parent
 
 
 def _bash_blocks() -> list[str]:
-    return re.findall(r"```bash\n(.*?)```", README, re.S)
+    return [block for page in PAGES for block in re.findall(r"```bash\n(.*?)```", page, re.S)]
+
+
+def test_the_readme_is_a_five_minute_read_that_links_what_it_left_out():
+    """At most 150 lines (the measurement history lives in docs/performance.md), with the two set-up commands,
+    one real example, the formats, the cluster route, one performance table, and links that resolve."""
+    assert len(README.splitlines()) <= 150
+    assert "make demo" in README and "make test" in README and "gpuvar explain" in README
+    assert README.count("\n## Performance") == 1 and "--profile profiles/slurm" in README
+    for link in re.findall(r"\]\((docs/[^)#]+)", README):
+        assert (REPO / link).is_file(), link
 
 
 def _commands(block: str) -> list[str]:

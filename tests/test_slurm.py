@@ -157,6 +157,23 @@ def test_dry_run_of_50_datasets_gives_50_parallel_branches(tmp_path):
     assert independent_branches(dag.stdout) == 50
 
 
+def test_the_shipped_placeholders_are_named_on_a_dry_run_and_refused_on_a_real_run(tmp_path):
+    """profiles/slurm ships EDIT-ME values: a dry run (what users do first) says in one line where to set them;
+    a real run is refused in one line before any job runs (the local executor stands in for sbatch: the
+    refusal comes first either way)."""
+    demo = ("--configfile", str(REPO / "config/config.yaml"))
+    dry = snakemake(tmp_path, "--profile", str(SLURM_PROFILE), "-n", *demo)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert [line for line in dry.stderr.splitlines() if "EDIT-ME" in line] == [
+        "gpuvar: before a real run, set slurm_account=EDIT-ME-account, slurm_partition=EDIT-ME-partition in "
+        "profiles/slurm/config.yaml, default-resources (or a --workflow-profile of your own)"
+    ]
+    real = snakemake(tmp_path, "--profile", str(SLURM_PROFILE), "--executor", "local", "-c1", *demo)
+    assert real.returncode == 1 and "Traceback" not in real.stderr
+    assert "gpuvar: the cluster profile still has the placeholder slurm_account=EDIT-ME-account" in real.stderr
+    assert not (tmp_path / "resources").exists() and not (tmp_path / "results").exists()
+
+
 def job_counts(output: str) -> dict[str, int]:
     """The 'Job stats' table Snakemake prints: rule -> number of jobs."""
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", output, re.M) if m[1] != "total"}

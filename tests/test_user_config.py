@@ -107,18 +107,67 @@ def test_the_run_ends_with_the_findings_then_the_checks_then_the_page(tmp_path, 
     rows += ["train\tkernel_variability\tsmall\tskipped\t\t\t\t\t3\ttoo few rows"]
     checks.write_text("\n".join(r.replace("\ty\t", "\tyes\t").replace("\tn\t", "\tno\t") for r in rows) + "\n")
 
-    print_run_summary(findings, checks)
+    print_run_summary(findings=findings, checks=checks)
     lines = capsys.readouterr().out.splitlines()
     first_finding = next(i for i, line in enumerate(lines) if "gemm_kernel" in line)
     failed = next(i for i, line in enumerate(lines) if "failed an assumption check" in line)
     assert "1 of 3 causal graphs" in lines[failed] and str(checks) in lines[failed]
-    assert first_finding < failed < len(lines) - 1
-    assert lines[-1].endswith(str(findings.with_name("findings.md")))
+    assert first_finding < failed < len(lines) - 2
+    assert lines[-2].endswith(str(findings.with_name("findings.md")))
+    assert lines[-1].endswith(str(findings.with_name("findings.html")))
+
+
+def test_the_run_names_its_pages_by_full_path_and_prints_the_rank_findings(tmp_path, monkeypatch, capsys):
+    """`make run CONFIG=my.yaml` works in runs/my/: the pages it names must be found from where the user stands
+    (full paths), and a `merge: true` dataset's rank findings are printed as `gpuvar explain` prints them."""
+    monkeypatch.chdir(tmp_path)  # Snakemake's --directory: the run's folder is the working directory
+    findings = Path("results/findings/findings.json")
+    findings.parent.mkdir(parents=True)
+    findings.write_text(json.dumps({"datasets": [_record("train")]}))
+    ranks = Path("results/ranks/job/ranks.json")
+    ranks.parent.mkdir(parents=True)
+    ranks.write_text(json.dumps({"findings": ["rank 1 is last in 98 % of collectives", "rank 0 waits 12 %"]}))
+    print_run_summary(ranks=["job", "not_run"], findings=findings, checks=Path("absent.tsv"))
+    lines = capsys.readouterr().out.splitlines()
+    assert f"ranks of job ({tmp_path / 'results/ranks/job/ranks.md'})" in "\n".join(lines)
+    assert "  ranks: rank 1 is last in 98 % of collectives" in lines and "not_run" not in "\n".join(lines)
+    assert lines[-2].endswith(str(tmp_path / "results/findings/findings.md"))
 
 
 def test_no_failed_graph_no_checks_line(tmp_path, capsys):
     findings = tmp_path / "findings.json"
     findings.write_text(json.dumps({"datasets": [_record("train")]}))
-    print_run_summary(findings, tmp_path / "absent.tsv")
+    print_run_summary(findings=findings, checks=tmp_path / "absent.tsv")
     out = capsys.readouterr().out
     assert "gemm_kernel" in out and "assumption check" not in out
+
+
+@pytest.mark.snakemake
+@pytest.mark.timeout(600)
+def test_a_verification_plans_gpuvar_verify_of_the_findings_on_the_rerun(tmp_path):
+    """config `verifications`: one `gpuvar verify` job per entry, after the findings of one dataset and the
+    ingest of its re-run; a refuted finding is a result (--exit-zero), not a failed job."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for name in ("varlen", "fixed"):
+        (traces / f"{name}.pt.trace.json.gz").write_bytes(b"")
+    config = tmp_path / "my.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "datasets": [
+                    {"name": "varlen", "source": str(traces / "varlen.pt.trace.json.gz")},
+                    {"name": "fixed", "source": str(traces / "fixed.pt.trace.json.gz")},
+                ],
+                "verifications": [{"name": "fixed_length", "findings": "varlen", "rerun": "fixed"}],
+            }
+        )
+    )
+    proc = _dry_run(config, "-p")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rule verify_findings" in proc.stdout and "results/verify/fixed_length/verify.json" in proc.stdout
+    assert "results/findings/varlen" in proc.stdout and "results/ingest/fixed/kernels.parquet" in proc.stdout
+    with pytest.raises(Exception, match="rerun 'nope' is not a dataset name"):
+        raw = yaml.safe_load(config.read_text())
+        raw["verifications"][0]["rerun"] = "nope"
+        validate_config(raw, tmp_path)

@@ -16,6 +16,8 @@ import yaml
 from conftest import REPO
 from workflow_runs import SNAKEMAKE, assert_recorded_bytes
 
+from gpuvar.text_safety import md_text
+
 
 def test_results_are_the_recorded_bytes(demo_run):
     workdir, _ = demo_run
@@ -40,7 +42,7 @@ def test_the_run_ends_with_the_findings_page(demo_run):
     assert [d["dataset"] for d in record["datasets"]] == [d["name"] for d in cfg["datasets"]]
     page = (workdir / "results/findings/findings.md").read_text()
     for d in cfg["datasets"]:
-        assert f"## {d['name']}" in page
+        assert f"## {md_text(d['name'])}" in page  # as Markdown writes it (pair\\_baseline reads pair_baseline)
         assert (workdir / f"results/findings/{d['name']}/decomposition.csv").is_file()
     for dataset in record["datasets"]:
         for finding in dataset["findings"]:
@@ -142,6 +144,25 @@ def test_report_is_one_self_contained_html_with_every_figure(demo_run, demo_repo
     assert '"results/causal/checks.html": {"name"' in html  # the overview: every graph, trusted or flagged
 
 
+def test_report_lands_on_the_rendered_findings(demo_run, demo_report):
+    """The report's landing content (Snakemake's workflow description, shown first) is the run's findings page
+    rendered as HTML with its figures embedded, not raw Markdown and not only the rule graph; the style that keeps
+    its top on screen and its column wide travels with it. (Looked at in headless Chromium: docs/causal.md.)"""
+    workdir, _ = demo_run
+    html = demo_report.read_text()
+    at = html.index("workflow_desc = ") + len("workflow_desc = ")
+    landing, _ = json.JSONDecoder().raw_decode(html, at)
+    assert '<div class="gpuvar-findings">' in landing and "<h1>Findings</h1>" in landing
+    datasets = json.loads((workdir / "results/findings/findings.json").read_text())["datasets"]
+    for record in datasets:
+        assert f"<h2>{record['dataset']}</h2>" in landing
+        for finding in record["findings"][: record["page_findings"]]:
+            assert f"<h3>{finding['rank']}. " in landing
+    assert landing.count('<img class="evidence"') >= sum(r["page_findings"] for r in datasets)
+    assert "data:image/png;base64," in landing and "### " not in landing and "**" not in landing
+    assert "align-items: flex-start" in landing
+
+
 def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_run, demo_report):
     """config `comparisons`: the planted pair's slowed kernel is the one flagged, its figures reach the report."""
     workdir, _ = demo_run
@@ -150,17 +171,30 @@ def test_demo_comparison_finds_the_planted_slowdown_and_is_in_the_report(demo_ru
     flagged = [k for k in record["kernels"] if k["verdict"] in ("slower", "faster")]
     assert [k["key"] for k in flagged] == [planted["kernel"]] and flagged[0]["ci_low"] > 1
     html = demo_report.read_text()
-    assert '"Comparisons"' in html and "results/compare/planted_pair/forest.png" in html
+    assert '"3 Comparisons"' in html and "results/compare/planted_pair/forest.png" in html
+    assert "results/compare/planted_pair/compare.html" in html
+
+
+def test_report_orders_findings_ranks_comparisons_checks(demo_run, demo_report):
+    """The report's categories read in the order a user acts on them: findings, the rank page of each multi-rank
+    dataset (rendered, its figures embedded), the comparisons, then which causal graphs to trust."""
+    workdir, _ = demo_run
+    html = demo_report.read_text()
+    order = ["1 Findings (read first)", "2 Ranks", "3 Comparisons", "4 Causal graphs: which to trust"]
+    assert all(f'"{name}"' in html for name in order)
+    assert sorted(order) == order  # Snakemake lists categories sorted by name
+    page = (workdir / "results/ranks/kineto/ranks.html").read_text()
+    assert "<h1>Ranks</h1>" in page and page.count("data:image/png;base64,") == 2
+    assert "results/ranks/kineto/ranks.html" in html
 
 
 @pytest.mark.parametrize("rows", ["top_k", "random", "all"])
-def test_causal_rows_option_reaches_the_commands(rows):
-    """causal.rows: top-k bins checked against random bins (default), a random sample, or every bin; what the
-    rules hand `gpuvar bin` (--sample-bins) and `gpuvar causal` (its rows, --random-rows: the registry's
-    causal_rows and random_rows, which discover_causal_graph's params call)."""
+def test_causal_rows_option_reaches_the_causal_command(rows):
+    """causal.rows: top-k bins checked against random bins (default), a random sample, or every bin; the rows
+    `gpuvar causal` fits and its --random-rows are the registry's causal_rows and random_rows, which
+    discover_causal_graph's params call (what `gpuvar bin` samples: the test below, through the rule)."""
     from types import SimpleNamespace
 
-    from gpuvar.binning.cli import workflow_arguments
     from gpuvar.workflow.registry import build_registry
 
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -168,14 +202,44 @@ def test_causal_rows_option_reaches_the_commands(rows):
     reg = build_registry(cfg, REPO)
     files = SimpleNamespace(rows="top.parquet", sample="sample.parquet")
     causal = (reg.causal_rows(files), reg.random_rows(files))
-    binning = workflow_arguments(reg.cfg, "kernel_variability")
-    sample_bins = binning[binning.index("--sample-bins") + 1]
-    if rows == "top_k":
-        assert causal == ("top.parquet", "sample.parquet") and sample_bins == "20"
-    elif rows == "random":
-        assert causal == ("sample.parquet", None) and sample_bins == "20"
-    else:
-        assert causal == ("sample.parquet", None) and sample_bins == "-1"
+    assert causal == (("top.parquet", "sample.parquet") if rows == "top_k" else ("sample.parquet", None))
+
+
+@pytest.mark.snakemake
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("rows, sample_bins", [("top_k", "7"), ("random", "7"), ("all", "-1")])
+def test_sample_bins_reach_the_binning_command_as_the_rule_passes_them(tmp_path, rows, sample_bins):
+    """causal.rows decides how many random bins `gpuvar bin` samples (--sample-bins): as many as the top-k, or
+    every bin (-1) when the causal step reads all. Read where it matters: the command line bin_trace runs, as
+    Snakemake prints it on a dry run (binning.top_k 7, not the default, so a rule passing top_k for `all`
+    fails here)."""
+    trace = tmp_path / "t.sqlite"
+    trace.write_bytes(b"")  # a dry run checks that the source exists; it does not read it
+    config = tmp_path / "rows.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "demo": {"enabled": False},
+                "datasets": [{"name": "t", "source": str(trace)}],
+                "binning": {"top_k": 7},
+                "causal": {"rows": rows},
+            }
+        )
+    )
+    env = {**os.environ, "PATH": f"{Path(SNAKEMAKE).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path / "run"), "--configfile", str(config)]
+        + ["--cores", "1", "-n", "-p", "results/bin/t/kernel_variability/bin.json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commands = [line for line in (proc.stdout + proc.stderr).splitlines() if " gpuvar bin " in line]
+    assert len(commands) == 1, (proc.stdout + proc.stderr)[-3000:]
+    assert re.search(r" --top-k '?7'? ", commands[0]), commands[0]
+    assert re.search(rf" --sample-bins '?{re.escape(sample_bins)}'? ", commands[0]), commands[0]
 
 
 def test_venv_snakemake_runs_rules_without_the_venv_on_path(tmp_path):

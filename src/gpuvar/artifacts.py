@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import PurePath
 
 # --- files inside a stage's output folder --------------------------------------------------------------
+OUTPUT_MARKER = ".gpuvar-output.json"  # in every output folder: the command that wrote it (gpuvar.atomic)
 RAW_FOLDER = "raw"  # `gpuvar read`: <table>.parquet per vendor table + raw.json (gpuvar.ingest.raw)
 RAW_MANIFEST = "raw.json"  # the raw read's format, accounting and reader facts; written last
 KERNELS_TABLE = "kernels.parquet"  # canonical kernel launches (docs/schema.md)
@@ -25,10 +26,11 @@ CAUSAL_CHECKS = "checks.tsv"  # every graph of a workflow run and its assumption
 CHECKS_PAGE = "checks.html"  # the same as a page: the HTML report's overview of which graphs to trust
 FINDINGS_RECORD = "findings.json"  # ranked findings with every number (docs/causal.md#findings); written last
 FINDINGS_PAGE = "findings.md"  # the same findings as the page a user reads first
+FINDINGS_HTML = "findings.html"  # the page rendered, figures embedded, to open in a browser
+FINDINGS_FRAGMENT = "findings.fragment.html"  # the same as an HTML fragment: the report's landing content
 DECOMPOSITION_TABLE = "decomposition.csv"  # per kernel name: the variance shares and the verdict
 
 # --- shared values ------------------------------------------------------------------------------------
-TARGETS = ("kernel_variability", "memory_stall")
 ALL_GROUP = "__all__"  # the whole-dataset analysis among `gpuvar causal`'s groups
 
 # --- workflow layout (relative to the repository root); {dataset}/{target} are Snakemake wildcards -------
@@ -41,10 +43,16 @@ CHECKS_TABLE = f"results/causal/{CAUSAL_CHECKS}"
 CHECKS_OVERVIEW = f"results/causal/{CHECKS_PAGE}"
 FINDINGS_DIR = "results/findings"
 RANKS_DIR = "results/ranks/{dataset}"  # gpuvar ranks of a merged (multi-rank) dataset: ranks.md, ranks.json, ...
+RANKS_RECORD = "ranks.json"  # every number of the rank analysis and its findings
+RANKS_PAGE = "ranks.md"  # the rank page (ranks.html: the same, figures embedded)
 DATASET_FINDINGS_DIR = "results/findings/{dataset}"
+VERIFY_DIR = "results/verify/{verification}"  # gpuvar verify of one configured re-run (docs/causal.md#verify)
+VERIFY_RECORD = "verify.json"  # every finding's verdict, predicted and measured numbers
+VERIFY_PAGE = "verify.md"  # the same as a page
 COMPARE_DIR = "results/compare/{comparison}"  # gpuvar compare of one configured pair (docs/compare.md)
 COMPARE_RECORD = "compare.json"  # every number of a comparison; written last
 COMPARE_KERNELS = "kernels.csv"  # per kernel name: both runs' times and the ratio's interval
+COMPARE_PAGE_HTML = "compare.html"  # compare.md rendered, figures embedded: the report's comparison page
 COMPARE_CAUSAL_DIFF = "causal_diff.csv"  # edges found in one run's graph and not the other's
 COMPARE_FIGURES = ("forest", "delta_time", "distributions", "causal_diff")  # stems, one file per plots.formats
 SCALING_TRACE_DIR = "resources/scaling/demo-{rows}"  # the canonical demo trace a scaling study of the demo bins

@@ -150,7 +150,7 @@ def write_text(text: str, path: str | Path) -> None:
     _make_parent(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

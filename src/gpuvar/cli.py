@@ -28,7 +28,8 @@ SUBCOMMANDS = {
     "causal-checks": ("gpuvar.causal.checks_table", "one table of every causal graph and its assumption checks"),
     "plot": ("gpuvar.plots.cli", "draw causal graphs, parallel coordinates, timelines, scaling"),
     "findings": ("gpuvar.findings.cli", "findings: variance decomposition, verdicts, ranked actionable kernels"),
-    "explain": ("gpuvar.findings.explain", "one command for a first answer: ingest, bin, causal, findings"),
+    "explain": ("gpuvar.explain", "one command for a first answer: ingest, bin, causal, findings"),
+    "verify": ("gpuvar.findings.verify_cli", "check each finding's prediction on a re-run with its cause removed"),
     "ranks": ("gpuvar.ranks.cli", "per-rank analysis: the late rank per step, waiting in collectives, why"),
     "compare": ("gpuvar.compare.cli", "compare two runs: slower kernels, moved windows, changed causes"),
     "bench": ("gpuvar.bench.cli", "benchmarks printing JSON"),
@@ -64,6 +65,68 @@ def _command(argv: list[str]) -> str | None:
     return None
 
 
+# Commands that add their files to the output folder (the others swap it in whole; gpuvar.atomic.Output), and
+# those of them that write straight into it (the others go through gpuvar.atomic.staged_folder)
+ADDING = {"ingest", "normalize", "ingest-merge", "bin", "demo-data", "split-kineto"}
+UNSTAGED = {"ingest", "normalize", "demo-data", "split-kineto"}
+MPI_COMMANDS = {"bin", "ranks"}  # run by every process of an MPI job (mpiexec/srun)
+DEMO_FOLDER_FORMATS = {"set", "pair", "canonical"}  # `gpuvar demo-data`'s other formats write one file
+_NOT_INPUTS = {"output", "command", "verbose", "_module", "html"}
+
+
+def output_of(args):
+    """The output folder `args` make their command write (gpuvar.atomic.Output), or None: a file, or nothing."""
+    from pathlib import Path
+
+    from gpuvar.atomic import Output
+
+    command = args.command
+    folder = getattr(args, "output", None)
+    if folder is None or command in ("causal-checks",):
+        return None
+    if (
+        command == "plot"
+        and args.figure != "causal"
+        or command == "demo-data"
+        and args.format not in DEMO_FOLDER_FORMATS
+    ):
+        return None  # a figure's stem, one demo file
+    adds = command in ADDING or command == "findings" and args.combine
+    return Output(
+        Path(folder),
+        command,
+        inputs=tuple(_inputs(args)),
+        replaces=not adds,
+        mark_early=command in UNSTAGED,
+        # the MPI jobs (bin, ranks): every process runs the command, rank 0 locks while it writes (staged_folder)
+        lock=command not in MPI_COMMANDS,
+    )
+
+
+def _inputs(args):
+    """Every argument naming an existing file or folder, besides the output: what the command reads."""
+    from pathlib import Path
+
+    for key, value in vars(args).items():
+        if key in _NOT_INPUTS:
+            continue
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(item, str | Path) and str(item) and os.path.lexists(item):
+                yield Path(item)
+
+
+def run_command(args) -> int:
+    """Run a parsed command under the output rule of gpuvar.atomic: its output folder claimed first (one line
+    and no work when it is a user's folder, another command's output or holds an input)."""
+    from contextlib import nullcontext
+
+    from gpuvar.atomic import claimed
+
+    output = output_of(args)
+    with claimed(output) if output is not None else nullcontext():
+        return int(args._module.run(args) or 0)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command(argv)
@@ -74,10 +137,12 @@ def main(argv=None) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
+    from gpuvar.text_safety import plain
+
     try:
-        return int(args._module.run(args) or 0)
+        return run_command(args)
     except GpuvarError as exc:
-        print(f"gpuvar {args.command}: error: {exc}", file=sys.stderr)
+        print(f"gpuvar {args.command}: error: {plain(exc)}", file=sys.stderr)  # (file and kernel names in it)
         return 2
     except BrokenPipeError:  # `gpuvar schema | head`: the reader left; not an error worth a message
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -85,7 +150,7 @@ def main(argv=None) -> int:
     except OSError as exc:  # unwritable output, disk full, missing directory: the environment, not a bug
         if args.verbose:
             raise
-        print(f"gpuvar {args.command}: error: {describe(exc)}", file=sys.stderr)
+        print(f"gpuvar {args.command}: error: {plain(describe(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gpuvar {args.command}: interrupted", file=sys.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -22,9 +23,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
-from gpuvar.artifacts import TARGETS
 from gpuvar.errors import ConfigError
+from gpuvar.targets import TARGETS
 from gpuvar.units import MAX_LAUNCHES, format_bin_width
 
 FORMATS = (
@@ -75,6 +77,26 @@ Seed = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=MAX_SEED)]
 Features = Annotated[Literal["auto"] | list[str], BeforeValidator(_feature_names)]
 
 
+class OneOf:
+    """A choice whose allowed values are read when a value is validated, not when this module is imported: the
+    target names are gpuvar.targets.TARGETS', so a target added there is a config value at once. A value not
+    allowed is refused as a Literal's is (the same one-line message); gpuvar.config_reference lists `choices()`."""
+
+    def __init__(self, choices):
+        self.choices = choices
+
+    def __call__(self, value):
+        allowed = tuple(self.choices())
+        if value in allowed:
+            return value
+        names = [repr(c) for c in allowed]
+        expected = names[-1] if len(names) < 2 else f"{', '.join(names[:-1])} or {names[-1]}"
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+
+
+TargetName = Annotated[str, BeforeValidator(OneOf(lambda: tuple(TARGETS)))]
+
+
 class Strict(BaseModel):
     # defer_build: a model's validator is built when it first validates, not at import (every `gpuvar bin` rank
     # imports this module for its option defaults and never validates a config)
@@ -87,12 +109,14 @@ class Dataset(Strict):
     name: str = Field(description="identifier used in output paths")
     source: str | list[str] = Field(
         min_length=1,
-        description="profiler file or folder; a glob expands to one dataset per match. With merge: true, a list "
-        "of files and/or globs whose matches are ingested side by side (one job per file) and combined",
+        description="profiler file or folder; a glob expands to one dataset per match. A list (globs expand in "
+        "place) without merge: the files of one trace, a rocprof / rocprofv3 kernel trace with its counter passes "
+        "(joined by dispatch). With merge: true, a list of files and/or globs whose matches are ingested side by "
+        "side (one job per file) and combined",
     )
     merge: bool = Field(False, description="combine the files of `source` into one dataset with a rank column")
     format: Literal[FORMATS] = Field("auto", description="auto (detect by content) or a reader's name")
-    targets: list[Literal[TARGETS]] = Field(["kernel_variability"], description="targets analysed, one branch each")
+    targets: list[TargetName] = Field(["kernel_variability"], description="targets analysed, one branch each")
     group_by: Literal["kernel_name", "kernel_short_name", "launch_config"] = Field(
         "kernel_name", description="column whose groups get their own causal graph"
     )
@@ -118,15 +142,21 @@ class Dataset(Strict):
 
     @model_validator(mode="after")
     def _sources(self):
-        if isinstance(self.source, list) and not self.merge:
-            raise ValueError("a list of sources needs merge: true (one dataset from several rank files)")
         if isinstance(self.source, list) and not self.source:
-            raise ValueError("merge: true needs at least one source file")
+            raise ValueError("a list of sources needs at least one file")
+        seen = set()
+        for path in self.sources:  # one file twice: two ranks of one job, or one counter pass joined twice
+            key = os.path.normpath(path)
+            if key in seen:
+                what = "each rank's file once" if self.merge else "each file of the trace once"
+                raise ValueError(f"source lists {path!r} twice: {what}")
+            seen.add(key)
         return self
 
     @property
     def sources(self) -> list[str]:
-        """The dataset's files: one, or the rank files of a merged dataset in rank (file) order."""
+        """The dataset's files: one, the rank files of a merged dataset in rank (file) order, or the files of one
+        trace (a kernel trace and its counter passes: a list without merge)."""
         return list(self.source) if isinstance(self.source, list) else [self.source]
 
     @field_validator("targets")
@@ -232,7 +262,7 @@ class Plots(Strict):
 
 class Scaling(Strict):
     dataset: str | None = Field(None, description="dataset whose binning job the `scaling` target times")
-    target: Literal[TARGETS] = Field("kernel_variability", description="target of the timed binning runs")
+    target: TargetName = Field("kernel_variability", description="target of the timed binning runs")
     ranks: list[Int] = Field([1, 2], description="MPI rank counts to time")
     rows: Int = Field(
         2_000_000,
@@ -250,18 +280,63 @@ class Scaling(Strict):
         return sorted(set(v))
 
 
-class Comparison(Strict):
+class CompareChoices(Strict):
+    """What a comparison may choose per pair, in the config's `comparisons` and on `gpuvar compare`'s command line
+    (defined once here: both inherit these fields)."""
+
+    key: Literal["kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site"] = Field(
+        "kernel_name",
+        description="what kernels are matched by across the runs: name, short name, name + launch configuration, "
+        "or launching op / call site + name (docs/compare.md)",
+    )
+    min_effect: Float = Field(
+        0.02,
+        ge=0,
+        lt=1,
+        description="smallest change of a median called slower/faster; smaller significant changes are "
+        "'negligible' (0.02 = 2 %)",
+    )
+
+
+class Comparison(CompareChoices):
     """Two datasets compared by `gpuvar compare` (one DAG branch each): baseline and candidate are dataset names."""
 
     name: str = Field(description="identifier used in output paths")
     baseline: str = Field(description="dataset name of the run before")
     candidate: str = Field(description="dataset name of the run after")
-    key: Literal["kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site"] = Field(
-        "kernel_name", description="what kernels are matched by across the runs (docs/compare.md)"
+
+
+class CompareStatistics(CompareChoices):
+    """The statistics of `gpuvar compare` (gpuvar.compare): the per-pair choices and how the intervals and
+    verdicts are made. Not config keys: a workflow comparison uses these defaults."""
+
+    bootstrap: Int = Field(
+        2000, ge=100, le=1_000_000, description="bootstrap resamples of steps for the ratio interval"
     )
-    min_effect: float = Field(
-        0.02, ge=0, lt=1, description="smallest change of a median called slower/faster (0.02 = 2 %)"
+    confidence: Float = Field(0.95, gt=0, lt=1, description="interval confidence")
+    alpha: Float = Field(0.05, gt=0, lt=1, description="false-discovery rate for the verdicts")
+    min_launches: Int = Field(5, ge=2, le=1_000_000_000, description="launches needed in both runs to test a kernel")
+    forest_rows: Int = Field(30, gt=0, le=1000, description="rows drawn in the forest and delta-time figures")
+
+
+class Verification(Strict):
+    """A re-run that checks one dataset's findings (`gpuvar verify`; one DAG branch each): findings and rerun are
+    dataset names, the rerun recorded with a finding's cause removed (one input size, no concurrent copy, ...)."""
+
+    name: str = Field(description="identifier used in output paths")
+    findings: str = Field(description="dataset name whose findings are checked")
+    rerun: str = Field(description="dataset name of the re-run")
+    tolerance: float = Field(
+        0.02, ge=0, lt=1, description="relative widening of the predicted time-per-launch interval (0.02 = 2 %)"
     )
+    cv_tolerance: float = Field(
+        0.02, ge=0, lt=1, description="points the CV within call sites may exceed its predicted upper end"
+    )
+
+
+# Settings of a stage that are not config keys, with command-line options made from them (gpuvar.options): each
+# stage's settings model builds on its section here, so every default and bound is written once.
+STAGE_SECTIONS = {"compare": CompareStatistics}
 
 
 class Config(Strict):
@@ -275,11 +350,16 @@ class Config(Strict):
     plots: Plots = Field(default_factory=Plots)
     scaling: Scaling = Field(default_factory=Scaling)
     comparisons: list[Comparison] = []
+    verifications: list[Verification] = []
 
-    @field_validator("comparisons")
+    @field_validator("comparisons", "verifications")
     @classmethod
-    def _comparisons(cls, v, info):
+    def _pairs(cls, v, info):
+        """Named pairs of datasets (comparisons: baseline, candidate; verifications: findings, rerun): unique
+        names, known datasets, two different datasets."""
         datasets = [d.name for d in info.data.get("datasets") or []]
+        kind = "comparison" if info.field_name == "comparisons" else "verification"
+        sides = ("baseline", "candidate") if kind == "comparison" else ("findings", "rerun")
         seen = set()
         for i, c in enumerate(v):
             if not _NAME.fullmatch(c.name):
@@ -288,16 +368,18 @@ class Config(Strict):
                     "digits, '_', '.', '-'"
                 )
             if c.name in seen:
-                raise ValueError(f"entry {i}: name {c.name!r} is repeated; comparison names must be unique")
+                raise ValueError(f"entry {i}: name {c.name!r} is repeated; {kind} names must be unique")
             seen.add(c.name)
-            for side in ("baseline", "candidate"):
+            for side in sides:
                 if datasets and getattr(c, side) not in datasets:
                     raise ValueError(
                         f"entry {i} ({c.name}): {side} {getattr(c, side)!r} is not a dataset name; "
                         f"datasets: {', '.join(datasets)}"
                     )
-            if c.baseline == c.candidate:
-                raise ValueError(f"entry {i} ({c.name}): baseline and candidate are the same dataset {c.baseline!r}")
+            if getattr(c, sides[0]) == getattr(c, sides[1]):
+                raise ValueError(
+                    f"entry {i} ({c.name}): {sides[0]} and {sides[1]} are the same dataset {getattr(c, sides[0])!r}"
+                )
         return v
 
     @model_validator(mode="after")
@@ -342,7 +424,8 @@ def _glob(source: str, base: Path, dataset) -> list[str]:
 
 
 def _merged_sources(d: dict, base: Path) -> dict:
-    """merge: true: every glob in source (a string or a list) expands in place, keeping the listed order."""
+    """merge: true, or a list: every glob in source (a string or a list) expands in place, keeping the listed
+    order."""
     source = d.get("source")
     entries = source if isinstance(source, list) else [source]
     if not all(isinstance(e, str) for e in entries):
@@ -355,13 +438,14 @@ def _merged_sources(d: dict, base: Path) -> dict:
 
 def _expand_globs(raw: dict, base: Path) -> dict:
     """A dataset whose source is a glob becomes one dataset per match, named '<name>_<file stem>'; with
-    merge: true the matches stay one dataset (a list of rank files)."""
+    merge: true the matches stay one dataset (a list of rank files), and so do a list's (the files of one
+    trace)."""
     if not isinstance(raw.get("datasets"), list):
         return raw
     out = []
     for d in raw["datasets"]:
         source = d.get("source") if isinstance(d, dict) else None
-        if isinstance(d, dict) and d.get("merge") is True:
+        if isinstance(d, dict) and (d.get("merge") is True or isinstance(source, list)):
             out.append(_merged_sources(d, base))
         elif isinstance(source, str) and _is_glob(source):
             for m in _glob(source, base, d.get("name")):
@@ -378,6 +462,7 @@ WORKFLOW_SOURCES = ("resources/demo/", "resources/paper/")
 def check_sources(cfg: Config, base: str | Path = ".") -> None:
     """Every dataset's source exists (unless the workflow writes it): ConfigError names the key and the path."""
     for i, d in enumerate(cfg.datasets):
+        seen: dict[str, str] = {}
         for source in d.sources:
             if Path(source).as_posix().startswith(WORKFLOW_SOURCES):
                 continue
@@ -387,6 +472,13 @@ def check_sources(cfg: Config, base: str | Path = ".") -> None:
             except OSError as exc:
                 why = {errno.ELOOP: "symlink loop", errno.ENOENT: "no such file or folder"}.get(exc.errno, exc.strerror)
                 raise ConfigError(f"datasets[{i}].source: {source!r} of dataset {d.name!r}: {why} ({path})") from None
+            real = os.path.realpath(path)  # the same file by two names (a link, a relative and an absolute path)
+            if real in seen:
+                raise ConfigError(
+                    f"datasets[{i}].source: {source!r} of dataset {d.name!r} is the same file as {seen[real]!r}: "
+                    "each rank's file once"
+                )
+            seen[real] = source
 
 
 def validate_config(raw: dict, base: str | Path = ".", origin: str = "config") -> Config:

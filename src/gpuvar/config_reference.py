@@ -24,12 +24,18 @@ def _model_of(annotation) -> type[BaseModel] | None:
     return None
 
 
-def _type_name(annotation) -> str:
+def _type_name(annotation, metadata=()) -> str:
+    """The type as the reference shows it; a choice checked when a value is validated (gpuvar.config.OneOf, in
+    `metadata`) lists its current choices as a Literal does."""
+    for item in metadata:
+        choices = getattr(getattr(item, "func", None), "choices", None)
+        if choices is not None:
+            return " \\| ".join(repr(c) for c in choices())
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Literal:
         return " \\| ".join(repr(a) for a in args)
     if origin is typing.Annotated:
-        return _type_name(args[0])
+        return _type_name(args[0], args[1:])
     if args and type(None) in args:
         return " \\| ".join(_type_name(a) for a in args if a is not type(None)) + " (or null)"
     if args:
@@ -65,7 +71,7 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
                 nested, f"{prefix}{name}[]." if typing.get_origin(field.annotation) is list else f"{prefix}{name}."
             )
             continue
-        cells = [f"`{prefix}{name}`", _type_name(field.annotation), _default(field), _bounds(field)]
+        cells = [f"`{prefix}{name}`", _type_name(field.annotation, field.metadata), _default(field), _bounds(field)]
         cells.append((field.description or "").replace("|", "\\|"))
         rows.append("| " + " | ".join(" ".join(c.split()) for c in cells) + " |")
     return rows

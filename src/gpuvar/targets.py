@@ -1,4 +1,10 @@
-"""The two variability targets of the paper (§2.2), as plain numpy functions on canonical columns.
+"""The variability targets (paper §2.2): one Target object per target, the only place a target is defined.
+
+A Target says everything a stage needs: its name (the `{target}` wildcard, the config's `targets`, `gpuvar bin
+--target`, the column the binning job writes), its unit (the plots' axes), whether it needs each kernel linked to
+a copy, which columns `features: auto` leaves out of its causal graph, and `compute`, the function the binning
+job calls on each rank's rows. Adding a target is adding one entry to TARGETS: every reader looks it up there
+when it runs (gpuvar.config, gpuvar.binning, gpuvar.causal.prepare, gpuvar.plots, workflow/rules/common.smk).
 
 * kernel_variability = duration - mean duration of the launch's group over the WHOLE trace. The group is the
   kernel name by default (`group="kernel"`): a mean per full launch configuration (`"launch_config"`) would
@@ -10,12 +16,11 @@
   one in file order among equal starts) on the same device and stream (`link="stream"`, default) or on the same
   device, any stream (`link="device"`) whose start is <= the kernel's start. A kernel with no such copy has no
   memory_stall; callers count it under `NO_LINK_REASON[link]`, never drop it silently.
-
-The MPI job (gpuvar.binning.job) calls these on each rank's share; they are equally usable on a whole table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,42 +30,87 @@ from gpuvar.errors import GpuvarError
 LINKED_COPY_COLUMNS = ("linked_copy_kind", "linked_copy_bytes", "linked_copy_duration")  # a kernel's linked copy
 
 
+class Rows:
+    """The per-row inputs a target is computed from, for a run of rows: float64 durations, the group mean on
+    demand, and the linked copy's columns (`linked`, with a memcpy table: LINKED_COPY_COLUMNS, NaN where no copy
+    is linked). The binning job makes one per cache-sized slice of a rank's share; a library caller one for a
+    whole table."""
+
+    __slots__ = ("_buffer", "_codes", "_means", "duration", "linked")
+
+    def __init__(
+        self,
+        duration: np.ndarray,
+        codes: np.ndarray | None = None,
+        means: np.ndarray | None = None,
+        linked: Mapping[str, np.ndarray] | None = None,
+        buffer: np.ndarray | None = None,
+    ):
+        self.duration = duration
+        self._codes, self._means, self._buffer = codes, means, buffer  # buffer: reused for the gathered means
+        self.linked = linked or {}
+
+    def group_mean(self) -> np.ndarray:
+        """The mean duration of each row's group (`group`: kernel name, launch configuration or call site) over
+        the whole trace; gathered when a target asks, so a target that does not use it costs nothing."""
+        out = None if self._buffer is None else self._buffer[: len(self._codes)]
+        return np.take(self._means, self._codes, out=out, mode="clip")  # (codes index means: clip never acts)
+
+
+# compute(rows, out) -> the target per row (float64, NaN where it has none), written into `out` when given. `out`
+# may be rows.duration itself (the binning job writes the target over the durations it read): read every input
+# before writing, row for row, as one numpy ufunc with out= does.
+Compute = Callable[[Rows, "np.ndarray | None"], np.ndarray]
+
+
+def kernel_variability(rows: Rows, out: np.ndarray | None = None) -> np.ndarray:
+    """duration - the mean duration of the row's group over the whole trace."""
+    return np.subtract(rows.duration, rows.group_mean(), out=out)
+
+
+def memory_stall(rows: Rows, out: np.ndarray | None = None) -> np.ndarray:
+    """|duration - the linked copy's duration|; NaN where no copy is linked."""
+    diff = np.subtract(rows.duration, rows.linked["linked_copy_duration"], out=out)
+    return np.abs(diff, out=diff)
+
+
+COPY_LINK_NOT_FEATURES = tuple(
+    (c, "copy-link column: used by memory_stall only (kernels without a linked copy would be lost)")
+    for c in LINKED_COPY_COLUMNS
+)
+
+
 @dataclass(frozen=True)
 class Target:
     """What the stages need to know about a target, in one place instead of `if target == ...` in each."""
 
     name: str
-    definition: str
+    unit: str  # of its values ('' for a ratio); its variance is in unit²
     links_copies: bool  # needs each kernel linked to a memcpy: start times and a memcpy table
-    unit: str = "ns"  # of its values; its variance is in unit²
-    # columns `features: auto` leaves out of a causal graph of this target, with why
-    not_features: tuple[tuple[str, str], ...] = tuple(
-        (c, "copy-link column: used by memory_stall only (kernels without a linked copy would be lost)")
-        for c in LINKED_COPY_COLUMNS
+    # columns `features: auto` leaves out of a causal graph of this target, with why (listing one keeps it)
+    excluded_features: tuple[tuple[str, str], ...]
+    compute: Compute | None  # None: a column the rows already hold (not one `gpuvar bin` computes)
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("kernel_variability", "ns", False, COPY_LINK_NOT_FEATURES, kernel_variability),
+        Target(
+            "memory_stall",
+            "ns",
+            True,
+            (("linked_copy_duration", "part of memory_stall's definition (|kernel - copy duration|)"),),
+            memory_stall,
+        ),
     )
-
-    @property
-    def variance_unit(self) -> str:
-        return f"{self.unit}²"
-
-
-_TARGETS = {
-    "kernel_variability": Target(
-        "kernel_variability", "duration - mean duration of the launch's group over the whole trace", False
-    ),
-    "memory_stall": Target(
-        "memory_stall",
-        "|kernel duration - duration of the linked memcpy|",
-        True,
-        not_features=(("linked_copy_duration", "part of memory_stall's definition (|kernel - copy duration|)"),),
-    ),
 }
 
 
 def target(name: str) -> Target:
     """The Target called `name`; another column (a paper dataset's perf_variability) is analysed like a
-    kernel_variability: a plain column with no copy link."""
-    return _TARGETS.get(name) or Target(name, f"the column {name}", False)
+    kernel_variability: a plain column in ns with no copy link, which `gpuvar bin` cannot compute."""
+    return TARGETS.get(name) or Target(name, "ns", False, COPY_LINK_NOT_FEATURES, None)
 
 
 GROUPS = ("kernel", "launch_config", "call_site")
@@ -89,28 +139,9 @@ def group_key(kernel_name: str, launch_config: str | None, group: str) -> str:
     return f"{kernel_name}{GROUP_SEPARATOR}{launch_config if launch_config is not None else '?'}"
 
 
-def group_sums(codes: np.ndarray, durations: np.ndarray, n_groups: int) -> tuple[list[int], list[int]]:
-    """Exact per-group (sum, count) of int64 durations as Python ints (order-independent, so rank-independent).
-
-    float64 bincount is exact while every partial sum stays below 2**53; otherwise sum per group in int64.
-    """
-    codes = np.asarray(codes, dtype=np.int64)
-    durations = np.asarray(durations, dtype=np.int64)
-    counts = np.bincount(codes, minlength=n_groups)
-    if len(durations) and int(np.abs(durations).max()) * len(durations) < 2**53:
-        sums = np.bincount(codes, weights=durations, minlength=n_groups)
-        return [int(s) for s in sums], [int(c) for c in counts]
-    return [int(durations[codes == g].sum()) for g in range(n_groups)], [int(c) for c in counts]
-
-
 def group_means(sums: dict[str, int], counts: dict[str, int]) -> dict[str, float]:
     """Mean per group key: one correctly rounded division of exact integers."""
     return {key: sums[key] / counts[key] for key in sorted(counts) if counts[key]}
-
-
-def kernel_variability(durations: np.ndarray, codes: np.ndarray, means: np.ndarray) -> np.ndarray:
-    """duration - mean of the row's group (means indexed by code), as float64."""
-    return np.asarray(durations, dtype=np.float64) - np.asarray(means, dtype=np.float64)[codes]
 
 
 def link_key(device_id: np.ndarray, stream_id: np.ndarray | None, link: str) -> np.ndarray:
@@ -154,13 +185,4 @@ def link_latest(k_key: np.ndarray, k_start: np.ndarray, m_key: np.ndarray, m_sta
         pos = np.searchsorted(m_start[copies], k_start[rows], side="right") - 1
         found = pos >= 0
         out[rows[found]] = copies[pos[found]]
-    return out
-
-
-def memory_stall(k_duration: np.ndarray, m_duration: np.ndarray, link: np.ndarray) -> np.ndarray:
-    """|kernel duration - linked copy duration| as float64; NaN where link == -1 (no linked copy)."""
-    k = np.asarray(k_duration, dtype=np.float64)
-    out = np.full(len(k), np.nan)
-    has = link >= 0
-    out[has] = np.abs(k[has] - np.asarray(m_duration, dtype=np.float64)[link[has]])
     return out

@@ -48,7 +48,7 @@ rule summarise_causal_checks:
         page=report(
             files.CHECKS_OVERVIEW,
             caption="../report/checks.rst",
-            category="2 Causal graphs: which to trust",
+            category="4 Causal graphs: which to trust",
             labels={"page": "every causal graph, trusted or flagged"},
         ),
     log:

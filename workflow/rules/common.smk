@@ -3,18 +3,27 @@
 # file layout (gpuvar.artifacts). Rule files only read these, so they can be included in any order.
 
 import sys
+import time
 from pathlib import Path
 
 import gpuvar.artifacts as files
 import gpuvar.workflow.compare as compare_paths
 import gpuvar.workflow.figures as plot_paths
+from gpuvar.binning.selection import sample_bin_count
 from gpuvar.errors import ConfigError
 from gpuvar.options import comma_list
+from gpuvar.targets import TARGETS
 from gpuvar.workflow.env import put_own_bin_first_on_path
+from gpuvar.workflow.failures import print_failed_jobs
 from gpuvar.workflow.launcher import mpi_launcher
 from gpuvar.workflow.registry import build_registry, names_regex, print_run_summary
+from gpuvar.workflow.site import note_placeholders, refuse_placeholders
 
 put_own_bin_first_on_path()
+# profiles/slurm's EDIT-ME values: a line here (dry runs), a refusal when a real run starts (Snakefile onstart)
+note_placeholders(workflow.resource_settings.default_resources)
+# job logs written after this are this run's (onerror: print_failed_jobs)
+RUN_STARTED = time.time()
 
 try:
     REG = build_registry(
@@ -33,7 +42,7 @@ GPUVAR = "../scripts/gpuvar_command.py"
 
 wildcard_constraints:
     dataset=names_regex(DATASETS),
-    target="|".join(files.TARGETS),
+    target=names_regex(TARGETS),
 
 
 # Figures: every one in plots.formats (byte-identical on rerun) plus its data as CSV; the PNG (else the SVG)

@@ -1,6 +1,6 @@
 # Comparisons (config `comparisons`): per entry, `gpuvar compare` of two datasets after both are ingested,
 # binned and analysed; one DAG branch each. Outputs in results/compare/{comparison}/ (see docs/compare.md);
-# the figures go into `snakemake --report` under "Comparisons". Path helpers: gpuvar/workflow/compare.py.
+# the page and its figures go into `snakemake --report` under "3 Comparisons". Path helpers: gpuvar/workflow/compare.py.
 
 COMPARISONS = {c.name: c for c in CFG.comparisons}
 COMPARE_OUTPUTS = compare_paths.comparison_outputs(CFG)
@@ -15,6 +15,13 @@ rule compare_runs:
         ),
     output:
         json=f"{files.COMPARE_DIR}/{files.COMPARE_RECORD}",
+        page=report(
+            f"{files.COMPARE_DIR}/{files.COMPARE_PAGE_HTML}",
+            caption="../report/compare_page.rst",
+            category="3 Comparisons",
+            subcategory="{comparison}",
+            labels={"comparison": "{comparison}", "figure": "the comparison page"},
+        ),
         kernels=f"{files.COMPARE_DIR}/{files.COMPARE_KERNELS}",
         diff=f"{files.COMPARE_DIR}/{files.COMPARE_CAUSAL_DIFF}",
         forest=plot_paths.figure_files(
@@ -22,7 +29,7 @@ rule compare_runs:
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/compare_forest.rst",
-            category="Comparisons",
+            category="3 Comparisons",
             subcategory="{comparison}",
             labels={"comparison": "{comparison}", "figure": "kernel ratios"},
         ),
@@ -31,7 +38,7 @@ rule compare_runs:
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/compare_delta_time.rst",
-            category="Comparisons",
+            category="3 Comparisons",
             subcategory="{comparison}",
             labels={"comparison": "{comparison}", "figure": "where the time went"},
         ),
@@ -40,7 +47,7 @@ rule compare_runs:
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/compare_distributions.rst",
-            category="Comparisons",
+            category="3 Comparisons",
             subcategory="{comparison}",
             labels={"comparison": "{comparison}", "figure": "distributions"},
         ),
@@ -49,7 +56,7 @@ rule compare_runs:
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/compare_causal_diff.rst",
-            category="Comparisons",
+            category="3 Comparisons",
             subcategory="{comparison}",
             labels={"comparison": "{comparison}", "figure": "causal-graph diff"},
         ),

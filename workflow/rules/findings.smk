@@ -32,12 +32,14 @@ rule summarise_findings:
     input:
         [files.DATASET_FINDINGS_DIR.format(dataset=d) for d in REG.findings_datasets],
     output:
-        page=report(
-            f"{files.FINDINGS_DIR}/{files.FINDINGS_PAGE}",
+        html=report(
+            f"{files.FINDINGS_DIR}/{files.FINDINGS_HTML}",
             caption="../report/findings.rst",
             category="1 Findings (read first)",
             labels={"page": "findings of every dataset"},
         ),
+        page=f"{files.FINDINGS_DIR}/{files.FINDINGS_PAGE}",
+        landing=f"{files.FINDINGS_DIR}/{files.FINDINGS_FRAGMENT}",
         record=f"{files.FINDINGS_DIR}/{files.FINDINGS_RECORD}",
     log:
         "logs/summarise_findings/findings.log",
@@ -69,7 +71,14 @@ rule analyse_ranks:
     input:
         unpack(REG.ranks_inputs),
     output:
-        directory(files.RANKS_DIR),
+        report(
+            directory(files.RANKS_DIR),
+            patterns=["{page}.html"],  # ranks.html: ranks.md with its figures embedded
+            caption="../report/ranks.rst",
+            category="2 Ranks",
+            subcategory="{dataset}",
+            labels={"dataset": "{dataset}", "page": "which rank is late and why"},
+        ),
     log:
         "logs/analyse_ranks/{dataset}.log",
     benchmark:

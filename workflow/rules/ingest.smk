@@ -29,7 +29,7 @@ rule ingest_trace:
         runtime=30,
     params:
         command="read",
-        positional=lambda wildcards, input: input[0],
+        positional=lambda wildcards, input: list(input),
         output=lambda wildcards, output: output[0],
         format=lambda wildcards: DATASETS[wildcards.dataset].format,
         keep_vendor_columns=CFG.ingest.keep_vendor_columns,

@@ -48,10 +48,12 @@ def read_columns(source: Path, everything: bool = True) -> dict[str, list[str]]:
     """Per table, the columns gpuvar reads: every column (the default, vendor columns kept), or only those the
     canonical schema is derived from (--no-keep-vendor-columns), in table order."""
     from gpuvar.ingest import nsys
+    from gpuvar.ingest.nsys_sqlite import catalog as table_catalog
+    from gpuvar.ingest.nsys_sqlite import connect
 
-    con = nsys._connect(source)
+    con = connect(source)
     try:
-        catalog = nsys._catalog(con)
+        catalog = table_catalog(con)
     finally:
         con.close()
     needed = {nsys.KERNEL_TABLE: nsys.KERNEL_NEEDED, nsys.MEMCPY_TABLE: nsys.MEMCPY_NEEDED}

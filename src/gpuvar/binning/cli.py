@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuvar.artifacts import BIN_REPORT, TARGETS
+from gpuvar import targets as T
+from gpuvar.artifacts import BIN_REPORT
+from gpuvar.binning.selection import sample_bin_count
 from gpuvar.options import ConfigOption, add_options, arguments, comma_list
 
 # settings that come from the config (one definition: gpuvar.config); the rest are per-run inputs
@@ -46,8 +48,8 @@ def configure(p):
     p.add_argument(
         "--target",
         default="kernel_variability",
-        choices=TARGETS,
-        help="kernel_variability or memory_stall (default: %(default)s)",
+        choices=tuple(T.TARGETS),
+        help=f"{' or '.join(T.TARGETS)} (default: %(default)s)",
     )
     p.add_argument(
         "--features",
@@ -70,7 +72,7 @@ def configure(p):
 def workflow_arguments(cfg, target: str) -> list[str]:
     """`gpuvar bin` options for `target` from validated config `cfg` (what the MPI rules pass, each quoted):
     the random bin sample has as many bins as the top-k, or every bin when the causal step analyses all."""
-    sample_bins = -1 if cfg.causal.rows == "all" else cfg.binning.top_k
+    sample_bins = sample_bin_count(cfg)
     return [
         "--target",
         target,

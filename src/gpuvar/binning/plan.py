@@ -12,7 +12,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpuvar import targets as T
-from gpuvar.artifacts import TARGETS
 from gpuvar.binning.columns import open_parquet
 from gpuvar.binning.partition import bin_width
 from gpuvar.errors import GpuvarError, InputError
@@ -121,7 +120,7 @@ def source_name(kernels) -> str:
 def make_plan(opts: BinOptions) -> Plan:
     """Check the options and the input files' columns; a one-line GpuvarError for anything wrong."""
     width, unit = bin_width(opts.bin_width)
-    T.check_choice(opts.target, TARGETS, "target")
+    T.check_choice(opts.target, tuple(T.TARGETS), "target")
     T.check_choice(opts.group, T.GROUPS, "group")
     T.check_choice(opts.link, T.LINKS, "link")
     if opts.top_k < 1:

@@ -1,6 +1,7 @@
-"""What bin.json says when the selection is empty or suspicious: why no row has the target (so the causal step
-can record a skip with a reason) and a warning when no kernel linked to a copy (a broken device or stream
-mapping makes memory_stall silently empty)."""
+"""The bins selected for the causal step: how many random bins the workflow samples beside the top-k, and what
+bin.json says when the selection is empty or suspicious: why no row has the target (so the causal step can record
+a skip with a reason) and a warning when no kernel linked to a copy (a broken device or stream mapping makes
+memory_stall silently empty)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ import logging
 from gpuvar import targets as T
 
 log = logging.getLogger("gpuvar.binning")
+
+
+def sample_bin_count(cfg) -> int:
+    """`gpuvar bin --sample-bins` for the workflow config `cfg` (gpuvar.config.Config): the random bins the causal
+    step compares the top-k bins with, as many as the top-k (causal.rows top_k or random), or every bin (-1) when
+    it analyses all. The one place this is decided: the rule bin_trace and workflow_arguments both call it."""
+    return -1 if cfg.causal.rows == "all" else cfg.binning.top_k
 
 
 def explain_selection(report: dict) -> dict:

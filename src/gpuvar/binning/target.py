@@ -2,10 +2,12 @@
 
 means  - allgather of {group key: (sum, count)} (Python ints, merged in sorted key order): exact, so the means
          are identical for any rank count.
-target - kernel_variability = duration - its group's mean; memory_stall = |duration - linked copy's duration|
-         (gpuvar.binning.link). The target is written over the duration array when nothing reads the duration
-         later (no `duration` feature shares it): 8 bytes/row less at the peak, and no fresh array to fault in
-         (on the shared VM the first touch of fresh memory was, at random, 10x slower).
+target - the Target's compute (gpuvar.targets: kernel_variability = duration - its group's mean, memory_stall =
+         |duration - linked copy's duration| with the copies linked by gpuvar.binning.link), on slices of the
+         share's numpy columns, each a few vectorised numpy calls. The target is written over the duration array
+         when nothing reads the duration later (no `duration` feature shares it): 8 bytes/row less at the peak,
+         and no fresh array to fault in (on the shared VM the first touch of fresh memory was, at random, 10x
+         slower).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ class Means(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Target:
+class TargetValues:
     """Every row's target and what the later phases take with it."""
 
     values: np.ndarray  # float64 target per row, NaN where there is none
@@ -55,30 +57,25 @@ def group_means(comm, share: Share) -> Means:
     return Means(lut, len(means))
 
 
-def compute_target(plan: Plan, comm, share: Share, means: Means) -> Target:
-    """The target per row (collective when linking copies)."""
+def compute_target(plan: Plan, comm, share: Share, means: Means) -> TargetValues:
+    """The target per row, by its Target's compute (collective when linking copies)."""
     linked = link_copies(plan, comm, share.kstart, share.kkey) if plan.link else {}
     dur = share.duration
     in_place = not any(column is dur for column in share.features.values())
     values = dur if in_place else np.empty(len(dur), np.float64)
-    links_copies = T.target(plan.opts.target).links_copies
+    target = T.TARGETS[plan.opts.target]  # (the plan checked the name)
     step = min(len(dur), _STEP) or 1
     mean = np.empty(step, np.float64)  # one cache-sized buffer for the gathered means, reused
     for a in range(0, len(dur), step):
         sl = slice(a, a + step)
-        if not links_copies:
-            part = mean[: len(dur[sl])]
-            np.take(means.lut, share.codes[sl], out=part, mode="clip")  # (codes index lut: clip never acts)
-            np.subtract(dur[sl], part, out=values[sl])
-        else:
-            np.subtract(dur[sl], linked["linked_copy_duration"][sl], out=values[sl])
-            np.abs(values[sl], out=values[sl])
+        rows = T.Rows(dur[sl], share.codes[sl], means.lut, {f: v[sl] for f, v in linked.items()}, mean)
+        target.compute(rows, values[sl])
     ok, reasons = share.ok, share.reasons
-    if links_copies:
+    if target.links_copies:
         ok, counter = ok.copy(), Counter(reasons)
         drop(counter, ok, np.isnan(linked["linked_copy_duration"]), T.NO_LINK_REASON[plan.opts.link])
         reasons = dict(counter)
     if not ok.all():
         values[~ok] = np.nan
     features = {**share.features, **{f: linked[f] for f in plan.features if f in LINKED}}
-    return Target(values, ok, reasons, linked, features)
+    return TargetValues(values, ok, reasons, linked, features)

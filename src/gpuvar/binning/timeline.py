@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from gpuvar.binning.partition import check_bins
+from gpuvar.binning.partition import MAX_BINS, check_bins
 from gpuvar.binning.plan import Collective, Plan
 from gpuvar.binning.read import CHUNK, Share
 from gpuvar.binning.stats import bin_starts
@@ -44,6 +44,8 @@ def assign_bins(plan: Plan, comm, share: Share, ok: np.ndarray) -> Bins:
         n_bins = 0
     else:
         n_bins = (gmax - gmin) // plan.width + 1
+        if n_bins > MAX_BINS:  # (every rank: the spans are agreed) a wider bin would not help two clocks
+            _refuse_two_clocks(comm, share, spans, gmin, gmax, plan)
         try:
             check_bins(n_bins, plan.width, plan.unit)
         except GpuvarError as exc:
@@ -58,6 +60,39 @@ def assign_bins(plan: Plan, comm, share: Share, ok: np.ndarray) -> Bins:
         b = (axis[sl] - gmin) // plan.width
         rows[sl] = np.where(ok[sl], b, -1)
     return Bins(gmin, n_bins, False, None, None, rows)
+
+
+MIXED_CLOCKS_GAP = 0.9  # an empty stretch this share of the whole span: two clusters of times, not one run
+
+
+def _largest_gap(axis: np.ndarray) -> tuple[int, int, int]:
+    """(length, from, to) of the longest stretch between consecutive times of this share; (0, 0, 0) if none."""
+    values = np.sort(axis)
+    if len(values) < 2:
+        return 0, 0, 0
+    gaps = np.diff(values)
+    i = int(np.argmax(gaps))
+    return int(gaps[i]), int(values[i]), int(values[i + 1])
+
+
+def _refuse_two_clocks(comm, share: Share, spans: list, gmin: int, gmax: int, plan: Plan) -> None:
+    """Too many bins because the times form two clusters far apart (timestamps from two clock domains: ranks or
+    devices recorded against different clocks, one trace in ns since boot and one in epoch ns): say so, where
+    'use a wider bin' would mislead (a bin wide enough would put the whole run in a bin or two)."""
+    axis = share.axis  # (0 where a row has no time: only values within the share's span count)
+    gaps = comm.allgather(_largest_gap(axis[(axis >= share.axis_lo) & (axis <= share.axis_hi)]))
+    held = sorted((lo, hi) for lo, hi, _, n in spans if n)
+    gaps += [(b[0] - a[1], a[1], b[0]) for a, b in pairwise(held) if b[0] > a[1]]  # between shares
+    length, start, end = max(gaps)
+    if length < MIXED_CLOCKS_GAP * (gmax - gmin):
+        return
+    scale = 1e9 if plan.unit == "ns" else 1
+    unit = "s" if plan.unit == "ns" else "launches"
+    raise Collective(
+        f"the start times form two clusters {length / scale:.4g} {unit} apart (nothing from {start} to {end}, "
+        f"{100 * length / (gmax - gmin):.1f} % of the span): timestamps from two clock domains (ranks or devices "
+        "recorded against different clocks?); bin the runs apart, or align their clocks"
+    )
 
 
 def _runs(axis: np.ndarray, gmin: int, width: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from gpuvar.artifacts import CAUSAL_SUMMARY
+from gpuvar.causal.describe import FLAGGED, NOT_EXPLAINED, SKIPPED, TRUSTED, graph_status, group_names
 
 COLUMNS = [
     "dataset",
@@ -28,21 +29,6 @@ COLUMNS = [
     "name",
     "slug",
 ]
-# How to read a graph (the `checks` column, the report's label): trusted (its verdict explains the target and
-# every check that counts passed), flagged (a check that counts failed: a hypothesis, not a finding), not
-# explained (checks passed, but the features explain too little: nothing to act on), skipped (no graph).
-TRUSTED, FLAGGED, NOT_EXPLAINED, SKIPPED = "trusted", "flagged", "not explained", "skipped"
-
-
-def graph_status(record: dict) -> str:
-    """trusted, flagged, not explained or skipped, from a group's causal.json or summary.json entry."""
-    if record.get("status", "ok") != "ok":
-        return SKIPPED
-    verdict = record.get("verdict") or None
-    failed = verdict.get("failed_checks") if verdict else record.get("warnings")
-    if failed:
-        return FLAGGED
-    return NOT_EXPLAINED if record.get("trusted") is False else TRUSTED
 
 
 def configure(p):
@@ -54,7 +40,6 @@ def configure(p):
 def collect(causal_dirs) -> list[dict]:
     """One row per analysis group of every folder (dataset and target from results/causal/DATASET/TARGET)."""
     from gpuvar.errors import InputError
-    from gpuvar.plots.causal_graph import group_names
 
     rows = []
     for folder in map(Path, causal_dirs):
@@ -88,8 +73,11 @@ def collect(causal_dirs) -> list[dict]:
 
 _STYLE = """
 body { font-family: DejaVu Sans, Arial, sans-serif; font-size: 13px; margin: 12px; color: #222; }
-table { border-collapse: collapse; }
-th, td { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; width: 100%; max-width: 1380px; table-layout: fixed; }
+th, td { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+col.dataset { width: 8%; } col.target { width: 11%; } col.graph { width: 19%; } col.verdict { width: 13%; }
+col.checks { width: 9%; } col.why { width: 26%; } col.rows { width: 5%; } col.file { width: 9%; }
 th { background: #f2f3f4; }
 td.checks { font-weight: bold; white-space: nowrap; }
 tr.trusted td.checks { color: #1e8449; }
@@ -117,7 +105,11 @@ def render_html(rows: list[dict]) -> str:
         "<b>flagged</b>: a check that counts failed (red banner on the figure): read the graph as a hypothesis. "
         "<b>not explained</b>: the checks passed but the recorded features explain too little to act on. "
         "<b>skipped</b>: too few rows for a graph. Figures are listed by the file name given last.</p>",
-        "<table><tr><th>dataset</th><th>target</th><th>graph</th><th>checks</th><th>verdict</th>"
+        "<table><colgroup>"
+        + "".join(
+            f'<col class="{c}">' for c in ("dataset", "target", "graph", "verdict", "checks", "why", "rows", "file")
+        )
+        + "</colgroup><tr><th>dataset</th><th>target</th><th>graph</th><th>verdict</th><th>checks</th>"
         "<th>failed checks, warnings or reason</th><th>rows</th><th>file</th></tr>",
     ]
     ranked = sorted(enumerate(rows), key=lambda ir: (ir[1]["dataset"], ir[1]["target"], order[ir[1]["checks"]], ir[0]))
@@ -127,15 +119,15 @@ def render_html(rows: list[dict]) -> str:
             escape(str(r["dataset"])),
             escape(str(r["target"])),
             f'<span title="{escape(str(r["group"]))}">{escape(r["name"])}</span>',
-            escape(_MARK[r["checks"]] + r["checks"]),
             escape(verdict),
+            escape(_MARK[r["checks"]] + r["checks"]),
             escape(
                 ("informational, not counted: " if r["checks"] == TRUSTED and r["warnings"] else "") + r["warnings"]
             ),
             escape(str(r["rows"])),
             escape(str(r["slug"])),
         ]
-        classes = ["", "", "", "checks", "", "why", "", "file"]
+        classes = ["", "", "", "", "checks", "why", "", "file"]
         tds = "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for c, v in zip(classes, cells))
         lines.append(f'<tr class="{r["checks"].replace(" ", "-")}">{tds}</tr>')
     lines += ["</table>", "</body></html>", ""]
@@ -143,10 +135,9 @@ def render_html(rows: list[dict]) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    from gpuvar.canonical_io import write_text
+
+    write_text(text, path)  # atomic; a failure (a folder at PATH, a full disk) leaves no temporary file behind
 
 
 def run(args) -> int:

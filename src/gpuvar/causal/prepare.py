@@ -38,8 +38,9 @@ EXCLUDED_COLUMNS = (
     "step",  # a label: what a step changes is its size (step_threads) or context, which are features
     "op_occurrence",  # part of the call site's identity, not a quantity
 )
-# Other targets computed from durations: as features they would leak the target.
-TARGET_COLUMNS = ("kernel_variability", "memory_stall", "gpu_time_variation", "perf_variability")
+# Other targets computed from durations: as features they would leak the target. Besides gpuvar's own (every name
+# in gpuvar.targets.TARGETS, looked up when the features are chosen), the paper datasets' target columns.
+PAPER_TARGET_COLUMNS = ("gpu_time_variation", "perf_variability")
 EXCLUDED_SUFFIXES = ("_start", "_end", "_id", "_duration")
 # Vendor columns kept in the canonical tables that are identifiers, timestamps or the raw duration:
 # nsys contextId/gridId/globalPid, rocprof DispatchNs/CompleteNs/queue-index/tid, Omniperf Dispatch_ID/PID,
@@ -130,6 +131,11 @@ def group_slug(name: str) -> str:
     return f"{prefix}-{digest}"
 
 
+def _is_target(name: str) -> bool:
+    """A target column (gpuvar's or a paper dataset's): never a feature of another target."""
+    return name in targets.TARGETS or name in PAPER_TARGET_COLUMNS
+
+
 def select_features(df: pd.DataFrame, target: str, group_by: str | None, features) -> tuple[list[str], dict]:
     """Candidate feature columns in a deterministic order, and the requested columns rejected with why.
 
@@ -139,7 +145,7 @@ def select_features(df: pd.DataFrame, target: str, group_by: str | None, feature
     rejected: dict[str, str] = {}
     if features is None or (isinstance(features, str) and features.strip() == "auto"):
         chosen = []
-        per_target = dict(targets.target(target).not_features)  # listing them explicitly keeps them
+        per_target = dict(targets.target(target).excluded_features)  # listing them explicitly keeps them
         for col in df.columns:
             name = str(col)
             if name in (target, group_by):
@@ -147,7 +153,7 @@ def select_features(df: pd.DataFrame, target: str, group_by: str | None, feature
             if name in per_target:
                 rejected[name] = per_target[name]
                 continue
-            if name in EXCLUDED_COLUMNS or name in TARGET_COLUMNS or name.endswith(EXCLUDED_SUFFIXES):
+            if name in EXCLUDED_COLUMNS or _is_target(name) or name.endswith(EXCLUDED_SUFFIXES):
                 continue
             if not (pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col])):
                 continue

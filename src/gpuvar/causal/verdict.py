@@ -1,4 +1,4 @@
-"""One verdict per causal graph that means what it says (gpuvar.findings.verdict for the statistics).
+"""One verdict per causal graph that means what it says (gpuvar.causal.share_test for the statistics).
 
 A graph's claim is "these features explain X % of the target". Launch configuration, problem size, copy
 attributes and context are set by the program (tier 0): their direction is known, so the verdict measures how
@@ -15,24 +15,21 @@ from __future__ import annotations
 import numpy as np
 
 from gpuvar.causal.roles import role_of
-from gpuvar.findings.verdict import EXPLAINED, PARTLY, share_test
+from gpuvar.causal.share_test import EXPLAINED, FOLDS, PARTLY, fold_of, share_test
+from gpuvar.causal.within_site import SlopeGroups, centred, within_test
 
 ORIENTATION_CHECKS = ("sink", "independence", "non_gaussianity")
 
 
 def _within_call_sites(X: np.ndarray, y: np.ndarray, names: list[str], sites, bins, seed: int):
-    """The findings' verdict (gpuvar.findings.decompose.within_test) on the graph's rows: durations and features
+    """The findings' verdict (gpuvar.causal.within_site.within_test) on the graph's rows: durations and features
     centred per call site, a slope per call site, folds by bin; so a graph's title and the findings page measure
     the same thing, over their own rows (the graph: the most variable windows; the page: every launch)."""
     import pandas as pd
 
-    from gpuvar.findings.decompose import _centred, within_test
-    from gpuvar.findings.verdict import FOLDS, fold_of
-    from gpuvar.findings.within_site import SlopeGroups
-
     codes, keys = pd.factorize(pd.Series(sites, dtype=object), sort=True)
-    yc = _centred(y, codes, len(keys))
-    Xc = _centred(X, codes, len(keys))
+    yc = centred(y, codes, len(keys))
+    Xc = centred(X, codes, len(keys))
     groups = SlopeGroups(codes)
     order = groups.order
     folds = fold_of(len(y), bins, FOLDS, seed)[order]

@@ -3,9 +3,12 @@ a bootstrap interval, Mann-Whitney U with Benjamini-Hochberg, ordered by the tim
 most variable windows moved, and which causes of variability changed (causal-graph diff). Writes
 OUTDIR/{compare.json,kernels.csv,causal_diff.csv} and the figures forest, distributions and causal_diff.
 
-BASELINE and CANDIDATE are ingest folders (or their kernels.parquet); add each run's `gpuvar bin` and
-`gpuvar causal` output folders (one per target) for the window and cause comparisons. With --results ROOT they
-are dataset names of a workflow's results folder and every target found for both is used."""
+BASELINE and CANDIDATE are ingest folders (or their kernels.parquet), or profiler files of any supported format,
+which are ingested first into OUTDIR/ingest/{baseline,candidate} (as `gpuvar explain` does); add each run's
+`gpuvar bin` and `gpuvar causal` output folders (one per target) for the window and cause comparisons. With
+--results ROOT they are dataset names of a workflow's results folder and every target found for both is used.
+Prints a short summary (the time books, the verdict counts, the rows that moved most); --json prints the
+summary record as JSON instead."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY
+from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY, KERNELS_TABLE
 
 
 def folder_list(text: str) -> list[str]:
@@ -21,12 +24,40 @@ def folder_list(text: str) -> list[str]:
     return [part for part in text.split(",") if part]
 
 
-def configure(p):
-    from gpuvar.options import ConfigOption, add_options
+def _settings_options():
+    """Every option of CompareSettings (gpuvar.compare.settings), made from the field it sets."""
+    from gpuvar.config import CompareStatistics
+    from gpuvar.options import ConfigOption
     from gpuvar.plots.cli import FIGURE_OPTIONS
 
-    p.add_argument("baseline", help="baseline: ingest folder or kernels.parquet (a dataset name with --results)")
-    p.add_argument("candidate", help="candidate: ingest folder or kernels.parquet (a dataset name with --results)")
+    return (
+        *(ConfigOption("--" + name.replace("_", "-"), "compare", name) for name in CompareStatistics.model_fields),
+        ConfigOption("--seed", "causal", "seed"),
+        ConfigOption("--min-probability", "plots", "min_probability"),
+        *FIGURE_OPTIONS,
+    )
+
+
+def configure(p):
+    from gpuvar.options import add_options
+
+    p.add_argument(
+        "baseline",
+        help="baseline: ingest folder, kernels.parquet or a profiler file (ingested first); a dataset name with --results",
+    )
+    p.add_argument(
+        "candidate",
+        help="candidate: ingest folder, kernels.parquet or a profiler file (ingested first); a dataset name with "
+        "--results",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (default: a short readable summary)")
+    p.add_argument(
+        "--fail-on",
+        choices=("slower", "changed"),
+        default=None,
+        help="a CI gate: exit 1 when a kernel, copy or the total GPU time per step is slower (or, with 'changed', "
+        "slower or faster) beyond noise and --min-effect (default: always exit 0)",
+    )
     p.add_argument("--output", "-o", required=True, help="output folder")
     p.add_argument("--results", help="workflow results folder: read ROOT/{ingest,bin,causal}/<dataset>")
     for side in ("baseline", "candidate"):
@@ -47,41 +78,41 @@ def configure(p):
             help=f"{side} `gpuvar causal` output folder, one per target (comma-separated or repeated; default: none)",
         )
     p.add_argument("--names", help="labels of the two runs, 'A,B' (default: the folder or dataset names)")
-    p.add_argument(
-        "--key",
-        choices=("kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site"),
-        default="kernel_name",
-        help="match kernels by name (default: kernel_name), short name, name + launch configuration, or launching "
-        "op / call site + name (keeps aten::gelu's elementwise kernel apart from aten::add's)",
-    )
-    p.add_argument(
-        "--bootstrap", type=int, default=2000, help="bootstrap resamples of steps for the ratio interval (default 2000)"
-    )
-    p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
-    p.add_argument("--alpha", type=float, default=0.05, help="false-discovery rate for the verdicts (default 0.05)")
-    p.add_argument(
-        "--min-launches", type=int, default=5, help="launches needed in both runs to test a kernel (default 5)"
-    )
-    p.add_argument(
-        "--min-effect",
-        type=float,
-        default=0.02,
-        help="smallest change of a median called slower/faster; smaller significant changes are 'negligible' "
-        "(default 0.02 = 2 %%)",
-    )
-    add_options(
-        p,
-        (
-            ConfigOption("--seed", "causal", "seed"),
-            ConfigOption("--min-probability", "plots", "min_probability"),
-            *FIGURE_OPTIONS,
-        ),
-    )
+    add_options(p, _settings_options())
 
 
 def _label(path: Path) -> str:
     path = Path(path)
+    if is_profiler_file(path):
+        return path.name.split(".")[0] or path.name  # run.pt.trace.json.gz -> run, as explain names a dataset
     return (path.parent if path.suffix == ".parquet" else path).name or str(path)
+
+
+def is_profiler_file(path: Path) -> bool:
+    """Whether a side is a profiler file (or a profiler's output folder) to ingest first, not an ingest folder or
+    its kernels.parquet."""
+    path = Path(path)
+    if path.is_dir():
+        return not (path / KERNELS_TABLE).is_file()
+    return path.is_file() and path.suffix != ".parquet"  # a missing path: read_kernels says so
+
+
+def ingest_sides(runs, tmp: Path, output: Path) -> None:
+    """Ingest each side given as a profiler file into tmp/ingest/<side> (OUTPUT/ingest/<side> once in place) and
+    point the run at it; its stage output goes nowhere, its errors are the ingest's one-line errors."""
+    import contextlib
+    import io
+
+    from gpuvar.ingest import ingest
+
+    for run, side in zip(runs, ("baseline", "candidate")):
+        if not is_profiler_file(run.ingest):
+            continue
+        folder = tmp / "ingest" / side
+        print(f"gpuvar compare: ingest {side} {run.ingest}", file=sys.stderr, flush=True)
+        with contextlib.redirect_stdout(io.StringIO()):
+            ingest(run.ingest, folder)
+        run.source, run.ingest, run.kept = run.ingest, folder, output / "ingest" / side
 
 
 def runs_from_results(root: Path, baseline: str, candidate: str):
@@ -104,7 +135,8 @@ def runs_from_results(root: Path, baseline: str, candidate: str):
 
 def run(args) -> int:
     from gpuvar.atomic import staged_folder
-    from gpuvar.compare.run import Options, Run, compare_runs
+    from gpuvar.compare.run import Run, compare_runs
+    from gpuvar.compare.settings import compare_settings
     from gpuvar.errors import GpuvarError
 
     if args.results:
@@ -131,22 +163,28 @@ def run(args) -> int:
         base.name, cand.name = names
     elif base.name == cand.name:
         base.name, cand.name = f"{base.name} (baseline)", f"{cand.name} (candidate)"
-    formats = tuple(dict.fromkeys(args.formats))
-    options = Options(
-        args.key,
-        args.bootstrap,
-        args.confidence,
-        args.alpha,
-        args.min_launches,
-        args.min_effect,
-        args.seed,
-        formats,
-        args.dpi,
-        min_probability=args.min_probability,
+    options = compare_settings(
+        **{o.name: getattr(args, o.flag.lstrip("-").replace("-", "_")) for o in _settings_options()}
     )
     with staged_folder(args.output, replace=True) as tmp:  # the folder appears complete or not at all
+        if not args.results:
+            ingest_sides((base, cand), tmp, Path(args.output))
         record = compare_runs(base, cand, tmp, options)
+    from gpuvar.text_safety import plain
+
     for warning in record["warnings"]:
-        print(f"gpuvar compare: warning: {warning}", file=sys.stderr)
-    print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
+        print(f"gpuvar compare: warning: {plain(warning)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"output": str(args.output), **record["summary"]}, sort_keys=True))
+    else:
+        from gpuvar.compare.page import console
+
+        print(console(record, Path(args.output)))
+    if args.fail_on:
+        from gpuvar.compare.run import gate
+
+        failing = gate(record, args.fail_on)
+        for line in failing:
+            print(f"gpuvar compare: --fail-on {args.fail_on}: {plain(line)}", file=sys.stderr)
+        return 1 if failing else 0
     return 0

@@ -292,7 +292,7 @@ def causal_diff(causes: dict, rows: pd.DataFrame, stem, formats, dpi, max_groups
     rows: causal_diff.csv with its target column)."""
     from matplotlib.lines import Line2D
 
-    from gpuvar.plots.causal_graph import group_name
+    from gpuvar.causal.describe import group_name
 
     panels = sorted(
         ((t, g) for t, d in causes.items() for g in d["groups"] if g["changes"]),

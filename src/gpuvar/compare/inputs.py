@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, CAUSAL_SUMMARY, INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
-from gpuvar.compare.names import ARROW
 from gpuvar.errors import InputError
+from gpuvar.kernel_names import ARROW
 
 KEYS = ("kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site")
 MIN_STEPS = 10  # fewer recorded steps than this: resample time blocks instead

@@ -10,11 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from gpuvar.canonical_io import json_ready, write_json, write_text
 from gpuvar.compare import causal_diff, environment, figures, inputs, kernels, page, windows
-from gpuvar.errors import GpuvarError, InputError
+from gpuvar.compare.settings import CompareSettings
+from gpuvar.errors import InputError
+from gpuvar.markdown_html import render_html
 from gpuvar.plots import style
 
 
@@ -26,33 +29,8 @@ class Run:
     ingest: Path
     bins: list[Path] = field(default_factory=list)
     causal: list[Path] = field(default_factory=list)
-
-
-@dataclass
-class Options:
-    key: str = "kernel_name"
-    bootstrap: int = 2000
-    confidence: float = 0.95
-    alpha: float = 0.05
-    min_launches: int = 5
-    min_effect: float = 0.02
-    seed: int = 0
-    formats: tuple[str, ...] = ("svg", "png")
-    dpi: int = 110
-    forest_rows: int = 30
-    min_probability: float = 0.5
-
-    def check(self) -> None:
-        if self.bootstrap < 100:
-            raise GpuvarError(f"--bootstrap must be at least 100 resamples, got {self.bootstrap}")
-        if not 0 <= self.min_probability <= 1:
-            raise GpuvarError(f"--min-probability must lie in [0, 1], got {self.min_probability}")
-        if not 0 < self.confidence < 1 or not 0 < self.alpha < 1:
-            raise GpuvarError("--confidence and --alpha must lie strictly between 0 and 1")
-        if self.min_launches < 2:
-            raise GpuvarError(f"--min-launches must be at least 2, got {self.min_launches}")
-        if not 0 <= self.min_effect < 1:
-            raise GpuvarError(f"--min-effect must lie in [0, 1) (0.02 = 2 %), got {self.min_effect}")
+    source: Path | None = None  # the profiler file this side was ingested from by `gpuvar compare` itself
+    kept: Path | None = None  # where that ingest is once the comparison is in place (OUTPUT/ingest/<side>)
 
 
 OPTION_KEYS = ("key", "bootstrap", "confidence", "alpha", "min_launches", "min_effect", "seed", "min_probability")
@@ -72,7 +50,8 @@ def _side(run: Run, k: inputs.Kernels) -> dict:
     kinds = k.frame.groupby("kind")["duration"].sum()
     return {
         "name": run.name,
-        "kernels_file": str(k.path),
+        "kernels_file": str(run.kept / k.path.name if run.kept else k.path),
+        "source": str(run.source) if run.source else None,
         "rows_in": k.rows_in,
         "rows_used": int(len(k.frame)),
         "rows_dropped": dict(sorted(k.dropped.items())),
@@ -108,11 +87,48 @@ def summarise(table: pd.DataFrame, sides: tuple[dict, dict]) -> dict:
     }
 
 
-def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Options | None = None) -> dict:
+TOTAL_KEY = "total GPU time per step"
+
+
+def total_row(kb: pd.DataFrame, kc: pd.DataFrame, options: CompareSettings) -> dict:
+    """The runs' total GPU time (kernels, copies, memsets) per resampling unit (step, else time block) compared
+    like one kernel: ratio of the median per-unit totals, the same cluster bootstrap, noise and minimum effect,
+    so a slowdown spread thinly over many kernels, none of them beyond noise alone, still shows in the total."""
+
+    def per_unit(frame: pd.DataFrame) -> pd.DataFrame:
+        totals = frame.groupby("unit", sort=True)["duration"].sum()
+        return pd.DataFrame({"key": TOTAL_KEY, "duration": totals.to_numpy(np.float64), "unit": totals.index})
+
+    table = kernels.compare_kernels(
+        per_unit(kb),
+        per_unit(kc),
+        bootstrap=options.bootstrap,
+        confidence=options.confidence,
+        alpha=options.alpha,
+        min_launches=options.min_launches,
+        min_effect=options.min_effect,
+        seed=options.seed,
+    )
+    row = table.iloc[0].to_dict() if len(table) else {"key": TOTAL_KEY, "verdict": "untested"}
+    return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
+
+
+def gate(record: dict, fail_on: str) -> list[str]:
+    """What fails a CI gate: the rows (kernels, copies, memsets) and the total whose verdict is `slower` (fail_on
+    'slower') or `slower`/`faster` (fail_on 'changed'), beyond noise and the minimum effect."""
+    bad = ("slower",) if fail_on == "slower" else ("slower", "faster")
+    rows = [r for r in record["kernels"] if r["verdict"] in bad]
+    total = record.get("total") or {}
+    failing = [f"{r['label']}: {r['verdict']} ×{r['ratio']:.3f}" for r in rows]
+    if total.get("verdict") in bad:
+        failing.insert(0, f"{TOTAL_KEY}: {total['verdict']} ×{total['ratio']:.3f}")
+    return failing
+
+
+def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: CompareSettings | None = None) -> dict:
     """Compare two runs and write OUTDIR/{compare.json,kernels.csv,causal_diff.csv,forest.*,distributions.*,
-    causal_diff.*}; returns the compare.json record."""
-    options = options or Options()
-    options.check()
+    causal_diff.*}; returns the compare.json record. `options`: gpuvar.compare.settings (default: its defaults)."""
+    options = options or CompareSettings()
     outdir = Path(outdir)
     kb = inputs.read_kernels(baseline.ingest, options.key)
     kc = inputs.read_kernels(candidate.ingest, options.key)
@@ -154,6 +170,7 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
         },
         "options": {k: getattr(options, k) for k in OPTION_KEYS},
         "summary": summarise(table, sides),
+        "total": total_row(kb.frame, kc.frame, options),
         "kernels": table.to_dict("records"),
         "windows": win,
         "causes": causes,
@@ -177,12 +194,17 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Opt
     }
     record = json_ready(record)
     outdir.mkdir(parents=True, exist_ok=True)
-    write_json(record, outdir / "compare.json")
-    write_text(page.render(record), outdir / "compare.md")
     style.write_csv(table, outdir / "kernels.csv")
     style.write_csv(diffs, outdir / "causal_diff.csv")
     figures.forest(table, outdir / "forest", options.formats, options.dpi, names, options.forest_rows)
     figures.delta_time(table, outdir / "delta_time", options.formats, options.dpi, names, options.forest_rows)
     figures.distributions(table, kb.frame, kc.frame, outdir / "distributions", options.formats, options.dpi, names)
     figures.causal_diff(causes, diffs, outdir / "causal_diff", options.formats, options.dpi)
+    # the page last: it links (and its HTML embeds) the figures drawn as PNG
+    drawn = [name for name in page.FIGURES if (outdir / f"{name}.png").exists()]
+    markdown = page.render(record, drawn)
+    write_text(markdown, outdir / "compare.md")
+    title = f"gpuvar compare: {record['baseline']['name']} → {record['candidate']['name']}"
+    write_text(render_html(markdown, outdir, title), outdir / "compare.html")
+    write_json(record, outdir / "compare.json")  # last: its presence means the comparison is complete
     return record

@@ -184,3 +184,53 @@ def label_drift(steps: int = 300, seed: int = 0, shapes: bool = False) -> pd.Dat
         for column in ("op_flops", "op_m", "op_n", "op_k"):
             out[column] = frame[column].to_numpy(np.float64)
     return out
+
+
+PAGE_OPS = 13  # more findings than the page shows (gpuvar.findings.report.MAX_FINDINGS)
+LONGEST_NS = 2_000_000
+
+
+def page_traps(steps: int = 300, seed: int = 0) -> pd.DataFrame:
+    """The page's traps in one step loop. PAGE_OPS ops `aten::op{i}` like `heteroscedastic` (duration follows a
+    per-step grid_x), each costlier than the last, so there are more findings than the page shows; `aten::tiny`:
+    ~100 ns launches with 30 % noise, far below the time floor and explained by nothing; `aten::once`: one
+    launch (nothing to compare); `aten::steady`: 1 % noise over every step (stable); `aten::few_steady`: 1 %
+    noise over 5 launches (too few to call stable). One launch of the costliest op takes LONGEST_NS, ~25x its
+    call site's median: the longest launch of the trace, which its evidence must name."""
+    rng = np.random.default_rng(seed)
+    grid = rng.integers(8, 129, size=steps) * 16
+    parts = []
+
+    def op(name: str, duration, offset_ns: int, grid_x, launches: int | None = None) -> None:
+        n = len(duration)
+        step = np.arange(n, dtype=np.int64)
+        parts.append(
+            {
+                "kernel_name": [f"{name.split('::')[1]}_kernel"] * n,
+                "start": step * STEP_NS * 4 + offset_ns,
+                "duration": np.round(np.asarray(duration, dtype=float)).clip(min=1),
+                "grid_x": np.asarray(grid_x, dtype=np.int64),
+                "step": step,
+                "call_index": np.zeros(n, np.int64),
+                "launch_op": [name] * n,
+                "call_site": [f"{name}#0.0"] * n,
+            }
+        )
+
+    for i in range(PAGE_OPS):
+        mean = (10.0 + 5 * i) * grid
+        op(f"aten::op{i}", mean * (1 + NOISE_CV * rng.standard_normal(steps)), 40_000 * i, grid)
+    op("aten::tiny", 100 * (1 + 0.3 * rng.standard_normal(steps)).clip(0.2), 3_000_000, np.full(steps, 4))
+    op("aten::once", [50_000.0], 3_100_000, [64])
+    op("aten::steady", 20_000 * (1 + 0.01 * rng.standard_normal(steps)), 3_200_000, np.full(steps, 64))
+    op("aten::few_steady", 20_000 * (1 + 0.01 * rng.standard_normal(5)), 3_300_000, np.full(5, 64))
+    columns = {key: np.concatenate([np.asarray(p[key]) for p in parts]) for key in parts[0]}
+    frame = _frame(columns, len(columns["start"]))
+    last = frame.index[frame["launch_op"] == f"aten::op{PAGE_OPS - 1}"][7]
+    frame.loc[last, "duration"] = LONGEST_NS  # the longest launch of the trace, ~25x its call site's median
+    frame["end"] = frame["start"] + frame["duration"]
+    return (
+        frame.sort_values("start", kind="stable")
+        .reset_index(drop=True)
+        .assign(launch_id=lambda f: np.arange(len(f), dtype=np.int64))
+    )

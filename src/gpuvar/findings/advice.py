@@ -132,7 +132,7 @@ def check_text(key: str, top_label: str | None, vendor: str, cv_within: str, rem
     """The experiment that would confirm the finding (its own numbers in it)."""
     if key == "size":
         return (
-            f"Re-run with {top_label} fixed (one input size); expect the CV within call sites to fall from {cv_within} "
+            f"Re-run with {top_label}; expect the CV within call sites to fall from {cv_within} "
             f"to about the unexplained remainder ({remain} of its variance)."
         )
     if key == "copy":
@@ -151,7 +151,7 @@ def check_text(key: str, top_label: str | None, vendor: str, cv_within: str, rem
             "Align the ranks (fix the late rank's cause); expect this collective's time to fall to its transfer time."
         )
     if key == "counter":
-        return f"Hold {top_label} constant (same inputs); expect the CV within call sites to fall from {cv_within}."
+        return f"Re-run with the same inputs ({top_label}); expect the CV within call sites to fall from {cv_within}."
     rerun = {
         NVIDIA: "Re-run with locked clocks (`nvidia-smi -lgc <MHz>`)",
         AMD: "Re-run with deterministic clocks (`rocm-smi --setperfdeterminism <MHz>`)",

@@ -15,10 +15,12 @@ Per group, over every launch of the dataset (not only the most variable bins):
                        among hundreds of counters cannot inflate the share), times the within fraction
   unexplained          the rest
 The five shares add up to 1. The within-call-site part is fitted on durations and features centred in each call
-site (each call site its own intercept), folds by step where steps are known (gpuvar.findings.verdict).
+site (each call site its own intercept), folds by step where steps are known (gpuvar.causal.share_test).
 
 Drivers are chosen forward: the feature (or block: the kernel variants together) that explains most of what is
-left, while it adds at least DRIVER_MIN_SHARE of the within-call-site variance, at most MAX_DRIVERS. So a feature
+left, while it adds at least DRIVER_MIN_SHARE of the within-call-site variance, at most MAX_DRIVERS; size and
+context first, counters only for what they leave (a work counter mediates size: bytes follow the size, the size
+is what the program sets). So a feature
 that only repeats a stronger one (a GEMM's grid_y, which cuBLAS lowers as the size grows, next to the size
 itself) is not named with its own sign; near-duplicates of a driver (|corr| >= DUPLICATE_CORR) are named beside it.
 """
@@ -30,29 +32,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from gpuvar.findings.features import COUNTER, SIZE, STEP_THREADS, VARIANT_LABEL, Features
-from gpuvar.findings.verdict import (
-    ALPHA,
-    DECLINED,
-    EXPLAINED,
-    EXPLAINED_SHARE,
-    FOLDS,
-    MIN_ROWS,
-    NOT_EXPLAINED,
-    PARTLY,
-    PARTLY_SHARE,
-    PERMUTATIONS,
-    RESIDUAL_ALPHA,
-    ShareTest,
-    fold_of,
-    residual_dependence_of,
+from gpuvar.causal.share_test import DECLINED, FOLDS, MIN_ROWS, ShareTest, fold_of
+from gpuvar.causal.within_site import (
+    DRIVER_MIN_SHARE,
+    Basis,
+    SlopeGroups,
+    centred,
+    standardise,
+    within_test,
 )
-from gpuvar.findings.within_site import Basis, SlopeGroups, basis_of, cv_r2, fit_predict, within_permutations
+from gpuvar.findings.features import COUNTER, SIZE, STEP_THREADS, VARIANT_LABEL, Features
 
 SITE_SEPARATOR = " @ "
-DRIVER_MIN_SHARE = 0.05  # a feature adding less of the within-call-site variance is not a driver
 MAX_DRIVERS = 4
-MAX_COUNTERS = 3
 MAX_MERGED_NAMED = 2  # near-duplicates named in a driver's label (all of them in findings.json)
 DUPLICATE_CORR = 0.95  # drivers this correlated are one driver, named after the first (a launch parameter)
 NEAR_TIE = 0.02  # candidates within this share of the best: the one a user can change is named
@@ -68,26 +60,22 @@ def call_sites(kernels: pd.DataFrame) -> pd.Series:
     return pd.Series(["?"] * len(kernels), index=kernels.index, dtype=object)
 
 
+POSITION_SITE = r"^(?:iter|step)#\d+$"  # call sites that are a position in the step or iteration (no host ops)
+
+
 def groups_of(kernels: pd.DataFrame) -> pd.Series:
-    """The group of each launch: its launching op where recorded, else its kernel name."""
+    """The group of each launch: its launching op where recorded; else, where its call site is a position in the
+    step or iteration (traces without host ops), that call site, so the kernel variants a library picks at one
+    place stay together; else its kernel name."""
     names = kernels["kernel_name"].astype("string").fillna("?")
-    if "launch_op" not in kernels.columns:
-        return names.astype(object)
-    ops = kernels["launch_op"].astype("string")
-    return ops.where(ops.notna(), names).astype(object)
-
-
-def _centred(values: np.ndarray, codes: np.ndarray, n_sites: int) -> np.ndarray:
-    """Each column minus its call site's mean."""
-    counts = np.bincount(codes, minlength=n_sites).astype(np.float64)
-    if values.ndim == 1:
-        means = np.bincount(codes, weights=values, minlength=n_sites) / counts
-        return values - means[codes]
-    out = np.empty_like(values)
-    for k in range(values.shape[1]):
-        means = np.bincount(codes, weights=values[:, k], minlength=n_sites) / counts
-        out[:, k] = values[:, k] - means[codes]
-    return out
+    groups = names
+    if "call_site" in kernels.columns:
+        sites = kernels["call_site"].astype("string")
+        groups = sites.where(sites.str.match(POSITION_SITE).fillna(False), groups)
+    if "launch_op" in kernels.columns:
+        ops = kernels["launch_op"].astype("string")
+        groups = ops.where(ops.notna(), groups)
+    return groups.astype(object)
 
 
 @dataclass
@@ -203,11 +191,17 @@ def _drivers(groups: SlopeGroups, X: np.ndarray, kinds: dict[str, str], blocks: 
     taken: set[str] = set()
     drivers: list[Driver] = []
     for _ in range(MAX_DRIVERS):
-        scored = [(_gain(basis, X, cols, r, total), name, cols) for name, cols in blocks.items() if name not in taken]
-        scored = [s for s in scored if s[0] > 0]
-        if not scored:
-            break
-        best = max(g for g, _, _ in scored)
+        best, scored = 0.0, []
+        for tier in ((SIZE, "context"), (COUNTER,)):  # counters only for what size and context leave
+            scored = [
+                (_gain(basis, X, cols, r, total), name, cols)
+                for name, cols in blocks.items()
+                if name not in taken and kinds[name] in tier
+            ]
+            scored = [s for s in scored if s[0] > 0]
+            best = max((g for g, _, _ in scored), default=0.0)
+            if best >= DRIVER_MIN_SHARE:
+                break
         if best < DRIVER_MIN_SHARE:
             break
         near = [s for s in scored if s[0] >= best - NEAR_TIE]
@@ -235,131 +229,6 @@ def _drivers(groups: SlopeGroups, X: np.ndarray, kinds: dict[str, str], blocks: 
     return drivers
 
 
-def _standardise(X: np.ndarray) -> np.ndarray:
-    if X.shape[1] == 0:
-        return X
-    sd = X.std(axis=0)
-    return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1)
-
-
-def select_counters(groups: SlopeGroups, F: np.ndarray, C: np.ndarray, y: np.ndarray, rows=None) -> list[int]:
-    """Up to MAX_COUNTERS columns of C that, one after another, explain most of y left after F (greedy, in
-    sample, on `rows` only when given), each adding at least DRIVER_MIN_SHARE of y's sum of squares."""
-    if C.shape[1] == 0:
-        return []
-    w = np.ones(len(y)) if rows is None else rows.astype(np.float64)
-    y = y * w
-    total = float((y**2).sum())
-    if total <= 0:
-        return []
-    basis = basis_of(groups, F * w[:, None])
-    chosen: list[int] = []
-    for _ in range(MAX_COUNTERS):
-        before = basis.explained(y)
-        gains = []
-        for k in range(C.shape[1]):
-            if k in chosen:
-                gains.append(0.0)
-                continue
-            b = basis.copy()
-            gains.append((b.explained(y) - before) / total if b.add(C[:, k] * w) else 0.0)
-        best = int(np.argmax(gains))
-        if gains[best] < DRIVER_MIN_SHARE:
-            break
-        chosen.append(best)
-        basis.add(C[:, best] * w)
-    return chosen
-
-
-def _cv_with_counters(groups: SlopeGroups, F, C, y, folds) -> float:
-    """Cross-validated R^2 on F plus the counters of C chosen on each fold's training rows."""
-    if not C.shape[1]:
-        return cv_r2(groups, F, y, folds)
-    total = float((y**2).sum())
-    if total <= 0:
-        return 0.0
-    error = 0.0
-    for f in np.unique(folds):
-        test = folds == f
-        picked = select_counters(groups, F, C, y, ~test)
-        X = np.column_stack([F, C[:, picked]]) if picked else F
-        pred = fit_predict(groups, X, y, ~test)
-        error += float(((y[test] - pred[test]) ** 2).sum())
-    return float(min(1.0, max(0.0, 1.0 - error / total)))
-
-
-def _permutation_p(groups: SlopeGroups, sites: np.ndarray, F, C, y, observed: float, seed: int) -> float:
-    """How often y permuted within its call sites is explained as well (the counter choice repeated for each)."""
-    rng = np.random.default_rng(seed)
-    total = float((y**2).sum())
-    hits, done, block = 0, 0, 25
-    basis = basis_of(groups, F) if not C.shape[1] else None
-    while done < PERMUTATIONS:
-        m = min(block, PERMUTATIONS - done)
-        Y = within_permutations(groups, sites, y, m, rng)
-        if basis is not None:
-            stats = basis.explained_many(Y) / total
-        else:
-            stats = []
-            for c in range(m):
-                picked = select_counters(groups, F, C, Y[:, c])
-                stats.append(basis_of(groups, np.column_stack([F, C[:, picked]])).explained(Y[:, c]) / total)
-            stats = np.asarray(stats)
-        hits += int((stats >= observed - 1e-12).sum())
-        done += m
-    return (1 + hits) / (1 + PERMUTATIONS)
-
-
-def _varying(X: np.ndarray) -> np.ndarray:
-    return np.array([k for k in range(X.shape[1]) if np.isfinite(X[:, k]).all() and np.ptp(X[:, k]) > 0], dtype=int)
-
-
-def within_test(
-    groups: SlopeGroups,
-    sites: np.ndarray,
-    F: np.ndarray,
-    C: np.ndarray,
-    y: np.ndarray,
-    names: list[str],
-    folds: np.ndarray,
-    seed: int,
-    residual_check: bool = True,
-    site_means: np.ndarray | None = None,
-) -> ShareTest:
-    """How much of the centred durations y (sorted rows) the features F (and counters chosen from C) explain with
-    a slope per call site: cross-validated share, permutation p-value within call sites, verdict."""
-    n = len(y)
-    if n < MIN_ROWS:
-        return ShareTest(DECLINED, rows=n, reason=f"too few launches ({n} < {MIN_ROWS})")
-    if float((y**2).sum()) <= 0:
-        return ShareTest(DECLINED, rows=n, reason="nothing to explain: no variance within call sites")
-    f_keep, c_keep = _varying(F), _varying(C)
-    F, C = _standardise(F[:, f_keep]), _standardise(C[:, c_keep])
-    names = [names[k] for k in f_keep] + [names[F.shape[1] + k] for k in c_keep] if len(names) else []
-    if F.shape[1] + C.shape[1] == 0:
-        return ShareTest(NOT_EXPLAINED, rows=n, reason="no recorded feature varies within call sites")
-    share = _cv_with_counters(groups, F, C, y, folds)
-    picked = select_counters(groups, F, C, y)
-    X = np.column_stack([F, C[:, picked]]) if picked else F
-    total = float((y**2).sum())
-    observed = basis_of(groups, X).explained(y) / total
-    p = _permutation_p(groups, sites, F, C, y, observed, seed)
-    if p >= ALPHA or share < PARTLY_SHARE:
-        verdict = NOT_EXPLAINED
-    elif share >= EXPLAINED_SHARE:
-        verdict = EXPLAINED
-    else:
-        verdict = PARTLY
-    used = names[: F.shape[1]] + [names[F.shape[1] + k] for k in picked]
-    result = ShareTest(verdict, share, observed, p, n, used)
-    if residual_check and verdict != NOT_EXPLAINED:
-        fitted = fit_predict(groups, X, y, np.ones(n, dtype=bool))
-        absolute = (fitted if site_means is None else site_means + fitted)[:, None]
-        result.residual_p = residual_dependence_of(absolute, fitted, y - fitted, seed)
-        result.residuals_depend = result.residual_p < RESIDUAL_ALPHA
-    return result
-
-
 def decompose_group(
     group: str,
     durations: np.ndarray,
@@ -376,7 +245,7 @@ def decompose_group(
     site_codes, site_keys = pd.factorize(pd.Series(sites, dtype=object), sort=True)
     n_sites = len(site_keys)
     per_site = np.bincount(site_codes, minlength=n_sites) if n else np.zeros(0, np.int64)
-    resid = _centred(d, site_codes, n_sites)
+    resid = centred(d, site_codes, n_sites)
     total = float(((d - mean) ** 2).sum())
     within = float((resid**2).sum())
     between = (total - within) / total if total > 0 else 0.0
@@ -399,7 +268,7 @@ def decompose_group(
         order = groups.order
         y = resid[order]
         X = (
-            _centred(features.table.to_numpy(dtype=np.float64), site_codes, n_sites)[order]
+            centred(features.table.to_numpy(dtype=np.float64), site_codes, n_sites)[order]
             if names
             else np.zeros((n, 0))
         )
@@ -434,7 +303,7 @@ def decompose_group(
         counter_share = max(0.0, shares[2] - size_share - context_share)
         block_idx = {b: [col[c] for c in cols] for b, cols in features.blocks.items()}
         kinds = {b: features.kinds[cols[0]] for b, cols in features.blocks.items()}
-        Xs = _standardise(X)
+        Xs = standardise(X)
         drivers = _drivers(groups, Xs, kinds, block_idx, y)
     size_part = size_share * within_fraction
     context_part = context_share * within_fraction
@@ -506,7 +375,7 @@ def decompose(kernels: pd.DataFrame, seed: int = 0) -> list[Decomposition]:
                 pd.to_numeric(part["duration"]).to_numpy(dtype=np.float64),
                 sites.iloc[index].to_numpy(),
                 part["kernel_name"].astype("string").fillna("?").to_numpy(dtype=object),
-                group_features(part, size_cols, context, counters),
+                group_features(part, size_cols, context, counters, sites.iloc[index].to_numpy()),
                 step_values,
                 seed,
             )

@@ -129,13 +129,26 @@ def variant_indicators(names: pd.Series) -> pd.DataFrame:
     return pd.DataFrame(cols, index=names.index)
 
 
-def group_features(part: pd.DataFrame, size_cols: list[str], context: pd.DataFrame, counters: list[str]) -> Features:
-    """The feature table of one group's launches: columns that are known (no null) for every launch."""
+def group_features(
+    part: pd.DataFrame, size_cols: list[str], context: pd.DataFrame, counters: list[str], sites=None
+) -> Features:
+    """The feature table of one group's launches. A column is kept when, within each call site, it is known for
+    every launch or for none: the models work within call sites, so a call site where a feature is unknown (the
+    launch outside every step that has no step_threads, an op that records no shapes) just does not use it (its
+    value is set to 0, constant within the site, so it drops out when centred); a column unknown for some
+    launches of one call site is left out, never a launch."""
     frames, kinds = [], {}
+    site_codes = pd.factorize(pd.Series(sites, index=part.index, dtype=object))[0] if sites is not None else None
 
     def add(frame: pd.DataFrame, kind: str) -> None:
         frame = frame.apply(pd.to_numeric, errors="coerce").astype(np.float64)
-        frame = frame.loc[:, frame.notna().all().to_numpy()]
+        missing = frame.isna()
+        if site_codes is None:
+            usable = ~missing.any()
+        else:
+            per_site = missing.groupby(site_codes).mean()
+            usable = ((per_site == 0) | (per_site == 1)).all() & ~missing.all()
+        frame = frame.loc[:, usable.to_numpy()].fillna(0.0)
         frames.append(frame)
         kinds.update(dict.fromkeys(frame.columns, kind))
 

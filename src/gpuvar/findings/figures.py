@@ -14,6 +14,23 @@ import pandas as pd
 
 MAX_CALL_SITES = 8  # colours; the rest are drawn grey as "other call sites"
 MAX_POINTS = 20_000  # per figure: a deterministic subsample beyond that
+SITE_LABEL = 40  # characters of a call site in the legend, shortened at a word boundary
+TITLE_WIDTH = 100  # characters per line of the claim under the kernel's name (two lines at most)
+
+
+def _site_label(site) -> str:
+    """A call site as the legend shows it: its end kept (the op's occurrence, `#3.0`), cut between words."""
+    from gpuvar.kernel_names import shorten_left
+
+    return shorten_left(str(site), SITE_LABEL)
+
+
+def _two_lines(claim: str) -> str:
+    """The claim on at most two lines, broken and, if need be, cut between words ('…'), never inside one."""
+    from gpuvar.plots import style
+
+    lines = style.wrap_label(claim, TITLE_WIDTH).split("\n")
+    return "\n".join(lines[:2]) + (" …" if len(lines) > 2 else "")
 
 
 def finding_figure(part: pd.DataFrame, sites: np.ndarray, finding: dict, stem: Path) -> Path:
@@ -46,15 +63,17 @@ def finding_figure(part: pd.DataFrame, sites: np.ndarray, finding: dict, stem: P
     for k, site in enumerate(ranked):
         mask = (site_series == site).to_numpy()
         r = rows[mask[rows]]
-        ax.scatter(x[r], d[r], s=6, color=colours(k % 10), label=str(site)[:40], linewidths=0)
+        ax.scatter(x[r], d[r], s=6, color=colours(k % 10), label=_site_label(site), linewidths=0)
         ax.axhline(float(np.median(d[mask])), color=colours(k % 10), lw=0.6, alpha=0.6)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("duration (µs)")
     short = finding["short_name"]
     claim = finding["headline"][len(short) + 2 :] if finding["headline"].startswith(short) else finding["headline"]
-    ax.set_title(f"{short}\n{claim[:110]}", fontsize=8)
-    if len(ranked) > 1 or others.any():
-        ax.legend(loc="best", fontsize=6, markerscale=2, frameon=False)
+    ax.set_title(f"{short}\n{_two_lines(claim)}", fontsize=8)
+    if len(ranked) > 1 or others.any():  # beside the axes, never over the launches (the saved image grows to fit)
+        ax.legend(
+            loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6, markerscale=2, frameon=False, title="call site"
+        ).get_title().set_fontsize(6)
     v = finding["verdict"]
     style.footnote(
         fig,

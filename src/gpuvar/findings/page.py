@@ -8,33 +8,15 @@ stable, differ only between call sites, could not be compared, or cost too littl
 
 from __future__ import annotations
 
-import re
-
+from gpuvar.causal.share_test import MIN_ROWS
 from gpuvar.findings.decompose import STABLE_CV
 from gpuvar.findings.report import MAX_KERNEL_ROWS, MIN_RECOVERABLE_SHARE, duration_text, percent, short_name
 from gpuvar.findings.steps import headline as step_headline
-from gpuvar.findings.verdict import MIN_ROWS
+from gpuvar.text_safety import md_code, md_text
+from gpuvar.text_safety import plain as plain_text
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def safe(text: str) -> str:
-    """Text from a trace as Markdown shows it literally: no control characters (terminal escapes), no line
-    breaks, and the characters that start Markdown structure escaped."""
-    text = _CONTROL.sub("?", str(text)).replace("\n", " ").replace("\r", " ")
-    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", text)
-
-
-def plain(text: str) -> str:
-    """Text from a trace as a terminal prints it literally: control characters (escape sequences) replaced."""
-    return _CONTROL.sub("?", str(text)).replace("\n", " ")
-
-
-def code(text: str) -> str:
-    """Text in a code span (any backticks inside handled)."""
-    text = _CONTROL.sub("?", str(text)).replace("\n", " ")
-    fence = "``" if "`" in text else "`"
-    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+# names from a trace (kernels, ops, datasets) pass through gpuvar.text_safety: no Markdown structure, no escapes
+safe, code, plain = md_text, md_code, plain_text
 
 
 def _shares(s: dict) -> str:
@@ -85,7 +67,7 @@ def _finding(f: dict) -> list[str]:
         verdict += f" (cross-validated share {v['share']:.2f} of the within-call-site variance, a slope per call site"
         verdict += f", permutation p = {v['p_value']:.3g})" if v["p_value"] is not None else ")"
         check = v.get("residual_check")
-        if check and not check["passed"]:
+        if check and not check["passed"] and v["share"] < 0.95:
             verdict += "; the remainder still depends on the features (non-linear effect): the share is a lower bound"
     lines.append(verdict)
     if f["drivers"]:
@@ -112,6 +94,9 @@ def _finding(f: dict) -> list[str]:
     if f["evidence"].get("figure"):
         lines.append(f"  figure: [{f['evidence']['figure']}]({f['evidence']['figure']})")
     lines += [f"- **Do**: see *{f['advice']}* below", f"- **Check**: {f['verify']}"]
+    prediction = f.get("prediction")
+    if prediction:
+        lines.append(f"- **Predicts** (checked by `gpuvar verify`): {_prediction_text(prediction)}")
     graphs = f["evidence"].get("causal_graphs") or []
     if graphs:
         lines.append("- **Causal graphs of its kernels** (the most variable windows only, one graph per kernel name):")
@@ -120,6 +105,34 @@ def _finding(f: dict) -> list[str]:
         if len(graphs) > 3:
             lines.append(f"  and {len(graphs) - 3} more in findings.json")
     return lines + [""]
+
+
+def _interval(x: dict, show) -> str:
+    return f"{show(x['value'])} ({show(x['interval'][0])}–{show(x['interval'][1])})"
+
+
+def _prediction_text(p: dict) -> str:
+    """'with step_threads held at its median: 441 µs per step (440–441 µs), CV within call sites 0.3 % (...)'."""
+    iv, ref = p["intervention"], p["at_reference"]
+    if iv["type"] == "remove_context":
+        text = f"without {iv['feature']}"
+    else:
+        text = f"with {iv['feature']} held at one value (here its median)"
+    parts = []
+    if "time_per_launch_ns" in ref:
+        parts.append(f"{_interval(ref['time_per_launch_ns'], duration_text)} per launch")
+    if "time_per_step_ns" in ref:
+        parts.append(f"{_interval(ref['time_per_step_ns'], duration_text)} per step at its call sites")
+    if "cv_within_call_site" in ref:
+        parts.append(f"CV within call sites {_interval(ref['cv_within_call_site'], percent)}")
+    text += ": " + ", ".join(parts)
+    saving = p.get("saving")
+    if saving:
+        text += (
+            f"; it saves {_interval(saving['per_affected_step_ns'], duration_text)} in each of the "
+            f"{saving['affected_steps']} affected steps, {_interval(saving['over_the_run_ns'], duration_text)} over the run"
+        )
+    return text
 
 
 def _graph_text(g: dict) -> str:
@@ -190,12 +203,15 @@ def dataset_section(rec: dict) -> list[str]:
     elif not rec.get("steps"):
         lines += ["**Step time**: this trace has no steps (no step markers, syncs or repeating launch pattern).", ""]
     p = rec["pooled_shares"]
-    lines += [
-        f"Spread of launch durations, all groups: between call sites {percent(p['between'])}, problem size "
-        f"{percent(p['size'])}, context {percent(p['context'])}, work counters {percent(p.get('counters', 0.0))}, "
-        f"unexplained {percent(p['unexplained'])}.",
-        "",
-    ]
+    if sum(p.values()) > 0:
+        lines += [
+            f"Spread of launch durations, all groups: between call sites {percent(p['between'])}, problem size "
+            f"{percent(p['size'])}, context {percent(p['context'])}, work counters {percent(p.get('counters', 0.0))}, "
+            f"unexplained {percent(p['unexplained'])}.",
+            "",
+        ]
+    else:
+        lines += ["No spread of launch durations to split: too few launches of any group to compare.", ""]
     if rec["nothing_actionable"]:
         lines += [
             f"**Nothing actionable.** Every group is stable within its call sites (CV < {percent(STABLE_CV)} with "
@@ -227,7 +243,7 @@ def dataset_section(rec: dict) -> list[str]:
     lines += _listing(
         f"**Stable** (CV within call sites < {percent(STABLE_CV)}, {MIN_ROWS} launches or more):",
         rec["stable"],
-        lambda e: f"{e['launches']} launches, CV within call sites {percent(e['cv_within'])}",
+        lambda e: f"{e['launches']} launches, CV within call sites {100 * e['cv_within']:.1f} %",  # vs the 3 % line
     )
     lines += _listing(
         "**Not compared**:",

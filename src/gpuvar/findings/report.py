@@ -20,9 +20,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from gpuvar.causal.share_test import DECLINED, EXPLAINED, MIN_ROWS, NOT_EXPLAINED, PARTLY
 from gpuvar.findings import advice as A
-from gpuvar.findings.decompose import STABLE_CV, Decomposition, call_sites, groups_of
-from gpuvar.findings.verdict import DECLINED, EXPLAINED, MIN_ROWS, NOT_EXPLAINED, PARTLY
+from gpuvar.findings.decompose import POSITION_SITE, STABLE_CV, Decomposition, call_sites, groups_of
 
 BOOTSTRAP = 200
 MAX_FINDINGS = 10
@@ -66,8 +66,39 @@ def _strip_parameters(text: str) -> str:
     return text
 
 
-def display_name(group: str, is_op: bool) -> str:
-    return group if is_op else short_name(group)
+def display_name(group: str, is_op: bool, kernels: dict | None = None) -> str:
+    """An op as it is named; a position in the step ('iter#3') with its commonest kernel; a kernel name short."""
+    if is_op:
+        return group
+    if re.match(POSITION_SITE, group) and kernels:
+        return f"{group} ({short_name(next(iter(kernels)), 50)})"
+    return short_name(group)
+
+
+_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+")
+
+
+def distinct_names(display: dict[str, str]) -> dict[str, str]:
+    """Display names that tell groups apart: where two groups would show the same short name (two instantiations
+    of one templated kernel: vector width 4 or 2, float or Half), each gets the first token of its full name that
+    differs from the others' at the same position (`vectorized_elementwise_kernel[...] ‹4›`)."""
+    by_name: dict[str, list[str]] = {}
+    for group, name in display.items():
+        by_name.setdefault(name, []).append(group)
+    out = dict(display)
+    for name, groups in by_name.items():
+        if len(groups) < 2:
+            continue
+        tokens = {g: _TOKEN.findall(g) for g in groups}
+        for g in groups:
+            mine, others = tokens[g], [tokens[o] for o in groups if o != g]
+            at = next(
+                (i for i in range(len(mine)) if any(i >= len(t) or t[i] != mine[i] for t in others)),
+                None,
+            )
+            tag = mine[at] if at is not None else str(sorted(groups).index(g) + 1)
+            out[g] = f"{name} ‹{tag}›"
+    return out
 
 
 def percent(x: float | None) -> str:
@@ -77,8 +108,20 @@ def percent(x: float | None) -> str:
     return f"{100 * x:.0f} %" if abs(x) >= 0.01 or x == 0 else f"{100 * x:.1f} %"
 
 
+def _three_digits(x: float) -> str:
+    """x to three significant digits (trailing zeros dropped), or its whole part where that would take
+    exponent notation (3833.1 -> 3833, 999.6 -> 1000, 0.1142 -> 0.114)."""
+    text = f"{x:.3g}"
+    return f"{x:.0f}" if "e" in text else text
+
+
 def duration_text(ns: float) -> str:
-    return f"{ns / 1e6:.3g} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:.3g} µs"
+    """A duration a reader takes in at a glance: µs below 0.1 ms, ms below 1 s, else s; three significant
+    digits, never exponent notation (a launch 3.8 s into a trace read '3.83e+03 ms')."""
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{_three_digits(ns / 1e9)} s"
+    return f"{_three_digits(ns / 1e6)} ms" if a >= 1e5 else f"{_three_digits(ns / 1e3)} µs"
 
 
 def _sign(s: int) -> str:
@@ -120,6 +163,16 @@ def _headline(dec: Decomposition, name: str) -> str:
         return f"{name}: varies {percent(dec.cv_within)} (CV within call sites), not explained by recorded features"
     drivers = ", ".join(f"{d.label} {_sign(d.sign)}" for d in dec.drivers[:2]) or "the recorded features"
     return f"{name}: {v.verdict} {percent(v.share)} by {drivers}"
+
+
+def _what_to_fix(top) -> str | None:
+    """What a re-run would hold constant: one input size where the driver is the step's work, an input shape or
+    the library's variant (none of which a user sets directly), else the driver itself."""
+    if top is None:
+        return None
+    if top.feature == "step_threads" or top.feature.startswith("op_") or top.feature == "kernel variant":
+        return f"one input size ({top.feature} then stays constant)"
+    return f"{top.feature} fixed"
 
 
 def _medians(d: np.ndarray, sites: np.ndarray) -> np.ndarray:
@@ -221,6 +274,12 @@ def dataset_findings(
     notes: list[str] | None = None,
 ) -> dict:
     """The findings record of one dataset (what findings.json holds for it)."""
+    from gpuvar.findings.features import STEP_THREADS, step_threads
+    from gpuvar.findings.predict import finding_prediction
+
+    threads = step_threads(kernels) if STEP_THREADS not in kernels.columns else None
+    if threads is not None:
+        kernels = kernels.assign(**{STEP_THREADS: threads})
     d_all = pd.to_numeric(kernels["duration"], errors="coerce")
     total_ns = float(d_all.sum())
     rows = kernels[d_all.notna()]
@@ -228,6 +287,7 @@ def dataset_findings(
     groups = groups_of(rows)
     is_op = rows["launch_op"].notna().to_numpy() if "launch_op" in rows.columns else np.zeros(len(rows), dtype=bool)
     index_of = groups.groupby(groups, sort=False).indices
+    op_groups = set(groups[is_op].unique()) if is_op.any() else set()
     steps = pd.to_numeric(rows["step"], errors="coerce") if "step" in rows.columns else None
     origin = _origins(rows)
     entries, stable, call_site_only, not_compared, small = [], [], [], [], []
@@ -242,7 +302,7 @@ def dataset_findings(
         excess = np.maximum(d - median, 0.0)
         step_values = steps.iloc[idx].to_numpy() if steps is not None and steps.iloc[idx].notna().all() else None
         recoverable, interval = _recoverable(excess, step_values, seed)
-        name = display_name(dec.group, bool(is_op[idx].all()))
+        name = display_name(dec.group, bool(is_op[idx].all()), dec.kernels)
         category = category_of(dec)
         brief = {
             "group": dec.group,
@@ -296,10 +356,23 @@ def dataset_findings(
                     {"call_site": str(k), "excess_ns": round(float(v), 3)} for k, v in site_excess[:3].items()
                 ],
                 "advice": key,
-                "verify": A.check_text(key, top.label if top else None, vendor, percent(dec.cv_within), remain),
+                "verify": A.check_text(key, _what_to_fix(top), vendor, percent(dec.cv_within), remain),
                 "evidence": _evidence(part, s, d, median, origin),
             }
         )
+        entries[-1]["prediction"] = finding_prediction(entries[-1], part, s)
+    names = distinct_names(
+        {e["group"]: e["short_name"] for e in (*entries, *stable, *call_site_only, *not_compared, *small)}
+    )
+    for listing in (entries, stable, call_site_only, not_compared, small):
+        for e in listing:
+            if names[e["group"]] != e["short_name"]:
+                e["headline"] = (
+                    e["headline"].replace(e["short_name"], names[e["group"]], 1) if "headline" in e else None
+                )
+                e["short_name"] = names[e["group"]]
+                if e["headline"] is None:
+                    del e["headline"]
     entries.sort(key=lambda e: (-e["recoverable_ns"], e["group"]))
     for rank, entry in enumerate(entries, 1):
         entry["rank"] = rank
@@ -307,6 +380,10 @@ def dataset_findings(
         listing.sort(key=lambda e: (-e["recoverable_ns"], e["group"]))
     shared = A.shared_advice(vendor)
     used = sorted({e["advice"] for e in entries})
+    if step_record is not None:  # the step level names groups as the findings do
+        names = {dec.group: display_name(dec.group, dec.group in op_groups, dec.kernels) for dec in decompositions}
+        for op in step_record.get("ops", []):
+            op["name"] = names.get(op["group"], op["group"])
     return {
         "dataset": dataset,
         "vendor": vendor,

@@ -19,14 +19,16 @@ from gpuvar.artifacts import (
     CAUSAL_RECORD,
     CAUSAL_SUMMARY,
     DECOMPOSITION_TABLE,
+    FINDINGS_FRAGMENT,
+    FINDINGS_HTML,
     FINDINGS_PAGE,
     FINDINGS_RECORD,
     KERNELS_TABLE,
 )
+from gpuvar.causal import share_test as V
+from gpuvar.causal.within_site import DRIVER_MIN_SHARE, MIN_SITE_FIT
 from gpuvar.errors import InputError, path_problem
-from gpuvar.findings import verdict as V
 from gpuvar.findings.decompose import (
-    DRIVER_MIN_SHARE,
     MAX_DRIVERS,
     STABLE_CV,
     call_sites,
@@ -36,7 +38,7 @@ from gpuvar.findings.decompose import (
 )
 from gpuvar.findings.page import plain, render
 from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings, percent
-from gpuvar.findings.within_site import MIN_SITE_FIT
+from gpuvar.markdown_html import render_fragment, render_html
 
 log = logging.getLogger("gpuvar.findings")
 FIGURES_FOLDER = "figures"  # one PNG per finding: its launches against the top driver, per call site
@@ -79,7 +81,7 @@ def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | No
     """Attach to each finding the causal graphs (folder, verdict, figure) of its kernels, when the causal run
     analysed them: the graphs are per kernel name over the most variable windows, the finding over every launch
     of its call sites, so the page says which graph to open and that its scope differs."""
-    from gpuvar.causal.checks_table import graph_status
+    from gpuvar.causal.describe import graph_status
 
     if causal_dir is None or not (causal_dir / CAUSAL_SUMMARY).is_file():
         return
@@ -199,7 +201,11 @@ def write_dataset(record: dict, table: pd.DataFrame, folder: Path, kernels: pd.D
         if kernels is not None:
             _draw_figures(record, kernels, tmp, folder)
         _round_floats(table).to_csv(tmp / DECOMPOSITION_TABLE, index=False)
-        (tmp / FINDINGS_PAGE).write_text(render([record], __version__), encoding="utf-8")
+        page = render([record], __version__)
+        (tmp / FINDINGS_PAGE).write_text(page, encoding="utf-8")
+        (tmp / FINDINGS_HTML).write_text(
+            render_html(page, tmp, f"gpuvar findings: {record['dataset']}"), encoding="utf-8"
+        )
         write_json(
             {"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": [record]}, tmp / FINDINGS_RECORD
         )
@@ -224,7 +230,10 @@ def write_index(records: list[dict], folder: Path) -> None:
     from gpuvar.canonical_io import write_json
 
     with staged_folder(folder, replace=False, last=(FINDINGS_RECORD,)) as tmp:
-        (tmp / FINDINGS_PAGE).write_text(render(records, __version__), encoding="utf-8")
+        page = render(records, __version__)
+        (tmp / FINDINGS_PAGE).write_text(page, encoding="utf-8")
+        (tmp / FINDINGS_HTML).write_text(render_html(page, Path(folder), "gpuvar findings"), encoding="utf-8")
+        (tmp / FINDINGS_FRAGMENT).write_text(render_fragment(page, Path(folder)), encoding="utf-8")
         write_json(
             {"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": records}, tmp / FINDINGS_RECORD
         )
@@ -249,11 +258,16 @@ def console_summary(records: list[dict], top: int = 5) -> str:
     lines = []
     for rec in records:
         shares = rec["pooled_shares"]
+        spread = (
+            f"spread of durations: {percent(shares['between'])} call sites, {percent(shares['size'])} size, "
+            f"{percent(shares['context'])} context, {percent(shares.get('counters', 0.0))} counters, "
+            f"{percent(shares['unexplained'])} unexplained"
+            if sum(shares.values()) > 0
+            else "no spread of durations to split (too few launches to compare)"
+        )
         lines.append(
             f"{plain(rec['dataset'])}: {rec['launches']} launches, {rec['kernel_names']} kernel names at "
-            f"{rec['call_sites']} call sites; spread of durations: {percent(shares['between'])} call sites, "
-            f"{percent(shares['size'])} size, {percent(shares['context'])} context, "
-            f"{percent(shares.get('counters', 0.0))} counters, {percent(shares['unexplained'])} unexplained"
+            f"{rec['call_sites']} call sites; {spread}"
         )
         step = headline(rec.get("step_level"))
         if step:

@@ -7,7 +7,7 @@ two ways:
                its square, since attention's work grows with the square of the sequence length), then what the
                step's context adds (launches overlapping a copy, time overlapped by other processes' kernels,
                the rank), and the unexplained rest: the same cross-validated share and permutation test as the
-               launch-level verdicts (gpuvar.findings.verdict), rows being steps;
+               launch-level verdicts (gpuvar.causal.share_test), rows being steps;
   by op        each group's (op's) covariance with the step time over the step time's variance: exact shares
                that add up to 1 (a group whose time moves against the total has a negative share), so "aten::mm
                31 %" means 31 % of the step time's variance is aten::mm's time moving with it.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpuvar.findings.verdict import DECLINED, MIN_ROWS, share_test
+from gpuvar.causal.share_test import DECLINED, MIN_ROWS, share_test
 
 PARTIAL_STEP = 0.5  # of the median launches per step
 TOP_OPS = 5
@@ -131,6 +131,7 @@ def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict 
     record["verdicts"] = {"size": size_test.record(), "size_and_context": both.record()}
     record["size_features"] = [c for c in size.columns if np.ptp(size[c].to_numpy(np.float64)) > 0]
     record["context_features"] = [c for c in context.columns if np.ptp(context[c].to_numpy(np.float64)) > 0]
+    record["at_median_size"] = _at_median_size(size, y) if s >= 0.5 else None
     # by op: covariance shares
     g = groups.loc[rows.index].astype(str)
     per_op = d.groupby([*by, g], sort=True).sum().unstack(fill_value=0.0).reindex(full_index).fillna(0.0)
@@ -144,6 +145,28 @@ def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict 
         for k, v in time.sort_values(ascending=False, kind="stable").head(5).items()
     ]
     return record
+
+
+def _at_median_size(size: pd.DataFrame, y: np.ndarray) -> dict | None:
+    """What the step time is at the median problem size: the mean of the steps nearest the median of the size
+    feature that varies most (threads, else FLOPs, ...), with a 90 % interval for one step there. Size is the
+    workload, not a saving: this is the step time a fixed size would give, to compare with the spread."""
+    varying = [c for c in ("op_flops", "threads", "op_bytes", "op_numel", "launches") if c in size.columns]
+    varying = [c for c in varying if np.ptp(size[c].to_numpy(np.float64)) > 0]
+    if not varying:
+        return None
+    x = size[varying[0]].to_numpy(np.float64)
+    v = float(np.median(x))
+    k = max(5, int(np.ceil(0.05 * len(x))))
+    near = np.argsort(np.abs(x - v), kind="stable")[:k]
+    mean, sd = float(y[near].mean()), float(y[near].std(ddof=1)) if k > 1 else 0.0
+    return {
+        "feature": varying[0],
+        "value": v,
+        "steps_used": int(k),
+        "step_time_ns": round(mean, 3),
+        "interval_ns": [round(mean - 1.6449 * sd, 3), round(mean + 1.6449 * sd, 3)],
+    }
 
 
 def _plain(key):
@@ -173,7 +196,13 @@ def headline(record: dict | None, short=lambda s: s) -> str | None:
         f"; {percent(s['size'])} follows problem size, {percent(s['context'])} context, "
         f"{percent(s['unexplained'])} unexplained"
     )
+    at = record.get("at_median_size")
+    if at:
+        text += (
+            f"; at its median size ({at['feature']}) a step takes {duration_text(at['step_time_ns'])} "
+            f"({duration_text(at['interval_ns'][0])}–{duration_text(at['interval_ns'][1])})"
+        )
     ops = [o for o in record["ops"] if o["share"] >= 0.05][:TOP_OPS]
     if ops:
-        text += "; carried by " + ", ".join(f"{short(o['group'])} {percent(o['share'])}" for o in ops)
+        text += "; carried by " + ", ".join(f"{o.get('name', short(o['group']))} {percent(o['share'])}" for o in ops)
     return text

@@ -33,12 +33,29 @@ def reader_for(source: Path, fmt: str = "auto"):
     return known[fmt]
 
 
-def read_source(source: str | Path, fmt: str = "auto", options=None):
-    """Step 1 of ingest: the profiler file's tables as read, vendor column names (a RawTrace, see raw.py)."""
+def read_source(source, fmt: str = "auto", options=None):
+    """Step 1 of ingest: the profiler file's tables as read, vendor column names (a RawTrace, see raw.py).
+
+    `source` is one file or folder, or a list of the files of one trace: a kernel trace and its counter passes
+    (rocprof v1, rocprofv3; gpuvar.ingest.counter_passes), read together by their reader's read_raw_files."""
     from gpuvar.ingest.raw import ReadOptions
 
-    source = Path(source)
-    return reader_for(source, fmt).read_raw(source, options or ReadOptions())
+    options = options or ReadOptions()
+    paths = [Path(p) for p in source] if isinstance(source, list | tuple) else [Path(source)]
+    if not paths:
+        raise InputError(".", "no source file given")
+    if len(paths) == 1:
+        return reader_for(paths[0], fmt).read_raw(paths[0], options)
+    modules = [reader_for(p, fmt) for p in paths]
+    names = sorted({m.FORMAT for m in modules})
+    if len(names) > 1 or not hasattr(modules[0], "read_raw_files"):
+        raise InputError(
+            paths[0],
+            f"{len(paths)} files given as one trace ({', '.join(names)}): only a rocprof or rocprofv3 kernel trace "
+            "with its counter passes is read as one; the ranks of a job are a dataset with merge: true "
+            "(or `gpuvar explain` with one file per rank)",
+        )
+    return modules[0].read_raw_files(paths, options)
 
 
 def normalize_trace(raw):
@@ -49,7 +66,7 @@ def normalize_trace(raw):
     from gpuvar.ingest.context import append_context, context_arrays, step_offset_arrays
     from gpuvar.ingest.corun import set_columns
     from gpuvar.ingest.detect import formats
-    from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
+    from gpuvar.ingest.sanity import drop_negative_durations, null_fractional_counts, require_int64_times
     from gpuvar.ingest.step_size import with_step_threads
     from gpuvar.schema import finalize_kernels, finalize_memcpy
 
@@ -62,6 +79,7 @@ def normalize_trace(raw):
     with ThreadPoolExecutor(max_workers=1) as pool:
         host = pool.submit(host_timeline, raw)
         out = module.normalize(raw)
+        null_fractional_counts(out.kernels, out)
         kernels = drop_negative_durations(finalize_kernels(out.kernels), out, "kernels")
         memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
         if memcpy is not None:
@@ -117,16 +135,19 @@ def normalize_folder(raw_folder: str | Path, output: str | Path) -> dict:
     return write_ingest(raw.source, output, *loaded, t_read=time.perf_counter() - t0, t0=t0)
 
 
-def ingest(source: str | Path, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True) -> dict:
-    """Ingest `source` into `output`/kernels.parquet, memcpy.parquet and ingest.json; returns the report."""
+def ingest(source, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True) -> dict:
+    """Ingest `source` (a file or folder, or the files of one trace: see read_source) into
+    `output`/kernels.parquet, memcpy.parquet and ingest.json; returns the report."""
     t0 = time.perf_counter()
     output = Path(output)
     (output / INGEST_REPORT).unlink(missing_ok=True)
     raw = read_source(source, fmt, _options(keep_vendor_columns, output))
+    # several files of one trace: the kernel trace's path (the passes are listed under counter_passes)
+    label = raw.source if isinstance(source, list | tuple) else str(Path(source))
     t_scan = time.perf_counter() - t0
     loaded = normalize_trace(raw)
     del raw  # the source's tables: freed before the Parquet encoding needs memory
-    return write_ingest(str(Path(source)), output, *loaded, t_read=time.perf_counter() - t0, t0=t0, t_scan=t_scan)
+    return write_ingest(label, output, *loaded, t_read=time.perf_counter() - t0, t0=t0, t_scan=t_scan)
 
 
 def write_ingest(
@@ -139,7 +160,7 @@ def write_ingest(
     from gpuvar.ingest.call_sites import DERIVED as CALL_SITE_DERIVED
     from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
     from gpuvar.ingest.corun import COLUMNS as CORUN_COLUMNS
-    from gpuvar.ingest.sanity import duplicate_rows, require_kernels
+    from gpuvar.ingest.sanity import duplicate_rows, require_kernels, require_timing
     from gpuvar.schema import empty_memcpy
 
     meta = {"source": source, "format": out.format}
@@ -157,6 +178,8 @@ def write_ingest(
         report["host"] = out.host
     if out.gpu_renumbered:
         report["gpu_renumbered_processes"] = sorted(out.gpu_renumbered)
+    if out.counter_passes:
+        report["counter_passes"] = out.counter_passes
     for name, table in tables.items():  # the books are checked before anything is written
         dropped = dict(sorted(out.dropped.get(name, {}).items()))
         rows_read = out.rows_read.get(name, table.num_rows + sum(dropped.values()))
@@ -169,6 +192,7 @@ def write_ingest(
             )
         if name == "kernels":
             require_kernels(source, table, rows_read, dropped)
+            require_timing(source, out.format, table)
         # columns computed from a launch's neighbours (call index, context) differ between two records of one
         # launch (the second's gap, call index): exact duplicates are judged on the recorded columns
         derived = [c for c in (*CALL_SITE_DERIVED, *CONTEXT_COLUMNS, *CORUN_COLUMNS) if c in table.column_names]

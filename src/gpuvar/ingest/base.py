@@ -35,6 +35,7 @@ class ReaderOutput:
     devices: list[dict] = field(default_factory=list)  # GPUs as recorded: id, name, sm_count, clock_hz, uuid, bus
     host: str | None = None  # the profiled machine, where the file records it (gpuvar.ingest.gpu_identity)
     gpu_renumbered: list[int] = field(default_factory=list)  # processes whose CUDA device ids are not the GPU ids
+    counter_passes: list[dict] = field(default_factory=list)  # counter passes joined to the trace (counter_passes)
 
     def drop(self, table: str, reason: str, count: int) -> None:
         if count:
@@ -173,6 +174,18 @@ def connect_sqlite_readonly(path: Path, **kwargs) -> sqlite3.Connection:
 _SAFE_URI_PATH = re.compile(r"^[A-Za-z0-9/_.\-]+$")
 
 
+def in_wal_mode(path: Path) -> bool:
+    """The SQLite file is in WAL mode (header bytes 18-19, the file format versions, are 2). connectorx opens a
+    database read-write, and the last connection to a WAL database to close checkpoints the WAL into it and
+    removes the -wal and -shm files: a reader must not. Such a file is read by the read-only sqlite3 path."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and 2 in header[18:20]
+
+
 def select_arrow(path: Path, sql: str) -> pa.Table:
     """A query on a SQLite file as Arrow through connectorx (Rust, no Python object per cell: ~20x faster than
     sqlite3 rows at a million rows). Raises whatever connectorx raises where it cannot read the file or a value
@@ -182,6 +195,8 @@ def select_arrow(path: Path, sql: str) -> pa.Table:
     new empty database next to it), so it is given a symlink with a plain name: any path works."""
     import connectorx as cx
 
+    if in_wal_mode(path):
+        raise ValueError("a WAL-mode database: connectorx would write it (checkpoint on close)")
     with tempfile.TemporaryDirectory(prefix="gpuvar-sqlite-") as tmp:
         link = Path(tmp) / "source.db"
         link.symlink_to(Path(path).resolve())

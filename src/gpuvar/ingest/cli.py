@@ -8,7 +8,8 @@ import json
 
 SOURCE_HELP = (
     "profiler file or folder (nsys .sqlite/.nsys-rep, ncu .csv/.ncu-rep, rocprof/omniperf/rocprofv3 CSV, "
-    "rocpd .db, Kineto .json; gzip/bzip2/xz compressed or not)"
+    "rocpd .db, Kineto .json; gzip/bzip2/xz compressed or not); several files: a rocprof / rocprofv3 kernel "
+    "trace with its counter passes (results.csv pmc_1.csv ..., kernel_trace.csv counter_collection.csv)"
 )
 
 
@@ -16,10 +17,15 @@ def add_source_arguments(p, output_help: str) -> None:
     """The arguments of every command that reads a profiler file (`gpuvar ingest`, `gpuvar read`)."""
     from gpuvar.options import ConfigOption, add_options
 
-    p.add_argument("source", help=SOURCE_HELP)
+    p.add_argument("source", nargs="+", help=SOURCE_HELP)
     p.add_argument("--output", "-o", required=True, help=output_help)
     p.add_argument("--format", default="auto", help="format name or 'auto' (default: detect by content)")
     add_options(p, (ConfigOption("--keep-vendor-columns", "ingest", "keep_vendor_columns"),))
+
+
+def _one_or_all(sources: list[str]):
+    """The source as read_source takes it: one path, or the list of one trace's files."""
+    return sources[0] if len(sources) == 1 else sources
 
 
 def configure(p):
@@ -29,6 +35,6 @@ def configure(p):
 def run(args) -> int:
     from gpuvar.ingest import ingest
 
-    report = ingest(args.source, args.output, args.format, keep_vendor_columns=args.keep_vendor_columns)
+    report = ingest(_one_or_all(args.source), args.output, args.format, keep_vendor_columns=args.keep_vendor_columns)
     print(json.dumps({"format": report["format"], "tables": report["tables"]}, sort_keys=True))
     return 0

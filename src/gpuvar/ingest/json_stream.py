@@ -15,7 +15,9 @@ from __future__ import annotations
 import io
 import json
 import mmap
+import os
 import re
+import stat
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -45,8 +47,14 @@ class TraceStream:
     mapped=True (for a plain, uncompressed file whose pieces other processes read themselves): the file is
     memory-mapped instead of read, so that cutting pieces touches only the bytes around each cut; the pieces
     handed to `remote` are then memoryviews of the mapping, and the pages read here are released as the
-    stream moves on (madvise), so memory stays bounded. (A file truncated while it is mapped would end the
-    process with SIGBUS: the mapping is for a trace that is not being written.)
+    stream moves on (madvise), so memory stays bounded.
+
+    A file that changes while it is read (another process rewrites or truncates it) is a one-line InputError.
+    Touching a mapped page beyond a truncated end would end the process with SIGBUS (exit 135, no message), so in
+    mapped mode the file's size and modification time are checked before each access to the mapping, and the
+    bytes decoded here are copied out with pread (a short read is the change, not a fault); what is left is a
+    window of a few microseconds (a search for the next cut). Other modes are checked when the array ends, and
+    before a syntax error is reported (a file cut short reads as malformed).
     """
 
     def __init__(self, fh, path: Path, chunk: int | None = None, array_key: str = "traceEvents", mapped: bool = False):
@@ -56,12 +64,46 @@ class TraceStream:
         self.top: dict = {}
         self.found_array = False
         self.mapped, self.released = False, 0
-        if mapped:
+        self.fd, self.stat = _regular_file(fh)  # (size, mtime) when reading began: a change is an error
+        if mapped and self.fd is not None:
             try:
-                self.buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                self.buf = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
                 self.mapped = self.eof = True  # (offset stays 0: buf is the whole file)
-            except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # empty, a pipe, no fileno
+            except (OSError, ValueError):  # empty
                 self.buf = b""
+
+    def _changed(self) -> InputError | None:
+        """The error to raise when the file is no longer what reading began with (None: unchanged, or unknown)."""
+        if self.stat is None:
+            return None
+        try:
+            now = os.fstat(self.fd)
+        except OSError:
+            return None
+        if (now.st_size, now.st_mtime_ns) == self.stat:
+            return None
+        return InputError(
+            self.path,
+            f"the file changed while it was read ({self.stat[0]} bytes when reading began, {now.st_size} now): "
+            "read it once it is complete",
+        )
+
+    def _check(self) -> None:
+        """Mapped: before touching the mapping, stop with one line if the file changed (a page beyond a truncated
+        end would be SIGBUS)."""
+        if self.mapped and (error := self._changed()) is not None:
+            raise error
+
+    def _bytes(self, start: int, end: int) -> bytes:
+        """buf[start:end]; mapped: read with pread, so that a file truncated meanwhile is a short read (an error),
+        never a fault."""
+        if not self.mapped:
+            return self.buf[start:end]
+        end = min(end, len(self.buf))
+        data = os.pread(self.fd, max(0, end - start), start) if end > start else b""
+        if len(data) != max(0, end - start):
+            raise self._changed() or InputError(self.path, "the file changed while it was read (a short read)")
+        return data
 
     def _release(self) -> None:
         """Mapped: let the pages before pos go (read-only file pages: dropping them loses nothing)."""
@@ -89,11 +131,15 @@ class TraceStream:
             self.pos -= drop
 
     def _error(self, what: str, at: int | None = None) -> InputError:
+        changed = self._changed()  # a file cut short (or rewritten) while it was read: say that instead
+        if changed is not None:
+            return changed
         where = self.offset + (self.pos if at is None else at)
         return InputError(self.path, f"malformed JSON at byte {where} of the decompressed content: {what}")
 
     def _skip_ws(self) -> bytes:
         """Skip whitespace; return the next byte (b'' at end of file) without consuming it."""
+        self._check()
         while True:
             self._fill(1)
             self.pos = _WS.match(self.buf, self.pos).end()
@@ -113,9 +159,10 @@ class TraceStream:
         """Decode one JSON value at pos with the standard library (small top-level values only)."""
         decoder = json.JSONDecoder()
         size = 65536
+        self._check()
         while True:
             self._fill(size)
-            window = self.buf[self.pos : self.pos + size].decode("utf-8", "surrogateescape")
+            window = self._bytes(self.pos, self.pos + size).decode("utf-8", "surrogateescape")
             try:
                 value, end = decoder.raw_decode(window)
                 complete = end < len(window) or (self.eof and self.pos + size >= len(self.buf))
@@ -152,6 +199,8 @@ class TraceStream:
             yield from self._object(decode, remote, depth)
         if self._skip_ws():
             raise self._error("trailing data after the JSON document")
+        if (changed := self._changed()) is not None:  # read whole, but not one version of the file
+            raise changed
 
     def _object(self, decode, remote, depth) -> Iterator:
         if self._skip_ws() == b"}":
@@ -237,6 +286,7 @@ class TraceStream:
         if self._skip_ws() in (b"]", b""):
             return None
         self._fill(self.chunk)
+        self._check()
         end = min(len(self.buf), self.pos + self.chunk)
         brace = self.buf.rfind(b"}", self.pos, end)
         while brace >= 0 and not _CUT.match(self.buf, brace):
@@ -248,13 +298,14 @@ class TraceStream:
         end = min(len(self.buf), self.pos + self.chunk)
         hi = end
         for _ in range(_GUESSES):
+            self._check()
             brace = self.buf.rfind(b"}", self.pos, hi)
             while brace >= 0 and not _CUT.match(self.buf, brace):
                 brace = self.buf.rfind(b"}", self.pos, brace)
             if brace < 0:
                 return None, False
             try:
-                decoded = decode(b"[" + self.buf[self.pos : brace + 1] + b"]")
+                decoded = decode(b"[" + self._bytes(self.pos, brace + 1) + b"]")
             except DecodeFailed:
                 hi = brace
                 continue
@@ -268,8 +319,10 @@ class TraceStream:
         while True:
             self._fill(size)
             end = min(len(self.buf), self.pos + size)
+            # mapped: a copy of the window (pread), offsets kept in buf's terms by `base`
+            buf, base = (self._bytes(self.pos, end), self.pos) if self.mapped else (self.buf, 0)
             depth, boundary, closed = 0, None, None
-            for m in _TOKEN.finditer(self.buf, self.pos, end):
+            for m in _TOKEN.finditer(buf, self.pos - base, end - base):
                 tok = m.group()
                 if tok == b'"':  # string not terminated inside the window
                     break
@@ -279,15 +332,15 @@ class TraceStream:
                     depth -= 1
                     if depth < 0:
                         if tok != b"]":
-                            raise self._error("unbalanced '}' in the event array", m.start())
-                        closed = m.start()
+                            raise self._error("unbalanced '}' in the event array", m.start() + base)
+                        closed = m.start() + base
                         break
                     if depth == 0:
-                        boundary = m.end()
+                        boundary = m.end() + base
             if closed is not None:
-                piece, after = self.buf[self.pos : closed], closed  # the array's ']' stays for _array
+                piece, after = buf[self.pos - base : closed - base], closed  # the array's ']' stays for _array
             elif boundary is not None and not (self.eof and end == len(self.buf)):
-                piece, after = self.buf[self.pos : boundary], boundary
+                piece, after = buf[self.pos - base : boundary - base], boundary
             elif self.eof and end == len(self.buf):
                 raise self._error(f"unterminated {self.array_key} array (file truncated?)", end)
             else:
@@ -301,3 +354,16 @@ class TraceStream:
             if closed is None:
                 self._expect(b",")
             return decoded, False
+
+
+def _regular_file(fh) -> tuple[int | None, tuple[int, int] | None]:
+    """(descriptor, (size, mtime_ns)) of the regular file `fh` reads (a decompressor's too); (None, None) for a
+    pipe, a buffer in memory or anything without a descriptor."""
+    try:
+        fd = fh.fileno()
+        status = os.fstat(fd)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None, None
+    if not stat.S_ISREG(status.st_mode):
+        return None, None
+    return fd, (status.st_size, status.st_mtime_ns)

@@ -42,6 +42,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import signal
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from decimal import ROUND_HALF_EVEN
@@ -56,19 +57,10 @@ from gpuvar.errors import InputError
 from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.compression import compression_of, open_binary, read_raw_head
 from gpuvar.ingest.json_stream import TraceStream
-from gpuvar.ingest.kineto_pieces import (
-    DIM_AXES,
-    DIMS,
-    GPU_CATS,
-    HOST_TABLES,
-    HOST_TEXT_ARGS,
-    RANGE_CAT,
-    TS_TYPE,
-    process_piece,
-    ts_decimal,
-)
+from gpuvar.ingest.kineto_pieces import DIMS, GPU_CATS, HOST_TABLES, HOST_TEXT_ARGS, RANGE_CAT, process_piece
 from gpuvar.ingest.kineto_pieces import piece_at_in_worker as _piece_at_in_worker
 from gpuvar.ingest.kineto_pieces import piece_in_worker as _piece_in_worker
+from gpuvar.ingest.kineto_values import DIM_AXES, TS_TYPE, join_ts, ts_decimal
 from gpuvar.ingest.nsys import MEMCPY_OPER_FALLBACK, copy_kind_short
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 from gpuvar.schema import int_column
@@ -174,7 +166,7 @@ def _range_table(rows: list[tuple]) -> pa.Table:
     columns = {
         "cat": pa.array([RANGE_CAT] * len(rows), pa.string()),
         "name": pa.array(name, pa.string()),
-        "ts": ts_decimal(b"\n".join(ts), len(rows)),
+        "ts": ts_decimal(join_ts(ts), len(rows)),
         "dur": pa.array(np.array(dur), from_pandas=True),
     }
     counters = pd.DataFrame([a if isinstance(a, dict) else {} for a in args])
@@ -225,13 +217,40 @@ def _remote(pool: ProcessPoolExecutor, path: Path, fh):
     return submit
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_start(parent: int) -> None:
+    """A decode worker's first act: die with its parent, and let go of the parent's terminal and pipes.
+
+    A parent killed with SIGKILL (by a user, the OOM killer, a batch system) runs no cleanup, and its workers
+    (~110 MB each) lived on holding its stdout, so `gpuvar ingest big.json | cat` never ended. The kernel now
+    sends the worker SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG; on Linux, where fork is used), and
+    its stdin, stdout and stderr are /dev/null: it reports only through the pool's pipes."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the descriptors below still free the parent's pipes
+        pass
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list, host: dict[str, _Gpu]) -> TraceStream:
     """Stream the trace once, filling the tables; returns the stream (top-level keys, whether the array was seen).
 
     Big traces are decoded by worker processes (fork: they need no imports), pieces in order, the main
     process reading, cutting and gathering the columns; see TraceStream.pieces for how a wrong cut is redone."""
     workers = _workers(path)
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) if workers else None
+    pool = None
+    if workers:
+        context = mp.get_context("fork")
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),))
     try:
         with open_binary(path) as fh:
             # workers read an uncompressed trace themselves: here the file is mapped, only the cuts are read
@@ -343,13 +362,15 @@ def _us_to_ns_slow(values: list) -> tuple[np.ndarray, np.ndarray]:
 
 def _number(column, rows: np.ndarray, floats: bool):
     """A raw number column for `rows`: float64, or int64 numpy where those rows hold integers only (the column is
-    float64 when another category lacks the key), else nullable Int64 (fractions rounded, others null)."""
+    float64 when another category lacks the key), else the float64 values (NaN: missing or not a number); a
+    fraction in a launch configuration count is nulled and counted after normalize (sanity.null_fractional_counts)
+    instead of rounded."""
     values = column.to_numpy()[rows]
     if floats or values.dtype.kind in "iu":
         return values
     if np.isfinite(values).all() and (np.abs(values) < 2.0**53).all() and (values == np.round(values)).all():
         return values.astype(np.int64)
-    return int_column(pd.Series(values))
+    return values.astype(np.float64, copy=False)
 
 
 def _timing(ts_ns: tuple, dur: np.ndarray, out: ReaderOutput, table: str) -> tuple[dict, np.ndarray]:

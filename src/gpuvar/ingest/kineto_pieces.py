@@ -5,11 +5,12 @@ in file order) and `cuda_profiler_range` (a list: their args are arbitrary count
 where and when a kernel was launched are decoded in part (HOST_TABLES: cat, name, ts, dur, pid, tid and the one
 or two args keys that link them: External id, correlation): `cpu_op` / `user_annotation` and `cuda_runtime` /
 `cuda_driver`. The others are counted. The ops also keep their input shapes as JSON text (HOST_TEXT_ARGS, see
-_text_column).
+kineto_values.text_column).
 Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit conversion, no renaming.
   * cat, name, ts, dur, args, pid, tid: ph is not read; pid and tid (small scalars) are decoded as they are and
     used on host events only (on GPU events they repeat args.device and args.stream);
-  * ts: its JSON text, converted once the piece's columns are built to an exact decimal (ts_decimal);
+  * ts: its JSON text, converted once the piece's columns are built to an exact decimal
+    (kineto_values.ts_decimal);
   * dur -> float64 µs (NaN where not a number); integer args -> int64, or float64 where a value of the piece is
     not an integer or is missing (NaN where not a number); float args -> float64;
   * name, args.kind -> a piece dictionary (text; a name that is not a string keeps its JSON text, a kind that is
@@ -22,26 +23,35 @@ Values keep the JSON key they came from (ARGS) and their JSON meaning: no unit c
 from __future__ import annotations
 
 import gc
-import io
 import re
 from collections import Counter
 from collections.abc import Iterator
-from decimal import ROUND_05UP, Decimal, InvalidOperation, localcontext
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from typing import Any
 
 import msgspec
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pcsv
 
 from gpuvar.ingest.json_stream import DecodeFailed
+from gpuvar.ingest.kineto_values import (
+    ANY_JSON,
+    DECODE_ERRORS,
+    DIM_AXES,
+    NULL,
+    decode_each,
+    decode_names,
+    decode_texts,
+    dim_columns,
+    dur_to_us,
+    join_ts,
+    json_value,
+    numbers,
+    piece_dictionary,
+    text_column,
+    ts_decimal,
+)
 
-_NULL = msgspec.Raw(b"null")
-TS_TYPE = pa.decimal128(38, 12)  # exact µs: 26 integer digits, 12 decimals
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RANGE_CAT = "cuda_profiler_range"
 FLOAT_ARGS = ("blocks per SM", "warps per SM", "est. achieved occupancy %", "memory bandwidth (GB/s)")
@@ -74,7 +84,6 @@ KERNEL_KEYS = frozenset(
     )
 )
 COPY_KEYS = frozenset(("device", "stream", "correlation", "bytes", "memory bandwidth (GB/s)", "External id"))
-DIM_AXES = ("[0]", "[1]", "[2]")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -83,10 +92,10 @@ class _Event(msgspec.Struct, gc=False):
     gc=False: millions of these are alive at once, and cyclic-GC passes over them cost more than the decode."""
 
     cat: str | None = None
-    name: msgspec.Raw = _NULL
-    ts: msgspec.Raw = _NULL
-    dur: msgspec.Raw = _NULL
-    args: msgspec.Raw = _NULL
+    name: msgspec.Raw = NULL
+    ts: msgspec.Raw = NULL
+    dur: msgspec.Raw = NULL
+    args: msgspec.Raw = NULL
     pid: Any = None  # (decoded as they are: cheaper than a Raw slice; a named track's text is kept)
     tid: Any = None
 
@@ -103,7 +112,7 @@ _HOST_CODE = {cat: i + 1 for i, cat in enumerate(c for cats, _ in HOST_TABLES.va
 _HostArgs = msgspec.defstruct(
     "_HostArgs",
     [("external", Any, msgspec.field(default=None, name="External id")), ("correlation", Any, None)]
-    + [(attr, msgspec.Raw, msgspec.field(default=_NULL, name=key)) for key, attr in _TEXT_FIELDS.items()],
+    + [(attr, msgspec.Raw, msgspec.field(default=NULL, name=key)) for key, attr in _TEXT_FIELDS.items()],
     gc=False,
 )
 _HOST_GETTERS = {"External id": attrgetter("external"), "correlation": attrgetter("correlation")}
@@ -113,8 +122,8 @@ _TEXT_GETTERS = {key: attrgetter(attr) for key, attr in _TEXT_FIELDS.items()}
 _Args = msgspec.defstruct(
     "_Args",
     [(f"a{i}", Any, msgspec.field(default=None, name=key)) for i, key in enumerate(ARGS)]
-    + [(dim, msgspec.Raw, msgspec.field(default=_NULL)) for dim in DIMS]
-    + [("kind", msgspec.Raw, msgspec.field(default=_NULL))],
+    + [(dim, msgspec.Raw, msgspec.field(default=NULL)) for dim in DIMS]
+    + [("kind", msgspec.Raw, msgspec.field(default=NULL))],
     gc=False,
 )
 _ARG_GETTERS = [attrgetter(f"a{i}") for i in range(len(ARGS))]
@@ -126,15 +135,7 @@ _CAT, _NAME, _TS, _DUR, _KIND = (
     attrgetter("kind"),
 )
 _CAT_CODE = {cat: i + 1 for i, cat in enumerate(GPU_CATS)}  # 1-based: a code also selects (0 is falsy)
-_DIMS_RE = re.compile(rb"(?:\[-?\d+,-?\d+,-?\d+\],)*\[-?\d+,-?\d+,-?\d+\]")
-_NUMBER_OR_NULL = {int, float, type(None)}
 _EVENTS = msgspec.json.Decoder(list[_Event])
-_ANY = msgspec.json.Decoder()
-_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)  # ValidationError is a DecodeError;
-# RecursionError: msgspec gives up on a value nested ~1000+ deep (a damaged or hostile trace)
-_STRINGS = msgspec.json.Decoder(list[str])
-_TEXTS = msgspec.json.Decoder(list[str | None])
-_FLOATS = msgspec.json.Decoder(list[float | None])
 _ARGS = msgspec.json.Decoder(list[_Args | None])
 _HOST_ARGS = msgspec.json.Decoder(list[_HostArgs | None])
 _PID, _TID = attrgetter("pid"), attrgetter("tid")
@@ -146,168 +147,25 @@ def _decode_events(data: bytes) -> list:
         return _EVENTS.decode(data)
     except msgspec.ValidationError:
         pass
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         raise DecodeFailed(str(exc)) from None
     try:
-        items = _ANY.decode(data)
-    except _DECODE_ERRORS as exc:
+        items = ANY_JSON.decode(data)
+    except DECODE_ERRORS as exc:
         raise DecodeFailed(str(exc)) from None
     events = []
     for item in items:
         if isinstance(item, dict):
             try:
                 events.append(_EVENTS.decode(b"[" + msgspec.json.encode(item) + b"]")[0])
-            except (*_DECODE_ERRORS, TypeError):
+            except (*DECODE_ERRORS, TypeError):
                 continue
     return events
 
 
-def json_value(raw):
-    """One raw JSON value decoded, or None when it cannot be (invalid UTF-8 in a string, ...)."""
-    try:
-        return _ANY.decode(raw)
-    except (*_DECODE_ERRORS, TypeError):
-        return None
-
-
-def _decode_each(decoder, raws: list) -> list:
-    """Raw JSON objects of one piece decoded by `decoder` (a list decoder) in one call; when that fails, one by
-    one, and an object that does not fit gets None."""
-    try:
-        return decoder.decode(b"[" + b",".join(raws) + b"]")
-    except _DECODE_ERRORS:
-        out = []
-        for raw in raws:
-            try:
-                out.append(decoder.decode(b"[" + bytes(raw) + b"]")[0])
-            except _DECODE_ERRORS:
-                out.append(None)
-        return out
-
-
 def _decode_args(raws: list) -> list:
     """Args objects of one piece's events in one decode call; an event whose args do not fit gets None."""
-    return _decode_each(_ARGS, raws)
-
-
-def decode_names(raws: list) -> list:
-    """Raw JSON names -> str (a name that is not a string keeps its JSON text, invalid UTF-8 replaced)."""
-    try:
-        return _STRINGS.decode(b"[" + b",".join(raws) + b"]")
-    except _DECODE_ERRORS:
-        names = []
-        for raw in raws:
-            value = json_value(raw)
-            names.append(value if isinstance(value, str) else bytes(raw).decode("utf-8", "replace"))
-        return names
-
-
-def _decode_texts(raws: list) -> list:
-    """Raw JSON values -> str, None where a value is not a string."""
-    try:
-        return _TEXTS.decode(b"[" + b",".join(raws) + b"]")
-    except _DECODE_ERRORS:
-        return [v if isinstance(v, str) else None for v in map(json_value, raws)]
-
-
-def dur_to_us(raws: list) -> np.ndarray:
-    """Raw JSON dur texts -> float64 µs (NaN when not a number)."""
-    if not raws:
-        return np.array([], dtype=np.float64)
-    try:
-        return np.array(_FLOATS.decode(b"[" + b",".join(raws) + b"]"), dtype=np.float64)
-    except (*_DECODE_ERRORS, TypeError, ValueError):
-        return numbers([json_value(r) for r in raws], floats=True)
-
-
-def numbers(values: list, floats: bool = False) -> np.ndarray:
-    """JSON values as int64 numpy where all are integers (the usual case, exact), else float64 (NaN where a value
-    is not a number: None, a string, a bool, a list). floats=True: always float64."""
-    if floats:
-        try:
-            return np.array(values, dtype=np.float64)
-        except (TypeError, ValueError):
-            pass
-    else:
-        try:
-            arr = np.array(values)
-        except (TypeError, ValueError, OverflowError):
-            arr = None
-        if arr is not None and arr.dtype.kind == "i" and arr.shape == (len(values),):
-            return arr.astype(np.int64, copy=False)  # the usual case: integers, exact
-        if set(map(type, values)) <= _NUMBER_OR_NULL:  # numbers and nulls (an event without the key)
-            try:
-                return np.array(values, dtype=np.float64)
-            except OverflowError:  # an integer beyond float64
-                pass
-    series = pd.Series(values, dtype=object)
-    series = series.where(series.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)))
-    return pd.to_numeric(series, errors="coerce").astype("float64").to_numpy()
-
-
-def _dims(raws: list, key: str) -> dict:
-    """Raw [x, y, z] JSON lists -> key[0], key[1], key[2]; NaN where the value is not a 3-list of numbers.
-
-    The usual case is parsed as text in one numpy call (a regular expression first proves every value is a
-    3-list of integers): building a Python list per launch would cost more than decoding the event."""
-    if raws:
-        text, given = b",".join(raws).translate(None, b" \t\r\n"), None
-        if not _DIMS_RE.fullmatch(text):  # nulls among them? (shorter than 7 bytes: not '[x,y,z]')
-            given = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) >= 7
-            text = b",".join(compress(raws, given)).translate(None, b" \t\r\n")
-        if given is None or not given.any() or _DIMS_RE.fullmatch(text):
-            arr = np.fromstring(text.translate(None, b"[]"), dtype=np.int64, sep=",").reshape(-1, 3)
-            if given is not None and not given.all():
-                full = np.full((len(raws), 3), np.nan)
-                full[given] = arr
-                arr = full
-            return {f"{key}{axis}": arr[:, i] for i, axis in enumerate(DIM_AXES)}
-    values = [json_value(r) for r in raws]
-    return {
-        f"{key}{axis}": numbers([v[i] if isinstance(v, list) and len(v) == 3 else None for v in values])
-        for i, axis in enumerate(DIM_AXES)
-    }
-
-
-def ts_decimal(joined: bytes, n: int) -> pa.Array:
-    """n raw JSON ts texts (µs) joined by newlines -> exact decimals (TS_TYPE); null where not a number or out of
-    range (a JSON ts text never holds a raw newline: strings escape it)."""
-    if not n:
-        return pa.array([], type=TS_TYPE)
-    try:
-        table = pcsv.read_csv(
-            io.BytesIO(joined),
-            read_options=pcsv.ReadOptions(column_names=["v"], use_threads=False),  # (in a forked worker)
-            parse_options=pcsv.ParseOptions(quote_char=False),
-            convert_options=pcsv.ConvertOptions(column_types={"v": TS_TYPE}, null_values=["null"]),
-        )
-        values = table.column("v")
-        if len(values) == n:
-            return values.combine_chunks()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    texts = joined.split(b"\n")
-    return pa.array([_ts_one(t) for t in texts] if len(texts) == n else [None] * n, type=TS_TYPE)
-
-
-def _ts_one(text: bytes) -> Decimal | None:
-    """One ts text the fast parse refused: more than 12 decimals, or not a number. The 12th decimal is rounded
-    'to odd' (ROUND_05UP: it stays sticky), so that rounding to ns later gives the exactly rounded value."""
-    try:
-        value = Decimal(text.decode("ascii"))
-    except (InvalidOperation, UnicodeDecodeError, ValueError):
-        return None
-    if not value.is_finite() or abs(value) >= Decimal(10) ** 26:
-        return None
-    with localcontext() as ctx:
-        ctx.prec = 60
-        return value.quantize(Decimal("1e-12"), rounding=ROUND_05UP)
-
-
-def _dictionary(values: list) -> tuple[list, np.ndarray]:
-    """(distinct values in first-seen order, int32 codes; -1 for None)."""
-    codes, uniques = pd.factorize(np.array(values, dtype=object))
-    return list(uniques), codes.astype(np.int32)
+    return decode_each(_ARGS, raws)
 
 
 def _gpu_columns(events: list, cat: np.ndarray) -> dict:
@@ -319,7 +177,7 @@ def _gpu_columns(events: list, cat: np.ndarray) -> dict:
     return _gpu_table(
         cat,
         decode_names(list(map(_NAME, events))),
-        b"\n".join(map(_TS, events)),
+        join_ts(map(_TS, events)),
         dur_to_us(list(map(_DUR, events))),
         args,
     )
@@ -330,7 +188,7 @@ def _gpu_table(cat: np.ndarray, names: list, ts: bytes, dur: np.ndarray, args: l
     objects (_Args, or _StrictArgs when `strict`: the same attribute names, grid, block and kind decoded). Each
     args key is read on the events of the categories that carry it (KERNEL_KEYS, COPY_KEYS; null elsewhere), as
     the mapping uses them."""
-    names, name_code = _dictionary(names)
+    names, name_code = piece_dictionary(names)
     cols = {
         "cat": cat,
         "name": ([u if isinstance(u, str) else str(u) for u in names], name_code),
@@ -354,7 +212,7 @@ def _gpu_table(cat: np.ndarray, names: list, ts: bytes, dur: np.ndarray, args: l
         ]
         cols[f"args.{key}"] = _scatter(n, parts)
     kinds = list(map(_KIND, subsets[id(COPY_KEYS)]))
-    kinds, kind_code = _dictionary(kinds if strict else _decode_texts(kinds))
+    kinds, kind_code = piece_dictionary(kinds if strict else decode_texts(kinds))
     codes = np.full(n, -1, dtype=np.int32)
     codes[~kernel] = kind_code
     cols["args.kind"] = (kinds, codes)
@@ -362,7 +220,7 @@ def _gpu_table(cat: np.ndarray, names: list, ts: bytes, dur: np.ndarray, args: l
         parts = {}
         for keys, rows in groups:
             if dim in keys:
-                dims = (_typed_dims if strict else _dims)(list(map(attrgetter(dim), subsets[id(keys)])), dim)
+                dims = (_typed_dims if strict else dim_columns)(list(map(attrgetter(dim), subsets[id(keys)])), dim)
                 for name, values in dims.items():
                     parts.setdefault(name, []).append((rows, values))
         for name in (f"{dim}{axis}" for axis in DIM_AXES):
@@ -386,7 +244,7 @@ def _scatter(n: int, parts: list[tuple]) -> np.ndarray:
 def _host_args(raws: list) -> list:
     """The linking args (External id, correlation) and input shapes (raw) of host events; an event whose args do
     not fit gets None."""
-    return _decode_each(_HOST_ARGS, raws)
+    return decode_each(_HOST_ARGS, raws)
 
 
 def _host_columns(events: list, cat: np.ndarray, table: str) -> dict:
@@ -402,12 +260,12 @@ def _host_columns(events: list, cat: np.ndarray, table: str) -> dict:
 def _host_table(table: str, events: list, cat: np.ndarray, names: list, dur: np.ndarray, args: list, getters: list):
     """Columns of one piece's host events of one raw table: cat code, name (piece dictionary), ts text, dur, pid,
     tid, args.<key> (int64, or float64 with NaN where missing); `getters`: (key, its getter on the args);
-    args.<text key> for each key of the table's HOST_TEXT_ARGS (_text_column)."""
-    names, name_code = _dictionary(names)
+    args.<text key> for each key of the table's HOST_TEXT_ARGS (text_column)."""
+    names, name_code = piece_dictionary(names)
     cols = {
         "cat": cat,
         "name": ([u if isinstance(u, str) else str(u) for u in names], name_code),
-        "ts": b"\n".join(map(_TS, events)),
+        "ts": join_ts(map(_TS, events)),
         "dur": dur,
         "pid": numbers(list(map(_PID, events))),  # (NaN where one is not a number: a named track)
         "tid": numbers(list(map(_TID, events))),
@@ -415,36 +273,8 @@ def _host_table(table: str, events: list, cat: np.ndarray, names: list, dur: np.
     for key, get in getters:
         cols[f"args.{key}"] = numbers(list(map(get, args)))
     for key in HOST_TEXT_ARGS[table]:
-        cols[f"args.{key}"] = _text_column(list(map(_TEXT_GETTERS[key], args)))
+        cols[f"args.{key}"] = text_column(list(map(_TEXT_GETTERS[key], args)))
     return cols
-
-
-def _text_column(raws: list) -> tuple[list, np.ndarray]:
-    """Raw JSON values of one text args key -> a piece dictionary (distinct texts, int32 codes; -1 null).
-
-    A text is the value's compact JSON (msgspec's encoding: no spaces), so that a value reads the same whatever
-    the writer's spacing. Null where the key is absent, the value is not a list (Kineto writes a list for every
-    input-shape key), or it cannot be decoded (invalid UTF-8): only that event's value. Each distinct raw value
-    is decoded once (shapes repeat from step to step). Without shapes (every value the absent key's default)
-    this costs one pass in C over the piece's ops."""
-    n = len(raws)
-    if raws.count(_NULL) == n:
-        return [], np.full(n, -1, dtype=np.int32)
-    lengths = np.fromiter(map(len, raws), np.int64, n)  # the raw values as one Arrow binary array: hashed in C++
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    values = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))]
-    )
-    encoded = pc.dictionary_encode(values)  # (distinct values in first-seen order)
-    uniques, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy()
-    texts = []
-    for raw in uniques:
-        value = json_value(raw)
-        texts.append(msgspec.json.encode(value).decode() if isinstance(value, list) else None)
-    lookup: dict = {}
-    glob = np.array([-1 if t is None else lookup.setdefault(t, len(lookup)) for t in texts] + [-1], dtype=np.int32)
-    return list(lookup), glob[codes]
 
 
 def _range_rows(events: list) -> list[tuple]:
@@ -462,7 +292,7 @@ def process_piece(data: bytes) -> dict:
     the typed pass accepts a piece only where both give the same columns."""
     try:
         result = _strict_piece(data)
-    except (_Refused, *_DECODE_ERRORS):
+    except (_Refused, *DECODE_ERRORS):
         result = _process_raw(data)
     for cols in [result["gpu"], *result["host"].values()]:
         if cols is not None:  # the exact decimal ts, parsed here (a worker) rather than where pieces are gathered
@@ -540,7 +370,7 @@ _StrictArgs = msgspec.defstruct(  # _Args' attributes, typed, and the ops' input
     [(f"a{i}", _Number, msgspec.field(default=None, name=key)) for i, key in enumerate(ARGS)]
     + [(dim, _Dim, None) for dim in DIMS]
     + [("kind", str | None, None)]
-    + [(attr, msgspec.Raw, msgspec.field(default=_NULL, name=key)) for key, attr in _TEXT_FIELDS.items()],
+    + [(attr, msgspec.Raw, msgspec.field(default=NULL, name=key)) for key, attr in _TEXT_FIELDS.items()],
     gc=False,
 )
 
@@ -551,7 +381,7 @@ class _Strict(msgspec.Struct, gc=False):
 
     cat: str | None = None
     name: str | None = None
-    ts: msgspec.Raw = _NULL
+    ts: msgspec.Raw = NULL
     dur: float | None = None
     args: _StrictArgs | None = None  # type: ignore[valid-type]
     pid: int | float | str | None = None
@@ -611,7 +441,7 @@ def _strict_columns(events: list) -> dict:
     cols = None
     if gpu:
         names, dur, args = _strict_fields(gpu)
-        cols = _gpu_table(cat, names, b"\n".join(map(_TS, gpu)), dur, args, strict=True)
+        cols = _gpu_table(cat, names, join_ts(map(_TS, gpu)), dur, args, strict=True)
     return _result(n, cols, host, [])
 
 
@@ -629,14 +459,14 @@ def _strict_fields(events: list) -> tuple[list, np.ndarray, list]:
 
 
 def _typed_dims(values: list, key: str) -> dict:
-    """_dims of decoded [x, y, z] integer lists (None where null or missing)."""
+    """dim_columns of decoded [x, y, z] integer lists (None where null or missing)."""
     given = None
     if None in values:
         given = np.array([v is not None for v in values])
         values = [v for v in values if v is not None]
     try:
         arr = np.array(values, dtype=np.int64).reshape(-1, 3)
-    except OverflowError:  # beyond int64: as _dims reads it
+    except OverflowError:  # beyond int64: as dim_columns reads it
         raise _Refused from None
     if given is not None:
         full = np.full((len(given), 3), np.nan)

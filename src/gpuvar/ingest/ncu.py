@@ -11,11 +11,8 @@ Quirks handled (§2 of the shared field guide ../shared/GUIDE.md, outside the re
 thousands separators, `n/a`, empty units, sizes as "(x, y, z)". Older ncu versions lack Block Size / Grid Size /
 Device / CC: only ID and Kernel Name (plus Metric Name and Metric Value in the long layout) are required.
 
-Units: ncu may auto-scale units per value (`usecond` for one launch, `msecond` for the next; `Kbyte`,
-`Mbyte`), so a metric column would mix scales. Every value is therefore converted to its base unit: times
-to ns, SI-prefixed counts (Kbyte, Mcycle, ...) to the plain unit, per-time rates to per second. The unit of
-each metric column is listed in the notes. `duration` (ns) comes from `gpu__time_duration.sum`, else `.avg`,
-else the details page's human-named `Duration`; a metric without a unit is taken as ns (noted).
+Units: ncu may auto-scale units per value, so every value is converted to its base unit, and `duration` (ns)
+comes from `gpu__time_duration.sum` or its alternatives (gpuvar.ingest.ncu_metrics, shared with .ncu-rep).
 Nsight Compute has no timeline: start/end are null and launch order is `launch_id`. A launch without a
 duration metric keeps its row (its launch configuration and counters are still valid data) with a null
 duration, counted in the notes; a file where no launch has one is an error; rows whose ID is not a launch
@@ -26,13 +23,14 @@ metric rows stop after `Rule Name`, rule rows fill every field; rule rows are fi
 Two stages (gpuvar.ingest.raw): read_raw finds and parses the CSV (every field as text, the file's header
 names; raw table `metrics` for the long layout, `launches` plus `units` for the wide one) and drops only rows
 with too few fields; normalize pivots, parses numbers, scales units, maps names and drops rows without a
-launch ID. `.ncu-rep` (ncu_rep.py) shares normalize's building blocks: identity, column_unit, launch_table.
+launch ID. `.ncu-rep` (ncu_rep.py) shares normalize's building blocks (ncu_metrics: identity, column_unit,
+launch_table).
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import io
 import re
 from pathlib import Path
 
@@ -51,88 +49,32 @@ from gpuvar.ingest.base import (
     is_utf8,
     read_csv_bytes,
     require_columns,
-    to_int,
     unique_names,
 )
+from gpuvar.ingest.ncu_metrics import (
+    IDENTITY,
+    SIZES,
+    column_unit,
+    identity,
+    launch_table,
+    raw_table,
+    require_durations,
+    unit_scale,
+)
 from gpuvar.ingest.raw import RawTrace, ReadOptions
-from gpuvar.schema import int_column
 
 FORMAT = "ncu-csv"
 
-# identity columns (per launch) -> canonical or kept name
-IDENTITY = {
-    "ID": "launch_id",
-    "Process ID": "process_id",
-    "Process Name": "process_name",
-    "Host Name": "host_name",
-    "Kernel Name": "kernel_name",
-    "Kernel Time": "kernel_time",
-    "Context": "context",
-    "Stream": "stream_id",
-    "Device": "device_id",
-    "CC": "cc",
-}
-SIZES = {"Grid Size": "grid", "Block Size": "block"}
 LONG_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 # ncu 2025+ details page: rule findings appended as columns; metric rows stop after the first of them
 RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 # a concatenated export's second file starts with its BOM, then its ==PROF== lines
 _REPORT_LINES = re.compile(rb"(?m)^(?:\xef\xbb\xbf)?==(?:PROF|WARNING|ERROR|INFO)==[^\n]*(?:\n|$)")
-_SIZE = re.compile(r"^\s*\(?\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?\)?\s*$")
 _NOT_A_VALUE = {"", "n/a", "N/A", "nan", "NaN", "-"}
 _NUMBER = r"^[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity)$"
 
-# duration candidates, in order of preference (raw metric names, then the details page's human name)
-DURATION_METRICS = ("gpu__time_duration.sum", "gpu__time_duration.avg", "gpu__time_duration", "Duration")
-# canonical column -> metric names that carry it (raw name first, details-page name second)
-METRIC_COLUMNS = {
-    "registers_per_thread": ("launch__registers_per_thread", "Registers Per Thread"),
-    "static_shared_memory": ("launch__shared_mem_per_block_static", "Static Shared Memory Per Block"),
-    "dynamic_shared_memory": ("launch__shared_mem_per_block_dynamic", "Dynamic Shared Memory Per Block"),
-}
-# used only when the Grid Size / Block Size identity columns are absent
-DIM_METRICS = {
-    "grid": (("launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z"), "launch__grid_size", "grid_size"),
-    "block": (
-        ("launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z"),
-        "launch__block_size",
-        "workgroup_size",
-    ),
-}
-WARP_SIZE = 32
 # what normalize builds from either layout: identity frame, metric columns, their units, rows without a launch ID
 Columns = tuple[pd.DataFrame, dict, dict[str, str], int]
-
-# --- units -------------------------------------------------------------------------------------------------
-_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
-_PREFIX = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_PREFIXED = re.compile(r"^([KMGTP])(byte|cycle|inst|sector|request|warp|thread|block|wavefront|hz|Hz)$")
-
-
-def _scale_part(part: str, denominator: bool) -> tuple[str, float]:
-    if part in _TIME_NS:
-        return ("second", 1e9 / _TIME_NS[part]) if denominator else ("ns", _TIME_NS[part])
-    m = _PREFIXED.match(part)
-    if m:  # ncu scales the value and writes the prefix on the unit's count, wherever it stands (see unit_scale)
-        return m.group(2), _PREFIX[m.group(1)]
-    return part, 1.0
-
-
-def unit_scale(unit: str) -> tuple[str, float]:
-    """(base unit, factor) so that value * factor is in the base unit: 'usecond' -> ('ns', 1e3),
-    'Kbyte/block' -> ('byte/block', 1e3), 'Gbyte/second' -> ('byte/second', 1e9), '%' -> ('%', 1).
-
-    A time in the denominator is a true unit ('sector/usecond' = 1e6 sector/second). An SI prefix on a count in
-    the denominator is ncu's auto-scaling, which divides the value and writes the prefix on the first count
-    token: '%/Kbyte' 2.234 is 2234 %/byte, the value the .ncu-rep of the same launch holds (real H100 export,
-    derived__pct_occupancy_per_shared_mem_size); read as 1/1000 it was off by 10^6 from the report."""
-    unit = (unit or "").strip()
-    num, sep, den = unit.partition("/")
-    base, factor = _scale_part(num, False)
-    if sep:
-        den_base, den_factor = _scale_part(den, True)
-        base, factor = f"{base}/{den_base}", factor * den_factor
-    return base, factor
 
 
 # --- finding the CSV inside the file ----------------------------------------------------------------------
@@ -295,41 +237,6 @@ def _launch_id_values(column) -> np.ndarray:
     return num[codes] if len(codes) else np.empty(0)
 
 
-def _sizes(series: pd.Series) -> pd.DataFrame:
-    """'(32, 32, 1)' -> x, y, z (Int64); a bare '256' means (256, 1, 1); anything else -> <NA>.
-
-    Parsed once per distinct string: a trace has few launch shapes."""
-    codes, uniques = pd.factorize(series)
-    parts = pd.Series(uniques, dtype=object).astype(str).str.extract(_SIZE)
-    x = pd.to_numeric(parts[0], errors="coerce")
-    y = pd.to_numeric(parts[1], errors="coerce").where(parts[1].notna(), 1).where(x.notna())
-    z = pd.to_numeric(parts[2], errors="coerce").where(parts[2].notna(), 1).where(x.notna())
-    out = {axis: int_column(v).array.take(codes, allow_fill=True) for axis, v in zip("xyz", (x, y, z))}
-    return pd.DataFrame(out, index=series.index)
-
-
-def identity(df: pd.DataFrame, launch_ids: np.ndarray, extras, out: ReaderOutput) -> pd.DataFrame:
-    """Per-launch identity columns under canonical names; `extras` (unknown per-launch columns) kept as is.
-
-    `df` holds the CSV identity columns as text (IDENTITY / SIZES names); the .ncu-rep reader builds the same
-    text from the report so both readers type and parse these columns identically."""
-    ident = pd.DataFrame({"launch_id": pd.array(launch_ids.astype(np.int64), dtype="Int64")}, index=df.index)
-    for source, name in IDENTITY.items():
-        if source in df.columns and source != "ID":
-            ident[name] = df[source].where(df[source] != "", None)
-    for source, dim in SIZES.items():
-        if source in df.columns:
-            xyz = _sizes(df[source])
-            bad = int((xyz["x"].isna() & (df[source].str.strip() != "")).sum())
-            if bad:
-                out.notes.append(f"{bad} launch(es) with an unparseable {source} (grid/block left null)")
-            for axis in "xyz":
-                ident[f"{dim}_{axis}"] = xyz[axis]
-    for name in extras:
-        ident[name] = df[name].where(df[name] != "", None)
-    return ident
-
-
 def _metric_column(raw, values: np.ndarray, text: np.ndarray, factors) -> tuple[np.ndarray, bool]:
     """A metric column: floats in base units, or the source strings (n/a -> None) if any value is text.
 
@@ -340,27 +247,40 @@ def _metric_column(raw, values: np.ndarray, text: np.ndarray, factors) -> tuple[
     return values * factors, True
 
 
-def _unit_note(units: dict[str, str]) -> str:
-    return "metric units (base units after scaling; '' = dimensionless): " + json.dumps(units, sort_keys=False)
-
-
-def column_unit(name: str, bases, out: ReaderOutput) -> str:
-    """The single base unit of a metric column (mixed units are reported, the most common one kept)."""
-    found = pd.Series(bases, dtype=object)
-    found = found[found != ""]
-    if found.empty:
-        return ""
-    counts = found.value_counts()
-    if len(counts) > 1:
-        out.notes.append(f"metric {name} mixes units {', '.join(map(str, counts.index))}")
-    return str(counts.index[0])
-
-
 def _valid_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """(row positions whose ID is a launch number, their IDs as int64)."""
     ids = _launch_id_values(table.column("ID"))
     rows = np.flatnonzero(~np.isnan(ids))
     return rows, ids[rows].astype(np.int64)
+
+
+def _long_launches(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """(row positions whose ID is a launch number, each row's launch (0..n-1, in order of first appearance), each
+    launch's ID, the IDs' offsets per export) of the long layout.
+
+    A launch's rows are consecutive. Exports concatenated (`cat a.csv b.csv`) number their launches from 0 again:
+    a run of rows whose ID the current export already has starts the next export where the kernel name differs
+    from that launch's, or where the ID is the export's first (the numbering starts over); a stray repeated row
+    (same ID and name) stays with its launch. Launch IDs of export k are offset past export k-1's largest, so
+    every launch keeps its own ID, in file order."""
+    rows, ids = _valid_rows(table)
+    if not len(rows):
+        return rows, np.empty(0, np.int64), np.empty(0, np.int64), [0]
+    names = _codes(table.column("Kernel Name"))[0][rows] if "Kernel Name" in table.column_names else np.zeros_like(ids)
+    starts = np.flatnonzero(np.r_[True, (ids[1:] != ids[:-1]) | (names[1:] != names[:-1])])
+    run_of_row = np.cumsum(np.r_[True, (ids[1:] != ids[:-1]) | (names[1:] != names[:-1])]) - 1
+    keys, offsets, seen, first, offset, top = [], [0], {}, None, 0, -1
+    for i, n in zip(ids[starts].tolist(), names[starts].tolist()):
+        if i in seen and (seen[i] != n or i == first):  # the numbering starts over: the next export
+            offset += top + 1
+            offsets.append(offset)
+            seen, first, top = {}, None, -1
+        seen.setdefault(i, n)
+        first = i if first is None else first
+        top = max(top, i)
+        keys.append(i + offset)
+    codes, launch_ids = pd.factorize(np.asarray(keys, dtype=np.int64)[run_of_row])
+    return rows, codes.astype(np.int64), np.asarray(launch_ids, dtype=np.int64), offsets
 
 
 # --- long layout ------------------------------------------------------------------------------------------
@@ -385,9 +305,14 @@ def _metric_keys(table: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, list[st
 
 def _pivot_long(table: pa.Table, out: ReaderOutput) -> Columns:
     """(identity frame, metric columns, metric units, metric rows without a launch ID) of the long layout."""
-    rows, ids = _valid_rows(table)
-    id_codes, launch_ids = pd.factorize(ids)  # launches in order of first appearance
+    rows, id_codes, launch_ids, offsets = _long_launches(table)  # launches in order of first appearance
     n = len(launch_ids)
+    if len(offsets) > 1:
+        out.notes.append(
+            f"{len(offsets)} exports concatenated (launch IDs start over at each): their launch IDs are offset by "
+            + ", ".join(map(str, offsets))
+            + " so that every launch keeps its own ID"
+        )
     first = rows[np.unique(id_codes, return_index=True)[1]]
     skip = LONG_COLUMNS + RULE_COLUMNS  # a metric row's rule fields are empty (rules are in raw table `rules`)
     extras = [c for c in table.column_names if c not in IDENTITY and c not in SIZES and c not in skip]
@@ -480,78 +405,15 @@ def _wide_columns(table: pa.Table, units_row: dict[str, str], out: ReaderOutput)
     return ident, columns, unit_of, bad
 
 
-# --- canonical columns from metrics ------------------------------------------------------------------------
-def _find_metric(frame: pd.DataFrame, candidates) -> str | None:
-    """First candidate present as a column (a details-page name may be section-qualified)."""
-    for name in candidates:
-        if name in frame.columns:
-            return name
-        qualified = [c for c in frame.columns if isinstance(c, str) and c.endswith(f": {name}")]
-        if qualified:
-            return qualified[0]
-    return None
-
-
-def _add_duration(kernels: pd.DataFrame, units: dict[str, str], out: ReaderOutput) -> None:
-    usable = [c for c in kernels.columns if units.get(c, None) in ("ns", "")]
-    name = _find_metric(kernels[usable], DURATION_METRICS)
-    if name is None:
-        kernels["duration"] = pd.Series(pd.NA, index=kernels.index, dtype="Int64")
-        out.notes.append(f"no gpu__time_duration metric: duration is null for all {len(kernels)} launches")
-        return
-    if units.get(name) == "":
-        out.notes.append(f"{name} has no unit; taken as ns")
-    kernels["duration"] = to_int(kernels[name])
-    missing = int(kernels["duration"].isna().sum())
-    if missing:
-        out.notes.append(f"{missing} launch(es) have no {name} value: kept with a null duration")
-
-
-def _add_launch_columns(kernels: pd.DataFrame) -> None:
-    for column, candidates in METRIC_COLUMNS.items():
-        name = _find_metric(kernels, candidates)
-        if name is not None and column not in kernels.columns:
-            kernels[column] = pd.to_numeric(kernels[name], errors="coerce")
-    for dim, (axes, total, canonical_total) in DIM_METRICS.items():
-        if f"{dim}_x" in kernels.columns:
-            continue
-        if all(a in kernels.columns for a in axes):
-            for axis, name in zip("xyz", axes):
-                kernels[f"{dim}_{axis}"] = pd.to_numeric(kernels[name], errors="coerce")
-        elif total in kernels.columns:
-            kernels[canonical_total] = pd.to_numeric(kernels[total], errors="coerce")
-    kernels["wave_size"] = WARP_SIZE
-
-
-def launch_table(ident: pd.DataFrame, metrics: dict, units: dict[str, str], out: ReaderOutput) -> pd.DataFrame:
-    """The kernel table of Nsight Compute launches: identity columns, one column per metric (values already in
-    the base unit `units[name]`), then the canonical columns derived from metrics (duration from
-    gpu__time_duration, registers, shared memory, grid/block when the sizes are absent, wave size).
-
-    Shared by the CSV reader and the .ncu-rep reader so that the same metric gives the same column."""
-    kernels = pd.concat([ident, pd.DataFrame(metrics, index=ident.index)], axis=1)
-    _add_duration(kernels, units, out)
-    _add_launch_columns(kernels)
-    out.notes.append(_unit_note(units))
-    return kernels
-
-
-def require_durations(source, kernels: pd.DataFrame) -> None:
-    """A one-line error when no launch has a duration: every later step needs it, and an ingest of null
-    durations that exits 0 hides a reader that misread the file (the ncu 2025 details page did)."""
-    if len(kernels) and kernels["duration"].isna().all():
-        raise InputError(
-            source,
-            f"no duration for any of the {len(kernels)} launch(es): no {' / '.join(DURATION_METRICS)} "
-            "metric with a time unit (profile with --metrics gpu__time_duration.sum, or the default sections)",
-        )
-
-
 def _launch_count(table: pa.Table, long: bool) -> tuple[int, int]:
-    """(launches, rows whose ID is not a launch number): the long layout has one row per (launch, metric)."""
+    """(launches, rows whose ID is not a launch number): the long layout has one row per (launch, metric), and
+    counts its launches as normalize pivots them (_long_launches: every export's)."""
+    if long:
+        rows, _, launch_ids, _ = _long_launches(table)
+        return len(launch_ids), table.num_rows - len(rows)
     ids = _launch_id_values(table.column("ID"))
     valid = ids[~np.isnan(ids)]
-    return (len(pd.unique(valid)) if long else len(valid)), table.num_rows - len(valid)
+    return len(valid), table.num_rows - len(valid)
 
 
 def _rule_width(fields: list[str]) -> int | None:
@@ -563,6 +425,60 @@ def _rule_width(fields: list[str]) -> int | None:
     if "Metric Name" not in fields or "Rule Name" not in fields or fields.index("Rule Name") == len(fields) - 1:
         return None
     return fields.index("Rule Name") + 1
+
+
+def _first_row_is_full_metric_row(body, fields: list[str]) -> bool:
+    """The first data row of a 2025 details page has every header field and no rule name: the file was re-saved
+    by a tool that writes every field of every row (pandas, a spreadsheet), not as ncu writes it (metric rows stop
+    after Rule Name). Such a file is read against the full header."""
+    text = bytes(body[: 1 << 20]).decode("utf-8", errors="replace")
+    try:
+        records = csv.reader(io.StringIO(text))
+        next(records, None)  # the header
+        first = next(records, None)
+    except csv.Error:
+        return False
+    return first is not None and len(first) == len(fields) and first[fields.index("Rule Name")].strip() == ""
+
+
+def _named_rules(rules: pa.Table, fields: list[str]) -> pa.Array:
+    """Which rows of a table read against the full header are rule findings: those with a Rule Name."""
+    column = rules.column(unique_names(fields, "{name} ({n})", first=2)[fields.index("Rule Name")])
+    return pc.fill_null(pc.not_equal(pc.utf8_trim_whitespace(column), ""), False)
+
+
+def _split_rules(fields: list[str], width: int, full: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(metric rows, rule findings) of a 2025 details page read against the full header: a row is a rule
+    finding only when its Rule Name is not empty (a tool that writes every field of every row pads metric rows)."""
+    named = _named_rules(full, fields)
+    names = unique_names(fields, "{name} ({n})", first=2)
+    return full.filter(pc.invert(named)).select(names[:width]), full.filter(named)
+
+
+def _read_padded(path: Path, body, fields: list[str], width: int) -> tuple[pa.Table, int]:
+    """(every row against the full header, metric rows as ncu writes them padded with empty fields; rows with
+    fewer than `width` fields, skipped): the slow, order-keeping read of a file that mixes metric rows of both
+    widths (one edited in a spreadsheet). Launches stay in file order, which the long layout's pivot needs."""
+    names = unique_names(fields, "{name} ({n})", first=2)
+    data = bytes(body)
+    text = data.decode("utf-8") if is_utf8(data) else data.decode("latin-1")
+    records = csv.reader(io.StringIO(text, newline=""))
+    next(records, None)  # the header
+    columns: list[list[str]] = [[] for _ in names]
+    short = 0
+    try:
+        for record in records:
+            if len(record) < width:
+                short += bool(record)  # (a blank line is no row)
+                continue
+            if len(record) > len(names) or width < len(record) < len(names):
+                raise InputError(path, f"malformed CSV: a row of {len(record)} fields under a header of {len(names)}")
+            record += [""] * (len(names) - len(record))
+            for column, value in zip(columns, record):
+                column.append(value)
+    except csv.Error as exc:
+        raise InputError(path, f"malformed CSV: {exc}") from None
+    return pa.table({n: pa.array(c, pa.string()) for n, c in zip(names, columns)}), short
 
 
 def _rule_table(path: Path, fields: list[str], rows: list[bytes]) -> pa.Table:
@@ -606,8 +522,16 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     if removed:
         raw.notes.append(f"ignored {removed} ==PROF==/==WARNING== report line(s) after the CSV header")
     width = _rule_width(fields)
+    every_field = width is not None and _first_row_is_full_metric_row(body, fields)
     _check_truncated(path, body, width or len(fields))
-    table, short, rule_rows = _parse(path, body, fields, raw, width)
+    table, short, rule_rows = _parse(path, body, fields, raw, None if every_field else width)
+    rules = None
+    if width is not None:
+        full = table if every_field else _rule_table(path, fields, rule_rows)
+        if not every_field and not pc.all(_named_rules(full, fields)).as_py():
+            full, short = _read_padded(path, body, fields, width)  # a metric row with every field: keep file order
+            every_field = True
+        table, rules = _split_rules(fields, width, full) if every_field else (table, full)
     long = any(c in table.column_names for c in LONG_COLUMNS)
     required = ("ID", "Kernel Name", "Metric Name", "Metric Value") if long else ("ID", "Kernel Name")
     require_columns(path, table.column_names, required, "Nsight Compute CSV")
@@ -624,7 +548,6 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     if units is not None:
         raw.tables["units"] = units
     if width is not None:
-        rules = _rule_table(path, fields, rule_rows)
         raw.tables["rules"] = rules
         raw.notes.append(
             f"details page with rule results: {rules.num_rows} rule-finding row(s) kept in the raw 'rules' table "
@@ -632,13 +555,6 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
         )
     raw.info = {"layout": "long" if long else "wide", "units_row": units is not None}
     return raw
-
-
-def raw_table(raw: RawTrace, name: str) -> pa.Table:
-    """A table of the raw read; a raw folder without it (edited, or from another reader) is a one-line error."""
-    if name not in raw.tables:
-        raise InputError(raw.source, f"raw {raw.format} read lacks its {name!r} table (not written by read_raw?)")
-    return raw.tables[name]
 
 
 def normalize(raw: RawTrace) -> ReaderOutput:

@@ -2,15 +2,16 @@
 
 No Nsight Compute install is needed: the PyPI package `ncu-report` (extra `gpuvar[ncurep]`) loads the report.
 Every launch (an "action" of every range, in report order) becomes one row with every metric it holds, and
-the rows are built exactly as the ncu CSV reader builds them (`ncu.identity` / `ncu.launch_table`), so a
-metric gives the same column, unit and canonical mapping from a `.ncu-rep` as from `ncu --csv` of it:
+the rows are built exactly as the ncu CSV reader builds them (`ncu_metrics.identity` /
+`ncu_metrics.launch_table`), so a metric gives the same column, unit and canonical mapping from a `.ncu-rep` as
+from `ncu --csv` of it:
   * launch_id = the launch's position in the report (what ncu prints as ID); kernel_name = the demangled
     name (ncu's default `--print-kernel-base demangled`), else the function name.
   * the CSV identity columns are rebuilt from launch metrics: Context = launch__context_id, Stream =
     launch__stream_id, Device = launch__device_id, CC = compute capability major.minor, Grid Size / Block
     Size = launch__grid_dim_* / launch__block_dim_*.
-  * metric values are converted to base units with ncu.unit_scale (the report already stores base units:
-    ns, byte, ...); a metric with instance values only (no aggregate value) is null, as ncu's CSV leaves it
+  * metric values are converted to base units with ncu_metrics.unit_scale (the report already stores base
+    units: ns, byte, ...); a metric with instance values only (no aggregate value) is null, as ncu's CSV leaves it
     without `--print-metric-instances`; a metric holding text keeps its text.
   * process id / name and host name are not exposed by the package: those columns are null (noted).
 The package runs in a child process (ncu_rep_worker.py): on a damaged report its native parser logs to stderr
@@ -39,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuvar.errors import InputError
-from gpuvar.ingest import ncu
+from gpuvar.ingest import ncu_metrics
 from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.compression import read_raw_head
 from gpuvar.ingest.raw import RawTrace, ReadOptions
@@ -182,14 +183,14 @@ def _metric_columns(values: pa.Table, units: pa.Table, out: ReaderOutput) -> tup
         unit_of = units.column(name).to_pylist()
         for unit in set(unit_of):
             if unit is not None and unit not in scales:
-                scales[unit] = ncu.unit_scale(unit)
+                scales[unit] = ncu_metrics.unit_scale(unit)
         cells = values.column(name)
         if pa.types.is_string(cells.type) or pa.types.is_large_string(cells.type):  # '' is null, as in ncu's CSV
             columns[name] = np.array([v or None for v in cells.to_pylist()], dtype=object)
         else:
             numbers = pc.fill_null(pc.cast(cells, pa.float64(), safe=False), np.nan).to_numpy(zero_copy_only=False)
             columns[name] = numbers * np.array([1.0 if u is None else scales[u][1] for u in unit_of])
-        unit_names[name] = ncu.column_unit(name, [scales[u][0] for u in unit_of if u is not None], out)
+        unit_names[name] = ncu_metrics.column_unit(name, [scales[u][0] for u in unit_of if u is not None], out)
     return columns, unit_names
 
 
@@ -233,20 +234,20 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
 def normalize(raw: RawTrace) -> ReaderOutput:
     """One row per launch, every metric a column in base units, canonical names as the ncu CSV reader."""
     out = raw.start_output(None)
-    launches, values, units = (ncu.raw_table(raw, name) for name in ("launches", "metrics", "units"))
+    launches, values, units = (ncu_metrics.raw_table(raw, name) for name in ("launches", "metrics", "units"))
     kinds = pd.Series([_WORKLOAD.get(w, str(w)) for w in launches.column("Workload Type").to_pylist()])
     if (kinds != "kernel").any():
         out.notes.append(f"profiled workloads by type: {kinds.value_counts().to_dict()} (all kept as rows)")
     names = launches.column("Kernel Name").to_pylist()
     ids = launches.column("ID").to_numpy().astype(np.int64)
-    ident = ncu.identity(_identity_text(names, values), ids, [], out)
+    ident = ncu_metrics.identity(_identity_text(names, values), ids, [], out)
     columns, unit_names = _metric_columns(values, units, out)
     out.notes.append(
         f"{len(names)} launches, {len(columns)} metrics; process id/name and host name are not "
         "in the ncu-report package's view of the report (left null)"
     )
-    out.kernels = ncu.launch_table(ident, columns, unit_names, out)
-    ncu.require_durations(raw.source, out.kernels)
+    out.kernels = ncu_metrics.launch_table(ident, columns, unit_names, out)
+    ncu_metrics.require_durations(raw.source, out.kernels)
     return out
 
 

@@ -15,8 +15,9 @@ read_raw (the expensive part: the table scans). Raw tables, named as in the expo
   the profiled machine's Hostname (TARGET_INFO_SYSTEM_ENV: ingest.json `host`) and the processes whose CUDA device
   ids are not the GPU ids (TARGET_INFO_CUDA_DEVICE cudaId != gpuId), for gpuvar.ingest.gpu_identity. nsys creates
   tables lazily, so any may be absent.
-  Tables are fetched with connectorx (Arrow, 2 partitions on rowid for big tables, put back in rowid order; the
-  kernel and memcpy tables concurrently); where connectorx cannot read a file the pure-sqlite3 path is used.
+  Tables are fetched (gpuvar.ingest.nsys_sqlite) with connectorx (Arrow, 2 partitions on the real rowid for big tables that have one, put
+  back in rowid order; the kernel and memcpy tables concurrently); where connectorx cannot read a file, or reads
+  another number of rows than SQLite counts, the pure-sqlite3 path is used.
   Timestamps that are not integers are an InputError here (the file cannot be a trace), not a drop.
 
 normalize (cheap, vectorised):
@@ -35,11 +36,8 @@ encoding ~0.3 s (the two files concurrently); `gpuvar bench ingest` compares it 
 
 from __future__ import annotations
 
-import logging
-import os
 import re
 import sqlite3
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,15 +47,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import ReaderOutput, connect_sqlite_readonly, require_columns
+from gpuvar.ingest.base import ReaderOutput, require_columns
+from gpuvar.ingest.nsys_sqlite import (
+    SQLITE_MAGIC,
+    catalog,
+    connect,
+    damaged,
+    fetch,
+    fetch_sqlite3,
+    quote_name,
+    rowid_name,
+)
 from gpuvar.ingest.raw import RawTrace, ReadOptions
 
 FORMAT = "nsys-sqlite"
-SQLITE_MAGIC = b"SQLite format 3\x00"
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 NO_KERNEL_TABLE = f"no {KERNEL_TABLE} table: the capture recorded no CUDA kernels (was CUDA tracing on?)"
-PARTITION_MIN_ROWS = 200_000  # smaller tables: one query (a partitioned read first scans min/max rowid)
 STRING_TABLE = "StringIds"
 MEMCPY_ENUM = "ENUM_CUDA_MEMCPY_OPER"
 RAW_KERNELS, RAW_MEMCPY, RAW_STRINGS, RAW_MEMCPY_ENUM = (
@@ -121,24 +127,10 @@ MEMCPY_OPER_FALLBACK = {
     12: "CUDA_MEMCPY_KIND_UVM_DTOH",
     13: "CUDA_MEMCPY_KIND_UVM_DTOD",
 }
-_SAFE_URI_PATH = re.compile(r"^[A-Za-z0-9/._-]+$")
 _INT64 = pa.int64()
 
-log = logging.getLogger("gpuvar.ingest.nsys")
 
-
-# --- SQLite access -----------------------------------------------------------------------------------------
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    """Read-only connection, shared across the reader's threads."""
-    return connect_sqlite_readonly(path, check_same_thread=False)
-
-
-def _catalog(con: sqlite3.Connection) -> dict[str, list[str]]:
-    """Table name -> column names of every table (PRAGMA is cheap: the export has ~50-90 tables)."""
-    names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    return {n: [r[1] for r in con.execute(f'PRAGMA table_info("{n}")')] for n in names}
+# --- detection --------------------------------------------------------------------------------------------
 
 
 def _is_nsys(tables) -> bool:
@@ -154,7 +146,7 @@ def sniff(path: Path, head: bytes) -> bool:
     if not head.startswith(SQLITE_MAGIC) or Path(path).is_dir():
         return False
     try:
-        con = _connect(path)
+        con = connect(path)
         try:
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         finally:
@@ -162,102 +154,6 @@ def sniff(path: Path, head: bytes) -> bool:
     except (sqlite3.DatabaseError, UnicodeDecodeError):  # a damaged schema page can hold invalid UTF-8
         return True
     return _is_nsys(names)
-
-
-def _damaged(path: Path, exc: Exception) -> InputError:
-    """One-line error for an unreadable database, saying whether the file is shorter than its header claims."""
-    detail = "invalid UTF-8 in the schema" if isinstance(exc, UnicodeDecodeError) else exc
-    reason = f"not a readable SQLite database ({detail})"
-    try:
-        with open(path, "rb") as fh:
-            header = fh.read(100)
-        page = int.from_bytes(header[16:18], "big")
-        page = 65536 if page == 1 else page
-        pages = int.from_bytes(header[28:32], "big")
-        size = os.path.getsize(path)
-        if page and pages and size < page * pages:
-            reason = f"truncated SQLite database ({size} of {page * pages} bytes; {detail})"
-    except OSError:
-        pass
-    return InputError(path, reason)
-
-
-def _fetch_sqlite3(con: sqlite3.Connection, table: str, columns: list[str]) -> pa.Table:
-    """Pure-sqlite3 fallback: rows -> Arrow arrays typed by the declared column type, like connectorx
-    (INTEGER -> int64, TEXT -> string, even when every value is NULL); values that do not fit become text."""
-    declared = {r[1]: (r[2] or "").upper() for r in con.execute(f'PRAGMA table_info("{table}")')}
-    rows = con.execute(f'SELECT {", ".join(_quote(c) for c in columns)} FROM "{table}"').fetchall()
-    arrays = []
-    for name, values in zip(columns, zip(*rows) if rows else [()] * len(columns)):
-        decl = declared.get(name, "")
-        typ = _INT64 if "INT" in decl else pa.string() if any(t in decl for t in ("CHAR", "TEXT", "CLOB")) else None
-        try:
-            arr = pa.array(values, type=typ)
-            arrays.append(arr if arr.type != pa.null() else arr.cast(pa.string()))
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            arrays.append(pa.array([None if v is None else str(v) for v in values], type=pa.string()))
-    return pa.Table.from_arrays(arrays, names=columns)
-
-
-def _quote(column: str) -> str:
-    return '"' + column.replace('"', '""') + '"'
-
-
-def _fetch_connectorx(path: Path, table: str, columns: list[str], rows_hint: int) -> pa.Table:
-    """The table as Arrow through connectorx, 2 partitions on rowid when it is big.
-
-    connectorx takes a URI and does not decode it the same way for partitioned queries (a path with a space
-    silently opened a new empty database next to it), so it is given a symlink with a plain name.
-    """
-    import connectorx as cx
-
-    with tempfile.TemporaryDirectory(prefix="gpuvar-nsys-") as tmp:
-        link = Path(tmp) / "export.sqlite"
-        link.symlink_to(Path(path).resolve())
-        if not _SAFE_URI_PATH.match(str(link)):
-            raise ValueError(f"temporary path {link} is not URI-safe")
-        select = ", ".join(_quote(c) for c in columns)
-        uri = f"sqlite://{link}"
-        if rows_hint >= PARTITION_MIN_ROWS and (os.cpu_count() or 1) > 1:
-            sql = f'SELECT rowid AS "__gpuvar_rowid", {select} FROM "{table}"'
-            result = cx.read_sql(uri, sql, return_type="arrow", partition_on="__gpuvar_rowid", partition_num=2)
-            result = _in_rowid_order(result, "__gpuvar_rowid").drop_columns(["__gpuvar_rowid"])
-        else:
-            result = cx.read_sql(uri, f'SELECT {select} FROM "{table}"', return_type="arrow")
-    if result.column_names != columns:
-        raise ValueError(f"connectorx returned columns {result.column_names}")
-    return result
-
-
-def _in_rowid_order(table: pa.Table, rowid: str) -> pa.Table:
-    """The partitions' record batches come back interleaved: put them back in table order by their first
-    rowid (no copy), so that a table already in start order stays sorted and needs no sort at write time."""
-    batches = [b for b in table.to_batches() if b.num_rows]
-    batches.sort(key=lambda b: b.column(rowid)[0].as_py())
-    ordered = pa.Table.from_batches(batches, schema=table.schema)
-    ids = ordered.column(rowid)
-    if ids.null_count == 0 and len(ids) > 1:
-        values = ids.to_numpy()
-        if not (values[1:] > values[:-1]).all():  # batches overlap: order the rows themselves
-            ordered = ordered.take(np.argsort(values, kind="stable"))
-    return ordered
-
-
-def _fetch(path: Path, table: str, columns: list[str]) -> pa.Table:
-    """Whole table as Arrow: connectorx when it works on this file, sqlite3 otherwise (own connection, so
-    the kernel and memcpy tables can be fetched from two threads)."""
-    con = _connect(path)
-    try:
-        rows_hint = con.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0] or 0
-        try:
-            return _fetch_connectorx(path, table, columns, rows_hint)
-        except BaseException as exc:  # noqa: BLE001 - any connectorx failure falls back to the reference reader
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise  # (a Rust panic on a damaged file is a BaseException too: pyo3's PanicException)
-            log.debug("%s: connectorx could not read %s (%s); using sqlite3", path, table, exc)
-        return _fetch_sqlite3(con, table, columns)
-    finally:
-        con.close()
 
 
 # --- metadata ----------------------------------------------------------------------------------------------
@@ -277,7 +173,7 @@ def _metadata(con: sqlite3.Connection, tables: dict[str, list[str]]) -> dict:
     for table, id_col in GPU_TABLES:
         cols = tables.get(table, ())
         if "name" in cols:
-            key = _quote(id_col) if id_col in cols else "rowid"
+            key = quote_name(id_col) if id_col in cols else rowid_name(con, table) or "NULL"
             rows = con.execute(f'SELECT {key}, name FROM "{table}" ORDER BY 1').fetchall()
             info[f"{table}.name"] = [[_plain(i), _plain(n)] for i, n in rows]
             if "devices" not in info:  # structured, for comparisons: the first table naming GPUs
@@ -291,7 +187,7 @@ def _metadata(con: sqlite3.Connection, tables: dict[str, list[str]]) -> dict:
                     )
                     if c in cols
                 ]
-                select = ", ".join([key, "name", *(_quote(c) for c, _ in extra)])
+                select = ", ".join([key, "name", *(quote_name(c) for c, _ in extra)])
                 info["devices"] = [
                     {
                         "id": _plain(r[0]),
@@ -527,13 +423,13 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
     memcpy-kind enum, and its metadata in raw.info. The one step that scans the database."""
     path = Path(path)
     try:
-        con = _connect(path)
+        con = connect(path)
         try:
             return _read_raw(path, con, options.keep_vendor_columns)
         finally:
             con.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        raise _damaged(path, exc) from None
+        raise damaged(path, exc) from None
 
 
 def _selected(columns: list[str], needed, keep: bool) -> tuple[list[str], list[str]]:
@@ -544,7 +440,7 @@ def _selected(columns: list[str], needed, keep: bool) -> tuple[list[str], list[s
 
 
 def _read_raw(path: Path, con: sqlite3.Connection, keep: bool) -> RawTrace:
-    tables = _catalog(con)
+    tables = catalog(con)
     if not _is_nsys(tables):
         raise InputError(
             path, "SQLite database is not an Nsight Systems export (no CUPTI_ACTIVITY_KIND_* or StringIds table)"
@@ -560,28 +456,28 @@ def _read_raw(path: Path, con: sqlite3.Connection, keep: bool) -> RawTrace:
         require_columns(path, m_cols, ["start", "end"], what=f"{MEMCPY_TABLE} table")
     raw = RawTrace(FORMAT, str(path), {}, info={"keep_vendor_columns": keep, **_metadata(con, tables)})
     if {"id", "value"} <= set(tables.get(STRING_TABLE, ())):
-        raw.tables[RAW_STRINGS] = _fetch_sqlite3(con, STRING_TABLE, tables[STRING_TABLE])
+        raw.tables[RAW_STRINGS] = fetch_sqlite3(con, STRING_TABLE, tables[STRING_TABLE])
     not_read = {}
     k_cols, not_read[KERNEL_TABLE] = _selected(k_cols, KERNEL_NEEDED, keep)
     if m_cols is not None:
         m_cols, not_read[MEMCPY_TABLE] = _selected(m_cols, MEMCPY_NEEDED, keep)
     raw.info["columns_not_read"] = {t: cols for t, cols in not_read.items() if cols}
     with ThreadPoolExecutor(max_workers=1) as pool:
-        k_future = pool.submit(_fetch, path, KERNEL_TABLE, k_cols)
-        m_table = _fetch(path, MEMCPY_TABLE, m_cols) if m_cols is not None else None
+        k_future = pool.submit(fetch, path, KERNEL_TABLE, k_cols)
+        m_table = fetch(path, MEMCPY_TABLE, m_cols) if m_cols is not None else None
         k_table = k_future.result()
     _check_times(path, k_table, KERNEL_TABLE)
     raw.tables[RAW_KERNELS] = k_table
     raw.rows_read["kernels"] = k_table.num_rows
     if m_table is not None:
         if {"id", "name"} <= set(tables.get(MEMCPY_ENUM, ())):  # read only with copies to name
-            raw.tables[RAW_MEMCPY_ENUM] = _fetch_sqlite3(con, MEMCPY_ENUM, tables[MEMCPY_ENUM])
+            raw.tables[RAW_MEMCPY_ENUM] = fetch_sqlite3(con, MEMCPY_ENUM, tables[MEMCPY_ENUM])
         _check_times(path, m_table, MEMCPY_TABLE)
         raw.tables[RAW_MEMCPY] = m_table
         raw.rows_read["memcpy"] = m_table.num_rows
     for table, (wanted, required) in HOST_COLUMNS.items():
         if required <= set(tables.get(table, ())):
-            raw.tables[table.lower()] = _fetch(path, table, [c for c in wanted if c in tables[table]])
+            raw.tables[table.lower()] = fetch(path, table, [c for c in wanted if c in tables[table]])
     return raw
 
 

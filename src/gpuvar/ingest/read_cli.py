@@ -18,10 +18,11 @@ def run(args) -> int:
 
     from gpuvar.atomic import staged_folder
     from gpuvar.ingest import read_source
+    from gpuvar.ingest.cli import _one_or_all
     from gpuvar.ingest.raw import RAW_MANIFEST, ReadOptions, write_raw
 
     output = Path(args.output)
-    raw = read_source(args.source, args.format, ReadOptions(args.keep_vendor_columns, output.parent))
+    raw = read_source(_one_or_all(args.source), args.format, ReadOptions(args.keep_vendor_columns, output.parent))
     with staged_folder(output, replace=True) as tmp:  # the folder appears complete or not at all
         write_raw(raw, tmp)
     tables = {name: table.num_rows for name, table in raw.tables.items()}

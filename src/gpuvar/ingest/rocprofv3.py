@@ -1,15 +1,18 @@
 """rocprofv3 (rocprofiler-sdk) CSV output: kernel_trace, counter_collection and memory_copy_trace.
 
 Source: the output folder (files found up to two levels down, as rocprofv3 writes `<host>/<pid>_*.csv`;
-several processes are concatenated) or a single one of those files, which is then read alone.
+several processes are concatenated), a single one of those files, which is then read alone, or several of them
+(read_raw_files: kernel_trace.csv and counter_collection.csv side by side, read as their folder would be).
   * kernel_trace: Grid_Size_X/Y/Z count work-items, so grid_x = ceil(Grid_Size_X / Workgroup_Size_X) (the
     source columns are kept); lds = Group_Segment_Size, scratch = Private_Segment_Size, stream = Stream_Id
     (else Queue_Id), device = Agent_Id (an integer, or the number in "Agent 1").
   * counter_collection is long (one row per dispatch x counter): it is pivoted to one column per counter
     (Table 1 names; repeated rows of one counter for one dispatch are summed, e.g. per-XCC instances) and
-    joined onto the kernel_trace rows of the same process by (Dispatch_Id, kernel name), adding only what
-    the trace lacks (counters, VGPR/SGPR counts). Without a kernel_trace its dispatches are the kernel
-    table (its Start/End_Timestamp). Counter dispatches with no matching kernel are reported in the notes.
+    joined onto the kernel_trace rows of the same process by Dispatch_Id, the kernel names checked (a
+    mismatch is an error: gpuvar.ingest.counter_passes), adding the counters and what the trace lacks
+    (VGPR/SGPR counts). Without a kernel_trace its dispatches are the kernel table (its Start/End_Timestamp;
+    `gpuvar ingest` asks for the kernel trace when it has none). Counter dispatches with no matching kernel
+    are counted in ingest.json (`counter_passes`).
   * memory_copy_trace: copy_kind from Direction in CUDA codes (HtoD 1, DtoH 2, DtoD 8, HtoH 9) and
     copy_kind_name the short form; bytes is null (the format has no size column; `Bytes`/`Size` is used if
     a newer version writes one); device_id is the GPU end of the copy: Source_Agent_Id for DtoH,
@@ -185,27 +188,42 @@ def pivot_counters(df: pd.DataFrame, path: Path, out: ReaderOutput) -> tuple[pd.
 
 
 def join_counters(
-    kernels: pd.DataFrame, counters: pd.DataFrame, counter_cols: list[str], source: str, out: ReaderOutput
+    kernels: pd.DataFrame,
+    counters: pd.DataFrame,
+    counter_cols: list[str],
+    source: str,
+    out: ReaderOutput,
+    *,
+    trace_file: str = "kernel_trace.csv",
+    number: int = 1,
 ) -> pd.DataFrame:
-    """Counters onto the kernel of the same (dispatch id, kernel name); static per-kernel properties the
-    trace lacks (VGPR/SGPR counts...) by kernel name. Run-specific metadata of the counter run (its times,
-    process) is not copied: the two files may come from different runs."""
+    """Counters onto the kernel of the same Dispatch_Id, the kernel names checked (a mismatch is an InputError
+    naming `source`, the counter file: gpuvar.ingest.counter_passes); static per-kernel properties the trace lacks
+    (VGPR/SGPR counts...) by kernel name. Run-specific metadata of the counter run (its times, process) is not
+    copied: the two files may come from different runs."""
+    from gpuvar.ingest import counter_passes
+
     if not set(JOIN_KEYS) <= set(kernels.columns) or not set(JOIN_KEYS) <= set(counters.columns):
-        out.notes.append(f"{source}: counters not joined (no Dispatch_Id / Kernel_Name to match on)")
+        out.notes.append(f"{Path(source).name}: counters not joined (no Dispatch_Id / Kernel_Name to match on)")
         return kernels
     static = [c for c in STATIC_KERNEL_COLUMNS if c in counters.columns and c not in kernels.columns]
     if static:
         per_name = counters[["kernel_name", *static]].drop_duplicates("kernel_name")
         kernels = kernels.merge(per_name, on="kernel_name", how="left", validate="many_to_one")
-    cols = [c for c in counter_cols if c not in kernels.columns]
-    right = counters[JOIN_KEYS + cols].drop_duplicates(JOIN_KEYS)
-    merged = kernels.merge(right, on=JOIN_KEYS, how="left", indicator=True, validate="many_to_one")
-    matched = int((merged.pop("_merge") == "both").sum())
-    unmatched = int((~right.set_index(JOIN_KEYS).index.isin(kernels.set_index(JOIN_KEYS).index)).sum())
-    out.notes.append(f"{source}: counters joined onto {matched} of {len(kernels)} kernel(s) by (Dispatch_Id, name)")
-    if unmatched:
-        out.notes.append(f"{source}: {unmatched} counter dispatch(es) matched no kernel_trace dispatch (not joined)")
-    return merged
+    cols = [c for c in counter_cols if c not in JOIN_KEYS]
+    kernels, record = counter_passes.join_pass(
+        kernels,
+        counters,
+        cols,
+        key="launch_id",
+        key_label="Dispatch_Id",
+        pass_file=source,
+        trace_file=trace_file,
+        number=number,
+    )
+    out.counter_passes.append(record)
+    out.notes.append(counter_passes.note(record, len(kernels)))
+    return kernels
 
 
 def _agents(df: pd.DataFrame, column: str) -> pd.Series:
@@ -276,13 +294,26 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
         raise InputError(
             path, "folder has no rocprofv3 *kernel_trace.csv, *counter_collection.csv or *memory_copy_trace.csv"
         )
-    raw = RawTrace(FORMAT, str(path), {})
+    return _read_parts(parts, str(path))
+
+
+def read_raw_files(paths: list[Path], options: ReadOptions = ReadOptions()) -> RawTrace:
+    """Several rocprofv3 CSVs (or folders) of one trace, e.g. kernel_trace.csv and counter_collection.csv given
+    side by side: read as the folder holding them would be (files of one process join); the source is the
+    first kernel_trace file."""
+    parts = [part for p in paths for part in source_files(Path(p))]
+    traces = [str(f) for kind, f in parts if kind == "kernel_trace"]
+    return _read_parts(parts, traces[0] if traces else str(paths[0]))
+
+
+def _read_parts(parts: list[tuple[str, Path]], source: str) -> RawTrace:
+    raw = RawTrace(FORMAT, source, {})
     grouped: dict[str, dict[str, list[Path]]] = {}
     for kind, f in parts:
         grouped.setdefault(_group(f), {}).setdefault(kind, []).append(f)
     several = {kind for kind in KINDS if sum(k == kind for k, _ in parts) > 1}
     seen = dict.fromkeys(KINDS, 0)
-    groups, files = [], {}
+    groups, files, paths = [], {}, {}
     for group, by_kind in sorted(grouped.items()):
         entry = {"name": Path(group).name or "kernel_trace", **{kind: [] for kind in KINDS}}
         for kind in KINDS:
@@ -295,25 +326,28 @@ def read_raw(path: Path, options: ReadOptions = ReadOptions()) -> RawTrace:
                 amd_common.add_raw_table(raw, name, table)
                 entry[kind].append(name)
                 files[name] = f.name
+                paths[name] = str(f)
         groups.append(entry)
     raw.rows_read.setdefault("kernels", 0)
-    raw.info.update(groups=groups, files=files)
+    raw.info.update(groups=groups, files=files, paths=paths)
     return raw
 
 
 def _process_kernels(raw: RawTrace, group: dict, out: ReaderOutput) -> pd.DataFrame | None:
     """Kernel table of one process: its kernel_trace rows with counters joined, or its counter dispatches."""
-    files = raw.info["files"]
+    files, paths = raw.info["files"], raw.info.get("paths", {})
     traces = [map_dispatches(amd_common.raw_frame(raw, t), Path(files[t]), out) for t in group["kernel_trace"]]
-    counters = [pivot_counters(amd_common.raw_frame(raw, t), Path(files[t]), out) for t in group["counter_collection"]]
-    counters_df = pd.concat([c[0] for c in counters], ignore_index=True) if counters else None
-    counter_cols = list(dict.fromkeys(name for c in counters for name in c[1]))
-    if traces:
-        kernels = pd.concat(traces, ignore_index=True)
-        if counters_df is None:
-            return kernels
-        return join_counters(kernels, counters_df, counter_cols, group["name"], out)
-    return counters_df
+    counters = [
+        (t, *pivot_counters(amd_common.raw_frame(raw, t), Path(files[t]), out)) for t in group["counter_collection"]
+    ]
+    if not traces:
+        return pd.concat([c[1] for c in counters], ignore_index=True) if counters else None
+    kernels = pd.concat(traces, ignore_index=True)
+    trace_file = paths.get(group["kernel_trace"][0], files[group["kernel_trace"][0]])
+    for number, (table, frame, cols) in enumerate(counters, 1):
+        source = paths.get(table, files[table])
+        kernels = join_counters(kernels, frame, cols, source, out, trace_file=trace_file, number=number)
+    return kernels
 
 
 def normalize(raw: RawTrace) -> ReaderOutput:

@@ -69,6 +69,19 @@ def require_kernels(source, kernels: pa.Table, rows_read: int, dropped: dict) ->
     raise InputError(source, f"no usable kernel rows: all {rows_read} were dropped ({reasons})")
 
 
+def require_timing(source, fmt: str, kernels: pa.Table) -> None:
+    """A counter pass alone (rocprof v1 `rocprof -i`, rocprofv3 counter_collection without timestamps) has
+    launches but no start, end or duration: nothing later can say how long a launch took, so it is an error that
+    asks for its kernel trace (gpuvar.ingest.counter_passes), not an empty analysis."""
+    from gpuvar.ingest.counter_passes import KERNEL_TRACE_FILES, counter_only_message
+
+    if fmt not in KERNEL_TRACE_FILES or not kernels.num_rows:
+        return
+    timed = [c for c in TIME_COLUMNS if c in kernels.column_names and kernels.column(c).null_count < kernels.num_rows]
+    if not timed:
+        raise InputError(source, counter_only_message(kernels.num_rows))
+
+
 def require_int64_times(reader: str, **tables: pa.Table | None) -> None:
     """Fail loudly if a canonical time column is not int64 ns (docs/schema.md): a float64 start/end loses the
     low digits of epoch-scale clocks (> 2^53 ns) and corrupts every duration. A reader bug, not a user error,
@@ -83,3 +96,31 @@ def require_int64_times(reader: str, **tables: pa.Table | None) -> None:
         ]
         if wrong:
             raise GpuvarError(f"internal error in the {reader} reader: {name} {', '.join(wrong)}, not int64 ns")
+
+
+FRACTIONAL = "not a whole number: left null"
+
+
+def null_fractional_counts(frame, out) -> None:
+    """A launch configuration value (grid, block, registers, shared memory, ...: a count) that is not a whole
+    number is invalid, not a value to round: it becomes null (the launch is kept) and is counted in the notes.
+    The canonical conversion rounds floats, right for times in fractional units, silent for a grid of 1.5."""
+    import pandas as pd
+
+    from gpuvar.schema import canonical_columns
+
+    if frame is None or not len(frame):
+        return
+    counts = [c.column for c in canonical_columns("kernels") if c.group == "launch_configuration" and c.type == "int64"]
+    found = {}
+    for name in counts:
+        if name not in frame.columns or not pd.api.types.is_float_dtype(frame[name]):
+            continue
+        values = frame[name].to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.isfinite(values) & (values != np.floor(values))
+        if bad.any():
+            frame.loc[bad, name] = np.nan
+            found[name] = int(bad.sum())
+    if found:
+        listed = ", ".join(f"{n} {name}" for name, n in found.items())
+        out.notes.append(f"launch configuration values {FRACTIONAL} ({listed})")

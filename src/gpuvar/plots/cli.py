@@ -66,10 +66,10 @@ def run(args) -> int:
     # written into a temporary folder, moved into place only when every file of the figure is complete
     # (each figure imports its own module only: networkx, for the causal graphs, took ~0.12 s of every plot job)
     if args.figure == "causal":
-        from gpuvar.plots import causal_graph
+        from gpuvar.plots.causal_graph.folder import plot_causal_dir
 
         with staged_folder(args.output, replace=True) as tmp:
-            index = causal_graph.plot_causal_dir(
+            index = plot_causal_dir(
                 args.causal_dir, tmp, formats, args.dpi, args.min_variance_share, args.min_probability, args.which
             )
         result = {

@@ -22,6 +22,8 @@ matplotlib.use("Agg")  # no display on cluster nodes; also the only backend whos
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import cbook  # noqa: E402
 
+from gpuvar.targets import TARGETS  # noqa: E402
+
 # Sign colours of the paper's causal graphs (black positive, red negative).
 POSITIVE = "#111111"
 NEGATIVE = "#c0392b"
@@ -187,13 +189,8 @@ def wrap_label(text: str, width: int) -> str:
     return "\n".join(lines)
 
 
-# Targets (gpuvar.targets) are durations; the canonical columns carry their unit in the schema.
-_UNIT_BY_NAME = {
-    "kernel_variability": "ns",
-    "memory_stall": "ns",
-    "linked_copy_duration": "ns",
-    "linked_copy_bytes": "bytes",
-}
+# A target's unit is its Target's (gpuvar.targets); the canonical columns carry theirs in the schema.
+_UNIT_BY_NAME = {"linked_copy_duration": "ns", "linked_copy_bytes": "bytes"}
 _UNITLESS = ("", "flag", "count")
 
 
@@ -205,9 +202,11 @@ def _schema_units() -> dict[str, str]:
 
 
 def unit_of(column: str) -> str:
-    """The unit of a plotted column ('ns' for the targets and durations, 'blocks' for grid_x, ...), '' if none
-    is known (vendor counters carry theirs in the name) or the column is a count or a flag."""
+    """The unit of a plotted column (a target's Target.unit, 'ns' for durations, 'blocks' for grid_x, ...), '' if
+    none is known (vendor counters carry theirs in the name) or the column is a count or a flag."""
     name = str(column)
+    if name in TARGETS:
+        return TARGETS[name].unit
     unit = _UNIT_BY_NAME.get(name) or _schema_units().get(name) or ("ns" if name.endswith("_ns") else "")
     return "" if unit in _UNITLESS else unit
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from gpuvar.errors import InputError
 from gpuvar.plots import style
+from gpuvar.targets import target as target_of
 
 # Column names accepted for each quantity (first match wins), so small renames upstream do not break plots.
 CANDIDATES = {
@@ -68,22 +69,26 @@ def _top_flags(bins: pd.DataFrame, var: np.ndarray, top_k: int | None) -> np.nda
     return flags
 
 
-def variance_unit(var: pd.Series) -> tuple[float, str]:
-    """(divisor, unit) for a variance of durations in ns², so the axis reads in ns², µs², ms² or s² (the unit
-    whose square root is just below the largest standard deviation)."""
+def variance_unit(var: pd.Series, unit: str = "ns") -> tuple[float, str]:
+    """(divisor, unit) for a variance of values in `unit` (the target's): durations in ns² read in ns², µs², ms²
+    or s² (the unit whose square root is just below the largest standard deviation); another unit as it is
+    ('' for a ratio)."""
+    if unit != "ns":
+        return 1.0, f"{unit}²" if unit else ""
     top = float(np.sqrt(np.nanmax(var))) if var.notna().any() and np.nanmax(var) > 0 else 0.0
-    for divisor, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
+    for divisor, scaled in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
         if top >= divisor:
-            return divisor**2, f"{unit}²"
+            return divisor**2, f"{scaled}²"
     return 1.0, "ns²"
 
 
 def draw_timeline(table: pd.DataFrame, target: str, unit: str = "ns", title: str | None = None):
-    """Figure: variance per bin as a line, top-k bins as red markers; returns the figure. The targets are
-    durations in ns, so the variance is in ns² (shown in the unit that keeps the numbers short)."""
+    """Figure: variance per bin as a line, top-k bins as red markers; returns the figure. The variance is in the
+    square of the target's unit (gpuvar.targets; a duration's shown in the unit that keeps the numbers short).
+    `unit`: the bins' ('ns': time bins, else launch-index bins)."""
     fig = style.figure(8.0, 3.4)
     ax = fig.add_subplot(1, 1, 1)
-    divisor, var_unit = variance_unit(table["var"])
+    divisor, var_unit = variance_unit(table["var"], target_of(target).unit)
     var = table["var"] / divisor
     ax.plot(table["x"], var, color="#2e86c1", lw=0.8, label="variance per bin")
     top = table["is_top_k"].to_numpy(dtype=bool)
@@ -94,7 +99,7 @@ def draw_timeline(table: pd.DataFrame, target: str, unit: str = "ns", title: str
     if len(positive) and positive.max() / positive.min() > 1e3:
         ax.set_yscale("log")
     ax.set_xlabel("time from trace start (s)" if unit == "ns" else "launch index")
-    ax.set_ylabel(f"var({target}) per bin ({var_unit})")
+    ax.set_ylabel(f"var({target}) per bin ({var_unit})" if var_unit else f"var({target}) per bin")
     ax.grid(True, lw=0.3, alpha=0.5)
     # outside the axes: inside, the legend hid the highest bins, which are usually at the top right
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.ranks.gpus import sharing
-from gpuvar.ranks.lateness import lateness, sentence
+from gpuvar.ranks.lateness import lateness, median_pace, sentence
 from gpuvar.ranks.load import RankInput
 
 
@@ -135,23 +135,25 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
     def explain(steps: pd.DataFrame, straggler: int) -> dict:
         return lateness(steps, data, straggler, sharing(data.kernels, straggler), seed)
 
-    return combine(local, data.collectives, data.span, data.collective_source, explain)
+    return combine(local, data, explain, seed)
 
 
-def combine(local: LocalSteps, collectives: pd.DataFrame, span: dict, collective_source: str, explain) -> RankAnalysis:
-    """Every rank's LocalSteps with the collectives of all ranks (their waits): arrivals, lateness, waits, the
-    straggler; `explain(steps, straggler)` gives the straggler's driver record (gpuvar.ranks.lateness)."""
+def combine(local: LocalSteps, data: RankInput, explain, seed: int = 0) -> RankAnalysis:
+    """Every rank's LocalSteps with what concerns all ranks: the collectives (their waits), each rank's span, the
+    dropped collectives and the job checks of `data` (its launches are not read here, gpuvar.ranks.job passes
+    none): arrivals, lateness, waits, the straggler; `explain(steps, straggler)` gives the straggler's driver
+    record (gpuvar.ranks.lateness), its median pace is computed from the step table."""
     ranks = local.ranks
     if len(ranks) < 2:
         summary = {"ranks": ranks, "result": "one rank: nothing to compare"}
         return RankAnalysis(pd.DataFrame(), summary, [f"one rank ({ranks[0]}): nothing to compare"])
-    col = collectives.merge(local.col_steps, on=["rank", "seq"])
+    col = data.collectives.merge(local.col_steps, on=["rank", "seq"])
     arrivals, skew = _arrivals(col, ranks)
-    first = _first(col)
-    col = col.assign(wait=col["end"] - col["start"])
-    waits = col.groupby(["rank", "step"], as_index=False)["wait"].sum().rename(columns={"wait": "wait_ns"})
-    steps = local.steps.merge(first, on=["rank", "step"], how="left").merge(waits, on=["rank", "step"], how="left")
-    steps["wait_ns"] = pd.to_numeric(steps["wait_ns"]).fillna(0).astype(np.int64)
+    steps = local.steps.merge(_first(col), on=["rank", "step"], how="left").merge(
+        _waits(col, local.steps), on=["rank", "step"], how="left"
+    )
+    for column in ("wait_ns", "wait_in_step_ns"):
+        steps[column] = pd.to_numeric(steps[column]).fillna(0).astype(np.int64)
     steps["collectives"] = steps["collectives"].fillna(0).astype(np.int64)
     late = skew.stack().rename("late_ns").reset_index().rename(columns={"level_1": "rank"})
     late = late.merge(arrivals[["seq", "last_rank"]], on="seq")
@@ -166,28 +168,30 @@ def combine(local: LocalSteps, collectives: pd.DataFrame, span: dict, collective
     per_rank = {}
     for r in ranks:
         mine = steps[steps["rank"] == r]
-        span_ns = span[r][1] - span[r][0]
+        span = data.span[r][1] - data.span[r][0]  # holds every collective of the rank: wait <= span
         wait = int(mine["wait_ns"].sum())
+        step_time = int(mine["time_ns"].sum())
         last = int((arrivals["last_rank"] == r).sum())
         per_rank[str(r)] = {
             "steps": int(len(mine)),
             "last_steps": last,
             "last_share": round(last / n, 6) if n else None,
             "late_by_ns_when_last": int(arrivals.loc[arrivals["last_rank"] == r, "late_by_ns"].sum()),
-            "profiled_ns": int(span_ns),
+            "profiled_ns": int(span),
             "step_time_ns": int(mine["time_ns"].sum()),
             "busy_ns": int(mine["busy_ns"].sum()),
             "idle_ns": int(mine["idle_ns"].sum()),
             "wait_ns": wait,
-            "wait_share": round(wait / span_ns, 6) if span_ns else None,
-            "wait_share_of_steps": round(wait / int(mine["time_ns"].sum()), 6) if len(mine) else None,
+            "wait_share": round(wait / span, 6) if span else None,
+            "wait_share_of_steps": round(int(mine["wait_in_step_ns"].sum()) / step_time, 6) if step_time else None,
             "step_time_sd_ns": int(round(float(mine["time_ns"].std(ddof=0)))) if len(mine) else 0,
         }
     straggler = max(ranks, key=lambda r: (per_rank[str(r)]["last_steps"], -r))
     driver = explain(steps, straggler)
+    driver["if_at_median_pace"] = median_pace(steps, straggler, seed)
     summary = {
         "ranks": ranks,
-        "collective_source": collective_source,
+        "collective_source": data.collective_source,
         "collectives_compared": int(n),
         "straggler": straggler,
         "per_rank": per_rank,
@@ -196,8 +200,26 @@ def combine(local: LocalSteps, collectives: pd.DataFrame, span: dict, collective
             "median": int(np.median(arrivals["late_by_ns"])) if n else 0,
             "max": int(arrivals["late_by_ns"].max()) if n else 0,
         },
+        "dropped_collectives": data.dropped,
+        "warnings": list(data.warnings),
+        "clocks_agree": data.clocks_agree,
     }
-    return RankAnalysis(steps, summary, _sentences(summary))
+    return RankAnalysis(steps.drop(columns=["wait_in_step_ns"]), summary, summary["warnings"] + _sentences(summary))
+
+
+def _waits(col: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and step: wait_ns, the time inside the step's collectives (their union: collectives that overlap,
+    or nest, count once), and wait_in_step_ns, the part of it within the step's own span (for the share of step
+    time). Both are bounded by construction."""
+    bounds = steps.set_index(["rank", "step"])[["start_ns", "end_ns"]]
+    rows = []
+    for (rank, step), g in col.groupby(["rank", "step"], sort=True):
+        start, end = g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64)
+        s0, s1 = bounds.loc[(rank, step)] if (rank, step) in bounds.index else (0, 0)
+        inside = np.minimum(end, s1) > np.maximum(start, s0)
+        clipped = union_ns(np.maximum(start, s0)[inside], np.minimum(end, s1)[inside])
+        rows.append((int(rank), int(step), union_ns(start, end), clipped))
+    return pd.DataFrame(rows, columns=["rank", "step", "wait_ns", "wait_in_step_ns"])
 
 
 def _pct(x: float | None) -> str:
@@ -210,7 +232,9 @@ def _sentences(summary: dict) -> list[str]:
     if n == 0:
         return ["no collective is seen on every rank: lateness cannot be compared"]
     me = per[str(s)]
-    out = [f"rank {s} is last in {_pct(me['last_share'])} of steps ({me['last_steps']} of {n})"]
+    out = []
+    if summary.get("clocks_agree", True):  # else the arrival order is not known (the warning says why)
+        out.append(f"rank {s} is last in {_pct(me['last_share'])} of steps ({me['last_steps']} of {n})")
     for r in ranks:
         out.append(
             f"rank {r} waits {_pct(per[str(r)]['wait_share'])} of its time in collectives "
@@ -219,4 +243,12 @@ def _sentences(summary: dict) -> list[str]:
     line = sentence(s, summary["driver"])
     if line:
         out.append(line)
+    paced = summary["driver"].get("if_at_median_pace")
+    if paced:
+        w = paced["others_wait_less_per_step_ns"]
+        out.append(
+            f"if rank {s} kept its median pace, the other ranks would wait {w['value'] / 1e6:.3g} ms less per step "
+            f"(90 % interval {w['interval'][0] / 1e6:.3g}–{w['interval'][1] / 1e6:.3g} ms; "
+            f"{paced['others_wait_less_over_the_run_ns'] / 1e6:.3g} ms over {paced['steps']} steps)"
+        )
     return out

@@ -8,7 +8,11 @@ rows, the step of each of its collectives, its host gaps before arrival), except
   * the collectives' waits: an NCCL collective's wait is the rank's kernel time minus the shortest rank's for
     that collective, and a job uses NCCL kernels or host ops depending on all ranks. The collectives are one row
     per rank and step, so every unit sends its candidates (its NCCL kernels; its copy round trips or host
-    collective ops) and rank 0 chooses and computes the waits as gpuvar.ranks.load does;
+    collective ops) and rank 0 chooses and computes the waits as gpuvar.ranks.load does. Bad records (drop_bad:
+    repeated, negative) are per rank: each unit leaves them out before numbering its collectives, rank 0 counts
+    them; the ranks' spans and the job checks (check_one_job: overlapping timelines, clocks) are rank 0's, from
+    the units' spans and the chosen collectives; the waits inside each step and the median-pace counterfactual
+    come from the step rows (gpuvar.ranks.analyze.combine);
   * what makes the straggler late (gpuvar.ranks.lateness): its own launches, plus, when it shares a physical GPU,
     the launches of the ranks on that GPU (one node's ranks). Rank 0 reads just those units again once the
     straggler is known; the physical GPUs come from every unit's recorded devices (small), as
@@ -27,7 +31,7 @@ rank 0 prints one line.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +44,10 @@ from gpuvar.ranks.load import (
     RankInput,
     _sequence,
     _span,
+    check_one_job,
     collective_label,
     copy_round_trips,
+    drop_bad,
     host_collectives,
     ingest_part,
     nccl_collectives,
@@ -125,9 +131,11 @@ def _nccl_rows(kernels: pd.DataFrame) -> pd.DataFrame:
 
 
 def _as_collectives(nccl: pd.DataFrame) -> pd.DataFrame:
-    """A unit's NCCL kernels as collectives with their seq (ends as recorded: only starts matter locally)."""
-    return _sequence(pd.DataFrame({"rank": nccl["rank"], "start": nccl["start"], "end": nccl["end"],
-                                   "name": nccl["kernel_name"].astype(str)}))  # fmt: skip
+    """A unit's NCCL kernels as collectives with their seq (ends as recorded: only starts matter locally). The
+    bad records gpuvar.ranks.load.drop_bad leaves out are left out here too, so the seq numbers are the job's:
+    they are per rank, and a unit holds every record of its ranks."""
+    return _sequence(drop_bad(pd.DataFrame({"rank": nccl["rank"], "start": nccl["start"], "end": nccl["end"],
+                                            "name": nccl["kernel_name"].astype(str)}), {}))  # fmt: skip
 
 
 def summarize(unit: Unit) -> Summary:
@@ -144,14 +152,17 @@ def summarize(unit: Unit) -> Summary:
             error = exc
     else:
         other = copy_round_trips(m)
-    local_other = local_steps(launches, _sequence(other)) if other is not None else None
+    if other is None:
+        local_other = None
+    else:  # host ops are dropped and counted as gpuvar.ranks.load.from_traces does (copy round trips are not)
+        local_other = local_steps(launches, _sequence(drop_bad(other, {}) if part is not None else other))
     return Summary(
         unit=unit,
         kernels=len(k),
         copies=len(m),
         kernel_ranks=sorted(int(r) for r in k["rank"].dropna().unique()),
         has_step=bool(k["step"].notna().any()),
-        span=({part.rank: part.span} if part is not None else (_span(k, m) if len(k) or len(m) else {})),
+        span=_span(k, m) if len(k) or len(m) else {},
         nccl=nccl,
         other=other,
         other_error=error,
@@ -184,46 +195,62 @@ class Decided:
     """Rank 0's view of the whole job, from the summaries alone."""
 
     local: LocalSteps
-    collectives: pd.DataFrame
-    span: dict
-    label: str
-    sources: list[str]
+    data: RankInput  # the collectives, spans, label, sources, dropped records and checks; no launches
     gpu: dict  # (unit position, device id) -> physical-GPU code (--traces), else {}
     summaries: list[Summary]
 
 
+def _job_span(summaries: list[Summary], collectives: pd.DataFrame) -> dict[int, tuple[int, int]]:
+    """Each rank's first to last launch or collective, as gpuvar.ranks.load's _span over all of them."""
+    span: dict[int, tuple[int, int]] = {}
+    pieces = [s.span for s in summaries] + ([_span(collectives)] if len(collectives) else [])
+    for piece in pieces:
+        for r, (a, b) in piece.items():
+            span[r] = (min(span[r][0], a), max(span[r][1], b)) if r in span else (a, b)
+    return dict(sorted(span.items()))
+
+
 def decide(summaries: list[Summary], traces: bool, sources: list[str]) -> Decided:
-    """The checks and choices of gpuvar.ranks.load.from_ingest / from_traces, made on the summaries."""
+    """The checks and choices of gpuvar.ranks.load.from_ingest / from_traces, made on the summaries: which
+    collectives, their dropped records, each rank's span, and gpuvar.ranks.load.check_one_job."""
     where = sources[0] if len(sources) == 1 else ", ".join(sources)
-    spans: dict[int, tuple[int, int]] = {}
-    for s in summaries:
-        if traces and s.rank in spans:
+    ranks: set[int] = set()  # the traces' ranks
+    for s in summaries if traces else []:
+        if s.rank in ranks:
             raise InputError(s.unit.path, f"rank {s.rank} is given twice")
-        spans.update(s.span)
+        ranks.add(s.rank)
     if sum(s.kernels for s in summaries) == 0:
         raise InputError(where, "no kernel launches")
     if not any(s.has_step for s in summaries):
         raise InputError(where, "no step is known (no ProfilerStep#N and no cudaDeviceSynchronize): cannot align ranks")
-    nccl_rows = _concat([s.nccl for s in summaries])
-    nccl = nccl_collectives(nccl_rows)
+    dropped: dict[str, dict[str, int]] = {}
+    nccl = nccl_collectives(_concat([s.nccl for s in summaries]), dropped)
+    gpu = _gpu_codes(summaries) if traces else {}
     if traces:
-        gpu = _gpu_codes(summaries)
-        if set(nccl["rank"]) == set(spans):
-            return Decided(_merge_local([s.local_nccl for s in summaries]), nccl, spans,
-                           collective_label("NCCL kernels ", nccl), sources, gpu, summaries)  # fmt: skip
-        failed = [s for s in summaries if s.other_error is not None]
-        if failed:
-            raise failed[0].other_error
-        hosts = _sequence(pd.concat([s.other for s in summaries], ignore_index=True))
-        return Decided(_merge_local([s.local_other for s in summaries]), hosts, spans,
-                       collective_label("host ops ", hosts), sources, gpu, summaries)  # fmt: skip
-    if len(sources) > 1 and len({r for s in summaries for r in s.kernel_ranks}) < len(sources):
-        raise InputError(", ".join(sources), "two folders record the same rank; merge them with `gpuvar ingest-merge`")
-    if not nccl.empty:
-        return Decided(_merge_local([s.local_nccl for s in summaries]), nccl, spans, "NCCL kernels", sources, {},
-                       summaries)  # fmt: skip
-    trips = _sequence(_concat([s.other for s in summaries]))
-    return Decided(_merge_local([s.local_other for s in summaries]), trips, spans, "copies", sources, {}, summaries)
+        if set(nccl["rank"]) == ranks:
+            local, collectives, label = [s.local_nccl for s in summaries], nccl, collective_label("NCCL kernels ", nccl)
+        else:
+            failed = [s for s in summaries if s.other_error is not None]
+            if failed:
+                raise failed[0].other_error
+            dropped = {}
+            hosts = _sequence(drop_bad(pd.concat([s.other for s in summaries], ignore_index=True), dropped))
+            local, collectives, label = [s.local_other for s in summaries], hosts, collective_label("host ops ", hosts)
+    else:
+        if len(sources) > 1 and len({r for s in summaries for r in s.kernel_ranks}) < len(sources):
+            raise InputError(
+                ", ".join(sources), "two folders record the same rank; merge them with `gpuvar ingest-merge`"
+            )
+        if not nccl.empty:
+            local, collectives, label = [s.local_nccl for s in summaries], nccl, "NCCL kernels"
+        else:
+            dropped = {}
+            trips = _sequence(_concat([s.other for s in summaries]))
+            local, collectives, label = [s.local_other for s in summaries], trips, "copies"
+    empty = pd.DataFrame({"rank": [], "step": [], "start": [], "end": []})
+    span = _job_span(summaries, collectives)
+    data = check_one_job(RankInput(empty, empty, collectives, span, label, sources, dropped))
+    return Decided(_merge_local(local), data, gpu, summaries)
 
 
 def _gpu_codes(summaries: list[Summary]) -> dict:
@@ -286,7 +313,9 @@ def _explainer(decided: Decided, held: Held, seed: int):
         return {decided.gpu.get((s.unit.position, d), -1) for d in s.devices[which]}
 
     def explain(steps: pd.DataFrame, straggler: int) -> dict:
-        holder = [s for s in decided.summaries if straggler in s.span or straggler in s.kernel_ranks]
+        holder = [
+            s for s in decided.summaries if straggler in s.span or straggler in s.kernel_ranks or s.rank == straggler
+        ]
         shared = None
         units = [u if u.ranks is None else Unit(u.position, u.path, u.traces, u.many, (straggler,))
                  for u in (s.unit for s in holder)]  # fmt: skip
@@ -298,8 +327,7 @@ def _explainer(decided: Decided, held: Held, seed: int):
                 gpus = set().union(*(codes(s, "launches") for s in holder)) - {-1}
                 units += [s.unit for s in decided.summaries if s.rank != straggler and codes(s, "launches") & gpus]
         k, m = _read(units, decided.gpu, held)
-        sub = RankInput(k, m, decided.collectives, decided.span, decided.label, decided.sources)
-        return lateness(steps, sub, straggler, shared, seed)
+        return lateness(steps, replace(decided.data, kernels=k, copies=m), straggler, shared, seed)
 
     return explain
 
@@ -339,8 +367,7 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm) -> di
 
     def analyse():
         decided = decide([s for part in gathered for s in part], traces, sources)
-        result = combine(decided.local, decided.collectives, decided.span, decided.label,
-                         _explainer(decided, held, seed))  # fmt: skip
+        result = combine(decided.local, decided.data, _explainer(decided, held, seed), seed)
         return decided, result
 
     decided, result = together(comm, analyse, root=0) or (None, None)
@@ -375,15 +402,9 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm) -> di
     def write() -> dict:
         got = sorted((p for part in pieces for p in part), key=lambda p: p[0])  # the inputs' order
         ks, ms = [k for _, (k, _) in got], [m for _, (_, m) in got]
-        empty = pd.DataFrame({"rank": [], "step": [], "start": [], "end": []})
-        data = RankInput(
-            pd.concat(ks, ignore_index=True) if ks else empty,
-            pd.concat(ms, ignore_index=True) if ms else empty,
-            decided.collectives,
-            decided.span,
-            decided.label,
-            sources,
-        )
+        data = decided.data
+        if ks:
+            data = replace(data, kernels=pd.concat(ks, ignore_index=True), copies=pd.concat(ms, ignore_index=True))
         write_outputs(result, data, output)
         return {"output": str(output), "findings": result.findings, "processes": stats}
 

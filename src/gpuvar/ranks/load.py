@@ -11,7 +11,14 @@ Where the job communicates through NCCL, the collectives are its NCCL kernels (`
 `ncclKernel_*`), from either input: the host op of an NCCL collective only enqueues it, and the waiting happens
 on the device, inside the kernel. A rank arrives when its kernel starts; it waits for the others inside it, so
 its wait is its kernel time minus the shortest rank's kernel time for that collective (the transfer every rank
-shares), as HolisticTraceAnalysis counts it."""
+shares), as HolisticTraceAnalysis counts it.
+
+Inputs that cannot be one job are checked here (issue 35): a collective that ends before it starts, or one
+recorded twice (same rank, start, end and name), is dropped and counted (RankInput.dropped); ranks whose
+timelines do not overlap are refused (files of different jobs, or clocks hours apart); where the arrival skew is
+far beyond what the first rank to arrive waited, the clocks disagree, and RankInput.warnings says so (the
+analysis then states no late rank). A rank's profiled time runs from its first to its last launch or collective:
+a stray host event (a ProfilerStep at another epoch) does not stretch it."""
 
 from __future__ import annotations
 
@@ -42,10 +49,18 @@ class RankInput:
     kernels: pd.DataFrame
     copies: pd.DataFrame
     collectives: pd.DataFrame
-    span: dict[int, tuple[int, int]]  # each rank's profiled time: first to last recorded event (ns)
+    span: dict[int, tuple[int, int]]  # each rank's profiled time: first to last launch or collective (ns)
     collective_source: str
     sources: list[str] = field(default_factory=list)
+    dropped: dict[str, dict[str, int]] = field(default_factory=dict)  # rank -> reason -> collectives dropped
+    warnings: list[str] = field(default_factory=list)  # what makes the answer doubtful (clocks that disagree)
+    clocks_agree: bool = True  # False: the arrival order across ranks is not known
     gpu_notes: list[str] = field(default_factory=list)  # how the ranks' physical GPUs were told apart
+
+
+NEGATIVE = "negative duration"
+DUPLICATE = "duplicate"
+SKEW_SLACK_NS = 1_000_000  # timer differences between processes: a skew this much beyond the wait is still fine
 
 
 def _frame(table, columns: list[str], source) -> pd.DataFrame:
@@ -90,6 +105,61 @@ def _span(*frames: pd.DataFrame) -> dict[int, tuple[int, int]]:
     return {int(r): (int(a), int(b)) for r, a, b in zip(g.size().index, g["start"].min(), g["end"].max())}
 
 
+def drop_bad(collectives: pd.DataFrame, dropped: dict[str, dict[str, int]]) -> pd.DataFrame:
+    """The collectives that can be a wait: one ending before it starts is dropped, and so is a second record of
+    one (same rank, start, end and name: two exports or a repeated event); `dropped` counts each per rank."""
+    negative = collectives["end"] < collectives["start"]
+    repeated = collectives.duplicated(["rank", "start", "end", "name"]) & ~negative
+    for reason, mask in ((NEGATIVE, negative), (DUPLICATE, repeated)):
+        for rank, n in collectives.loc[mask, "rank"].value_counts().sort_index().items():
+            dropped.setdefault(str(int(rank)), {})[reason] = dropped.get(str(int(rank)), {}).get(reason, 0) + int(n)
+    return collectives[~(negative | repeated)]
+
+
+def _human(ns: float) -> str:
+    for unit, size in (("h", 3.6e12), ("min", 6e10), ("s", 1e9), ("ms", 1e6)):
+        if abs(ns) >= size:
+            return f"{ns / size:.3g} {unit}"
+    return f"{ns / 1e3:.3g} µs"
+
+
+def check_one_job(data: RankInput) -> RankInput:
+    """Refuse ranks whose timelines do not overlap; warn (data.warnings, clocks_agree False) where the arrival
+    skew of most collectives is far beyond what the first rank to arrive waited (in a blocking collective the
+    first to arrive waits for the last, so its wait is at least the skew)."""
+    if len(data.span) < 2:
+        return data
+    ranks = sorted(data.span)
+    opens = max(ranks, key=lambda r: data.span[r][0])
+    closes = min(ranks, key=lambda r: data.span[r][1])
+    if data.span[opens][0] >= data.span[closes][1]:
+        gap = data.span[opens][0] - data.span[closes][1]
+        raise InputError(
+            ", ".join(data.sources),
+            f"the ranks' timelines do not overlap: rank {opens} starts {_human(gap)} after rank {closes} ends "
+            "(files of different jobs, or clocks that differ); give the files of one job",
+        )
+    col = data.collectives
+    starts = col.pivot_table(index="seq", columns="rank", values="start", aggfunc="first").reindex(columns=ranks)
+    waits = (col["end"] - col["start"]).groupby([col["seq"], col["rank"]]).first().unstack().reindex(columns=ranks)
+    both = starts.notna().all(axis=1) & waits.notna().all(axis=1)
+    if not both.any():
+        return data
+    a, w = starts[both].to_numpy(np.float64), waits[both].to_numpy(np.float64)
+    skew = a.max(axis=1) - a.min(axis=1)
+    first_wait = w[np.arange(len(a)), a.argmin(axis=1)]
+    beyond = skew > 2 * first_wait + SKEW_SLACK_NS
+    if beyond.sum() * 2 > len(a):
+        data.clocks_agree = False
+        data.warnings.append(
+            f"the ranks' clocks disagree: in {int(beyond.sum())} of {len(a)} collectives the ranks arrive "
+            f"{_human(float(np.median(skew[beyond])))} apart (median), while the first to arrive waited "
+            f"{_human(float(np.median(first_wait[beyond])))}; which rank is late is not stated (clocks offset, or "
+            "files of different runs)"
+        )
+    return data
+
+
 def ingest_part(folder: str | Path, position: int, many: bool, ranks: list[int] | None = None):
     """One ingest folder's (kernels, copies) in the canonical columns read here; with `many` (one folder per
     rank) its rank is the one it records, else its position; `ranks`: only those ranks' rows (a merged folder
@@ -121,20 +191,24 @@ def from_ingest(folders: list[str | Path]) -> RankInput:
     _check(kernels, sources)
     if len(folders) > 1 and kernels.groupby("rank").ngroups < len(folders):
         raise InputError(", ".join(sources), "two folders record the same rank; merge them with `gpuvar ingest-merge`")
-    nccl = nccl_collectives(kernels)
+    dropped: dict[str, dict[str, int]] = {}
+    nccl = nccl_collectives(kernels, dropped)
     if not nccl.empty:
-        return RankInput(kernels, copies, nccl, _span(kernels, copies), "NCCL kernels", sources)
-    return RankInput(kernels, copies, copy_round_trips(copies), _span(kernels, copies), "copies", sources)
+        data = RankInput(kernels, copies, nccl, _span(kernels, copies, nccl), "NCCL kernels", sources, dropped)
+    else:
+        trips = copy_round_trips(copies)
+        data = RankInput(kernels, copies, trips, _span(kernels, copies, trips), "copies", sources)
+    return check_one_job(data)
 
 
-def nccl_collectives(kernels: pd.DataFrame) -> pd.DataFrame:
+def nccl_collectives(kernels: pd.DataFrame, dropped: dict | None = None) -> pd.DataFrame:
     """The ranks' NCCL kernels as collectives; `end` - `start` is the wait: the kernel's time minus the shortest
-    rank's for the same collective (matched by order on each rank)."""
+    rank's for the same collective (matched by order on each rank). Bad records are dropped (drop_bad) and
+    counted in `dropped`."""
     names = kernels["kernel_name"].astype(str)
     hit = kernels[names.str.match(NCCL_KERNEL)]
-    out = _sequence(
-        pd.DataFrame({"rank": hit["rank"], "start": hit["start"], "end": hit["end"], "name": names[hit.index]})
-    )
+    frame = pd.DataFrame({"rank": hit["rank"], "start": hit["start"], "end": hit["end"], "name": names[hit.index]})
+    out = _sequence(drop_bad(frame, {} if dropped is None else dropped))
     if out.empty:
         return out
     duration = out["end"] - out["start"]
@@ -178,20 +252,6 @@ def host_collectives(cpu_ops, source, rank: int) -> pd.DataFrame:
     return pd.DataFrame({"rank": rank, "start": start, "end": end, "name": hit["name"].astype(str).to_numpy()})
 
 
-def _host_span(raw, rank: int) -> tuple[int, int] | None:
-    lo, hi = [], []
-    for name in ("cpu_ops", "runtime"):
-        t = raw.tables.get(name)
-        if t is None or t.num_rows == 0 or "ts" not in t.column_names:
-            continue
-        ts = t.column("ts").to_pylist()
-        dur = t.column("dur").to_pylist() if "dur" in t.column_names else [0.0] * len(ts)
-        starts = [int(round(float(a) * 1000)) for a in ts]
-        lo.append(min(starts))
-        hi.append(max(s + int(round(float(d or 0) * 1000)) for s, d in zip(starts, dur)))
-    return (min(lo), max(hi)) if lo else None
-
-
 @dataclass
 class TracePart:
     """One rank's trace as `from_traces` reads it."""
@@ -200,7 +260,6 @@ class TracePart:
     copies: pd.DataFrame
     cpu_ops: object  # the raw host ops table (its collectives: host_collectives)
     rank: int
-    span: tuple[int, int]  # first to last recorded event, host ops included
     recorded: Recorded
 
 
@@ -222,35 +281,36 @@ def trace_part(path: str | Path, position: int) -> TracePart:
     m = _frame(m, COPY_COLUMNS, path)
     rank = _rank_of(k, position)
     k, m = _assign_rank(k, rank), _assign_rank(m, rank)
-    device = _span(k, m)[rank]
-    host = _host_span(raw, rank) or device
-    span = (min(device[0], host[0]), max(device[1], host[1]))
-    return TracePart(k, m, raw.tables["cpu_ops"], rank, span, recorded)
+    return TracePart(k, m, raw.tables["cpu_ops"], rank, recorded)
 
 
 def from_traces(paths: list[str | Path]) -> RankInput:
     """The original profiler traces, one per rank: read and normalized in memory; collectives from the NCCL
     kernels when every rank has them, else from host ops."""
-    kernels, copies, host_ops, spans, sources, recorded = [], [], [], {}, [], []
+    kernels, copies, host_ops, ranks, sources, recorded = [], [], [], set(), [], []
     for position, path in enumerate(paths):
         part = trace_part(path, position)
-        if part.rank in spans:
+        if part.rank in ranks:
             raise InputError(path, f"rank {part.rank} is given twice")
         recorded.append(part.recorded)
         host_ops.append((part.cpu_ops, path, part.rank))
-        spans[part.rank] = part.span
+        ranks.add(part.rank)
         kernels.append(part.kernels)
         copies.append(part.copies)
         sources.append(str(path))
     kernels = pd.concat(kernels, ignore_index=True)
     copies = pd.concat(copies, ignore_index=True)
     _check(kernels, sources)
-    gpu_notes = assign_gpus(kernels, copies, recorded, list(spans))
-    collectives, what = nccl_collectives(kernels), "NCCL kernels "
-    if set(collectives["rank"]) != set(spans):  # not every rank runs NCCL: the host ops of the backend
+    gpu_notes = assign_gpus(kernels, copies, recorded, [rank for _, _, rank in host_ops])
+    dropped: dict[str, dict[str, int]] = {}
+    collectives, what = nccl_collectives(kernels, dropped), "NCCL kernels "
+    if set(collectives["rank"]) != ranks:  # not every rank runs NCCL: the host ops of the backend
+        dropped = {}
         hosts = [host_collectives(ops, path, rank) for ops, path, rank in host_ops]
-        collectives, what = _sequence(pd.concat(hosts, ignore_index=True)), "host ops "
-    return RankInput(kernels, copies, collectives, spans, collective_label(what, collectives), sources, gpu_notes)
+        collectives, what = _sequence(drop_bad(pd.concat(hosts, ignore_index=True), dropped)), "host ops "
+    span = _span(kernels, copies, collectives)
+    label = collective_label(what, collectives)
+    return check_one_job(RankInput(kernels, copies, collectives, span, label, sources, dropped, gpu_notes=gpu_notes))
 
 
 def collective_label(what: str, collectives: pd.DataFrame) -> str:

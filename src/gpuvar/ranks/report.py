@@ -1,4 +1,5 @@
-"""Outputs of `gpuvar ranks`: ranks.json, steps.csv, ranks.md, timeline.png, skew.png (byte-identical on rerun)."""
+"""Outputs of `gpuvar ranks`: ranks.json, steps.csv, ranks.md (and ranks.html, the page with its figures embedded,
+for the report), timeline.png, skew.png (byte-identical on rerun)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from pathlib import Path
 
 from gpuvar.atomic import staged_folder
 from gpuvar.canonical_io import write_json
+from gpuvar.markdown_html import render_html
 from gpuvar.plots import style
 from gpuvar.ranks.analyze import RankAnalysis
 from gpuvar.ranks.load import RankInput
+from gpuvar.text_safety import md_code, md_text
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 TIMELINE_STEPS = 4
@@ -17,14 +20,20 @@ MAX_TIMELINE_RANKS = 16
 
 def _page(result: RankAnalysis) -> str:
     s = result.summary
-    lines = ["# Ranks", ""] + [f"- {f}" for f in result.findings]
+    lines = ["# Ranks", ""] + [f"- {md_text(f)}" for f in result.findings]
     if "per_rank" in s:
-        lines += ["", f"Collectives: {s['collective_source']}; {s['collectives_compared']} compared on every rank.", ""]
-        lines += ["| rank | last in | wait | wait share | busy | idle (in steps) |", "|---|---|---|---|---|---|"]
+        source = md_text(s["collective_source"])
+        lines += ["", f"Collectives: {source}; {s['collectives_compared']} compared on every rank."]
+        for r, reasons in sorted(s.get("dropped_collectives", {}).items()):
+            words = ", ".join(f"{n} ({reason})" for reason, n in sorted(reasons.items()))
+            lines.append(f"Dropped collectives of rank {r}: {words}.")
+        lines += ["", "| rank | last in | wait | wait share | busy | idle (in steps) |", "|---|---|---|---|---|---|"]
         for r, p in s["per_rank"].items():
+            last = f"{p['last_steps']} of {s['collectives_compared']}" if s.get("clocks_agree", True) else "not known"
+            share = "n/a" if p["wait_share"] is None else f"{100 * p['wait_share']:.1f} %"
             lines.append(
-                f"| {r} | {p['last_steps']} of {s['collectives_compared']} | {p['wait_ns'] / 1e6:.1f} ms "
-                f"| {100 * p['wait_share']:.1f} % | {p['busy_ns'] / 1e6:.1f} ms | {p['idle_ns'] / 1e6:.1f} ms |"
+                f"| {r} | {last} | {p['wait_ns'] / 1e6:.1f} ms "
+                f"| {share} | {p['busy_ns'] / 1e6:.1f} ms | {p['idle_ns'] / 1e6:.1f} ms |"
             )
         parts = s["driver"].get("parts", [])
         if parts:
@@ -34,7 +43,7 @@ def _page(result: RankAnalysis) -> str:
             for p in parts:
                 late = p["share_of_lateness_covariance"]
                 lines.append(
-                    f"| {p['part']} | {100 * p['share_of_variance']:.1f} % | "
+                    f"| {md_code(p['part'])} | {100 * p['share_of_variance']:.1f} % | "
                     f"{'n/a' if late is None else f'{100 * late:.1f} %'} | {p['mean_ns_per_step'] / 1e6:.3f} ms |"
                 )
             if s["driver"].get("host_stalls"):
@@ -42,7 +51,11 @@ def _page(result: RankAnalysis) -> str:
                 lines += ["", f"Host stalls left out of the split: {stalls}."]
         lines += [
             "",
-            "Figures: timeline.png (busy, idle, wait per rank), skew.png (arrival after the first rank).",
+            "## Figures",
+            "",
+            "- busy, idle and wait per rank: [timeline.png](timeline.png)",
+            "- arrival after the first rank: [skew.png](skew.png)",
+            "",
             "Definitions: docs/ranks.md.",
         ]
     return "\n".join(lines) + "\n"
@@ -120,14 +133,20 @@ def _skew(result: RankAnalysis, stem: Path) -> None:
     style.save_figure(fig, stem, formats=("png",))
 
 
+def write_pages(markdown: str, folder: Path) -> None:
+    """ranks.md and ranks.html (figures embedded: the report shows it as the ranks page)."""
+    (folder / "ranks.md").write_text(markdown, encoding="utf-8")
+    (folder / "ranks.html").write_text(render_html(markdown, folder, "gpuvar ranks"), encoding="utf-8")
+
+
 def write_outputs(result: RankAnalysis, data: RankInput, out: str | Path) -> Path:
     out = Path(out)
     with staged_folder(out) as tmp:
         record = dict(result.summary, findings=result.findings, sources=data.sources)
-        (tmp / "ranks.md").write_text(_page(result))
         if not result.steps.empty:
             style.write_csv(result.steps, tmp / "steps.csv")
             _timeline(result, data, tmp / "timeline")
             _skew(result, tmp / "skew")
+        write_pages(_page(result), tmp)
         write_json(record, tmp / "ranks.json")
     return out

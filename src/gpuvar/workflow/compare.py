@@ -11,6 +11,7 @@ from gpuvar.artifacts import (
     COMPARE_DIR,
     COMPARE_FIGURES,
     COMPARE_KERNELS,
+    COMPARE_PAGE_HTML,
     COMPARE_RECORD,
     INGEST_REPORT,
     KERNELS_TABLE,
@@ -57,6 +58,6 @@ def comparison_outputs(cfg) -> list[str]:
     outputs = []
     for c in cfg.comparisons:
         base = COMPARE_DIR.format(comparison=c.name)
-        outputs += [f"{base}/{COMPARE_RECORD}", f"{base}/{COMPARE_KERNELS}", f"{base}/{COMPARE_CAUSAL_DIFF}"]
+        outputs += [f"{base}/{n}" for n in (COMPARE_RECORD, COMPARE_PAGE_HTML, COMPARE_KERNELS, COMPARE_CAUSAL_DIFF)]
         outputs += [f"{base}/{fig}.{fmt}" for fig in COMPARE_FIGURES for fmt in formats]
     return outputs

@@ -44,7 +44,7 @@ READ_AS = {
 
 @functools.lru_cache(maxsize=256)
 def _index(folder: str, stamp: int) -> dict[str, dict[str, str]]:
-    """slug -> row of a causal figure folder's index.csv (gpuvar.plots.causal_graph.plot_causal_dir)."""
+    """slug -> row of a causal figure folder's index.csv (gpuvar.plots.causal_graph.folder.plot_causal_dir)."""
     with open(Path(folder) / "index.csv", newline="", encoding="utf-8") as handle:
         return {row["slug"]: row for row in csv.DictReader(handle)}
 
@@ -91,7 +91,7 @@ def with_data(stem: str, formats: list[str]) -> list[str]:
 def scaling_trace(dataset, rows: int, demo_enabled: bool) -> str:
     """What the scaling study bins: a canonical demo trace of `rows` launches ('demo-<rows>') when the dataset
     is one of the embedded demo files (20k launches are too few to time), else the dataset's ingested trace."""
-    demo = demo_enabled and str(dataset.source).startswith(f"{DEMO_DIR}/")
+    demo = demo_enabled and str(dataset.sources[0]).startswith(f"{DEMO_DIR}/")
     return f"demo-{rows}" if demo else dataset.name
 
 

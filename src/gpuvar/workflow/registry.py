@@ -15,12 +15,15 @@ from gpuvar.artifacts import (
     CAUSAL_DIR,
     CHECKS_TABLE,
     FINDINGS_DIR,
+    FINDINGS_HTML,
     FINDINGS_PAGE,
     FINDINGS_RECORD,
     INGEST_REPORT,
     KERNELS_TABLE,
     RANK_INGEST_DIR,
     RANKS_DIR,
+    RANKS_PAGE,
+    RANKS_RECORD,
     bin_file,
     ingest_file,
 )
@@ -40,8 +43,9 @@ class Registry:
         return [(d.name, target) for d in self.cfg.datasets for target in d.targets]
 
     # input functions of the rules (Snakemake calls them with the job's wildcards)
-    def source(self, wildcards) -> str:
-        """The profiler file or folder of a dataset (an output of make_demo_data for the demo)."""
+    def source(self, wildcards) -> str | list[str]:
+        """The profiler file or folder of a dataset (an output of make_demo_data for the demo), or the files of
+        one trace (a kernel trace and its counter passes)."""
         return self.datasets[wildcards.dataset].source
 
     def rank_source(self, wildcards) -> str:
@@ -133,13 +137,18 @@ def build_registry(config: dict, basedir: str | Path, paper_yaml: str | Path | N
 
 
 def print_run_summary(
-    findings: str | Path = f"{FINDINGS_DIR}/{FINDINGS_RECORD}", checks: str | Path = CHECKS_TABLE
+    ranks: list[str] = (),
+    findings: str | Path = f"{FINDINGS_DIR}/{FINDINGS_RECORD}",
+    checks: str | Path = CHECKS_TABLE,
 ) -> None:
-    """After a run: the top findings of every dataset, then (secondary) how many causal graphs failed an
-    assumption check, and last where the findings page is (results/findings/findings.md)."""
+    """After a run: the top findings of every dataset, the rank findings of every multi-rank dataset (as
+    `gpuvar explain` prints them; `ranks`: those datasets' names), then (secondary) how many causal graphs failed an assumption check, and last
+    where the findings page is, as a full path: `make run` works in runs/NAME/, so a path relative to the run
+    would name the demo's page from where the user stands."""
     import json
 
     from gpuvar.findings.run import console_summary
+    from gpuvar.text_safety import plain
 
     path = Path(findings)
     if not path.is_file():
@@ -147,13 +156,21 @@ def print_run_summary(
     records = json.loads(path.read_text()).get("datasets", [])
     print("gpuvar: what was found (top 3 per dataset):")
     print(console_summary(records, top=3))
+    for dataset in ranks:
+        record = Path(RANKS_DIR.format(dataset=dataset)) / RANKS_RECORD
+        if not record.is_file():
+            continue
+        print(f"gpuvar: ranks of {plain(dataset)} ({record.with_name(RANKS_PAGE).resolve()}):")
+        for line in json.loads(record.read_text()).get("findings", []):
+            print(f"  ranks: {plain(line)}")
     flagged = flagged_graphs(checks)
     if flagged:
         print(
             f"gpuvar: {flagged[0]} of {flagged[1]} causal graphs failed an assumption check: read those graphs as "
-            f"hypotheses ({checks}, docs/causal.md)"
+            f"hypotheses ({Path(checks).resolve()}, docs/causal.md)"
         )
-    print(f"gpuvar: every kernel, its verdict and what to do: {path.with_name(FINDINGS_PAGE)}")
+    print(f"gpuvar: every kernel, its verdict and what to do: {path.with_name(FINDINGS_PAGE).resolve()}")
+    print(f"gpuvar: the same page in a browser, figures embedded: {path.with_name(FINDINGS_HTML).resolve()}")
 
 
 def flagged_graphs(checks: str | Path = CHECKS_TABLE) -> tuple[int, int] | None:

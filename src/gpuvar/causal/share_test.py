@@ -169,6 +169,13 @@ def varying_columns(X: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[s
     return X[:, keep], [names[k] for k in keep]
 
 
+def verdict_of(share: float, p: float) -> str:
+    """The verdict of a cross-validated share and its permutation p-value (the module docstring's table)."""
+    if p >= ALPHA or share < PARTLY_SHARE:
+        return NOT_EXPLAINED
+    return EXPLAINED if share >= EXPLAINED_SHARE else PARTLY
+
+
 def share_test(
     X: np.ndarray,
     y: np.ndarray,
@@ -199,13 +206,8 @@ def share_test(
     ys = (y - y.mean()) / y_scale
     share = cross_validated_r2(X, ys, fold_of(n, groups, FOLDS, seed))
     in_sample, p = permutation_p(X, ys, permutations, seed)
-    if p >= ALPHA or share < PARTLY_SHARE:
-        verdict = NOT_EXPLAINED
-    elif share >= EXPLAINED_SHARE:
-        verdict = EXPLAINED
-    else:
-        verdict = PARTLY
-    result = ShareTest(verdict, share, in_sample, p, n, list(names))
+    result = ShareTest(verdict_of(share, p), share, in_sample, p, n, list(names))
+    verdict = result.verdict
     if residual_check and verdict != NOT_EXPLAINED:
         result.residual_p = residual_dependence(X, ys, seed)
         result.residuals_depend = result.residual_p < RESIDUAL_ALPHA

@@ -1,0 +1,289 @@
+"""Linear models of a group's durations within its call sites, with a slope per call site.
+
+Why a slope per call site: one op's call sites are different computations (the QKV and the LM-head GEMMs of a
+model, the attention and the MLP matmuls): when the sequence length grows, each gets slower at its own rate. A
+model with one slope for all of them, fitted on durations centred per call site, underfits exactly the case a
+user cares most about (on a GPT-2 training trace it left 70 % of the GEMMs' within-call-site variance to
+"unexplained", while the sequence length explains 99.5 % of it per call site). So every call site with at least
+MIN_SITE_FIT launches has its own coefficients; the smaller call sites share one set (on their centred data,
+each keeping its own intercept), since a handful of launches cannot carry a slope of their own.
+
+within_test asks how much features explain there (cross-validated share, permutation p-value within call sites,
+verdict: gpuvar.causal.share_test), for the findings of every launch and for each causal graph's verdict alike.
+
+Everything here works on data already centred per call site (centred), rows sorted by slope group; per-group sums are
+`np.add.reduceat` over contiguous segments, so a fit, a projection or a permutation costs a few passes over
+the rows whatever the number of call sites.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuvar.causal.share_test import (
+    DECLINED,
+    MIN_ROWS,
+    NOT_EXPLAINED,
+    PERMUTATIONS,
+    RESIDUAL_ALPHA,
+    ShareTest,
+    residual_dependence_of,
+    verdict_of,
+)
+
+MIN_SITE_FIT = 10  # launches: a call site with fewer shares its slope with the other small call sites
+RIDGE = 1e-9  # relative ridge on the per-group normal equations: collinear features get a minimum-norm fit
+_TOL = 1e-9
+DRIVER_MIN_SHARE = 0.05  # a feature (or counter) adding less of the within-call-site variance is not a driver
+MAX_COUNTERS = 3  # counters chosen by select_counters at most
+
+
+class SlopeGroups:
+    """Rows sorted by slope group: `order` sorts the caller's rows, `starts` are the groups' first rows."""
+
+    def __init__(self, site_codes: np.ndarray):
+        codes = np.asarray(site_codes, dtype=np.int64)
+        counts = np.bincount(codes) if len(codes) else np.zeros(0, np.int64)
+        small = counts < MIN_SITE_FIT
+        group_of_site = np.where(small, -1, np.arange(len(counts)))
+        group = group_of_site[codes] if len(codes) else codes
+        _, self.codes = np.unique(group, return_inverse=True)
+        self.order = np.argsort(self.codes, kind="stable")
+        sorted_codes = self.codes[self.order]
+        self.n_groups = int(sorted_codes.max()) + 1 if len(codes) else 0
+        self.starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]]) if len(codes) else codes
+        self.sorted_codes = sorted_codes
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Per-group sums of sorted rows (1-D or 2-D, summed along the rows)."""
+        if not len(values):
+            return np.zeros((self.n_groups,) + values.shape[1:])
+        return np.add.reduceat(values, self.starts, axis=0)
+
+    def spread(self, per_group: np.ndarray) -> np.ndarray:
+        return per_group[self.sorted_codes]
+
+
+class Basis:
+    """Orthonormal columns within each slope group (each column has unit norm in every group where it is not
+    zero): projections onto a growing set of features with a slope per group."""
+
+    def __init__(self, groups: SlopeGroups, n: int):
+        self.groups = groups
+        self.columns: list[np.ndarray] = []
+        self.n = n
+
+    def copy(self) -> Basis:
+        out = Basis(self.groups, self.n)
+        out.columns = list(self.columns)
+        return out
+
+    def residual(self, x: np.ndarray) -> np.ndarray:
+        g = self.groups
+        for q in self.columns:
+            x = x - q * g.spread(g.sums(q * x))
+        return x
+
+    def add(self, x: np.ndarray) -> bool:
+        """Add the part of x (sorted rows) not spanned yet; False when nothing is left in any group."""
+        g = self.groups
+        before = np.sqrt(g.sums(x * x))
+        r = self.residual(x)
+        r = self.residual(r)  # twice: Gram-Schmidt keeps orthogonality in floating point
+        norm = np.sqrt(g.sums(r * r))
+        ok = norm > _TOL * np.maximum(before, 1e-300)
+        if not ok.any():
+            return False
+        self.columns.append(np.where(g.spread(ok), r / g.spread(np.where(ok, norm, 1.0)), 0.0))
+        return True
+
+    def explained(self, y: np.ndarray) -> float:
+        """Sum of squares of y (sorted rows, 1-D) in the span of the columns."""
+        g = self.groups
+        return float(sum((g.sums(q * y) ** 2).sum() for q in self.columns))
+
+    def explained_many(self, Y: np.ndarray) -> np.ndarray:
+        """The same for each column of Y (sorted rows, 2-D)."""
+        g = self.groups
+        out = np.zeros(Y.shape[1])
+        for q in self.columns:
+            out += (g.sums(q[:, None] * Y) ** 2).sum(axis=0)
+        return out
+
+
+def basis_of(groups: SlopeGroups, X: np.ndarray) -> Basis:
+    """The basis spanned by the columns of X (sorted rows)."""
+    b = Basis(groups, X.shape[0])
+    for k in range(X.shape[1]):
+        b.add(X[:, k])
+    return b
+
+
+def fit_predict(groups: SlopeGroups, X: np.ndarray, y: np.ndarray, train: np.ndarray) -> np.ndarray:
+    """Predictions for every row from per-group least squares on the `train` rows (sorted rows; no intercept:
+    the data are centred per call site). A group without training rows predicts 0 (its call-site mean)."""
+    n, k = X.shape
+    if k == 0:
+        return np.zeros(n)
+    w = train.astype(np.float64)
+    G = np.empty((groups.n_groups, k, k))
+    for i in range(k):
+        for j in range(i, k):
+            G[:, i, j] = G[:, j, i] = groups.sums(w * X[:, i] * X[:, j])
+    b = groups.sums((w * y)[:, None] * X)
+    scale = np.maximum(np.trace(G, axis1=1, axis2=2) / k, 1e-300)
+    G = G + (RIDGE * scale)[:, None, None] * np.eye(k)[None]
+    beta = np.linalg.solve(G, b[:, :, None])[:, :, 0]
+    return (X * groups.spread(beta)).sum(axis=1)
+
+
+def cv_r2(groups: SlopeGroups, X: np.ndarray, y: np.ndarray, folds: np.ndarray, extra=None) -> float:
+    """1 - out-of-fold squared error / sum of squares of y, clipped to [0, 1] (sorted rows). extra(train): more
+    columns chosen on a fold's training rows only (counters: the choice is part of what is validated)."""
+    total = float((y**2).sum())
+    if total <= 0:
+        return 0.0
+    error = 0.0
+    for f in np.unique(folds):
+        test = folds == f
+        more = extra(~test) if extra is not None else None
+        design = np.column_stack([X, more]) if more is not None and more.shape[1] else X
+        pred = fit_predict(groups, design, y, ~test)
+        error += float(((y[test] - pred[test]) ** 2).sum())
+    return float(min(1.0, max(0.0, 1.0 - error / total)))
+
+
+def within_permutations(groups: SlopeGroups, site_codes_sorted: np.ndarray, y: np.ndarray, count: int, rng):
+    """`count` copies of y (sorted rows) each permuted within its call site (columns of a 2-D array)."""
+    n = len(y)
+    base = np.argsort(site_codes_sorted, kind="stable")
+    out = np.empty((n, count))
+    for c in range(count):
+        shuffled = np.lexsort((rng.random(n), site_codes_sorted))
+        column = np.empty(n)
+        column[base] = y[shuffled]
+        out[:, c] = column
+    return out
+
+
+def centred(values: np.ndarray, codes: np.ndarray, n_sites: int) -> np.ndarray:
+    """Each column minus its call site's mean."""
+    counts = np.bincount(codes, minlength=n_sites).astype(np.float64)
+    if values.ndim == 1:
+        means = np.bincount(codes, weights=values, minlength=n_sites) / counts
+        return values - means[codes]
+    out = np.empty_like(values)
+    for k in range(values.shape[1]):
+        means = np.bincount(codes, weights=values[:, k], minlength=n_sites) / counts
+        out[:, k] = values[:, k] - means[codes]
+    return out
+
+
+def standardise(X: np.ndarray) -> np.ndarray:
+    if X.shape[1] == 0:
+        return X
+    sd = X.std(axis=0)
+    return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1)
+
+
+def select_counters(groups: SlopeGroups, F: np.ndarray, C: np.ndarray, y: np.ndarray, rows=None) -> list[int]:
+    """Up to MAX_COUNTERS columns of C that, one after another, explain most of y left after F (greedy, in
+    sample, on `rows` only when given), each adding at least DRIVER_MIN_SHARE of y's sum of squares."""
+    if C.shape[1] == 0:
+        return []
+    w = np.ones(len(y)) if rows is None else rows.astype(np.float64)
+    y = y * w
+    total = float((y**2).sum())
+    if total <= 0:
+        return []
+    basis = basis_of(groups, F * w[:, None])
+    chosen: list[int] = []
+    for _ in range(MAX_COUNTERS):
+        before = basis.explained(y)
+        gains = []
+        for k in range(C.shape[1]):
+            if k in chosen:
+                gains.append(0.0)
+                continue
+            b = basis.copy()
+            gains.append((b.explained(y) - before) / total if b.add(C[:, k] * w) else 0.0)
+        best = int(np.argmax(gains))
+        if gains[best] < DRIVER_MIN_SHARE:
+            break
+        chosen.append(best)
+        basis.add(C[:, best] * w)
+    return chosen
+
+
+def _cv_with_counters(groups: SlopeGroups, F, C, y, folds) -> float:
+    """Cross-validated R^2 on F plus the counters of C chosen on each fold's training rows."""
+    if not C.shape[1]:
+        return cv_r2(groups, F, y, folds)
+    return cv_r2(groups, F, y, folds, lambda train: C[:, select_counters(groups, F, C, y, train)])
+
+
+def _permutation_p(groups: SlopeGroups, sites: np.ndarray, F, C, y, observed: float, seed: int) -> float:
+    """How often y permuted within its call sites is explained as well (the counter choice repeated for each)."""
+    rng = np.random.default_rng(seed)
+    total = float((y**2).sum())
+    hits, done, block = 0, 0, 25
+    basis = basis_of(groups, F) if not C.shape[1] else None
+    while done < PERMUTATIONS:
+        m = min(block, PERMUTATIONS - done)
+        Y = within_permutations(groups, sites, y, m, rng)
+        if basis is not None:
+            stats = basis.explained_many(Y) / total
+        else:
+            stats = []
+            for c in range(m):
+                picked = select_counters(groups, F, C, Y[:, c])
+                stats.append(basis_of(groups, np.column_stack([F, C[:, picked]])).explained(Y[:, c]) / total)
+            stats = np.asarray(stats)
+        hits += int((stats >= observed - 1e-12).sum())
+        done += m
+    return (1 + hits) / (1 + PERMUTATIONS)
+
+
+def _varying(X: np.ndarray) -> np.ndarray:
+    return np.array([k for k in range(X.shape[1]) if np.isfinite(X[:, k]).all() and np.ptp(X[:, k]) > 0], dtype=int)
+
+
+def within_test(
+    groups: SlopeGroups,
+    sites: np.ndarray,
+    F: np.ndarray,
+    C: np.ndarray,
+    y: np.ndarray,
+    names: list[str],
+    folds: np.ndarray,
+    seed: int,
+    residual_check: bool = True,
+    site_means: np.ndarray | None = None,
+) -> ShareTest:
+    """How much of the centred durations y (sorted rows) the features F (and counters chosen from C) explain with
+    a slope per call site: cross-validated share, permutation p-value within call sites, verdict."""
+    n = len(y)
+    if n < MIN_ROWS:
+        return ShareTest(DECLINED, rows=n, reason=f"too few launches ({n} < {MIN_ROWS})")
+    if float((y**2).sum()) <= 0:
+        return ShareTest(DECLINED, rows=n, reason="nothing to explain: no variance within call sites")
+    f_keep, c_keep = _varying(F), _varying(C)
+    F, C = standardise(F[:, f_keep]), standardise(C[:, c_keep])
+    names = [names[k] for k in f_keep] + [names[F.shape[1] + k] for k in c_keep] if len(names) else []
+    if F.shape[1] + C.shape[1] == 0:
+        return ShareTest(NOT_EXPLAINED, rows=n, reason="no recorded feature varies within call sites")
+    share = _cv_with_counters(groups, F, C, y, folds)
+    picked = select_counters(groups, F, C, y)
+    X = np.column_stack([F, C[:, picked]]) if picked else F
+    total = float((y**2).sum())
+    observed = basis_of(groups, X).explained(y) / total
+    p = _permutation_p(groups, sites, F, C, y, observed, seed)
+    verdict = verdict_of(share, p)
+    used = names[: F.shape[1]] + [names[F.shape[1] + k] for k in picked]
+    result = ShareTest(verdict, share, observed, p, n, used)
+    if residual_check and verdict != NOT_EXPLAINED:
+        fitted = fit_predict(groups, X, y, np.ones(n, dtype=bool))
+        absolute = (fitted if site_means is None else site_means + fitted)[:, None]
+        result.residual_p = residual_dependence_of(absolute, fitted, y - fitted, seed)
+        result.residuals_depend = result.residual_p < RESIDUAL_ALPHA
+    return result

@@ -1,0 +1,202 @@
+"""One command for a first answer: ingest TRACE (several files = the ranks of one job, merged with a rank
+column), bin its timeline, run causal discovery on the most variable windows (kernel_variability, the config's
+defaults) and write the findings; prints progress, then the top findings and where the page is.
+
+OUTPUT/ingest (kernels.parquet, ...), OUTPUT/bin, OUTPUT/causal, OUTPUT/findings/{findings.md,findings.json,
+decomposition.csv, figures/}, and with several files OUTPUT/ranks (gpuvar ranks: stragglers, waits) and the
+per-rank ingests under OUTPUT/ingest/ranks/: the same files the workflow writes for one dataset, so `gpuvar plot`,
+`gpuvar compare` and `gpuvar causal-checks` read them as they read the workflow's.
+
+OUTPUT appears whole or not at all: every stage writes into one staging folder that replaces OUTPUT once the last
+stage is done, so a failed rerun leaves the previous answer as it was, never one run's ingest beside another's
+findings; a second `explain` into the same folder while one runs is refused (gpuvar.atomic). The inputs are
+checked before any work (readable, a known format, no file given twice)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+
+def configure(p):
+    p.add_argument(
+        "traces",
+        nargs="+",
+        type=Path,
+        help="profiler file(s); several = ranks of one job, or a rocprof / rocprofv3 kernel trace with its counter "
+        "passes (results.csv pmc_1.csv ..., kernel_trace.csv counter_collection.csv)",
+    )
+    p.add_argument("--output", "-o", type=Path, required=True, help="output folder")
+    p.add_argument("--name", default=None, help="dataset name on the findings page (default: the first file's stem)")
+    p.add_argument("--format", default="auto", help="format name or 'auto': detect by content (default: %(default)s)")
+    p.add_argument("--no-causal", action="store_true", help="skip binning and causal graphs: findings only (fastest)")
+    p.add_argument("--top", type=int, default=5, help="findings printed (default: %(default)s; all are in findings.md)")
+
+
+def _progress(message: str, t0: float) -> None:
+    from gpuvar.text_safety import plain
+
+    print(f"[{time.perf_counter() - t0:6.1f} s] {plain(message)}", file=sys.stderr, flush=True)
+
+
+def _stage(argv: list[str]) -> None:
+    """Run one gpuvar stage in this process, under the output rule of every command (gpuvar.cli.run_command);
+    a failure is the stage's one-line error."""
+    from gpuvar.cli import build_parser, run_command
+    from gpuvar.errors import GpuvarError
+
+    args = build_parser().parse_args(argv)
+    code = run_command(args)
+    if code:
+        raise GpuvarError(f"stage `gpuvar {argv[0]}` failed (exit {code})")
+
+
+def check_inputs(traces: list[Path], fmt: str) -> list[str]:
+    """Before any work: every trace readable and of a known format, no file given twice (by path or content);
+    the formats found. Bad input stops here in a second, not after the ingest, binning and causal stages."""
+    import hashlib
+    import os
+
+    from gpuvar.errors import GpuvarError, InputError
+    from gpuvar.ingest.detect import detect, formats
+
+    found, seen = [], {}
+    for trace in traces:
+        if fmt == "auto":
+            found.append(detect(trace).FORMAT)
+        elif fmt not in formats():
+            raise GpuvarError(f"--format {fmt!r} is not a format (supported: {', '.join(formats())})")
+        else:
+            found.append(fmt)
+        try:
+            if not trace.is_dir():
+                with open(trace, "rb") as handle:  # readable (permissions), not only present
+                    handle.read(1)
+        except OSError as exc:
+            raise InputError(trace, exc.strerror or str(exc)) from None
+        key = os.path.realpath(trace)
+        if key in seen:
+            raise InputError(trace, f"given twice (also as {seen[key]}): each rank's file once")
+        seen[key] = trace
+    if len(traces) > 1:
+        by_size: dict[int, list[Path]] = {}
+        for trace in traces:
+            if trace.is_file():
+                by_size.setdefault(trace.stat().st_size, []).append(trace)
+        for same_size in by_size.values():  # only files of one size can be copies: hash those alone
+            digests: dict[str, Path] = {}
+            for trace in same_size if len(same_size) > 1 else []:
+                with open(trace, "rb") as handle:
+                    digest = hashlib.file_digest(handle, "sha256").hexdigest()
+                if digest in digests:
+                    raise InputError(trace, f"the same content as {digests[digest]}: one rank's trace given twice")
+                digests[digest] = trace
+    return found
+
+
+def _quiet(fn, *a):
+    """Run fn with stdout swallowed: stage commands print JSON meant for scripts, not for this summary."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return fn(*a)
+
+
+def _ranks(traces, parts: list[str], folder: Path) -> list[str]:
+    """The rank section (gpuvar.ranks.section): host collective ops where the format has them (Kineto), else
+    what the ranks' ingest folders show, else one line why it is empty; its lines. Written under the output
+    rule of `gpuvar ranks` (gpuvar.atomic)."""
+    from gpuvar.atomic import Output, claimed
+    from gpuvar.ranks.section import rank_section
+
+    with claimed(Output(folder, "ranks", inputs=tuple(traces))):
+        return rank_section(traces, parts, folder)
+
+
+def run(args) -> int:
+    import logging
+
+    from gpuvar.atomic import rewrite_files, staged_folder
+    from gpuvar.findings.run import console_summary
+    from gpuvar.text_safety import plain
+
+    t0 = time.perf_counter()
+    if not getattr(args, "verbose", False):  # the stages' INFO lines are for the workflow's logs, not this summary
+        logging.getLogger("gpuvar").setLevel(logging.WARNING)
+        logging.getLogger("gpuvar.causal").setLevel(logging.ERROR)  # graph verdicts are on the findings page
+    formats = check_inputs(args.traces, args.format)
+    out = args.output
+    name = args.name or args.traces[0].name.split(".")[0]
+    with staged_folder(out) as tmp:  # every stage writes here; OUTPUT is replaced once, when all are done
+        record, rank_lines = _explain(args, formats, name, tmp, t0)
+        rewrite_files(tmp, out)  # paths the stages recorded name OUTPUT, not the staging folder
+    _progress("done", t0)
+    print(console_summary([record], args.top))
+    for line in rank_lines:
+        print(f"  ranks: {plain(line)}")  # (launching ops' names in it)
+    if (out / "ranks" / "ranks.md").is_file():
+        print(f"ranks page: {out / 'ranks' / 'ranks.md'}")
+    print(f"findings page: {out / 'findings' / 'findings.md'}")
+    return 0
+
+
+def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple[dict, list[str]]:
+    """Every stage into `out` (the staging folder): (the findings record, the ranks' findings)."""
+    from types import SimpleNamespace
+
+    from gpuvar.atomic import Output, claimed, rewrite_paths
+    from gpuvar.config import Binning, Causal, Targets
+    from gpuvar.findings.run import analyse_dataset, write_dataset
+
+    ingest = out / "ingest"
+    from gpuvar.ingest.counter_passes import group_files
+
+    ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
+    parts = []
+    if len(ranks) == 1:
+        _progress(f"ingest {', '.join(map(str, ranks[0]))}", t0)
+        _quiet(_stage, ["ingest", *map(str, ranks[0]), "-o", str(ingest), "--format", args.format])
+    else:
+        for k, files in enumerate(ranks):
+            _progress(f"ingest rank file {k}: {', '.join(map(str, files))}", t0)
+            part = ingest / "ranks" / str(k)  # the workflow's layout (artifacts.RANK_INGEST_DIR)
+            _quiet(_stage, ["ingest", *map(str, files), "-o", str(part), "--format", args.format])
+            parts.append(str(part))
+        _progress(f"merge {len(parts)} ranks", t0)
+        _quiet(_stage, ["ingest-merge", *parts, "-o", str(ingest)])
+    causal = plots = None
+    if not args.no_causal:
+        cfg = SimpleNamespace(binning=Binning(), causal=Causal(), targets=Targets())  # the config's defaults
+        target = "kernel_variability"
+        _progress(f"bin the timeline ({cfg.binning.bin_width} windows, top {cfg.binning.top_k})", t0)
+        from gpuvar.binning.cli import workflow_arguments
+
+        bins = out / "bin"
+        _quiet(
+            _stage,
+            ["bin", str(ingest / "kernels.parquet"), "--memcpy", str(ingest / "memcpy.parquet"), "-o", str(bins)]
+            + workflow_arguments(cfg, target),
+        )
+        _progress("causal graphs of the most variable windows", t0)
+        causal = out / "causal"
+        from gpuvar.causal.cli import CONFIG_OPTIONS
+        from gpuvar.options import arguments
+
+        _quiet(
+            _stage,
+            ["causal", str(bins / "topk_rows.parquet"), "--random-rows", str(bins / "sample_rows.parquet")]
+            + ["--target", target, *arguments(cfg, CONFIG_OPTIONS), "-o", str(causal)],
+        )
+    rank_lines = []
+    if len(ranks) > 1:
+        _progress(f"ranks: stragglers and waits across {len(ranks)} ranks", t0)
+        rank_lines = _ranks([files[0] for files in ranks], parts, out / "ranks")
+    _progress("findings: variance decomposition and verdicts per kernel", t0)
+    record, table, kernels = analyse_dataset(name, ingest, causal, plots)
+    record = rewrite_paths(record, out, args.output)  # the folders it names, where they will be
+    findings = out / "findings"
+    with claimed(Output(findings, "findings", inputs=(ingest,))):
+        write_dataset(record, table, findings, kernels)
+    return record, rank_lines

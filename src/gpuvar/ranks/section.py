@@ -1,0 +1,60 @@
+"""The rank section of `gpuvar explain` with several rank files, for every format.
+
+Where the collectives come from decides what is read: Kineto traces carry the host collective ops (gloo:/nccl:
+ranges), which give the exact wait, so their original files are read (gpuvar.ranks.load.from_traces). Every other
+format (Nsight Systems without NVTX, rocprof, rocpd, Nsight Compute) has no host op to read, so the rank analysis
+uses what the rank's ingest folder shows: its NCCL/RCCL kernels, else its host round trips through copies
+(gpuvar.ranks.load.from_ingest). When neither gives steps and collectives to align the ranks, the section is one
+line that says why (ranks.md and ranks.json hold it too), and the findings of the merged job still come out:
+the rank analysis is an addition to them, not a condition."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuvar.artifacts import INGEST_REPORT
+from gpuvar.atomic import staged_folder
+from gpuvar.canonical_io import write_json
+from gpuvar.errors import InputError
+
+HOST_OP_FORMATS = ("pytorch-kineto",)  # formats whose reader keeps the host ops (raw table cpu_ops)
+EMPTY = "no rank analysis: {why}"
+
+
+def _format(part: Path) -> str | None:
+    try:
+        return json.loads((Path(part) / INGEST_REPORT).read_text()).get("format")
+    except (OSError, ValueError):
+        return None
+
+
+def rank_section(traces: list, parts: list, folder: Path, seed: int = 0) -> list[str]:
+    """Analyse the ranks (one trace or file group per rank, `parts` their ingest folders) into `folder`
+    (ranks.md, ranks.json, steps.csv, figures); returns the section's lines: the findings, or the one line that
+    says why there are none."""
+    from gpuvar.ranks.analyze import analyze
+    from gpuvar.ranks.load import from_ingest, from_traces
+    from gpuvar.ranks.report import write_outputs
+
+    host_ops = all(_format(p) in HOST_OP_FORMATS for p in parts)
+    try:
+        data = from_traces([str(t) for t in traces]) if host_ops else from_ingest([str(p) for p in parts])
+        result = analyze(data, seed=seed)
+    except InputError as exc:
+        why = f"{Path(exc.path).name if ',' not in exc.path else 'the rank files'}: {exc.reason}"
+        write_empty(folder, why, [str(t) for t in traces])
+        return [EMPTY.format(why=why)]
+    write_outputs(result, data, str(folder))
+    return list(result.findings)
+
+
+def write_empty(folder: Path, why: str, sources: list[str]) -> None:
+    """ranks.md and ranks.json of a rank section that has nothing to show, with the reason."""
+    from gpuvar.ranks.report import write_pages
+    from gpuvar.text_safety import md_text
+
+    line = EMPTY.format(why=why)
+    with staged_folder(Path(folder)) as tmp:
+        write_pages(f"# Ranks\n\n- {md_text(line)}\n\nDefinitions: docs/ranks.md.\n", tmp)
+        write_json({"findings": [line], "empty_because": why, "sources": sources}, tmp / "ranks.json")
