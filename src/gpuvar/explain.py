@@ -18,6 +18,21 @@ import sys
 import time
 from pathlib import Path
 
+from gpuvar.layout import (
+    EXPLAIN_BINS,
+    EXPLAIN_CAUSAL,
+    EXPLAIN_FINDINGS,
+    EXPLAIN_INGEST,
+    EXPLAIN_RANK_INGEST,
+    EXPLAIN_RANKS,
+    FINDINGS_PAGE,
+    KERNELS_TABLE,
+    MEMCPY_TABLE,
+    RANKS_PAGE,
+    SAMPLE_ROWS,
+    TOPK_ROWS,
+)
+
 
 def configure(p):
     p.add_argument(
@@ -136,9 +151,9 @@ def run(args) -> int:
     print(console_summary([record], args.top))
     for line in rank_lines:
         print(f"  ranks: {plain(line)}")  # (launching ops' names in it)
-    if (out / "ranks" / "ranks.md").is_file():
-        print(f"ranks page: {out / 'ranks' / 'ranks.md'}")
-    print(f"findings page: {out / 'findings' / 'findings.md'}")
+    if (out / EXPLAIN_RANKS / RANKS_PAGE).is_file():
+        print(f"ranks page: {out / EXPLAIN_RANKS / RANKS_PAGE}")
+    print(f"findings page: {out / EXPLAIN_FINDINGS / FINDINGS_PAGE}")
     return 0
 
 
@@ -150,7 +165,7 @@ def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple
     from gpuvar.config import Binning, Causal, Targets
     from gpuvar.findings.run import analyse_dataset, write_dataset
 
-    ingest = out / "ingest"
+    ingest = out / EXPLAIN_INGEST
     from gpuvar.ingest.counter_passes import group_files
 
     ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
@@ -161,7 +176,7 @@ def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple
     else:
         for k, files in enumerate(ranks):
             _progress(f"ingest rank file {k}: {', '.join(map(str, files))}", t0)
-            part = ingest / "ranks" / str(k)  # the workflow's layout (artifacts.RANK_INGEST_DIR)
+            part = ingest / EXPLAIN_RANK_INGEST / str(k)  # the workflow's layout (layout.RANK_INGEST_DIR)
             _quiet(_stage, ["ingest", *map(str, files), "-o", str(part), "--format", args.format])
             parts.append(str(part))
         _progress(f"merge {len(parts)} ranks", t0)
@@ -173,30 +188,30 @@ def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple
         _progress(f"bin the timeline ({cfg.binning.bin_width} windows, top {cfg.binning.top_k})", t0)
         from gpuvar.binning.cli import workflow_arguments
 
-        bins = out / "bin"
+        bins = out / EXPLAIN_BINS
         _quiet(
             _stage,
-            ["bin", str(ingest / "kernels.parquet"), "--memcpy", str(ingest / "memcpy.parquet"), "-o", str(bins)]
+            ["bin", str(ingest / KERNELS_TABLE), "--memcpy", str(ingest / MEMCPY_TABLE), "-o", str(bins)]
             + workflow_arguments(cfg, target),
         )
         _progress("causal graphs of the most variable windows", t0)
-        causal = out / "causal"
+        causal = out / EXPLAIN_CAUSAL
         from gpuvar.causal.cli import CONFIG_OPTIONS
         from gpuvar.options import arguments
 
         _quiet(
             _stage,
-            ["causal", str(bins / "topk_rows.parquet"), "--random-rows", str(bins / "sample_rows.parquet")]
+            ["causal", str(bins / TOPK_ROWS), "--random-rows", str(bins / SAMPLE_ROWS)]
             + ["--target", target, *arguments(cfg, CONFIG_OPTIONS), "-o", str(causal)],
         )
     rank_lines = []
     if len(ranks) > 1:
         _progress(f"ranks: stragglers and waits across {len(ranks)} ranks", t0)
-        rank_lines = _ranks([files[0] for files in ranks], parts, out / "ranks")
+        rank_lines = _ranks([files[0] for files in ranks], parts, out / EXPLAIN_RANKS)
     _progress("findings: variance decomposition and verdicts per kernel", t0)
     record, table, kernels = analyse_dataset(name, ingest, causal, plots)
     record = rewrite_paths(record, out, args.output)  # the folders it names, where they will be
-    findings = out / "findings"
+    findings = out / EXPLAIN_FINDINGS
     with claimed(Output(findings, "findings", inputs=(ingest,))):
         write_dataset(record, table, findings, kernels)
     return record, rank_lines

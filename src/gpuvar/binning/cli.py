@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuvar import targets as T
-from gpuvar.artifacts import BIN_REPORT
 from gpuvar.binning.selection import sample_bin_count
+from gpuvar.layout import BIN_REPORT
 from gpuvar.options import ConfigOption, add_options, arguments, comma_list
 
 # settings that come from the config (one definition: gpuvar.config); the rest are per-run inputs

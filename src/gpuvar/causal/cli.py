@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from gpuvar.artifacts import BIN_REPORT, CAUSAL_RECORD, CAUSAL_SUMMARY
+from gpuvar.layout import BIN_REPORT, CAUSAL_RECORD, CAUSAL_SUMMARY
 from gpuvar.options import ConfigOption, add_options
 
 CONFIG_OPTIONS = (
@@ -82,9 +82,9 @@ def write_skip(outdir, target: str, group_by, reason: str) -> dict:
     """The whole-dataset group recorded as skipped, and a summary saying so: 'no rows' is a result, not a failure."""
     from pathlib import Path
 
-    from gpuvar.artifacts import ALL_GROUP
-    from gpuvar.canonical_io import write_json
     from gpuvar.causal.prepare import group_slug
+    from gpuvar.layout import ALL_GROUP
+    from gpuvar.output import write_json
 
     outdir = Path(outdir)
     record = {

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gpuvar import __version__
-from gpuvar.artifacts import INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.errors import AccountingError, InputError, path_problem
+from gpuvar.layout import INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
 
 log = logging.getLogger("gpuvar.ingest")
 
@@ -156,11 +156,12 @@ def write_ingest(
     """Check the books, then write kernels.parquet, memcpy.parquet (empty when the source has no copies: the
     binning rule always declares it) and ingest.json, each atomically, ingest.json last: it marks a complete
     ingest, so an interrupted run never leaves new tables beside an old report."""
-    from gpuvar.canonical_io import write_canonical, write_json
+    from gpuvar.canonical_io import write_canonical
     from gpuvar.ingest.call_sites import DERIVED as CALL_SITE_DERIVED
     from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
     from gpuvar.ingest.corun import COLUMNS as CORUN_COLUMNS
     from gpuvar.ingest.sanity import duplicate_rows, require_kernels, require_timing
+    from gpuvar.output import write_json
     from gpuvar.schema import empty_memcpy
 
     meta = {"source": source, "format": out.format}

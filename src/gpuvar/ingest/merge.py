@@ -18,10 +18,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpuvar import __version__
-from gpuvar.artifacts import INGEST_REPORT, MEMCPY_TABLE
 from gpuvar.atomic import staged_folder
-from gpuvar.canonical_io import write_canonical, write_json
+from gpuvar.canonical_io import write_canonical
 from gpuvar.errors import InputError
+from gpuvar.layout import INGEST_REPORT, MEMCPY_TABLE, table_file
+from gpuvar.output import write_json
 from gpuvar.schema import empty_memcpy
 
 TABLES = ("kernels", "memcpy")
@@ -40,9 +41,9 @@ def _part(folder: Path) -> tuple[dict, dict[str, pa.Table]]:
     for name in TABLES:
         if name in report.get("tables", {}):
             try:
-                tables[name] = pq.read_table(folder / f"{name}.parquet")
+                tables[name] = pq.read_table(folder / table_file(name))
             except (OSError, pa.ArrowInvalid) as exc:
-                raise InputError(folder / f"{name}.parquet", f"cannot read ({exc})") from None
+                raise InputError(folder / table_file(name), f"cannot read ({exc})") from None
     if "kernels" not in tables:
         raise InputError(folder, "ingest has no kernels table")
     return report, tables
@@ -177,7 +178,7 @@ def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = "auto"
             if name == "kernels":
                 table, corun_notes = _with_corun(table, [r for _, r, _ in loaded], ranks, unknown_gpu)
                 notes.extend(corun_notes)
-            write_canonical(table, dest / f"{name}.parquet", meta)
+            write_canonical(table, dest / table_file(name), meta)
             dropped = Counter()
             rows_read = 0
             for (_, report, _), _rank in zip(loaded, ranks):
