@@ -55,16 +55,21 @@ def _progress(message: str, t0: float) -> None:
     print(f"[{time.perf_counter() - t0:6.1f} s] {plain(message)}", file=sys.stderr, flush=True)
 
 
-def _stage(argv: list[str]) -> None:
-    """Run one gpuvar stage in this process, under the output rule of every command (gpuvar.cli.run_command);
-    a failure is the stage's one-line error."""
-    from gpuvar.cli import build_parser, run_command
+def _stage(command: str, folder: Path, inputs, work, *args, **kwargs):
+    """Run one stage's function in this process under the output rule of its command (gpuvar.cli.stage_output:
+    the folder claimed, marked as that command's output), its console output kept off explain's summary."""
+    import contextlib
+    import io
+
+    from gpuvar.atomic import claimed
+    from gpuvar.cli import stage_output
     from gpuvar.errors import GpuvarError
 
-    args = build_parser().parse_args(argv)
-    code = run_command(args)
-    if code:
-        raise GpuvarError(f"stage `gpuvar {argv[0]}` failed (exit {code})")
+    with claimed(stage_output(command, folder, inputs)), contextlib.redirect_stdout(io.StringIO()):
+        code = work(*args, **kwargs)
+    if isinstance(code, int) and code:
+        raise GpuvarError(f"stage `gpuvar {command}` failed (exit {code})")
+    return code
 
 
 def check_inputs(traces: list[Path], fmt: str) -> list[str]:
@@ -110,24 +115,9 @@ def check_inputs(traces: list[Path], fmt: str) -> list[str]:
     return found
 
 
-def _quiet(fn, *a):
-    """Run fn with stdout swallowed: stage commands print JSON meant for scripts, not for this summary."""
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        return fn(*a)
-
-
-def _ranks(traces, parts: list[str], folder: Path) -> list[str]:
-    """The rank section (gpuvar.ranks.section): host collective ops where the format has them (Kineto), else
-    what the ranks' ingest folders show, else one line why it is empty; its lines. Written under the output
-    rule of `gpuvar ranks` (gpuvar.atomic)."""
-    from gpuvar.atomic import Output, claimed
-    from gpuvar.ranks.section import rank_section
-
-    with claimed(Output(folder, "ranks", inputs=tuple(traces))):
-        return rank_section(traces, parts, folder)
+def _one_or_all(files: list):
+    """One trace's files as gpuvar.ingest.ingest takes them: one path, or the list (a trace and its passes)."""
+    return files[0] if len(files) == 1 else list(files)
 
 
 def run(args) -> int:
@@ -159,59 +149,56 @@ def run(args) -> int:
 
 def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple[dict, list[str]]:
     """Every stage into `out` (the staging folder): (the findings record, the ranks' findings)."""
-    from types import SimpleNamespace
-
-    from gpuvar.atomic import Output, claimed, rewrite_paths
-    from gpuvar.config import Binning, Causal, Targets
+    from gpuvar.atomic import rewrite_paths
+    from gpuvar.binning.cli import bin_settings
+    from gpuvar.binning.cli import execute as bin_execute
+    from gpuvar.binning.selection import sample_bin_count
+    from gpuvar.causal.cli import execute as causal_execute
+    from gpuvar.causal.options import causal_options
+    from gpuvar.config import Binning, Causal
     from gpuvar.findings.run import analyse_dataset, write_dataset
+    from gpuvar.ingest import ingest as ingest_trace
+    from gpuvar.ingest.counter_passes import group_files
+    from gpuvar.ingest.merge import merge
+    from gpuvar.ranks.section import rank_section
+    from gpuvar.targets import DEFAULT_TARGET
 
     ingest = out / EXPLAIN_INGEST
-    from gpuvar.ingest.counter_passes import group_files
 
     ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
     parts = []
     if len(ranks) == 1:
         _progress(f"ingest {', '.join(map(str, ranks[0]))}", t0)
-        _quiet(_stage, ["ingest", *map(str, ranks[0]), "-o", str(ingest), "--format", args.format])
+        _stage("ingest", ingest, ranks[0], ingest_trace, _one_or_all(ranks[0]), ingest, args.format)
     else:
         for k, files in enumerate(ranks):
             _progress(f"ingest rank file {k}: {', '.join(map(str, files))}", t0)
             part = ingest / EXPLAIN_RANK_INGEST / str(k)  # the workflow's layout (layout.RANK_INGEST_DIR)
-            _quiet(_stage, ["ingest", *map(str, files), "-o", str(part), "--format", args.format])
-            parts.append(str(part))
+            _stage("ingest", part, files, ingest_trace, _one_or_all(files), part, args.format)
+            parts.append(part)
         _progress(f"merge {len(parts)} ranks", t0)
-        _quiet(_stage, ["ingest-merge", *parts, "-o", str(ingest)])
+        _stage("ingest-merge", ingest, parts, merge, parts, ingest)
     causal = plots = None
     if not args.no_causal:
-        cfg = SimpleNamespace(binning=Binning(), causal=Causal(), targets=Targets())  # the config's defaults
-        target = "kernel_variability"
-        _progress(f"bin the timeline ({cfg.binning.bin_width} windows, top {cfg.binning.top_k})", t0)
-        from gpuvar.binning.cli import workflow_arguments
-
+        target = DEFAULT_TARGET
         bins = out / EXPLAIN_BINS
-        _quiet(
-            _stage,
-            ["bin", str(ingest / KERNELS_TABLE), "--memcpy", str(ingest / MEMCPY_TABLE), "-o", str(bins)]
-            + workflow_arguments(cfg, target),
-        )
+        kernels, copies = ingest / KERNELS_TABLE, ingest / MEMCPY_TABLE
+        sample_bins = sample_bin_count(Binning(), Causal())  # the config's defaults
+        settings = bin_settings(kernels, copies, bins, target=target, sample_bins=sample_bins)
+        _progress(f"bin the timeline ({settings.bin_width} windows, top {settings.top_k})", t0)
+        _stage("bin", bins, (kernels, copies), bin_execute, settings)
         _progress("causal graphs of the most variable windows", t0)
         causal = out / EXPLAIN_CAUSAL
-        from gpuvar.causal.cli import CONFIG_OPTIONS
-        from gpuvar.options import arguments
-
-        _quiet(
-            _stage,
-            ["causal", str(bins / TOPK_ROWS), "--random-rows", str(bins / SAMPLE_ROWS)]
-            + ["--target", target, *arguments(cfg, CONFIG_OPTIONS), "-o", str(causal)],
-        )
+        rows, sample = bins / TOPK_ROWS, bins / SAMPLE_ROWS
+        _stage("causal", causal, (rows, sample), causal_execute, causal_options(target=target), rows, sample, causal)
     rank_lines = []
     if len(ranks) > 1:
         _progress(f"ranks: stragglers and waits across {len(ranks)} ranks", t0)
-        rank_lines = _ranks([files[0] for files in ranks], parts, out / EXPLAIN_RANKS)
+        traces, folder = [files[0] for files in ranks], out / EXPLAIN_RANKS
+        rank_lines = _stage("ranks", folder, traces, rank_section, traces, parts, folder)
     _progress("findings: variance decomposition and verdicts per kernel", t0)
     record, table, kernels = analyse_dataset(name, ingest, causal, plots)
     record = rewrite_paths(record, out, args.output)  # the folders it names, where they will be
     findings = out / EXPLAIN_FINDINGS
-    with claimed(Output(findings, "findings", inputs=(ingest,))):
-        write_dataset(record, table, findings, kernels)
+    _stage("findings", findings, (ingest,), write_dataset, record, table, findings, kernels)
     return record, rank_lines

@@ -14,6 +14,7 @@ from pathlib import Path
 from gpuvar import __version__
 from gpuvar.errors import AccountingError, InputError, path_problem
 from gpuvar.layout import INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
+from gpuvar.options import default
 
 log = logging.getLogger("gpuvar.ingest")
 
@@ -135,7 +136,9 @@ def normalize_folder(raw_folder: str | Path, output: str | Path) -> dict:
     return write_ingest(raw.source, output, *loaded, t_read=time.perf_counter() - t0, t0=t0)
 
 
-def ingest(source, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True) -> dict:
+def ingest(
+    source, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = default("ingest", "keep_vendor_columns")
+) -> dict:
     """Ingest `source` (a file or folder, or the files of one trace: see read_source) into
     `output`/kernels.parquet, memcpy.parquet and ingest.json; returns the report."""
     t0 = time.perf_counter()

@@ -21,6 +21,7 @@ from gpuvar import __version__
 from gpuvar.atomic import staged_folder
 from gpuvar.canonical_io import write_canonical
 from gpuvar.errors import InputError
+from gpuvar.ingest.gpu_identity import UNKNOWN_GPU_DEFAULT
 from gpuvar.layout import INGEST_REPORT, MEMCPY_TABLE, table_file
 from gpuvar.output import write_json
 from gpuvar.schema import empty_memcpy
@@ -106,7 +107,7 @@ def _with_corun(table: pa.Table, reports: list[dict], ranks: list[int], unknown_
     return table, notes
 
 
-def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = "auto") -> dict:
+def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = UNKNOWN_GPU_DEFAULT) -> dict:
     """Merge ingest folders `parts` (in rank/file order) into `output`; returns the merged ingest.json.
 
     unknown_gpu: whether ranks that record the same device index and no GPU UUID or host share a GPU
