@@ -1,5 +1,5 @@
 """docs/architecture.md against the code: every path it names exists, every rule it names is a rule (and
-every rule is named), every artifact name it lists is the one gpuvar.artifacts defines."""
+every rule is named), every artifact name it lists is the one gpuvar.layout defines."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 from conftest import REPO
 
-import gpuvar.artifacts as artifacts
+import gpuvar.layout as layout
 
 DOC = (REPO / "docs" / "architecture.md").read_text()
 RULE_TEXT = "\n".join(p.read_text() for p in [REPO / "Snakefile", *sorted((REPO / "workflow/rules").glob("*.smk"))])
@@ -41,7 +41,7 @@ def test_every_path_the_page_names_exists():
         "findings.md",
         "decomposition.csv",
         "steps.csv",
-    )  # written by a run, named by artifacts (test below)
+    )  # written by a run, named by gpuvar.layout (test below)
     missing = [
         p
         for p in paths
@@ -74,7 +74,7 @@ def test_artifact_names_match_the_module():
         "CAUSAL_RECORD",
         "CAUSAL_SUMMARY",
     ):
-        assert f"`{getattr(artifacts, name)}`" in DOC, name
-    assert f"`{artifacts.RAW_FOLDER}/`" in DOC and "`raw.json`" in DOC
-    assert f"`{artifacts.CHECKS_TABLE}`" in DOC
-    assert f"`{artifacts.ALL_GROUP}`" in DOC
+        assert f"`{getattr(layout, name)}`" in DOC, name
+    assert f"`{layout.RAW_FOLDER}/`" in DOC and "`raw.json`" in DOC
+    assert f"`{layout.CHECKS_TABLE}`" in DOC
+    assert f"`{layout.ALL_GROUP}`" in DOC

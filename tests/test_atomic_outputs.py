@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuvar.artifacts import OUTPUT_MARKER
 from gpuvar.atomic import staged_folder, staged_stem
+from gpuvar.layout import OUTPUT_MARKER
 
 # Runs the gpuvar CLI with one function replaced by a disk that fills up: the N-th call raises ENOSPC.
 _DISK_FULL = """
@@ -284,7 +284,7 @@ def test_compare_disk_full_on_its_page_leaves_the_previous_result(ingested, tmp_
     assert run_cli(*args).returncode == 0, "the first comparison runs"
     before = sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file())
     assert {"compare.json", "compare.md"} <= {str(p) for p, _ in before}
-    proc = _disk_full("gpuvar.canonical_io.write_text", 2, *[a if a != "a,b" else "c,d" for a in args])
+    proc = _disk_full("gpuvar.output.write_text", 2, *[a if a != "a,b" else "c,d" for a in args])
     _one_line_naming(proc, out)
     after = sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file())
     assert after == before

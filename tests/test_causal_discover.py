@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuvar.artifacts import ALL_GROUP
 from gpuvar.causal.discover import discover_all, total_effects
 from gpuvar.causal.options import causal_options as opts
 from gpuvar.causal.prepare import group_slug
 from gpuvar.errors import GpuvarError
+from gpuvar.layout import ALL_GROUP
 
 
 def planted(n=300, seed=0):

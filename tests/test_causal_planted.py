@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pandas as pd
 
-from gpuvar.artifacts import ALL_GROUP
 from gpuvar.causal.discover import discover_all
 from gpuvar.causal.options import causal_options as opts
 from gpuvar.causal.prepare import group_slug
 from gpuvar.demo import planted
 from gpuvar.ingest import ingest
+from gpuvar.layout import ALL_GROUP
 
 
 def run_chain(source, out, top_k=20, bin_width="10ms", bootstrap=0, sample=True):

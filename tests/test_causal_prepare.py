@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuvar.artifacts import ALL_GROUP
 from gpuvar.causal.options import causal_options as opts
 from gpuvar.causal.prepare import group_slug, prepare_all, prepare_group, select_features
 from gpuvar.errors import GpuvarError
+from gpuvar.layout import ALL_GROUP
 
 
 def frame(n=60, seed=0):

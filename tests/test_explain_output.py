@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuvar.artifacts import OUTPUT_MARKER
+from gpuvar.layout import OUTPUT_MARKER
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuvar.artifacts import OUTPUT_MARKER
 from gpuvar.errors import GpuvarError
 from gpuvar.ingest import ingest
+from gpuvar.layout import OUTPUT_MARKER
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuvar.artifacts import OUTPUT_MARKER
 from gpuvar.cli import main
+from gpuvar.layout import OUTPUT_MARKER
 from gpuvar.ranks.analyze import analyze
 from gpuvar.ranks.load import from_ingest
 from gpuvar.ranks.planted import write_planted

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuvar.artifacts import OUTPUT_MARKER
+from gpuvar.layout import OUTPUT_MARKER
 from gpuvar.ranks.analyze import analyze
 from gpuvar.ranks.load import from_ingest, from_traces
 from gpuvar.ranks.planted import write_planted

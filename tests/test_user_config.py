@@ -20,8 +20,8 @@ import pytest
 import yaml
 from conftest import REPO
 
-from gpuvar.artifacts import CHECKS_TABLE
 from gpuvar.config import validate_config
+from gpuvar.layout import CHECKS_TABLE
 from gpuvar.workflow.compare import comparison_outputs
 from gpuvar.workflow.figures import scaling_outputs
 from gpuvar.workflow.registry import build_registry, print_run_summary

@@ -53,7 +53,7 @@ def test_changed_mapping_reruns_normalization_not_the_read(tmp_path):
     imports (PYTHONPATH): the repository's file is never touched, so tests running beside this one (pytest-xdist)
     read it unchanged."""
     import gpuvar
-    from gpuvar.artifacts import mapping_files
+    from gpuvar.layout import mapping_files
 
     package = Path(gpuvar.__file__).parent
     src = tmp_path / "src"

@@ -8,7 +8,7 @@ mkdtemp's owner-only 0700.
 
 Whose folder (`claimed`, the one rule of every command that writes a folder, issue 35): a command writes its
 output folder only where it is absent, empty, or a previous output of the same command (ingest, normalize and
-ingest-merge count as one: they write the same tables), which a marker file (artifacts.OUTPUT_MARKER, naming
+ingest-merge count as one: they write the same tables), which a marker file (layout.OUTPUT_MARKER, naming
 the command) says; anything else is a one-line error before any work, because
 replacing a folder swaps it out whole (`gpuvar compare a b -o Documents` removed Documents/). An output folder
 equal to an input is refused; one containing an input is refused where the folder is replaced whole. A command
@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuvar.artifacts import OUTPUT_MARKER
 from gpuvar.errors import GpuvarError, StageError
+from gpuvar.layout import OUTPUT_MARKER, lock_file
 
 _HOST = socket.gethostname().replace("-", "_")
 
@@ -239,7 +239,7 @@ def read_marker(folder: str | Path) -> str | None:
 
 
 def _write_marker(folder: Path, command: str) -> None:
-    from gpuvar.canonical_io import write_json
+    from gpuvar.output import write_json
 
     write_json({"command": command}, folder / OUTPUT_MARKER)
 
@@ -356,7 +356,7 @@ def _locked(folder: Path, made: list[Path] | None = None) -> Iterator[None]:
     line instead of both writing it. The file is removed when released."""
     parent = folder.parent
     _make_folder(parent, made if made is not None else [])
-    path = parent / f".{folder.name}.lock"
+    path = parent / lock_file(folder.name)
     key = _real(path)
     if key in _HELD:
         _HELD[key] += 1

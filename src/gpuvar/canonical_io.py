@@ -12,8 +12,6 @@ Files are written to a temporary name and renamed, so an interrupted run never l
 from __future__ import annotations
 
 import json
-import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpuvar.errors import StageError
+from gpuvar.output import replacing
 
 ROW_GROUP_ROWS = 1 << 18
 _DELTA_COLUMNS = ("start", "end", "duration", "launch_id", "correlation_id")
@@ -77,14 +75,6 @@ def from_numpy(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
-def _make_parent(path: Path) -> None:
-    """Create the output directory, or say in one line why it cannot be (a file in the way, no permission)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StageError(f"cannot create output directory {path.parent}: {exc.strerror or exc}") from exc
-
-
 WIDE_COLUMNS = 4096  # real profiler files stay below (~2,700 Omniperf counters); per-column metadata dominates above
 
 
@@ -102,16 +92,13 @@ def _wide_options(table: pa.Table, delta: list[str]) -> dict:
 def write_canonical(
     table: pa.Table, path: str | Path, metadata: dict | None = None, row_group_rows: int = ROW_GROUP_ROWS
 ) -> None:
-    """Write a sorted canonical table atomically (tmp file + rename)."""
-    path = Path(path)
-    _make_parent(path)
+    """Write a sorted canonical table (gpuvar.output.replacing: a temporary file renamed once complete)."""
     table = sort_canonical(table)
     meta = dict(table.schema.metadata or {})
     meta[METADATA_KEY] = json.dumps(metadata or {}, sort_keys=True).encode()
     table = table.replace_schema_metadata(meta)
     delta = [c for c in _DELTA_COLUMNS if c in table.column_names and pa.types.is_integer(table.schema.field(c).type)]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with replacing(path) as tmp:
         pq.write_table(
             table,
             tmp,
@@ -120,43 +107,3 @@ def write_canonical(
             column_encoding={c: "DELTA_BINARY_PACKED" for c in delta},
             **_wide_options(table, delta),
         )
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise StageError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def json_ready(obj, float_value=float):
-    """JSON-ready, recursively: numpy scalars to Python, NaN/inf to null (strict JSON has neither), Paths to
-    text, keys to text; each finite float through `float_value` (causal: 12 significant digits)."""
-    if isinstance(obj, dict):
-        return {str(k): json_ready(v, float_value) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [json_ready(v, float_value) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float):
-        return float_value(obj) if math.isfinite(obj) else None
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
-def write_text(text: str, path: str | Path) -> None:
-    """`text` written atomically: a reader sees the old file or the new one, never a part."""
-    path = Path(path)
-    _make_parent(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise StageError(f"cannot write {path}: {exc.strerror or exc}") from exc
-
-
-def write_json(obj, path: str | Path, float_value=float) -> None:
-    """The one JSON writer of every stage: strict JSON (json_ready), sorted keys, trailing newline, atomic."""
-    write_text(json.dumps(json_ready(obj, float_value), indent=2, sort_keys=True, allow_nan=False) + "\n", path)

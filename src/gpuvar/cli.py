@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import sys
+from pathlib import Path
 
 from gpuvar import __version__
 from gpuvar.errors import GpuvarError, describe
@@ -78,8 +79,6 @@ def output_of(args):
     """The output folder `args` make their command write (gpuvar.atomic.Output), or None: a file, or nothing."""
     from pathlib import Path
 
-    from gpuvar.atomic import Output
-
     command = args.command
     folder = getattr(args, "output", None)
     if folder is None or command in ("causal-checks",):
@@ -92,11 +91,19 @@ def output_of(args):
     ):
         return None  # a figure's stem, one demo file
     adds = command in ADDING or command == "findings" and args.combine
+    return stage_output(command, Path(folder), _inputs(args), adds)
+
+
+def stage_output(command: str, folder: Path, inputs, adds: bool | None = None):
+    """The output rule (gpuvar.atomic.Output) of `command` writing `folder` from `inputs`: what a command run
+    from the command line claims, and what `gpuvar explain` claims for each stage it runs."""
+    from gpuvar.atomic import Output
+
     return Output(
-        Path(folder),
+        folder,
         command,
-        inputs=tuple(_inputs(args)),
-        replaces=not adds,
+        inputs=tuple(inputs),
+        replaces=not (command in ADDING if adds is None else adds),
         mark_early=command in UNSTAGED,
         # the MPI jobs (bin, ranks): every process runs the command, rank 0 locks while it writes (staged_folder)
         lock=command not in MPI_COMMANDS,

@@ -18,6 +18,21 @@ import sys
 import time
 from pathlib import Path
 
+from gpuvar.layout import (
+    EXPLAIN_BINS,
+    EXPLAIN_CAUSAL,
+    EXPLAIN_FINDINGS,
+    EXPLAIN_INGEST,
+    EXPLAIN_RANK_INGEST,
+    EXPLAIN_RANKS,
+    FINDINGS_PAGE,
+    KERNELS_TABLE,
+    MEMCPY_TABLE,
+    RANKS_PAGE,
+    SAMPLE_ROWS,
+    TOPK_ROWS,
+)
+
 
 def configure(p):
     p.add_argument(
@@ -40,16 +55,21 @@ def _progress(message: str, t0: float) -> None:
     print(f"[{time.perf_counter() - t0:6.1f} s] {plain(message)}", file=sys.stderr, flush=True)
 
 
-def _stage(argv: list[str]) -> None:
-    """Run one gpuvar stage in this process, under the output rule of every command (gpuvar.cli.run_command);
-    a failure is the stage's one-line error."""
-    from gpuvar.cli import build_parser, run_command
+def _stage(command: str, folder: Path, inputs, work, *args, **kwargs):
+    """Run one stage's function in this process under the output rule of its command (gpuvar.cli.stage_output:
+    the folder claimed, marked as that command's output), its console output kept off explain's summary."""
+    import contextlib
+    import io
+
+    from gpuvar.atomic import claimed
+    from gpuvar.cli import stage_output
     from gpuvar.errors import GpuvarError
 
-    args = build_parser().parse_args(argv)
-    code = run_command(args)
-    if code:
-        raise GpuvarError(f"stage `gpuvar {argv[0]}` failed (exit {code})")
+    with claimed(stage_output(command, folder, inputs)), contextlib.redirect_stdout(io.StringIO()):
+        code = work(*args, **kwargs)
+    if isinstance(code, int) and code:
+        raise GpuvarError(f"stage `gpuvar {command}` failed (exit {code})")
+    return code
 
 
 def check_inputs(traces: list[Path], fmt: str) -> list[str]:
@@ -95,24 +115,9 @@ def check_inputs(traces: list[Path], fmt: str) -> list[str]:
     return found
 
 
-def _quiet(fn, *a):
-    """Run fn with stdout swallowed: stage commands print JSON meant for scripts, not for this summary."""
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        return fn(*a)
-
-
-def _ranks(traces, parts: list[str], folder: Path) -> list[str]:
-    """The rank section (gpuvar.ranks.section): host collective ops where the format has them (Kineto), else
-    what the ranks' ingest folders show, else one line why it is empty; its lines. Written under the output
-    rule of `gpuvar ranks` (gpuvar.atomic)."""
-    from gpuvar.atomic import Output, claimed
-    from gpuvar.ranks.section import rank_section
-
-    with claimed(Output(folder, "ranks", inputs=tuple(traces))):
-        return rank_section(traces, parts, folder)
+def _one_or_all(files: list):
+    """One trace's files as gpuvar.ingest.ingest takes them: one path, or the list (a trace and its passes)."""
+    return files[0] if len(files) == 1 else list(files)
 
 
 def run(args) -> int:
@@ -136,67 +141,64 @@ def run(args) -> int:
     print(console_summary([record], args.top))
     for line in rank_lines:
         print(f"  ranks: {plain(line)}")  # (launching ops' names in it)
-    if (out / "ranks" / "ranks.md").is_file():
-        print(f"ranks page: {out / 'ranks' / 'ranks.md'}")
-    print(f"findings page: {out / 'findings' / 'findings.md'}")
+    if (out / EXPLAIN_RANKS / RANKS_PAGE).is_file():
+        print(f"ranks page: {out / EXPLAIN_RANKS / RANKS_PAGE}")
+    print(f"findings page: {out / EXPLAIN_FINDINGS / FINDINGS_PAGE}")
     return 0
 
 
 def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple[dict, list[str]]:
     """Every stage into `out` (the staging folder): (the findings record, the ranks' findings)."""
-    from types import SimpleNamespace
-
-    from gpuvar.atomic import Output, claimed, rewrite_paths
-    from gpuvar.config import Binning, Causal, Targets
+    from gpuvar.atomic import rewrite_paths
+    from gpuvar.binning.cli import bin_settings
+    from gpuvar.binning.cli import execute as bin_execute
+    from gpuvar.binning.selection import sample_bin_count
+    from gpuvar.causal.cli import execute as causal_execute
+    from gpuvar.causal.options import causal_options
+    from gpuvar.config import Binning, Causal
     from gpuvar.findings.run import analyse_dataset, write_dataset
-
-    ingest = out / "ingest"
+    from gpuvar.ingest import ingest as ingest_trace
     from gpuvar.ingest.counter_passes import group_files
+    from gpuvar.ingest.merge import merge
+    from gpuvar.ranks.section import rank_section
+    from gpuvar.targets import DEFAULT_TARGET
+
+    ingest = out / EXPLAIN_INGEST
 
     ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
     parts = []
     if len(ranks) == 1:
         _progress(f"ingest {', '.join(map(str, ranks[0]))}", t0)
-        _quiet(_stage, ["ingest", *map(str, ranks[0]), "-o", str(ingest), "--format", args.format])
+        _stage("ingest", ingest, ranks[0], ingest_trace, _one_or_all(ranks[0]), ingest, args.format)
     else:
         for k, files in enumerate(ranks):
             _progress(f"ingest rank file {k}: {', '.join(map(str, files))}", t0)
-            part = ingest / "ranks" / str(k)  # the workflow's layout (artifacts.RANK_INGEST_DIR)
-            _quiet(_stage, ["ingest", *map(str, files), "-o", str(part), "--format", args.format])
-            parts.append(str(part))
+            part = ingest / EXPLAIN_RANK_INGEST / str(k)  # the workflow's layout (layout.RANK_INGEST_DIR)
+            _stage("ingest", part, files, ingest_trace, _one_or_all(files), part, args.format)
+            parts.append(part)
         _progress(f"merge {len(parts)} ranks", t0)
-        _quiet(_stage, ["ingest-merge", *parts, "-o", str(ingest)])
+        _stage("ingest-merge", ingest, parts, merge, parts, ingest)
     causal = plots = None
     if not args.no_causal:
-        cfg = SimpleNamespace(binning=Binning(), causal=Causal(), targets=Targets())  # the config's defaults
-        target = "kernel_variability"
-        _progress(f"bin the timeline ({cfg.binning.bin_width} windows, top {cfg.binning.top_k})", t0)
-        from gpuvar.binning.cli import workflow_arguments
-
-        bins = out / "bin"
-        _quiet(
-            _stage,
-            ["bin", str(ingest / "kernels.parquet"), "--memcpy", str(ingest / "memcpy.parquet"), "-o", str(bins)]
-            + workflow_arguments(cfg, target),
-        )
+        target = DEFAULT_TARGET
+        bins = out / EXPLAIN_BINS
+        kernels, copies = ingest / KERNELS_TABLE, ingest / MEMCPY_TABLE
+        sample_bins = sample_bin_count(Binning(), Causal())  # the config's defaults
+        settings = bin_settings(kernels, copies, bins, target=target, sample_bins=sample_bins)
+        _progress(f"bin the timeline ({settings.bin_width} windows, top {settings.top_k})", t0)
+        _stage("bin", bins, (kernels, copies), bin_execute, settings)
         _progress("causal graphs of the most variable windows", t0)
-        causal = out / "causal"
-        from gpuvar.causal.cli import CONFIG_OPTIONS
-        from gpuvar.options import arguments
-
-        _quiet(
-            _stage,
-            ["causal", str(bins / "topk_rows.parquet"), "--random-rows", str(bins / "sample_rows.parquet")]
-            + ["--target", target, *arguments(cfg, CONFIG_OPTIONS), "-o", str(causal)],
-        )
+        causal = out / EXPLAIN_CAUSAL
+        rows, sample = bins / TOPK_ROWS, bins / SAMPLE_ROWS
+        _stage("causal", causal, (rows, sample), causal_execute, causal_options(target=target), rows, sample, causal)
     rank_lines = []
     if len(ranks) > 1:
         _progress(f"ranks: stragglers and waits across {len(ranks)} ranks", t0)
-        rank_lines = _ranks([files[0] for files in ranks], parts, out / "ranks")
+        traces, folder = [files[0] for files in ranks], out / EXPLAIN_RANKS
+        rank_lines = _stage("ranks", folder, traces, rank_section, traces, parts, folder)
     _progress("findings: variance decomposition and verdicts per kernel", t0)
     record, table, kernels = analyse_dataset(name, ingest, causal, plots)
     record = rewrite_paths(record, out, args.output)  # the folders it names, where they will be
-    findings = out / "findings"
-    with claimed(Output(findings, "findings", inputs=(ingest,))):
-        write_dataset(record, table, findings, kernels)
+    findings = out / EXPLAIN_FINDINGS
+    _stage("findings", findings, (ingest,), write_dataset, record, table, findings, kernels)
     return record, rank_lines

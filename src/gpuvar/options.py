@@ -45,6 +45,22 @@ def _spec(section: str, name: str) -> dict:
         raise KeyError(f"{section}.{name} is not in {FIELD_TABLE}: run `python -m gpuvar.options`") from None
 
 
+def default(section: str, name: str):
+    """The config field's default, from the table (no pydantic): what a pydantic-free settings object (the
+    binning job's, built on every MPI rank) takes as its own default, so no default is written twice."""
+    return _spec(section, name)["default"]
+
+
+def out_of_bounds(section: str, name: str, value) -> str | None:
+    """Why `value` breaks the field's bounds ("must be > 0"), or None; read from the table, as the command
+    line checks them, for a settings object built by a library caller without the command line."""
+    words = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+    for op, bound in _spec(section, name)["bounds"].items():
+        if not _BOUNDS[op](value, bound):
+            return f"must be {words[op]} {bound}"
+    return None
+
+
 def quick_value(spec: dict, text: str):
     """The value the field's pydantic validator gives `text`, for the plain cases the table describes (an
     integer or finite number in plain notation within the bounds, one of the choices, any text for a plain

@@ -106,6 +106,8 @@ TARGETS: dict[str, Target] = {
     )
 }
 
+DEFAULT_TARGET = next(iter(TARGETS))  # kernel_variability: the paper's target, what `explain` and `bin` analyse
+
 
 def target(name: str) -> Target:
     """The Target called `name`; another column (a paper dataset's perf_variability) is analysed like a

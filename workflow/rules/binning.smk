@@ -41,7 +41,7 @@ rule bin_trace:
         top_k=CFG.binning.top_k,
         workers_per_rank=CFG.binning.workers_per_rank,
         # the random bins the causal step compares the top-k with: as many, or every bin when it reads all
-        sample_bins=sample_bin_count(CFG),
+        sample_bins=sample_bin_count(CFG.binning, CFG.causal),
         sample_seed=CFG.causal.seed,
     shell:
         "{params.launcher:q} -n {params.ranks:q} gpuvar bin {input.kernels:q} --memcpy {input.memcpy:q}"

@@ -1,12 +1,12 @@
 # Definitions every rule file uses, built once before any rule: the typed config, the dataset registry
 # (config/config.yaml's datasets plus config/paper.yaml's), the `{dataset}` and `{target}` wildcards, and the
-# file layout (gpuvar.artifacts). Rule files only read these, so they can be included in any order.
+# file layout (gpuvar.layout). Rule files only read these, so they can be included in any order.
 
 import sys
 import time
 from pathlib import Path
 
-import gpuvar.artifacts as files
+import gpuvar.layout as files
 import gpuvar.workflow.compare as compare_paths
 import gpuvar.workflow.figures as plot_paths
 from gpuvar.binning.selection import sample_bin_count

@@ -10,7 +10,7 @@ rule plot_causal_graphs:
         files.CAUSAL_DIR,
     output:
         report(
-            directory(f"{files.PLOT_DIR}/causal"),
+            directory(f"{files.PLOT_DIR}/{files.PLOTS_CAUSAL}"),
             patterns=[f"{{group}}.{REPORT_FORMAT}"],
             caption="../report/causal_graph.rst",
             category="{dataset}",
@@ -47,7 +47,7 @@ rule plot_parallel_coordinates:
         rows=files.bin_file(files.TOPK_ROWS),
     output:
         figures=plot_paths.figure_files(
-            f"{files.PLOT_DIR}/parallel",
+            f"{files.PLOT_DIR}/{files.PARALLEL_FIGURE}",
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/parallel.rst",
@@ -59,7 +59,7 @@ rule plot_parallel_coordinates:
                 "figure": "parallel coordinates",
             },
         ),
-        data=f"{files.PLOT_DIR}/parallel.csv",
+        data=files.figure_data(f"{files.PLOT_DIR}/{files.PARALLEL_FIGURE}"),
     log:
         "logs/plot_parallel_coordinates/{dataset}_{target}.log",
     benchmark:
@@ -88,7 +88,7 @@ rule plot_variability_timeline:
         report=files.bin_file(files.BIN_REPORT),
     output:
         figures=plot_paths.figure_files(
-            f"{files.PLOT_DIR}/timeline",
+            f"{files.PLOT_DIR}/{files.TIMELINE_FIGURE}",
             PLOT_FORMATS,
             REPORT_FORMAT,
             caption="../report/timeline.rst",
@@ -100,7 +100,7 @@ rule plot_variability_timeline:
                 "figure": "variability timeline",
             },
         ),
-        data=f"{files.PLOT_DIR}/timeline.csv",
+        data=files.figure_data(f"{files.PLOT_DIR}/{files.TIMELINE_FIGURE}"),
     log:
         "logs/plot_variability_timeline/{dataset}_{target}.log",
     benchmark:
@@ -143,7 +143,7 @@ rule plot_scaling:
                 "figure": "strong scaling",
             },
         ),
-        data=f"{files.SCALING_FIGURE}.csv",
+        data=files.figure_data(files.SCALING_FIGURE),
     log:
         "logs/plot_scaling/{trace}_{target}_{ranklist}.log",
     benchmark:
@@ -217,7 +217,7 @@ if REG.paper is not None:
                     "group": "top-k rows",
                 },
             ),
-            data=f"{files.PAPER_FIGURE_DIR}/{{dataset}}_{{target}}.csv",
+            data=files.figure_data(f"{files.PAPER_FIGURE_DIR}/{{dataset}}_{{target}}"),
         log:
             "logs/plot_paper_parallel_coordinates/{fig}_{dataset}_{target}.log",
         benchmark:
@@ -239,7 +239,7 @@ if REG.paper is not None:
             ),
         output:
             figures=plot_paths.figure_files(
-                f"{files.PAPER_FIGURE_DIR}/scaling",
+                f"{files.PAPER_FIGURE_DIR}/{files.SCALING_STEM}",
                 PLOT_FORMATS,
                 REPORT_FORMAT,
                 caption="../report/scaling.rst",
@@ -252,7 +252,7 @@ if REG.paper is not None:
                     "group": "scaling",
                 },
             ),
-            data=f"{files.PAPER_FIGURE_DIR}/scaling.csv",
+            data=files.figure_data(f"{files.PAPER_FIGURE_DIR}/{files.SCALING_STEM}"),
         log:
             "logs/plot_paper_scaling/{fig}.log",
         benchmark:

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, KERNELS_TABLE
 from gpuvar.errors import GpuvarError
+from gpuvar.layout import BIN_REPORT, BINS_TABLE, KERNELS_TABLE
 
 STATS = ["count", "min", "max", "mean", "var", "std", "q25", "median", "q75"]
 TOLERANCE = 1e-9

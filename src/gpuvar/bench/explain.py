@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpuvar.layout import EXPLAIN_FINDINGS, FINDINGS_RECORD
+
 
 def configure_explain(p):
     p.add_argument("traces", nargs="+", type=Path, help="profiler file(s) (several = ranks of one job)")
@@ -31,7 +33,9 @@ def run_explain(args) -> int:
         with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(err):
             code = main(argv)
         wall = time.perf_counter() - t0
-        record = json.loads((Path(tmp) / "findings" / "findings.json").read_text())["datasets"][0] if not code else {}
+        record = (
+            json.loads((Path(tmp) / EXPLAIN_FINDINGS / FINDINGS_RECORD).read_text())["datasets"][0] if not code else {}
+        )
     stages = [line.split("]", 1) for line in err.getvalue().splitlines() if line.startswith("[")]
     print(
         json.dumps(

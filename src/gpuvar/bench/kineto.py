@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuvar.artifacts import INGEST_REPORT
+from gpuvar.layout import INGEST_REPORT
 
 
 def configure_kineto(p):

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuvar.artifacts import BIN_REPORT
 from gpuvar.errors import GpuvarError
+from gpuvar.layout import BIN_REPORT
 
 GPUVAR = [sys.executable, "-m", "gpuvar.cli"]
 TARGET = "kernel_variability"

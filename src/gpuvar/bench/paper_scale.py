@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuvar.artifacts import BIN_REPORT
 from gpuvar.errors import GpuvarError
+from gpuvar.layout import BIN_REPORT
 
 PAPER = {"traces": 4, "rows_per_trace": 93_000_000, "bins": 272_000, "ranks": 1024, "wall_s": 80.0}
 

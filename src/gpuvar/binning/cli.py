@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuvar import targets as T
-from gpuvar.artifacts import BIN_REPORT
 from gpuvar.binning.selection import sample_bin_count
-from gpuvar.options import ConfigOption, add_options, arguments, comma_list
+from gpuvar.layout import BIN_REPORT
+from gpuvar.options import ConfigOption, add_options, arguments, comma_list, default
 
 # settings that come from the config (one definition: gpuvar.config); the rest are per-run inputs
 CONFIG_OPTIONS = (
@@ -47,13 +47,13 @@ def configure(p):
     )
     p.add_argument(
         "--target",
-        default="kernel_variability",
+        default=T.DEFAULT_TARGET,
         choices=tuple(T.TARGETS),
         help=f"{' or '.join(T.TARGETS)} (default: %(default)s)",
     )
     p.add_argument(
         "--features",
-        default="auto",
+        default=default("binning", "features"),
         help="columns to also compute per-bin statistics of: 'auto' (duration; top-k rows keep every "
         "column), 'none', or f1,f2 (top-k rows keep identification columns and these; default: %(default)s)",
     )
@@ -72,7 +72,7 @@ def configure(p):
 def workflow_arguments(cfg, target: str) -> list[str]:
     """`gpuvar bin` options for `target` from validated config `cfg` (what the MPI rules pass, each quoted):
     the random bin sample has as many bins as the top-k, or every bin when the causal step analyses all."""
-    sample_bins = sample_bin_count(cfg)
+    sample_bins = sample_bin_count(cfg.binning, cfg.causal)
     return [
         "--target",
         target,
@@ -84,16 +84,6 @@ def workflow_arguments(cfg, target: str) -> list[str]:
     ]
 
 
-def _check(args) -> None:
-    """Input paths, before MPI starts any work (the option bounds are the config's, checked by argparse)."""
-    from gpuvar.errors import InputError, path_problem
-
-    for path in (*args.kernels, args.memcpy):
-        problem = path and path_problem(path)
-        if problem:
-            raise InputError(path, problem)
-
-
 def _copies(path: Path | None) -> Path | None:
     """The memcpy table to link, or None: ingest writes memcpy.parquet always, with no rows when the source has
     no copies, and binning treats that exactly like no table (same outputs as before the file was declared)."""
@@ -102,48 +92,69 @@ def _copies(path: Path | None) -> Path | None:
     return path if path is not None and pq.read_metadata(path).num_rows > 0 else None
 
 
-def _options(args):
-    """The job's options from the command line: the input checks and memcpy metadata can fail on any rank."""
+def bin_settings(kernels: Path | list[Path], memcpy: Path | None, output: Path, **values):
+    """BinOptions for one run: the inputs checked (here, before MPI starts any work: any rank can fail), a
+    copies table without rows taken as none, every value not given the config's default. Several kernels files
+    (a job's per-rank tables) are binned as one table (gpuvar.binning.columns.ParquetFiles)."""
     from gpuvar.binning.job import BinOptions
+    from gpuvar.errors import InputError, path_problem
 
-    _check(args)
-    return BinOptions(
-        kernels=args.kernels[0] if len(args.kernels) == 1 else list(args.kernels),
-        memcpy=_copies(args.memcpy),
-        target=args.target,
-        group=args.group,
-        link=args.link,
-        bin_width=args.bin_width,
-        top_k=args.top_k,
-        features=args.features,
-        workers_per_rank=args.workers_per_rank,
-        output=args.output,
+    files = list(kernels) if isinstance(kernels, list | tuple) else [kernels]
+    for path in (*files, memcpy):
+        problem = path and path_problem(path)
+        if problem:
+            raise InputError(path, problem)
+    one = files[0] if len(files) == 1 else files
+    return BinOptions(kernels=one, memcpy=_copies(memcpy), output=output, **values)
+
+
+def _options(args):
+    """The job's settings from the command line."""
+    names = ("target", "group", "link", "bin_width", "top_k", "features", "workers_per_rank")
+    return bin_settings(
+        args.kernels,
+        args.memcpy,
+        args.output,
         launch_bin_width=args.launch_bin_width,
         sample_bins=args.sample_bins,
         sample_seed=args.sample_seed,
+        **{name: getattr(args, name) for name in names},
     )
 
 
 def run(args) -> int:
-    """Every step before the job is agreed on by all ranks (binning.job.together): a rank that cannot read an
-    input, or rank 0 that cannot create its staging folder, ends every rank at once with one line from rank 0,
-    instead of leaving the others waiting in the job's first collective (and a Slurm allocation held)."""
+    """argv -> settings (every rank, agreed) -> execute."""
+    from gpuvar.binning.job import Agreed, settle, together, world
+
+    comm = world()
+    try:
+        return execute(together(comm, _options, args), comm)
+    except Agreed as agreed:
+        return settle(agreed)
+
+
+def execute(opts, comm=None) -> int:
+    """The binning job with settings `opts` (BinOptions) on the ranks of `comm` (MPI's world, or one rank):
+    what `gpuvar bin` and `gpuvar explain` run. Every step before the job is agreed on by all ranks
+    (binning.job.together): a rank that cannot read an input, or rank 0 that cannot create its staging folder,
+    ends every rank at once with one line from rank 0, instead of leaving the others waiting in the job's first
+    collective (and a Slurm allocation held)."""
     from contextlib import ExitStack
+    from dataclasses import replace
 
     from gpuvar.atomic import staged_folder
     from gpuvar.binning.job import Agreed, run_rank, settle, together, world
 
-    comm = world()
+    comm = comm or world()
+    output = opts.output
     try:
-        opts = together(comm, _options, args)
         with ExitStack() as stack:
             # rank 0 writes into a temporary folder; bins, top-k rows and bin.json (last) move into OUTPUT together
-            staging = staged_folder(args.output, replace=False, last=(BIN_REPORT,))
+            staging = staged_folder(output, replace=False, last=(BIN_REPORT,))
             tmp = together(comm, stack.enter_context, staging, root=0)
             if comm.Get_rank() != 0:
                 return run_rank(opts, comm)  # only rank 0 writes
-            opts.output = tmp
-            code = run_rank(opts, comm)
+            code = run_rank(replace(opts, output=tmp), comm)
             if code:
                 raise SystemExit(code)
             return code

@@ -41,7 +41,6 @@ from pathlib import Path
 import numpy as np
 
 from gpuvar import targets as T
-from gpuvar.artifacts import BIN_REPORT
 from gpuvar.binning.exchange import TARGET, exchange_rows
 from gpuvar.binning.per_bin import bin_statistics
 from gpuvar.binning.plan import BinOptions, Collective, make_plan, source_name
@@ -51,8 +50,9 @@ from gpuvar.binning.report import Gathered, Timer, build_report, peak_rss_mb, pr
 from gpuvar.binning.rows import RowSource, gather_rows
 from gpuvar.binning.target import compute_target, group_means
 from gpuvar.binning.timeline import assign_bins
-from gpuvar.canonical_io import write_json
 from gpuvar.errors import StageError, describe
+from gpuvar.layout import BIN_REPORT
+from gpuvar.output import write_json
 
 __all__ = ["Agreed", "BinOptions", "run_job", "run_rank", "together", "world"]  # binning/cli.py uses these
 log = logging.getLogger("gpuvar.binning")

@@ -15,6 +15,7 @@ from gpuvar import targets as T
 from gpuvar.binning.columns import open_parquet
 from gpuvar.binning.partition import bin_width
 from gpuvar.errors import GpuvarError, InputError
+from gpuvar.options import default, out_of_bounds
 
 log = logging.getLogger("gpuvar.binning")
 LINKED = T.LINKED_COPY_COLUMNS
@@ -40,21 +41,34 @@ DICTIONARY_COLUMNS = (
 
 @dataclass
 class BinOptions:
-    """The job's arguments as the CLI gives them (mutable: the CLI points `output` at its staging folder)."""
+    """The binning job's settings (mutable: the CLI points `output` at its staging folder).
+
+    A dataclass, not a pydantic model: every MPI rank builds it, and pydantic's import costs each rank ~0.1 s of
+    start-up. Its defaults are the config's, read from the option table (gpuvar.options.default) rather than
+    written here, and make_plan checks the bounds from the same table; the command line, the workflow's rule
+    (through the command line) and `gpuvar explain` build it."""
 
     kernels: Path | list[Path]  # several: one table, the files' rows one after the other (columns.ParquetFiles)
     memcpy: Path | None = None
-    target: str = "kernel_variability"
-    group: str = "kernel"
-    link: str = "stream"
-    bin_width: str = "10ms"
-    top_k: int = 20
-    features: str = "auto"  # 'auto' | 'none' | 'f1,f2'
-    workers_per_rank: int = 1
+    target: str = T.DEFAULT_TARGET
+    group: str = default("targets", "variability_group")
+    link: str = default("targets", "memcpy_link")
+    bin_width: str = default("binning", "bin_width")
+    top_k: int = default("binning", "top_k")
+    features: str = default("binning", "features")  # 'auto' | 'none' | 'f1,f2'
+    workers_per_rank: int = default("binning", "workers_per_rank")
     output: Path = Path("bin-out")
-    launch_bin_width: int | None = None  # used instead of a time width when the trace has no timestamps
+    launch_bin_width: int | None = default("binning", "launch_bin_width")  # launches per bin without timestamps
     sample_bins: int | None = None  # random bins whose rows go to sample_rows.parquet (None: top_k; 0: none)
-    sample_seed: int = 0
+    sample_seed: int = default("causal", "seed")
+
+
+BOUNDED = (  # (field, config section, config name, flag): bounds from the option table
+    ("top_k", "binning", "top_k", "--top-k"),
+    ("workers_per_rank", "binning", "workers_per_rank", "--workers-per-rank"),
+    ("launch_bin_width", "binning", "launch_bin_width", "--launch-bin-width"),
+    ("sample_seed", "causal", "seed", "--sample-seed"),
+)
 
 
 class Collective(GpuvarError):
@@ -123,10 +137,11 @@ def make_plan(opts: BinOptions) -> Plan:
     T.check_choice(opts.target, tuple(T.TARGETS), "target")
     T.check_choice(opts.group, T.GROUPS, "group")
     T.check_choice(opts.link, T.LINKS, "link")
-    if opts.top_k < 1:
-        raise GpuvarError(f"--top-k must be at least 1, got {opts.top_k}")
-    if opts.workers_per_rank < 1:
-        raise GpuvarError(f"--workers-per-rank must be at least 1, got {opts.workers_per_rank}")
+    for attr, section, name, flag in BOUNDED:
+        value = getattr(opts, attr)
+        problem = value is not None and out_of_bounds(section, name, value)
+        if problem:
+            raise GpuvarError(f"{flag} {problem}, got {value}")
     names = open_parquet(opts.kernels).schema_arrow.names
     if unit == "ns" and opts.launch_bin_width and not has_timeline(open_parquet(opts.kernels)):
         log.info(

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from gpuvar.artifacts import BINS_TABLE, SAMPLE_ROWS, TOPK_ROWS
 from gpuvar.binning.plan import Plan, source_name
 from gpuvar.binning.ranking import Ranking
 from gpuvar.binning.selection import explain_selection
 from gpuvar.canonical_io import write_canonical
 from gpuvar.errors import StageError
+from gpuvar.layout import BINS_TABLE, SAMPLE_ROWS, TOPK_ROWS
 
 log = logging.getLogger("gpuvar.binning")
 

@@ -12,11 +12,12 @@ from gpuvar import targets as T
 log = logging.getLogger("gpuvar.binning")
 
 
-def sample_bin_count(cfg) -> int:
-    """`gpuvar bin --sample-bins` for the workflow config `cfg` (gpuvar.config.Config): the random bins the causal
-    step compares the top-k bins with, as many as the top-k (causal.rows top_k or random), or every bin (-1) when
-    it analyses all. The one place this is decided: the rule bin_trace and workflow_arguments both call it."""
-    return -1 if cfg.causal.rows == "all" else cfg.binning.top_k
+def sample_bin_count(binning, causal) -> int:
+    """`gpuvar bin --sample-bins` for the config's `binning` and `causal` sections (gpuvar.config): the random
+    bins the causal step compares the top-k bins with, as many as the top-k (causal.rows top_k or random), or
+    every bin (-1) when it analyses all. The one place this is decided: the rule bin_trace, workflow_arguments
+    and `gpuvar explain` call it."""
+    return -1 if causal.rows == "all" else binning.top_k
 
 
 def explain_selection(report: dict) -> dict:

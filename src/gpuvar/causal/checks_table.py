@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuvar.artifacts import CAUSAL_SUMMARY
 from gpuvar.causal.describe import FLAGGED, NOT_EXPLAINED, SKIPPED, TRUSTED, graph_status, group_names
+from gpuvar.layout import CAUSAL_SUMMARY
 
 COLUMNS = [
     "dataset",
@@ -135,7 +135,7 @@ def render_html(rows: list[dict]) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    from gpuvar.canonical_io import write_text
+    from gpuvar.output import write_text
 
     write_text(text, path)  # atomic; a failure (a folder at PATH, a full disk) leaves no temporary file behind
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from gpuvar.artifacts import BIN_REPORT, CAUSAL_RECORD, CAUSAL_SUMMARY
+from gpuvar.layout import BIN_REPORT, CAUSAL_RECORD, CAUSAL_SUMMARY
 from gpuvar.options import ConfigOption, add_options
 
 CONFIG_OPTIONS = (
@@ -82,9 +82,9 @@ def write_skip(outdir, target: str, group_by, reason: str) -> dict:
     """The whole-dataset group recorded as skipped, and a summary saying so: 'no rows' is a result, not a failure."""
     from pathlib import Path
 
-    from gpuvar.artifacts import ALL_GROUP
-    from gpuvar.canonical_io import write_json
     from gpuvar.causal.prepare import group_slug
+    from gpuvar.layout import ALL_GROUP
+    from gpuvar.output import write_json
 
     outdir = Path(outdir)
     record = {
@@ -132,23 +132,30 @@ def options(args):
 
 
 def run(args) -> int:
+    """argv -> settings -> execute; prints the summary's headline keys as JSON."""
+    summary = execute(options(args), args.rows, args.random_rows, args.output)
+    keys = ("target", "engine", "n_ok", "n_skipped", "flagged", "elapsed_s")
+    keys += ("skip_reason",) if "skip_reason" in summary else ()
+    print(json.dumps({k: summary.get(k) for k in keys}, sort_keys=True))
+    return 0
+
+
+def execute(settings, rows, random_rows, output) -> dict:
+    """Causal discovery with `settings` (CausalOptions) on the rows file `rows` (and the random bins' rows
+    `random_rows`, or None), written to the folder `output`: what `gpuvar causal` and `gpuvar explain` run.
+    Returns the summary (summary.json)."""
     from gpuvar.atomic import staged_folder
     from gpuvar.causal.discover import discover_all
     from gpuvar.errors import InputError, RowsError
 
-    df = read_rows(args.rows)
-    random_rows = read_rows(args.random_rows) if args.random_rows else None
-    group_by = _group_by(args)
-    skip = empty_selection_reason(args.rows, df)
+    df = read_rows(rows)
+    sample = read_rows(random_rows) if random_rows else None
+    skip = empty_selection_reason(rows, df)
     # every file goes into a temporary folder that replaces OUTPUT only once complete
-    with staged_folder(args.output, replace=True) as tmp:
+    with staged_folder(output, replace=True) as tmp:
         if skip:
-            summary = write_skip(tmp, args.target, group_by, skip)
-        else:
-            try:
-                summary = discover_all(df, options(args), tmp, random_rows)
-            except RowsError as exc:  # the rows lack a column the options name: the file is the problem
-                raise InputError(args.rows, str(exc)) from exc
-    keys = ("target", "engine", "n_ok", "n_skipped", "flagged", "elapsed_s") + (("skip_reason",) if skip else ())
-    print(json.dumps({k: summary.get(k) for k in keys}, sort_keys=True))
-    return 0
+            return write_skip(tmp, settings.target, settings.group_by, skip)
+        try:
+            return discover_all(df, settings, tmp, sample)
+        except RowsError as exc:  # the rows lack a column the options name: the file is the problem
+            raise InputError(rows, str(exc)) from exc

@@ -7,8 +7,8 @@ graph can be trusted, so both answers live beside the outputs they describe, bel
 
 from __future__ import annotations
 
-from gpuvar.artifacts import ALL_GROUP
 from gpuvar.kernel_names import label, labels
+from gpuvar.layout import ALL_GROUP
 
 # How to read a graph (checks.tsv's `checks` column, the report's label): trusted (its verdict explains the target
 # and every check that counts passed), flagged (a check that counts failed: a hypothesis, not a finding), not

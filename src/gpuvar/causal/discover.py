@@ -22,8 +22,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuvar.artifacts import CAUSAL_RECORD, CAUSAL_SUMMARY
-from gpuvar.canonical_io import write_json
 from gpuvar.causal.bootstrap import (
     bootstrap_adjacencies,
     fit_adjacency,
@@ -38,6 +36,17 @@ from gpuvar.causal.options import CausalOptions
 from gpuvar.causal.prepare import Prepared, group_slug, prepare_all, prepare_group
 from gpuvar.causal.prior import prior_knowledge, tiers
 from gpuvar.causal.verdict import graph_verdict
+from gpuvar.layout import (
+    CAUSAL_ADJACENCY,
+    CAUSAL_BOOTSTRAP_EDGES,
+    CAUSAL_CONTRIBUTIONS,
+    CAUSAL_EDGES,
+    CAUSAL_GRAPH,
+    CAUSAL_ORDER,
+    CAUSAL_RECORD,
+    CAUSAL_SUMMARY,
+)
+from gpuvar.output import write_json
 
 log = logging.getLogger("gpuvar.causal")
 # Derived floats are written at 12 significant digits: the last bits of a BLAS result depend on the CPU's SIMD
@@ -187,7 +196,7 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
         t0 = time.perf_counter()
         stack = bootstrap_adjacencies(X, pk, bootstrap, seed, workers, engine, pool, bins=prep.bins)
         boot = summarise_edges(stack, names, B)
-        boot.to_csv(outdir / "bootstrap_edges.csv", index=False, float_format=FLOAT_FORMAT)
+        boot.to_csv(outdir / CAUSAL_BOOTSTRAP_EDGES, index=False, float_format=FLOAT_FORMAT)
         timings["bootstrap_s"] = round(time.perf_counter() - t0, 4)
     prob = {} if boot is None else {(r["from"], r["to"]): r for r in boot.to_dict("records")}
     edges["probability"] = [
@@ -199,13 +208,13 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
     ]
     edges["in_random_bins"] = selection_flags(edges, names, random_fit)
     selection_only = [f"{r['from']} -> {r['to']}" for r in edges.to_dict("records") if r["in_random_bins"] is False]
-    write_json({"causal_order": [names[k] for k in order], "target": names[target]}, outdir / "order.json")
+    write_json({"causal_order": [names[k] for k in order], "target": names[target]}, outdir / CAUSAL_ORDER)
     adj = pd.DataFrame(B, index=names, columns=names)
     adj.index.name = "to"
-    adj.to_csv(outdir / "adjacency.csv", float_format=FLOAT_FORMAT)
-    edges.to_csv(outdir / "edges.csv", index=False, float_format=FLOAT_FORMAT)
-    contrib.to_csv(outdir / "contributions.csv", index=False, float_format=FLOAT_FORMAT)
-    nx.write_graphml(build_graph(names, target, edges, contrib, labels), outdir / "graph.graphml")
+    adj.to_csv(outdir / CAUSAL_ADJACENCY, float_format=FLOAT_FORMAT)
+    edges.to_csv(outdir / CAUSAL_EDGES, index=False, float_format=FLOAT_FORMAT)
+    contrib.to_csv(outdir / CAUSAL_CONTRIBUTIONS, index=False, float_format=FLOAT_FORMAT)
+    nx.write_graphml(build_graph(names, target, edges, contrib, labels), outdir / CAUSAL_GRAPH)
     record.update(
         causal_order=[names[k] for k in order],
         tiers=tiers(names, target),

@@ -16,12 +16,12 @@ import numpy as np
 import pandas as pd
 
 from gpuvar import targets
-from gpuvar.artifacts import ALL_GROUP
 from gpuvar.causal.collinear import condition_number, drop_derived, merge_near_duplicates
 from gpuvar.causal.encode import centre_within, encode_categoricals
 from gpuvar.causal.options import CausalOptions
 from gpuvar.causal.roles import role_of
 from gpuvar.errors import RowsError
+from gpuvar.layout import ALL_GROUP
 
 # Identifiers and timestamps: numeric, but not causes of variability.
 EXCLUDED_COLUMNS = (

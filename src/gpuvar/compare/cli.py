@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuvar.artifacts import BIN_REPORT, CAUSAL_SUMMARY, KERNELS_TABLE
+from gpuvar.layout import BIN_REPORT, CAUSAL_SUMMARY, KERNELS_TABLE
 
 
 def folder_list(text: str) -> list[str]:

@@ -14,9 +14,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuvar.artifacts import BIN_REPORT, BINS_TABLE, CAUSAL_SUMMARY, INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.errors import InputError
 from gpuvar.kernel_names import ARROW
+from gpuvar.layout import (
+    BIN_REPORT,
+    BINS_TABLE,
+    CAUSAL_BOOTSTRAP_EDGES,
+    CAUSAL_CONTRIBUTIONS,
+    CAUSAL_EDGES,
+    CAUSAL_SUMMARY,
+    INGEST_REPORT,
+    KERNELS_TABLE,
+    MEMCPY_TABLE,
+)
 
 KEYS = ("kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site")
 MIN_STEPS = 10  # fewer recorded steps than this: resample time blocks instead
@@ -271,16 +281,16 @@ def read_causal(folder: str | Path) -> Causal:
             skipped.append(str(g.get("group")))
             continue
         sub = folder / str(g["slug"])
-        edges = _read_csv(sub / "edges.csv", ("from", "to", "coefficient", "sign"))
-        contrib = _read_csv(sub / "contributions.csv", ("feature", "sign"))
+        edges = _read_csv(sub / CAUSAL_EDGES, ("from", "to", "coefficient", "sign"))
+        contrib = _read_csv(sub / CAUSAL_CONTRIBUTIONS, ("feature", "sign"))
         shares = None
         if "variance_share" in contrib.columns:
             values = pd.to_numeric(contrib["variance_share"], errors="coerce")
             shares = {str(f): (float(v) if np.isfinite(v) else None) for f, v in zip(contrib["feature"], values)}
         signs = {str(f): int(s) for f, s in zip(contrib["feature"], contrib["sign"])}
         probability = None
-        if (sub / "bootstrap_edges.csv").is_file():
-            boot = _read_csv(sub / "bootstrap_edges.csv", ("from", "to", "probability"))
+        if (sub / CAUSAL_BOOTSTRAP_EDGES).is_file():
+            boot = _read_csv(sub / CAUSAL_BOOTSTRAP_EDGES, ("from", "to", "probability"))
             probability = {(str(a), str(b)): float(p) for a, b, p in zip(boot["from"], boot["to"], boot["probability"])}
         groups[str(g["group"])] = CausalGroup(str(g["group"]), str(g["slug"]), edges, shares, signs, probability)
     return Causal(folder, str(summary["target"]), groups, skipped)

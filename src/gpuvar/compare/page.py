@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from gpuvar.layout import COMPARE_KERNELS, COMPARE_PAGE
 from gpuvar.text_safety import md_code, md_text
 
 ROWS = 12
@@ -94,6 +95,6 @@ def console(record: dict, output) -> str:
         ratio = f" {_ratio(row)}" if row["ratio"] is not None else ""
         lines.append(f"  {i}. {row['label']}: {row['verdict']}{ratio}, Δ {_ms(row['delta_total_ns'])}{hint}")
     if len(rows) > len(shown):
-        lines.append(f"  {len(rows) - len(shown)} more row(s) in {output}/kernels.csv")
-    lines.append(f"comparison page: {output}/compare.md")
+        lines.append(f"  {len(rows) - len(shown)} more row(s) in {output}/{COMPARE_KERNELS}")
+    lines.append(f"comparison page: {output}/{COMPARE_PAGE}")
     return "\n".join(lines)

@@ -13,12 +13,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuvar.canonical_io import json_ready, write_json, write_text
 from gpuvar.compare import causal_diff, environment, figures, inputs, kernels, page, windows
 from gpuvar.compare.settings import CompareSettings
 from gpuvar.errors import InputError
+from gpuvar.layout import (
+    COMPARE_CAUSAL_DIFF,
+    COMPARE_KERNELS,
+    COMPARE_PAGE,
+    COMPARE_PAGE_HTML,
+    COMPARE_RECORD,
+    figure_file,
+)
 from gpuvar.markdown_html import render_html
-from gpuvar.plots import style
+from gpuvar.output import json_ready, write_csv, write_json, write_text
 
 
 @dataclass
@@ -194,17 +201,17 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Com
     }
     record = json_ready(record)
     outdir.mkdir(parents=True, exist_ok=True)
-    style.write_csv(table, outdir / "kernels.csv")
-    style.write_csv(diffs, outdir / "causal_diff.csv")
+    write_csv(table, outdir / COMPARE_KERNELS)
+    write_csv(diffs, outdir / COMPARE_CAUSAL_DIFF)
     figures.forest(table, outdir / "forest", options.formats, options.dpi, names, options.forest_rows)
     figures.delta_time(table, outdir / "delta_time", options.formats, options.dpi, names, options.forest_rows)
     figures.distributions(table, kb.frame, kc.frame, outdir / "distributions", options.formats, options.dpi, names)
     figures.causal_diff(causes, diffs, outdir / "causal_diff", options.formats, options.dpi)
     # the page last: it links (and its HTML embeds) the figures drawn as PNG
-    drawn = [name for name in page.FIGURES if (outdir / f"{name}.png").exists()]
+    drawn = [name for name in page.FIGURES if (outdir / figure_file(name, "png")).exists()]
     markdown = page.render(record, drawn)
-    write_text(markdown, outdir / "compare.md")
+    write_text(markdown, outdir / COMPARE_PAGE)
     title = f"gpuvar compare: {record['baseline']['name']} → {record['candidate']['name']}"
-    write_text(render_html(markdown, outdir, title), outdir / "compare.html")
-    write_json(record, outdir / "compare.json")  # last: its presence means the comparison is complete
+    write_text(render_html(markdown, outdir, title), outdir / COMPARE_PAGE_HTML)
+    write_json(record, outdir / COMPARE_RECORD)  # last: its presence means the comparison is complete
     return record

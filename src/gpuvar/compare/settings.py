@@ -13,16 +13,18 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from gpuvar.config import Causal, CompareStatistics, Float, Int, Plots, Seed, validated
+from gpuvar.config import Causal, CompareStatistics, Plots, validated
 
 
 class CompareSettings(CompareStatistics):
     """Everything `gpuvar.compare.run.compare_runs` reads."""
 
-    seed: Seed = Causal.model_fields["seed"]
-    min_probability: Float = Plots.model_fields["min_probability"]
+    # plain annotations: each FieldInfo brings its own bounds and validators (an Annotated alias here would add
+    # them a second time)
+    seed: int = Causal.model_fields["seed"]
+    min_probability: float = Plots.model_fields["min_probability"]
     formats: list[Literal["svg", "png"]] = Plots.model_fields["formats"]
-    dpi: Int = Plots.model_fields["dpi"]
+    dpi: int = Plots.model_fields["dpi"]
 
     _formats = field_validator("formats")(Plots._formats.__func__)  # once each, in the order given
 

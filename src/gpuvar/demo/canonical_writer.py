@@ -18,10 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpuvar.artifacts import KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.canonical_io import _DELTA_COLUMNS, METADATA_KEY, ROW_GROUP_ROWS
 from gpuvar.demo import synth
 from gpuvar.errors import GpuvarError
+from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
+from gpuvar.output import replacing
 from gpuvar.schema import LAUNCH_CONFIG_PARTS, canonical_columns, launch_config_codes
 
 COPY_KIND_NAMES = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -130,11 +131,9 @@ def write_canonical_demo(
     workers = workers or min(2, os.cpu_count() or 1)
     jobs = [(seed, variant, i, first, count) for i, first, count in synth.chunk_bounds(rows, chunk_rows)]
     meta = {"source": f"gpuvar demo-data seed={seed} variant={variant} rows={rows}", "format": "canonical-demo"}
-    tmp_k = outdir / f".kernels.parquet.tmp-{os.getpid()}"
-    tmp_m = outdir / f".memcpy.parquet.tmp-{os.getpid()}"
     kw = mw = held = None
     offset, n_k, n_m = 1_000_000_000, 0, 0
-    try:
+    with replacing(outdir / KERNELS_TABLE) as tmp_k, replacing(outdir / MEMCPY_TABLE) as tmp_m:
         with ProcessPoolExecutor(workers) if workers > 1 else _InProcess() as pool:
             for kt, mt, span in pool.map(_chunk_tables, jobs):
                 kt, mt = _shift(kt, offset), _shift(mt, offset)
@@ -157,12 +156,6 @@ def write_canonical_demo(
         n_m += held.num_rows
         kw.close()
         mw.close()
-        os.replace(tmp_k, outdir / KERNELS_TABLE)
-        os.replace(tmp_m, outdir / MEMCPY_TABLE)
-    finally:
-        for tmp in (tmp_k, tmp_m):
-            if tmp.exists():
-                tmp.unlink()
     return {"kernels": n_k, "memcpy": n_m, "path": str(outdir)}
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 
+from gpuvar.layout import DEMO_AMD, DEMO_KINETO_RANKS, DEMO_MANIFEST, DEMO_PERFCOUNTER, DEMO_RANK_TRACES
+
 SET_FORMATS = ("set", "canonical", "nsys", "rocprof", "ncu", "ncu-wide", "pair", "shapes")
 
 PLANTED = {
@@ -50,26 +52,26 @@ def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
     pair, demo.json."""
     from pathlib import Path
 
-    from gpuvar.canonical_io import write_json
     from gpuvar.demo.kineto_writer import write_kineto_demo
     from gpuvar.demo.ncu_writer import write_ncu_demo
     from gpuvar.demo.nsys_writer import write_nsys_demo
     from gpuvar.demo.planted_pair import write_pair
     from gpuvar.demo.rocprof_writer import write_rocprof_demo
+    from gpuvar.output import write_json
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     rows = rows or 20_000
     written = {}
     for rank in range(4):
-        written[f"rank{rank}"] = write_nsys_demo(outdir / f"rank{rank}.sqlite", rows, seed, variant=rank)
-    written["perfcounter"] = write_ncu_demo(outdir / "perfcounter_ncu.csv", max(rows // 10, 200), seed, variant=0)
-    written["amd"] = write_rocprof_demo(outdir / "amd_rocprof.csv", max(rows // 4, 500), seed, variant=1)
+        written[f"rank{rank}"] = write_nsys_demo(outdir / DEMO_RANK_TRACES[rank], rows, seed, variant=rank)
+    written["perfcounter"] = write_ncu_demo(outdir / DEMO_PERFCOUNTER, max(rows // 10, 200), seed, variant=0)
+    written["amd"] = write_rocprof_demo(outdir / DEMO_AMD, max(rows // 4, 500), seed, variant=1)
     pair = write_pair(outdir, max(rows // 4, 500), seed)
     written.update(pair["files"])
     for rank in range(2):  # a 2-rank PyTorch profiler job, merged into one dataset by the workflow
         written[f"kineto_rank{rank}"] = write_kineto_demo(
-            outdir / f"kineto_rank{rank}.json.gz", max(rows // 10, 500), seed, rank=rank, world=2
+            outdir / DEMO_KINETO_RANKS[rank], max(rows // 10, 500), seed, rank=rank, world=2
         )
     manifest = {
         "seed": seed,
@@ -78,7 +80,7 @@ def write_demo_set(outdir, seed: int, rows: int | None = None) -> dict:
         "planted": PLANTED,
         "planted_comparison": pair["planted"],
     }
-    write_json(manifest, outdir / "demo.json")
+    write_json(manifest, outdir / DEMO_MANIFEST)
     return manifest
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuvar.output import replacing
+
 KERNELS = (
     (
         "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
@@ -146,20 +148,19 @@ def write_kineto_demo(path, kernels: int, seed: int = 0, rank: int | None = None
     path.parent.mkdir(parents=True, exist_ok=True)
     device = 0 if rank is None else rank
     opener = _gzip_text if path.suffix == ".gz" else (lambda p: open(p, "w", encoding="utf-8", newline="\n"))
-    tmp = path.with_name(path.name + ".tmp")
-    counts = {"kernel": 0, "gpu_memcpy": 0, "gpu_memset": 0}
-    with opener(tmp) as fh:
-        fh.write(_header(rank, world))
-        first, block, t0 = True, 50_000, _BASE_US * 1000
-        for lo in range(0, kernels, block):
-            n = min(block, kernels - lo)
-            rng = np.random.default_rng([seed, 0 if rank is None else rank + 1, lo])
-            events, t0 = _events(n, rng, rank or 0, device, t0, lo)
-            counts["kernel"] += n
-            counts["gpu_memcpy"] += (n + 15) // 16
-            counts["gpu_memset"] += sum(1 for i in range(n) if i % 64 == 32)
-            fh.write(("" if first else ",\n") + ",\n".join(events))
-            first = False
-        fh.write('\n  ],\n  "traceName": "gpuvar-demo"\n}\n')
-    tmp.replace(path)
+    with replacing(path) as tmp:
+        counts = {"kernel": 0, "gpu_memcpy": 0, "gpu_memset": 0}
+        with opener(tmp) as fh:
+            fh.write(_header(rank, world))
+            first, block, t0 = True, 50_000, _BASE_US * 1000
+            for lo in range(0, kernels, block):
+                n = min(block, kernels - lo)
+                rng = np.random.default_rng([seed, 0 if rank is None else rank + 1, lo])
+                events, t0 = _events(n, rng, rank or 0, device, t0, lo)
+                counts["kernel"] += n
+                counts["gpu_memcpy"] += (n + 15) // 16
+                counts["gpu_memset"] += sum(1 for i in range(n) if i % 64 == 32)
+                fh.write(("" if first else ",\n") + ",\n".join(events))
+                first = False
+            fh.write('\n  ],\n  "traceName": "gpuvar-demo"\n}\n')
     return {"path": str(path), "format": "pytorch-kineto", "rank": rank, **counts}

@@ -17,9 +17,10 @@ temporary file renamed into place, so an interrupted run leaves no partial CSV.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gpuvar.output import replacing
 
 IDENTITY_HEADER = (
     "ID",
@@ -142,14 +143,8 @@ def _details_lines(launch: Launch) -> list[str]:
 def _write(path, lines) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.writelines(lines)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.writelines(lines)
     return path
 
 

@@ -20,13 +20,13 @@ Planted structure of the ncu dataset (on top of synth's, see its docstring):
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from gpuvar.demo import synth
 from gpuvar.errors import GpuvarError
+from gpuvar.output import replacing
 
 IDENTITY_HEADER = (
     "ID",
@@ -173,9 +173,8 @@ def write_ncu_demo(path, launches: int, seed: int, variant: int = 0, layout: str
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pid = 40_000 + (seed * 7 + variant) % 20_000
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     data_rows = 0
-    try:
+    with replacing(path) as tmp:
         with open(tmp, "w", encoding="utf-8-sig", newline="") as fh:
             if layout == "long":
                 fh.write(f"==PROF== Connected to process {pid} (/opt/gpuvar/bin/{PROCESS_NAME})\r\n")
@@ -191,10 +190,6 @@ def write_ncu_demo(path, launches: int, seed: int, variant: int = 0, layout: str
                 lines = _long_lines(prefixes, metrics) if layout == "long" else _wide_lines(prefixes, metrics)
                 fh.writelines(lines)
                 data_rows += len(lines)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return {
         "path": str(path),
         "format": "ncu-csv",

@@ -12,13 +12,13 @@ is not written). The file is written with journalling off into a temporary name 
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
 import numpy as np
 
 from gpuvar.demo import synth
+from gpuvar.output import replacing
 
 PRODUCT_VERSION = "2024.6.2.25"
 SCHEMA_VERSION = "3.16.1"
@@ -253,37 +253,31 @@ def write_nsys_demo(path, rows: int, seed: int, variant: int = 0, draw: int = 0,
     draw/change: a second run of the same trace distribution, optionally with a planted change (synth.Change)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        tmp.unlink()
-    strings, name_ids = string_table()
-    global_pid = GLOBAL_PID_HW | ((DEMO_PID + variant) << 24)
-    kernel_rows = memcpy_rows = 0
-    con = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        con.execute("PRAGMA journal_mode=OFF")
-        con.execute("PRAGMA synchronous=OFF")
-        con.execute("BEGIN")
-        for ddl in SCHEMA:
-            con.execute(ddl)
-        con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings)
-        con.executemany("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)", MEMCPY_OPER)
-        con.executemany("INSERT INTO ENUM_CUDA_MEM_KIND VALUES (?, ?, ?)", MEM_KIND)
-        con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", _metadata(path, rows, seed, variant))
-        k_sql = f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * len(KERNEL_COLUMNS))})"
-        m_sql = f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES ({', '.join('?' * len(MEMCPY_COLUMNS))})"
-        for chunk in synth.generate(rows, seed, variant, chunk_rows=250_000, draw=draw, change=change):
-            con.executemany(k_sql, _kernel_rows(chunk.kernels, name_ids, global_pid))
-            con.executemany(m_sql, _memcpy_rows(chunk.memcpy, global_pid))
-            kernel_rows += len(chunk.kernels["start"])
-            memcpy_rows += len(chunk.memcpy["start"])
-        con.execute("COMMIT")
-    except BaseException:
-        con.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    con.close()
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        strings, name_ids = string_table()
+        global_pid = GLOBAL_PID_HW | ((DEMO_PID + variant) << 24)
+        kernel_rows = memcpy_rows = 0
+        con = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            con.execute("PRAGMA journal_mode=OFF")
+            con.execute("PRAGMA synchronous=OFF")
+            con.execute("BEGIN")
+            for ddl in SCHEMA:
+                con.execute(ddl)
+            con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings)
+            con.executemany("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)", MEMCPY_OPER)
+            con.executemany("INSERT INTO ENUM_CUDA_MEM_KIND VALUES (?, ?, ?)", MEM_KIND)
+            con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", _metadata(path, rows, seed, variant))
+            k_sql = f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * len(KERNEL_COLUMNS))})"
+            m_sql = f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES ({', '.join('?' * len(MEMCPY_COLUMNS))})"
+            for chunk in synth.generate(rows, seed, variant, chunk_rows=250_000, draw=draw, change=change):
+                con.executemany(k_sql, _kernel_rows(chunk.kernels, name_ids, global_pid))
+                con.executemany(m_sql, _memcpy_rows(chunk.memcpy, global_pid))
+                kernel_rows += len(chunk.kernels["start"])
+                memcpy_rows += len(chunk.memcpy["start"])
+            con.execute("COMMIT")
+        finally:
+            con.close()
     return {
         "path": str(path),
         "format": "nsys-sqlite",

@@ -23,13 +23,13 @@ Noise is exponential (non-Gaussian), as LiNGAM needs.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
 import numpy as np
 
 from gpuvar.demo import ncu_writer, nsys_writer
+from gpuvar.output import replacing
 
 KERNELS = (
     "void planted_gemm<float>(float const*, float*)",
@@ -104,62 +104,60 @@ def write_nsys(path, cols: dict[str, np.ndarray]) -> Path:
     """An nsys SQLite export (kernel table, StringIds, enums) holding `cols`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    strings, ids = [], []
-    for name in KERNELS:
-        base = len(strings) + 1
-        short = name.split("(")[0].split("<")[0].split()[-1]
-        strings += [(base, name), (base + 1, short), (base + 2, nsys_writer.mangled_name(short))]
-        ids.append((base, base + 1, base + 2))
-    name_ids = np.array(ids, dtype=np.int64)[cols["kernel_index"]]
-    n = len(cols["start"])
-    values = {
-        "start": cols["start"],
-        "end": cols["end"],
-        "deviceId": np.zeros(n, np.int64),
-        "streamId": np.full(n, 7),
-        "correlationId": np.arange(n) * 2 + 1,
-        "demangledName": name_ids[:, 0],
-        "shortName": name_ids[:, 1],
-        "mangledName": name_ids[:, 2],
-        "registersPerThread": np.full(n, 32),
-        "gridX": cols["grid_x"],
-        "gridY": cols["grid_y"],
-        "gridZ": cols["grid_z"],
-        "blockX": cols["block_x"],
-        "blockY": cols["block_y"],
-        "blockZ": cols["block_z"],
-        "staticSharedMemory": np.zeros(n, np.int64),
-        "dynamicSharedMemory": cols["dynamic_shared_memory"],
-        "localMemoryPerThread": cols["decoy"],
-        "localMemoryTotal": cols["near_duplicate"],
-        "cacheConfig": cols["cache_config"],
-        "gridId": np.arange(n) + 1,
-    }
-    const = {
-        "contextId": 1,
-        "greenContextId": 0,
-        "globalPid": 281_475_000_000_000,
-        "launchType": 0,
-        "sharedMemoryExecuted": 65536,
-        "graphNodeId": None,
-        "sharedMemoryLimitConfig": 0,
-    }
-    con = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        con.execute("BEGIN")
-        for ddl in nsys_writer.SCHEMA:
-            con.execute(ddl)
-        con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings)
-        con.executemany("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)", nsys_writer.MEMCPY_OPER)
-        cols_sql = ", ".join("?" * len(nsys_writer.KERNEL_COLUMNS))
-        rows = nsys_writer._zip_rows(nsys_writer.KERNEL_COLUMNS, values, const, n)
-        con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({cols_sql})", rows)
-        con.execute("COMMIT")
-    finally:
-        con.close()
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        strings, ids = [], []
+        for name in KERNELS:
+            base = len(strings) + 1
+            short = name.split("(")[0].split("<")[0].split()[-1]
+            strings += [(base, name), (base + 1, short), (base + 2, nsys_writer.mangled_name(short))]
+            ids.append((base, base + 1, base + 2))
+        name_ids = np.array(ids, dtype=np.int64)[cols["kernel_index"]]
+        n = len(cols["start"])
+        values = {
+            "start": cols["start"],
+            "end": cols["end"],
+            "deviceId": np.zeros(n, np.int64),
+            "streamId": np.full(n, 7),
+            "correlationId": np.arange(n) * 2 + 1,
+            "demangledName": name_ids[:, 0],
+            "shortName": name_ids[:, 1],
+            "mangledName": name_ids[:, 2],
+            "registersPerThread": np.full(n, 32),
+            "gridX": cols["grid_x"],
+            "gridY": cols["grid_y"],
+            "gridZ": cols["grid_z"],
+            "blockX": cols["block_x"],
+            "blockY": cols["block_y"],
+            "blockZ": cols["block_z"],
+            "staticSharedMemory": np.zeros(n, np.int64),
+            "dynamicSharedMemory": cols["dynamic_shared_memory"],
+            "localMemoryPerThread": cols["decoy"],
+            "localMemoryTotal": cols["near_duplicate"],
+            "cacheConfig": cols["cache_config"],
+            "gridId": np.arange(n) + 1,
+        }
+        const = {
+            "contextId": 1,
+            "greenContextId": 0,
+            "globalPid": 281_475_000_000_000,
+            "launchType": 0,
+            "sharedMemoryExecuted": 65536,
+            "graphNodeId": None,
+            "sharedMemoryLimitConfig": 0,
+        }
+        con = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            con.execute("BEGIN")
+            for ddl in nsys_writer.SCHEMA:
+                con.execute(ddl)
+            con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings)
+            con.executemany("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)", nsys_writer.MEMCPY_OPER)
+            cols_sql = ", ".join("?" * len(nsys_writer.KERNEL_COLUMNS))
+            rows = nsys_writer._zip_rows(nsys_writer.KERNEL_COLUMNS, values, const, n)
+            con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({cols_sql})", rows)
+            con.execute("COMMIT")
+        finally:
+            con.close()
     return path
 
 
@@ -176,15 +174,26 @@ def write_ncu(path, cols: dict[str, np.ndarray], seed: int) -> Path:
     }
     n = len(cols["start"])
     header = ncu_writer.IDENTITY_HEADER + tuple(metrics)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8-sig", newline="") as fh:
-        fh.write(ncu_writer._row(header))
-        fh.write(ncu_writer._row(("",) * len(ncu_writer.IDENTITY_HEADER) + tuple(u for u, _ in metrics.values())))
-        formatted = [ncu_writer._formatted(np.asarray(v)) for _, v in metrics.values()]
-        for i in range(n):
-            k = int(cols["kernel_index"][i])
-            size = lambda p: f"({cols[p + '_x'][i]}, {cols[p + '_y'][i]}, {cols[p + '_z'][i]})"  # noqa: E731
-            ident = (i, 4242 + seed, "planted", "127.0.0.1", KERNELS[k], 1, 7, size("block"), size("grid"), 0, "9.0")
-            fh.write(ncu_writer._row(ident + tuple(f[i] for f in formatted)))
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        with open(tmp, "w", encoding="utf-8-sig", newline="") as fh:
+            fh.write(ncu_writer._row(header))
+            fh.write(ncu_writer._row(("",) * len(ncu_writer.IDENTITY_HEADER) + tuple(u for u, _ in metrics.values())))
+            formatted = [ncu_writer._formatted(np.asarray(v)) for _, v in metrics.values()]
+            for i in range(n):
+                k = int(cols["kernel_index"][i])
+                size = lambda p: f"({cols[p + '_x'][i]}, {cols[p + '_y'][i]}, {cols[p + '_z'][i]})"  # noqa: E731
+                ident = (
+                    i,
+                    4242 + seed,
+                    "planted",
+                    "127.0.0.1",
+                    KERNELS[k],
+                    1,
+                    7,
+                    size("block"),
+                    size("grid"),
+                    0,
+                    "9.0",
+                )
+                fh.write(ncu_writer._row(ident + tuple(f[i] for f in formatted)))
     return path

@@ -59,11 +59,13 @@ def frames(rows: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 def write_pair(outdir: str | Path, rows: int, seed: int) -> dict:
     """pair_baseline.sqlite and pair_candidate.sqlite (nsys exports) in OUTDIR; returns what was written."""
     from gpuvar.demo.nsys_writer import write_nsys_demo
+    from gpuvar.layout import DEMO_PAIR
 
     outdir = Path(outdir)
     written = {}
-    for side, draw, change in (("baseline", DRAWS[0], None), ("candidate", DRAWS[1], CHANGE)):
-        written[f"pair_{side}"] = write_nsys_demo(outdir / f"pair_{side}.sqlite", rows, seed, draw=draw, change=change)
+    sides = (("baseline", DRAWS[0], None), ("candidate", DRAWS[1], CHANGE))
+    for (side, draw, change), name in zip(sides, DEMO_PAIR, strict=True):
+        written[f"pair_{side}"] = write_nsys_demo(outdir / name, rows, seed, draw=draw, change=change)
     return {"files": written, "planted": planted()}
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuvar.demo.kineto_writer import _gzip_text
+from gpuvar.output import replacing, write_text
 
 SIZE_UNIT = 256
 SIZE_RANGE = (1, 8)  # k of n = SIZE_UNIT * k on the other ranks (inclusive)
@@ -162,8 +163,7 @@ def write_rank(path: Path, rank: int, ranks: int, steps: int, blocks: int, seed:
     per_step = blocks * len(OPS)
     ext = corr = 0
     launches = 0
-    tmp = path.with_name(path.name + ".tmp")
-    with _gzip_text(tmp) as fh:
+    with replacing(path) as tmp, _gzip_text(tmp) as fh:
         fh.write(_header(rank, ranks))
         first = True
         for s in range(steps):
@@ -222,7 +222,6 @@ def write_rank(path: Path, rank: int, ranks: int, steps: int, blocks: int, seed:
             fh.write(("" if first else ",\n") + ",\n".join(lines))
             first = False
         fh.write('\n],\n"traceName": "gpuvar-planted-scale"}\n')
-    tmp.replace(path)
     return launches
 
 
@@ -257,5 +256,5 @@ def write_scale_job(
         "traces": [trace_name(r) for r in range(ranks)],
     }
     if which is None:
-        (folder / TRUTH).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n")
+        write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", folder / TRUTH)
     return truth

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuvar.demo.kineto_writer import _gzip_text
+from gpuvar.output import replacing
 
 D_MODEL, HEADS, HEAD_DIM, D_MLP = 768, 12, 64, 3072
 SIZE_UNIT, SIZE_STEPS = 128, 16  # n = 128 * k, k in 1..16
@@ -297,12 +298,11 @@ def write_planted_shapes(folder, steps: int = 60, seed: int = 0) -> dict:
         events.append(step_range)
         events.extend(body)
     trace = folder / TRACE_NAME
-    tmp = trace.with_name(trace.name + ".tmp")
-    with _gzip_text(tmp) as fh:
-        fh.write(_header())
-        fh.write(",\n".join(events))
-        fh.write('\n  ],\n  "traceName": "gpuvar-planted-shapes"\n}\n')
-    tmp.replace(trace)
+    with replacing(trace) as tmp:
+        with _gzip_text(tmp) as fh:
+            fh.write(_header())
+            fh.write(",\n".join(events))
+            fh.write('\n  ],\n  "traceName": "gpuvar-planted-shapes"\n}\n')
     truth = {
         "seed": seed,
         "steps": steps,
@@ -322,7 +322,7 @@ def write_planted_shapes(folder, steps: int = 60, seed: int = 0) -> dict:
         },
         "launch_ns": LAUNCH_NS,
     }
-    from gpuvar.canonical_io import write_json
+    from gpuvar.output import write_json
 
     write_json({**truth, "launches": launches}, folder / "truth.json")
     return {**truth, "path": str(trace), "kernel": len(launches)}

@@ -15,10 +15,10 @@ node, process, thread, agents (one CPU, one GPU), kernel symbols and dispatches.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
+from gpuvar.output import replacing
 from gpuvar.ranks.planted import planted_job
 
 SCHEMA_VERSION = "3"
@@ -69,61 +69,59 @@ def write_rank(path: Path, kernels, rank: int, seed: int) -> int:
     """One rank's kernels (a planted_job frame) as a rocpd database at `path`; returns the dispatches written."""
     uuid = _uuid(rank, seed)
     pid = PID_BASE + rank
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    con = sqlite3.connect(tmp)
-    try:
-        con.execute("PRAGMA journal_mode = OFF")
-        for name, columns in TABLES.items():
-            con.execute(f'CREATE TABLE "rocpd_{name}_{uuid}" ({columns})')
-            con.execute(f'CREATE VIEW "rocpd_{name}" AS SELECT * FROM "rocpd_{name}_{uuid}"')
-        table = {name: f'"rocpd_{name}_{uuid}"' for name in TABLES}
-        con.executemany(
-            f"INSERT INTO {table['metadata']} (tag, value) VALUES (?, ?)",
-            [("schema_version", SCHEMA_VERSION), ("uuid", f"_{uuid}"), ("guid", uuid), ("upid", uuid)],
-        )
-        con.execute(
-            f"INSERT INTO {table['info_node']} (guid, hash, machine_id, hostname) VALUES (?, ?, ?, ?)",
-            (uuid, 1000 + rank, f"planted-node-{rank}", f"node{rank}"),
-        )
-        con.execute(
-            f"INSERT INTO {table['info_process']} (guid, nid, pid, command) VALUES (?, 1, ?, ?)",
-            (uuid, pid, "python train.py"),
-        )
-        con.execute(f"INSERT INTO {table['info_thread']} (guid, nid, pid, tid) VALUES (?, 1, 1, ?)", (uuid, pid))
-        agents = [("CPU", 0, "planted CPU"), ("GPU", 1, "AMD Instinct MI250X")]
-        con.executemany(
-            f"INSERT INTO {table['info_agent']} (guid, nid, pid, type, absolute_index, logical_index, type_index, "
-            "name, product_name) VALUES (?, 1, 1, ?, ?, ?, 0, ?, ?)",
-            [(uuid, kind, index, index, name, name) for kind, index, name in agents],
-        )
-        names = list(dict.fromkeys(kernels["kernel_name"]))
-        symbol_id = {name: i for i, name in enumerate(names, 1)}
-        con.executemany(
-            f"INSERT INTO {table['info_kernel_symbol']} (guid, nid, pid, code_object_id, kernel_name, display_name, "
-            "group_segment_size, private_segment_size, sgpr_count, arch_vgpr_count, accum_vgpr_count) "
-            "VALUES (?, 1, 1, 1, ?, ?, 0, 0, ?, ?, 0)",
-            [(uuid, SYMBOLS.get(n, (n + ".kd",))[0], n, *SYMBOLS.get(n, ("", 32, 64))[1:]) for n in names],
-        )
-        block = kernels["workgroup_size"].astype(int).to_numpy()
-        blocks = kernels["grid_size"].astype(int).to_numpy()
-        rows = [
-            (uuid, symbol_id[name], i, int(start), int(end), int(wg), int(g * wg))
-            for i, (name, start, end, wg, g) in enumerate(
-                zip(kernels["kernel_name"], kernels["start"], kernels["end"], block, blocks), 1
+    with replacing(path) as tmp:
+        con = sqlite3.connect(tmp)
+        try:
+            con.execute("PRAGMA journal_mode = OFF")
+            for name, columns in TABLES.items():
+                con.execute(f'CREATE TABLE "rocpd_{name}_{uuid}" ({columns})')
+                con.execute(f'CREATE VIEW "rocpd_{name}" AS SELECT * FROM "rocpd_{name}_{uuid}"')
+            table = {name: f'"rocpd_{name}_{uuid}"' for name in TABLES}
+            con.executemany(
+                f"INSERT INTO {table['metadata']} (tag, value) VALUES (?, ?)",
+                [("schema_version", SCHEMA_VERSION), ("uuid", f"_{uuid}"), ("guid", uuid), ("upid", uuid)],
             )
-        ]
-        con.executemany(
-            f"INSERT INTO {table['kernel_dispatch']} (guid, nid, pid, tid, agent_id, kernel_id, dispatch_id, queue_id, "
-            'stream_id, start, "end", private_segment_size, group_segment_size, workgroup_size_x, workgroup_size_y, '
-            "workgroup_size_z, grid_size_x, grid_size_y, grid_size_z) "
-            "VALUES (?, 1, 1, 1, 2, ?, ?, 1, 1, ?, ?, 0, 0, ?, 1, 1, ?, 1, 1)",
-            rows,
-        )
-        con.commit()
-    finally:
-        con.close()
-    os.replace(tmp, path)
+            con.execute(
+                f"INSERT INTO {table['info_node']} (guid, hash, machine_id, hostname) VALUES (?, ?, ?, ?)",
+                (uuid, 1000 + rank, f"planted-node-{rank}", f"node{rank}"),
+            )
+            con.execute(
+                f"INSERT INTO {table['info_process']} (guid, nid, pid, command) VALUES (?, 1, ?, ?)",
+                (uuid, pid, "python train.py"),
+            )
+            con.execute(f"INSERT INTO {table['info_thread']} (guid, nid, pid, tid) VALUES (?, 1, 1, ?)", (uuid, pid))
+            agents = [("CPU", 0, "planted CPU"), ("GPU", 1, "AMD Instinct MI250X")]
+            con.executemany(
+                f"INSERT INTO {table['info_agent']} (guid, nid, pid, type, absolute_index, logical_index, type_index, "
+                "name, product_name) VALUES (?, 1, 1, ?, ?, ?, 0, ?, ?)",
+                [(uuid, kind, index, index, name, name) for kind, index, name in agents],
+            )
+            names = list(dict.fromkeys(kernels["kernel_name"]))
+            symbol_id = {name: i for i, name in enumerate(names, 1)}
+            con.executemany(
+                f"INSERT INTO {table['info_kernel_symbol']} (guid, nid, pid, code_object_id, kernel_name, display_name, "
+                "group_segment_size, private_segment_size, sgpr_count, arch_vgpr_count, accum_vgpr_count) "
+                "VALUES (?, 1, 1, 1, ?, ?, 0, 0, ?, ?, 0)",
+                [(uuid, SYMBOLS.get(n, (n + ".kd",))[0], n, *SYMBOLS.get(n, ("", 32, 64))[1:]) for n in names],
+            )
+            block = kernels["workgroup_size"].astype(int).to_numpy()
+            blocks = kernels["grid_size"].astype(int).to_numpy()
+            rows = [
+                (uuid, symbol_id[name], i, int(start), int(end), int(wg), int(g * wg))
+                for i, (name, start, end, wg, g) in enumerate(
+                    zip(kernels["kernel_name"], kernels["start"], kernels["end"], block, blocks), 1
+                )
+            ]
+            con.executemany(
+                f"INSERT INTO {table['kernel_dispatch']} (guid, nid, pid, tid, agent_id, kernel_id, dispatch_id, queue_id, "
+                'stream_id, start, "end", private_segment_size, group_segment_size, workgroup_size_x, workgroup_size_y, '
+                "workgroup_size_z, grid_size_x, grid_size_y, grid_size_z) "
+                "VALUES (?, 1, 1, 1, 2, ?, ?, 1, 1, ?, ?, 0, 0, ?, 1, 1, ?, 1, 1)",
+                rows,
+            )
+            con.commit()
+        finally:
+            con.close()
     return len(rows)
 
 

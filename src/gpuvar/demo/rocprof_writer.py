@@ -13,12 +13,11 @@ CompleteNs`. Rows come from `gpuvar.demo.synth` chunks, so the file carries the 
     SQ_CYCLES; instruction counts ~ waves x per-kernel mix; TCC_READ/WRITE ~ memory wavefronts; TCC_HIT +
     TCC_MISS = TCC_READ + TCC_WRITE with a per-kernel hit rate; TA buffer / TD wavefronts ~ VMEM reads/writes.
 Kernel names carry rocprof's ' [clone .kd]' suffix (the reader strips it). Vectorised with pyarrow's CSV
-writer, chunk by chunk, and written atomically (tmp file + rename).
+writer, chunk by chunk, and written atomically (gpuvar.output.replacing).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ import pyarrow.csv as pacsv
 
 from gpuvar.demo import synth
 from gpuvar.errors import GpuvarError
+from gpuvar.output import replacing
 
 CLOCK_GHZ = 1.7
 WAVE = 64
@@ -156,24 +156,19 @@ def write_rocprof_demo(path, rows: int, seed: int, variant: int = 0) -> dict:
         raise GpuvarError(f"rows must be a positive number of kernel launches, got {rows}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     seen: dict[int, int] = {}
     options = pacsv.WriteOptions(include_header=True, quoting_style="needed")
-    writer = None
-    try:
-        for index, chunk in enumerate(synth.generate(rows, seed, variant)):
-            table = chunk_table(chunk, seed, variant, index, seen)
-            if writer is None:
-                writer = pacsv.CSVWriter(str(tmp), table.schema, write_options=options)
-            writer.write_table(table)
-        writer.close()
+    with replacing(path) as tmp:
         writer = None
-        os.replace(tmp, path)
-    finally:
-        if writer is not None:
-            writer.close()
-        if tmp.exists():
-            tmp.unlink()
+        try:
+            for index, chunk in enumerate(synth.generate(rows, seed, variant)):
+                table = chunk_table(chunk, seed, variant, index, seen)
+                if writer is None:
+                    writer = pacsv.CSVWriter(str(tmp), table.schema, write_options=options)
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
     return {
         "path": str(path),
         "format": "rocprof-csv",

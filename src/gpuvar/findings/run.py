@@ -15,16 +15,6 @@ from pathlib import Path
 import pandas as pd
 
 from gpuvar import __version__
-from gpuvar.artifacts import (
-    CAUSAL_RECORD,
-    CAUSAL_SUMMARY,
-    DECOMPOSITION_TABLE,
-    FINDINGS_FRAGMENT,
-    FINDINGS_HTML,
-    FINDINGS_PAGE,
-    FINDINGS_RECORD,
-    KERNELS_TABLE,
-)
 from gpuvar.causal import share_test as V
 from gpuvar.causal.within_site import DRIVER_MIN_SHARE, MIN_SITE_FIT
 from gpuvar.errors import InputError, path_problem
@@ -38,10 +28,22 @@ from gpuvar.findings.decompose import (
 )
 from gpuvar.findings.page import plain, render
 from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings, percent
+from gpuvar.layout import (
+    CAUSAL_RECORD,
+    CAUSAL_SUMMARY,
+    DECOMPOSITION_TABLE,
+    FINDINGS_FIGURES,
+    FINDINGS_FRAGMENT,
+    FINDINGS_HTML,
+    FINDINGS_PAGE,
+    FINDINGS_RECORD,
+    KERNELS_TABLE,
+    PLOTS_CAUSAL,
+    figure_file,
+)
 from gpuvar.markdown_html import render_fragment, render_html
 
 log = logging.getLogger("gpuvar.findings")
-FIGURES_FOLDER = "figures"  # one PNG per finding: its launches against the top driver, per call site
 
 
 def thresholds() -> dict:
@@ -104,7 +106,7 @@ def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | No
                 graph["status"] = causal.get("status")
                 graph["checks"] = graph_status(causal)
             if plots_dir is not None:
-                figure = plots_dir / "causal" / f"{group['slug']}.png"
+                figure = plots_dir / PLOTS_CAUSAL / figure_file(group["slug"], "png")
                 if figure.is_file():
                     graph["figure"] = str(figure)
             graphs.append(graph)
@@ -114,7 +116,7 @@ def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | No
 
 def _ingest_facts(ingest_dir: Path) -> tuple[str | None, object, list[str]]:
     """(format, devices, the notes on steps and call sites) from the ingest report, when there is one."""
-    from gpuvar.artifacts import INGEST_REPORT
+    from gpuvar.layout import INGEST_REPORT
 
     try:
         report = json.loads((Path(ingest_dir) / INGEST_REPORT).read_text())
@@ -175,9 +177,9 @@ def _draw_figures(record: dict, kernels: pd.DataFrame, tmp: Path, folder: Path) 
     groups = groups_of(rows)
     for finding in record["findings"][: record["page_findings"]]:
         part = rows[(groups == finding["group"]).to_numpy()]
-        stem = f"{FIGURES_FOLDER}/{finding['rank']:02d}"
+        stem = f"{FINDINGS_FIGURES}/{finding['rank']:02d}"
         finding_figure(part, call_sites(part).to_numpy(), finding, tmp / stem)
-        finding["evidence"]["figure"] = f"{stem}.png"  # relative to the findings folder: the page links it
+        finding["evidence"]["figure"] = figure_file(stem, "png")  # relative to the findings folder: the page links it
 
 
 def _round_floats(table: pd.DataFrame) -> pd.DataFrame:
@@ -195,7 +197,7 @@ def _round_floats(table: pd.DataFrame) -> pd.DataFrame:
 def write_dataset(record: dict, table: pd.DataFrame, folder: Path, kernels: pd.DataFrame | None = None) -> None:
     """findings.json, findings.md, decomposition.csv and, given the kernels, one evidence figure per finding."""
     from gpuvar.atomic import staged_folder
-    from gpuvar.canonical_io import write_json
+    from gpuvar.output import write_json
 
     with staged_folder(folder) as tmp:
         if kernels is not None:
@@ -227,7 +229,7 @@ def rebase_figures(record: dict, source_folder: Path, folder: Path) -> dict:
 def write_index(records: list[dict], folder: Path) -> None:
     """findings.md + findings.json over every dataset (the run's first page)."""
     from gpuvar.atomic import staged_folder
-    from gpuvar.canonical_io import write_json
+    from gpuvar.output import write_json
 
     with staged_folder(folder, replace=False, last=(FINDINGS_RECORD,)) as tmp:
         page = render(records, __version__)

@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuvar.artifacts import VERIFY_PAGE, VERIFY_RECORD  # noqa: F401 (the CLI writes them)
 from gpuvar.errors import InputError
 from gpuvar.findings.predict import CONTEXT_INTERVENTION, SIZE_INTERVENTION, predict, rounded
+from gpuvar.layout import EXPLAIN_FINDINGS, FINDINGS_RECORD, VERIFY_PAGE, VERIFY_RECORD  # noqa: F401 (the CLI writes them)
 
 CONFIRMED, REFUTED, NOT_TESTED = "confirmed", "refuted", "not tested"
 CONSTANT_SPREAD = 0.01
@@ -44,7 +44,7 @@ CV_TOLERANCE = 0.02
 def load_findings(path: Path) -> dict:
     """The dataset record of a findings folder (findings.json of one dataset; an explain output folder works)."""
     path = Path(path)
-    candidates = [path, path / "findings.json", path / "findings" / "findings.json"]
+    candidates = [path, path / FINDINGS_RECORD, path / EXPLAIN_FINDINGS / FINDINGS_RECORD]
     for candidate in candidates:
         if candidate.is_file():
             try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuvar.layout import EXPLAIN_INGEST, EXPLAIN_RANK_INGEST, KERNELS_TABLE
+
 
 def configure(p):
     from gpuvar.findings.verify import CV_TOLERANCE, TOLERANCE
@@ -44,16 +46,16 @@ def run(args) -> int:
     import pandas as pd
 
     from gpuvar.atomic import staged_folder
-    from gpuvar.canonical_io import write_json
     from gpuvar.errors import GpuvarError, InputError
     from gpuvar.findings.verify import REFUTED, VERIFY_PAGE, VERIFY_RECORD, load_findings, render, verify_dataset
+    from gpuvar.output import write_json
 
     if not 0 <= args.tolerance < 1 or not 0 <= args.cv_tolerance < 1:
         raise GpuvarError("--tolerance and --cv-tolerance must be in [0, 1)")
     findings = load_findings(args.findings)
     rerun = args.rerun
     with staged_folder(args.output) as tmp:
-        if len(rerun) == 1 and (rerun[0] / "kernels.parquet").is_file():
+        if len(rerun) == 1 and (rerun[0] / KERNELS_TABLE).is_file():
             ingest_dir = rerun[0]
         else:
             from gpuvar.ingest import ingest
@@ -62,17 +64,18 @@ def run(args) -> int:
             for path in rerun:
                 if not path.is_file():
                     raise InputError(path, "not a file (give trace files, or one ingest folder)")
-            ingest_dir = tmp / "ingest"
+            ingest_dir = tmp / EXPLAIN_INGEST
             with contextlib.redirect_stdout(io.StringIO()):
                 if len(rerun) == 1:
                     ingest(rerun[0], ingest_dir, args.format)
                 else:
                     parts = []
                     for k, path in enumerate(rerun):
-                        ingest(path, tmp / "ranks" / str(k), args.format)
-                        parts.append(tmp / "ranks" / str(k))
+                        part = tmp / EXPLAIN_INGEST / EXPLAIN_RANK_INGEST / str(k)
+                        ingest(path, part, args.format)
+                        parts.append(part)
                     merge(parts, ingest_dir)
-        kernels = pd.read_parquet(Path(ingest_dir) / "kernels.parquet")
+        kernels = pd.read_parquet(Path(ingest_dir) / KERNELS_TABLE)
         record = verify_dataset(findings, kernels, args.tolerance, args.cv_tolerance)
         record["rerun"] = [str(p) for p in rerun]
         write_json(record, tmp / VERIFY_RECORD)

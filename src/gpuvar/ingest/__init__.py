@@ -12,8 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gpuvar import __version__
-from gpuvar.artifacts import INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.errors import AccountingError, InputError, path_problem
+from gpuvar.layout import INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
+from gpuvar.options import default
 
 log = logging.getLogger("gpuvar.ingest")
 
@@ -135,7 +136,9 @@ def normalize_folder(raw_folder: str | Path, output: str | Path) -> dict:
     return write_ingest(raw.source, output, *loaded, t_read=time.perf_counter() - t0, t0=t0)
 
 
-def ingest(source, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = True) -> dict:
+def ingest(
+    source, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = default("ingest", "keep_vendor_columns")
+) -> dict:
     """Ingest `source` (a file or folder, or the files of one trace: see read_source) into
     `output`/kernels.parquet, memcpy.parquet and ingest.json; returns the report."""
     t0 = time.perf_counter()
@@ -156,11 +159,12 @@ def write_ingest(
     """Check the books, then write kernels.parquet, memcpy.parquet (empty when the source has no copies: the
     binning rule always declares it) and ingest.json, each atomically, ingest.json last: it marks a complete
     ingest, so an interrupted run never leaves new tables beside an old report."""
-    from gpuvar.canonical_io import write_canonical, write_json
+    from gpuvar.canonical_io import write_canonical
     from gpuvar.ingest.call_sites import DERIVED as CALL_SITE_DERIVED
     from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
     from gpuvar.ingest.corun import COLUMNS as CORUN_COLUMNS
     from gpuvar.ingest.sanity import duplicate_rows, require_kernels, require_timing
+    from gpuvar.output import write_json
     from gpuvar.schema import empty_memcpy
 
     meta = {"source": source, "format": out.format}

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 UNKNOWN_GPU_MODES = ("auto", "shared", "separate")
+UNKNOWN_GPU_DEFAULT = UNKNOWN_GPU_MODES[0]  # the merge's and `gpuvar ingest-merge --unknown-gpu`'s default
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def merged_gpus(
     part: np.ndarray,
     device: pd.Series,
     ranks: list[int],
-    unknown_gpu: str = "auto",
+    unknown_gpu: str = UNKNOWN_GPU_DEFAULT,
     process: pd.Series | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     """Physical-GPU code per row of a merged table (-1 unknown) and the notes that say how (module rule).

@@ -18,10 +18,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpuvar import __version__
-from gpuvar.artifacts import INGEST_REPORT, MEMCPY_TABLE
 from gpuvar.atomic import staged_folder
-from gpuvar.canonical_io import write_canonical, write_json
+from gpuvar.canonical_io import write_canonical
 from gpuvar.errors import InputError
+from gpuvar.ingest.gpu_identity import UNKNOWN_GPU_DEFAULT
+from gpuvar.layout import INGEST_REPORT, MEMCPY_TABLE, table_file
+from gpuvar.output import write_json
 from gpuvar.schema import empty_memcpy
 
 TABLES = ("kernels", "memcpy")
@@ -40,9 +42,9 @@ def _part(folder: Path) -> tuple[dict, dict[str, pa.Table]]:
     for name in TABLES:
         if name in report.get("tables", {}):
             try:
-                tables[name] = pq.read_table(folder / f"{name}.parquet")
+                tables[name] = pq.read_table(folder / table_file(name))
             except (OSError, pa.ArrowInvalid) as exc:
-                raise InputError(folder / f"{name}.parquet", f"cannot read ({exc})") from None
+                raise InputError(folder / table_file(name), f"cannot read ({exc})") from None
     if "kernels" not in tables:
         raise InputError(folder, "ingest has no kernels table")
     return report, tables
@@ -105,7 +107,7 @@ def _with_corun(table: pa.Table, reports: list[dict], ranks: list[int], unknown_
     return table, notes
 
 
-def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = "auto") -> dict:
+def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = UNKNOWN_GPU_DEFAULT) -> dict:
     """Merge ingest folders `parts` (in rank/file order) into `output`; returns the merged ingest.json.
 
     unknown_gpu: whether ranks that record the same device index and no GPU UUID or host share a GPU
@@ -177,7 +179,7 @@ def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = "auto"
             if name == "kernels":
                 table, corun_notes = _with_corun(table, [r for _, r, _ in loaded], ranks, unknown_gpu)
                 notes.extend(corun_notes)
-            write_canonical(table, dest / f"{name}.parquet", meta)
+            write_canonical(table, dest / table_file(name), meta)
             dropped = Counter()
             rows_read = 0
             for (_, report, _), _rank in zip(loaded, ranks):

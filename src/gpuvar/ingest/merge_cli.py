@@ -7,12 +7,14 @@ import json
 
 
 def configure(p):
+    from gpuvar.ingest.gpu_identity import UNKNOWN_GPU_DEFAULT, UNKNOWN_GPU_MODES
+
     p.add_argument("parts", nargs="+", help="ingest output folders, in rank (file) order")
     p.add_argument("--output", "-o", required=True, help="output folder of the merged dataset")
     p.add_argument(
         "--unknown-gpu",
-        choices=("auto", "shared", "separate"),
-        default="auto",
+        choices=UNKNOWN_GPU_MODES,
+        default=UNKNOWN_GPU_DEFAULT,
         help="ranks recording the same device index and no GPU UUID or host: auto (shared when each process "
         "listed a single GPU, else unknown: NaN co-running columns), shared, or separate GPUs (default auto)",
     )

@@ -13,7 +13,6 @@ names the export), normalize is the nsys reader's.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -24,6 +23,7 @@ from gpuvar.ingest import nsys
 from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.compression import SQLITE_MAGIC
 from gpuvar.ingest.raw import RawTrace, ReadOptions
+from gpuvar.output import replacing
 
 FORMAT = "nsys-rep"
 SUFFIXES = (".nsys-rep", ".qdrep")
@@ -75,20 +75,16 @@ def export(report: Path, cache: Path) -> tuple[Path, bool]:
             f"Nsight Systems report and nsys is not on PATH: export it to SQLite first with "
             f"`{_manual_command(report)}` and ingest the .sqlite file",
         )
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_name(cache.name.removesuffix(".sqlite") + ".partial.sqlite")
-    partial.unlink(missing_ok=True)
-    cmd = [exe, *export_command(report, partial)[1:]]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(report, f"nsys export failed to run ({exc})") from None
-    if proc.returncode != 0 or not partial.exists():
-        detail = (proc.stderr or proc.stdout or "").strip().splitlines()
-        partial.unlink(missing_ok=True)
-        last = detail[-1] if detail else "no output"
-        raise InputError(report, f"nsys export failed (exit {proc.returncode}): {last}")
-    os.replace(partial, cache)
+    with replacing(cache, suffix=".sqlite") as partial:
+        cmd = [exe, *export_command(report, partial)[1:]]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise InputError(report, f"nsys export failed to run ({exc})") from None
+        if proc.returncode != 0 or not partial.exists():
+            detail = (proc.stderr or proc.stdout or "").strip().splitlines()
+            last = detail[-1] if detail else "no output"
+            raise InputError(report, f"nsys export failed (exit {proc.returncode}): {last}")
     return cache, False
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpuvar.artifacts import RAW_MANIFEST
-from gpuvar.canonical_io import write_json
 from gpuvar.errors import InputError
+from gpuvar.layout import RAW_MANIFEST, table_file
+from gpuvar.output import write_json
 
 _TABLE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -77,7 +77,7 @@ def write_raw(raw: RawTrace, folder: str | Path) -> None:
     for name, table in raw.tables.items():
         if not set(name) <= _TABLE_NAME_CHARS:
             raise ValueError(f"raw table name {name!r} must be lower-case letters, digits and '_'")
-        pq.write_table(table, folder / f"{name}.parquet", compression="zstd")
+        pq.write_table(table, folder / table_file(name), compression="zstd")
     manifest = {
         "gpuvar_version": __version__,
         "format": raw.format,
@@ -103,7 +103,7 @@ def load_raw(folder: str | Path) -> RawTrace:
         raise InputError(manifest_path, f"unreadable raw manifest ({exc})") from None
     tables = {}
     for name in manifest.get("tables", {}):
-        path = folder / f"{name}.parquet"
+        path = folder / table_file(name)
         try:
             tables[name] = pq.read_table(path)
         except (OSError, pa.ArrowException) as exc:

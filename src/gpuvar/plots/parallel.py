@@ -27,6 +27,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from gpuvar.errors import GpuvarError, InputError
+from gpuvar.layout import figure_data
+from gpuvar.output import write_csv
 from gpuvar.plots import style
 
 COPY_KIND_NAMES = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -294,7 +296,7 @@ def plot_parallel(
         raise InputError(rows_path, f"no target column {target!r} (was `gpuvar bin` run with --target {target}?)")
     fig, table, notes = draw_parallel(rows, target, features, title)
     files = style.save_figure(fig, stem, formats, dpi)
-    files.append(style.write_csv(table, Path(f"{stem}.csv")))
+    files.append(write_csv(table, Path(figure_data(stem))))
     bands = "axis" in table.columns  # drawn as quantile bands: the table is band_table's
     return {
         "rows": int(len(rows)),

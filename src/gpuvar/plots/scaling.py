@@ -15,6 +15,8 @@ import pandas as pd
 from matplotlib.ticker import FormatStrFormatter, LogLocator
 
 from gpuvar.errors import InputError
+from gpuvar.layout import figure_data
+from gpuvar.output import write_csv
 from gpuvar.plots import style
 
 RANK_KEYS = ("ranks", "n_ranks", "world_size", "mpi_ranks")
@@ -105,5 +107,5 @@ def plot_scaling(paths, stem: str | Path, formats=("svg", "png"), dpi: int = 110
         raise InputError(str(stem), "no bin.json files given for the scaling figure")
     table = scaling_table(paths)
     files = style.save_figure(draw_scaling(table, title), stem, formats, dpi)
-    files.append(style.write_csv(table, Path(f"{stem}.csv")))
+    files.append(write_csv(table, Path(figure_data(stem))))
     return {"runs": int(len(table)), "ranks": table["ranks"].tolist(), "files": [str(f) for f in files]}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +21,8 @@ matplotlib.use("Agg")  # no display on cluster nodes; also the only backend whos
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import cbook  # noqa: E402
 
+from gpuvar.layout import figure_file  # noqa: E402
+from gpuvar.output import replacing  # noqa: E402
 from gpuvar.targets import TARGETS  # noqa: E402
 
 # Sign colours of the paper's causal graphs (black positive, red negative).
@@ -83,25 +84,14 @@ def save_figure(fig, stem: str | Path, formats: Iterable[str] = ("svg", "png"), 
         for fmt in formats:
             if fmt not in _METADATA:
                 raise ValueError(f"unsupported figure format {fmt!r}; use one of {', '.join(_METADATA)}")
-            path = stem.with_name(f"{stem.name}.{fmt}")
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            path = Path(figure_file(stem, fmt))
             place_footnotes(fig)
             res = raster_dpi(fig, dpi) if fmt in _RASTER else dpi
-            fig.savefig(tmp, format=fmt, dpi=res, metadata=_METADATA[fmt], bbox_inches="tight", pad_inches=0.1)
-            os.replace(tmp, path)
+            with replacing(path) as tmp:
+                fig.savefig(tmp, format=fmt, dpi=res, metadata=_METADATA[fmt], bbox_inches="tight", pad_inches=0.1)
             written.append(path)
     plt.close(fig)
     return written
-
-
-def write_csv(frame, path: str | Path) -> Path:
-    """The data behind a figure, atomically, with a stable float format (so reruns diff cleanly)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    frame.to_csv(tmp, index=False, float_format="%.10g")
-    os.replace(tmp, path)
-    return path
 
 
 FOOTNOTE_GID = "gpuvar-footnote"

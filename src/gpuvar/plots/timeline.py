@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.errors import InputError
+from gpuvar.layout import figure_data
+from gpuvar.output import write_csv
 from gpuvar.plots import style
 from gpuvar.targets import target as target_of
 
@@ -155,7 +157,7 @@ def plot_timeline(
     except InputError as exc:
         raise InputError(bins_path, exc.reason) from None
     files = style.save_figure(draw_timeline(table, target, unit), stem, formats, dpi)
-    files.append(style.write_csv(table, Path(f"{stem}.csv")))
+    files.append(write_csv(table, Path(figure_data(stem))))
     return {
         "bins": int(len(table)),
         "top_k": int(table["is_top_k"].sum()),

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuvar.atomic import staged_folder
-from gpuvar.canonical_io import write_json
 from gpuvar.markdown_html import render_html
+from gpuvar.output import write_csv, write_json
 from gpuvar.plots import style
 from gpuvar.ranks.analyze import RankAnalysis
 from gpuvar.ranks.load import RankInput
@@ -144,7 +144,7 @@ def write_outputs(result: RankAnalysis, data: RankInput, out: str | Path) -> Pat
     with staged_folder(out) as tmp:
         record = dict(result.summary, findings=result.findings, sources=data.sources)
         if not result.steps.empty:
-            style.write_csv(result.steps, tmp / "steps.csv")
+            write_csv(result.steps, tmp / "steps.csv")
             _timeline(result, data, tmp / "timeline")
             _skew(result, tmp / "skew")
         write_pages(_page(result), tmp)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuvar.artifacts import INGEST_REPORT
 from gpuvar.atomic import staged_folder
-from gpuvar.canonical_io import write_json
 from gpuvar.errors import InputError
+from gpuvar.layout import INGEST_REPORT
+from gpuvar.output import write_json
 
 HOST_OP_FORMATS = ("pytorch-kineto",)  # formats whose reader keeps the host ops (raw table cpu_ops)
 EMPTY = "no rank analysis: {why}"

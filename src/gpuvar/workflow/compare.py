@@ -4,7 +4,7 @@ target both datasets analyse, their binning and causal outputs."""
 
 from __future__ import annotations
 
-from gpuvar.artifacts import (
+from gpuvar.layout import (
     BIN_REPORT,
     CAUSAL_DIR,
     COMPARE_CAUSAL_DIFF,

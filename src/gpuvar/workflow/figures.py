@@ -8,15 +8,22 @@ import functools
 import re
 from pathlib import Path
 
-from gpuvar.artifacts import (
+from gpuvar.layout import (
     BIN_REPORT,
     DEMO_DIR,
+    FIGURE_INDEX,
     KERNELS_TABLE,
     PAPER_FIGURE_DIR,
+    PARALLEL_FIGURE,
     PLOT_DIR,
+    PLOTS_CAUSAL,
     SCALING_FIGURE,
     SCALING_RUN,
+    SCALING_STEM,
     SCALING_TRACE_DIR,
+    TIMELINE_FIGURE,
+    figure_data,
+    figure_file,
     ingest_file,
 )
 
@@ -28,7 +35,10 @@ def figure_files(stem: str, formats: list[str], report_format: str, **report_arg
     """stem.<fmt> for every format; the one in report_format is marked for `snakemake --report`."""
     from snakemake.io import report
 
-    return [report(f"{stem}.{fmt}", **report_args) if fmt == report_format else f"{stem}.{fmt}" for fmt in formats]
+    return [
+        report(figure_file(stem, fmt), **report_args) if fmt == report_format else figure_file(stem, fmt)
+        for fmt in formats
+    ]
 
 
 # How to read a graph of each `checks` value (index.csv), a second label that changes exactly when `checks`
@@ -45,13 +55,13 @@ READ_AS = {
 @functools.lru_cache(maxsize=256)
 def _index(folder: str, stamp: int) -> dict[str, dict[str, str]]:
     """slug -> row of a causal figure folder's index.csv (gpuvar.plots.causal_graph.folder.plot_causal_dir)."""
-    with open(Path(folder) / "index.csv", newline="", encoding="utf-8") as handle:
+    with open(Path(folder) / FIGURE_INDEX, newline="", encoding="utf-8") as handle:
         return {row["slug"]: row for row in csv.DictReader(handle)}
 
 
 def causal_index_row(folder, slug: str) -> dict[str, str]:
     """The index.csv row of one figure of a causal figure folder ({} when absent)."""
-    path = Path(str(folder)) / "index.csv"
+    path = Path(str(folder)) / FIGURE_INDEX
     if not path.is_file():
         return {}
     return _index(str(path.parent), path.stat().st_mtime_ns).get(str(slug), {})
@@ -85,7 +95,7 @@ def report_format(formats: list[str]) -> str:
 
 def with_data(stem: str, formats: list[str]) -> list[str]:
     """A figure's files: stem.<fmt> for each format plus stem.csv."""
-    return [f"{stem}.{ext}" for ext in [*formats, "csv"]]
+    return [*(figure_file(stem, fmt) for fmt in formats), figure_data(stem)]
 
 
 def scaling_trace(dataset, rows: int, demo_enabled: bool) -> str:
@@ -122,8 +132,8 @@ def plot_outputs(analyses, cfg) -> list[str]:
     outputs = []
     for dataset, target in analyses:
         base = PLOT_DIR.format(dataset=dataset, target=target)
-        outputs.append(f"{base}/causal")
-        outputs += with_data(f"{base}/parallel", formats) + with_data(f"{base}/timeline", formats)
+        outputs.append(f"{base}/{PLOTS_CAUSAL}")
+        outputs += with_data(f"{base}/{PARALLEL_FIGURE}", formats) + with_data(f"{base}/{TIMELINE_FIGURE}", formats)
     return outputs
 
 
@@ -148,7 +158,7 @@ def paper_outputs(paper, formats: list[str], names: dict[str, str] | None = None
             for d, t in pairs:
                 outputs += with_data(f"{PAPER_FIGURE_DIR.format(fig=fig.name)}/{d}_{t}", formats)
         else:
-            outputs += with_data(f"{PAPER_FIGURE_DIR.format(fig=fig.name)}/scaling", formats)
+            outputs += with_data(f"{PAPER_FIGURE_DIR.format(fig=fig.name)}/{SCALING_STEM}", formats)
     return outputs
 
 

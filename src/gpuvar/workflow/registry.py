@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuvar.artifacts import (
+from gpuvar.config import Config, Dataset, check_sources, validate_config
+from gpuvar.layout import (
     BIN_REPORT,
     CAUSAL_DIR,
     CHECKS_TABLE,
@@ -27,7 +28,6 @@ from gpuvar.artifacts import (
     bin_file,
     ingest_file,
 )
-from gpuvar.config import Config, Dataset, check_sources, validate_config
 
 
 @dataclass(frozen=True)

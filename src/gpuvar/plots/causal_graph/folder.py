@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpuvar.artifacts import ALL_GROUP
 from gpuvar.causal.describe import group_names
+from gpuvar.layout import ALL_GROUP, CAUSAL_GRAPH, FIGURE_INDEX, group_edges_file, group_graph_file
+from gpuvar.output import write_csv
 from gpuvar.plots import style
 from gpuvar.plots.causal_graph.draw import draw_causal_graph
 from gpuvar.plots.causal_graph.edges import hidden_counts
@@ -27,10 +28,10 @@ def plot_group(
 ) -> dict:
     """Draw one analysis group to stem.<fmt> and its edge table (with hidden reasons) to stem.edges.csv."""
     cg = load_group(folder)
-    csv = Path(f"{stem}.edges.csv")
+    csv = Path(group_edges_file(str(stem)))
     fig, edges = draw_causal_graph(cg, min_variance_share, min_probability, title, csv.name)
     files = style.save_figure(fig, stem, formats, dpi)
-    files.append(style.write_csv(edges, csv))
+    files.append(write_csv(edges, csv))
     hidden = hidden_counts(edges)
     return {
         "group": cg.group,
@@ -80,12 +81,12 @@ def plot_causal_dir(
         if (which == "whole" and not is_whole) or (which == "per_kernel" and is_whole):
             continue
         fig, edges = draw_causal_graph(
-            cg, min_variance_share, min_probability, edges_csv=f"{folder.name}.edges.csv", name=names[cg.group]
+            cg, min_variance_share, min_probability, edges_csv=group_edges_file(folder.name), name=names[cg.group]
         )
         style.save_figure(fig, outdir / folder.name, formats, dpi)
-        style.write_csv(edges, outdir / f"{folder.name}.edges.csv")
-        if (folder / "graph.graphml").is_file():  # the full graph travels with the figure
-            shutil.copyfile(folder / "graph.graphml", outdir / f"{folder.name}.graphml")
+        write_csv(edges, outdir / group_edges_file(folder.name))
+        if (folder / CAUSAL_GRAPH).is_file():  # the full graph travels with the figure
+            shutil.copyfile(folder / CAUSAL_GRAPH, outdir / group_graph_file(folder.name))
         hidden = hidden_counts(edges)
         rows.append(
             {
@@ -105,5 +106,5 @@ def plot_causal_dir(
     for row, name in zip(rows, group_names([r["group"] for r in rows], REPORT_NAME_WIDTH), strict=True):
         row["name"] = name  # unique within the folder: the report lists the figures by it
     index = pd.DataFrame(rows, columns=INDEX_COLUMNS)
-    style.write_csv(index, outdir / "index.csv")
+    write_csv(index, outdir / FIGURE_INDEX)
     return index

@@ -12,9 +12,16 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
-from gpuvar.artifacts import CAUSAL_RECORD
 from gpuvar.causal.describe import graph_status
 from gpuvar.errors import InputError
+from gpuvar.layout import (
+    CAUSAL_BOOTSTRAP_EDGES,
+    CAUSAL_CONTRIBUTIONS,
+    CAUSAL_EDGES,
+    CAUSAL_GRAPH,
+    CAUSAL_ORDER,
+    CAUSAL_RECORD,
+)
 
 
 @dataclass
@@ -99,7 +106,7 @@ def _from_graphml(path: Path) -> tuple[nx.DiGraph, str | None, dict[str, str]]:
 
 
 def _from_csv(folder: Path) -> nx.DiGraph:
-    path = folder / "edges.csv"
+    path = folder / CAUSAL_EDGES
     edges = _read_csv(path)
     src, dst = _pick(edges, ("from", "source", "cause"), path), _pick(edges, ("to", "target", "effect"), path)
     coef = _pick(edges, ("coefficient", "weight", "coef"), path)
@@ -140,13 +147,13 @@ def load_group(folder: str | Path) -> CausalGraph:
     """Read one causal analysis group folder into a CausalGraph (InputError names what is missing)."""
     folder = Path(folder)
     meta = _read_json(folder / CAUSAL_RECORD) if (folder / CAUSAL_RECORD).is_file() else {}
-    order = _read_json(folder / "order.json") if (folder / "order.json").is_file() else {}
+    order = _read_json(folder / CAUSAL_ORDER) if (folder / CAUSAL_ORDER).is_file() else {}
     target = meta.get("target")
     labels = {}
-    if (folder / "graph.graphml").is_file():
-        g, graph_target, labels = _from_graphml(folder / "graph.graphml")
+    if (folder / CAUSAL_GRAPH).is_file():
+        g, graph_target, labels = _from_graphml(folder / CAUSAL_GRAPH)
         target = graph_target or target
-    elif (folder / "edges.csv").is_file():
+    elif (folder / CAUSAL_EDGES).is_file():
         g = _from_csv(folder)
     else:
         raise InputError(folder, "no graph.graphml or edges.csv: not a causal analysis group folder")
@@ -164,10 +171,10 @@ def load_group(folder: str | Path) -> CausalGraph:
     g.add_node(str(target))
     for extra in order_list:
         g.add_node(str(extra))
-    if (folder / "bootstrap_edges.csv").is_file():
-        _merge_bootstrap(g, folder / "bootstrap_edges.csv")
-    if (folder / "contributions.csv").is_file():
-        _merge_contributions(g, str(target), folder / "contributions.csv")
+    if (folder / CAUSAL_BOOTSTRAP_EDGES).is_file():
+        _merge_bootstrap(g, folder / CAUSAL_BOOTSTRAP_EDGES)
+    if (folder / CAUSAL_CONTRIBUTIONS).is_file():
+        _merge_contributions(g, str(target), folder / CAUSAL_CONTRIBUTIONS)
     group = str(meta.get("group", meta.get("group_name", folder.name)))
     warnings = [str(w) for w in meta.get("warnings") or []]
     explained = meta.get("explained_share")
@@ -200,7 +207,7 @@ def group_folders(causal_dir: str | Path) -> list[Path]:
     if not root.is_dir():
         raise InputError(root, "not a folder written by `gpuvar causal`")
     return sorted(
-        p for p in root.iterdir() if p.is_dir() and ((p / "graph.graphml").is_file() or (p / "edges.csv").is_file())
+        p for p in root.iterdir() if p.is_dir() and ((p / CAUSAL_GRAPH).is_file() or (p / CAUSAL_EDGES).is_file())
     )
 
 
@@ -209,7 +216,7 @@ def skipped_groups(root: Path) -> list[dict]:
     out = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         meta_path = folder / CAUSAL_RECORD
-        if meta_path.is_file() and not (folder / "graph.graphml").is_file() and not (folder / "edges.csv").is_file():
+        if meta_path.is_file() and not (folder / CAUSAL_GRAPH).is_file() and not (folder / CAUSAL_EDGES).is_file():
             meta = _read_json(meta_path)
             out.append(
                 {

@@ -29,6 +29,29 @@ FINDINGS_PAGE = "findings.md"  # the same findings as the page a user reads firs
 FINDINGS_HTML = "findings.html"  # the page rendered, figures embedded, to open in a browser
 FINDINGS_FRAGMENT = "findings.fragment.html"  # the same as an HTML fragment: the report's landing content
 DECOMPOSITION_TABLE = "decomposition.csv"  # per kernel name: the variance shares and the verdict
+PLOTS_CAUSAL = "causal"  # the causal graphs' folder in a plots folder (`gpuvar plot causal`)
+PARALLEL_FIGURE = "parallel"  # the parallel-coordinates figure's stem in a plots folder (+ its .csv)
+TIMELINE_FIGURE = "timeline"  # the variability timeline's stem in a plots folder (+ its .csv)
+SCALING_STEM = "scaling"  # the paper's scaling figure's stem in its figure folder (+ its .csv)
+FINDINGS_FIGURES = "figures"  # the findings folder's figures: one PNG per finding on the page
+CAUSAL_EDGES = "edges.csv"  # a causal group's edges (from, to, coefficient, sign)
+CAUSAL_BOOTSTRAP_EDGES = "bootstrap_edges.csv"  # every edge's probability over the bin-bootstrap resamples
+CAUSAL_CONTRIBUTIONS = "contributions.csv"  # each feature's share of the target's variance
+CAUSAL_ADJACENCY = "adjacency.csv"  # the fitted adjacency matrix
+CAUSAL_ORDER = "order.json"  # the causal order found
+CAUSAL_GRAPH = "graph.graphml"  # the graph with its labels (networkx GraphML)
+FIGURE_INDEX = "index.csv"  # `gpuvar plot causal`: one row per drawn group and its files
+RANKS_PAGE_HTML = "ranks.html"  # ranks.md rendered, figures embedded
+RANKS_STEPS = "steps.csv"  # the rank analysis per rank and step
+COMPARE_PAGE = "compare.md"  # the comparison as a page
+
+# --- sub-folders of `gpuvar explain`'s output (the workflow's stages, one folder each) -----------------------
+EXPLAIN_INGEST = "ingest"
+EXPLAIN_RANK_INGEST = "ranks"  # inside EXPLAIN_INGEST: one ingest folder per rank file, named by its position
+EXPLAIN_BINS = "bin"
+EXPLAIN_CAUSAL = "causal"
+EXPLAIN_RANKS = "ranks"
+EXPLAIN_FINDINGS = "findings"
 
 # --- shared values ------------------------------------------------------------------------------------
 ALL_GROUP = "__all__"  # the whole-dataset analysis among `gpuvar causal`'s groups
@@ -57,20 +80,49 @@ COMPARE_CAUSAL_DIFF = "causal_diff.csv"  # edges found in one run's graph and no
 COMPARE_FIGURES = ("forest", "delta_time", "distributions", "causal_diff")  # stems, one file per plots.formats
 SCALING_TRACE_DIR = "resources/scaling/demo-{rows}"  # the canonical demo trace a scaling study of the demo bins
 SCALING_RUN = "results/scaling/{trace}/{target}/ranks{ranks}"  # one binning run of the scaling study
-SCALING_FIGURE = "results/scaling/{trace}/{target}/ranks_{ranklist}/scaling"  # stem; the rank list in the path
+SCALING_FIGURE = (
+    f"results/scaling/{{trace}}/{{target}}/ranks_{{ranklist}}/{SCALING_STEM}"  # stem; the rank list in the path
+)
 PAPER_FIGURE_DIR = "results/paper/{fig}"  # one figure of `snakemake paper` (config/paper.yaml)
 PAPER_DEMO_TRACE = "resources/paper/{name}_ncu.csv"  # the stand-in for a PerfCounter dataset of the paper
 DEMO_DIR = "resources/demo"  # the embedded demo set (`gpuvar demo-data`)
-DEMO_FILES = (  # what `gpuvar demo-data` writes into DEMO_DIR (config/config.yaml's datasets read them)
-    *(f"rank{rank}.sqlite" for rank in range(4)),
-    "perfcounter_ncu.csv",
-    "amd_rocprof.csv",
-    "pair_baseline.sqlite",
-    "pair_candidate.sqlite",
-    "kineto_rank0.json.gz",
-    "kineto_rank1.json.gz",
-    "demo.json",
-)
+DEMO_RANK_TRACES = tuple(f"rank{rank}.sqlite" for rank in range(4))  # four Nsight Systems ranks
+DEMO_PERFCOUNTER = "perfcounter_ncu.csv"  # an Nsight Compute counter dataset
+DEMO_AMD = "amd_rocprof.csv"  # a rocprof kernel trace
+DEMO_PAIR = ("pair_baseline.sqlite", "pair_candidate.sqlite")  # a before/after pair with a planted change
+DEMO_KINETO_RANKS = ("kineto_rank0.json.gz", "kineto_rank1.json.gz")  # a 2-rank PyTorch profiler job
+DEMO_MANIFEST = "demo.json"  # the seed, the counts and the planted truth
+DEMO_FILES = (*DEMO_RANK_TRACES, DEMO_PERFCOUNTER, DEMO_AMD, *DEMO_PAIR, *DEMO_KINETO_RANKS, DEMO_MANIFEST)
+
+
+def table_file(table: str) -> str:
+    """The Parquet file of one table in a raw or canonical folder: table_file("kernels") -> kernels.parquet."""
+    return f"{table}.parquet"
+
+
+def figure_data(stem) -> str:
+    """The CSV a figure is drawn from, beside it: figure_data("out/parallel") -> out/parallel.csv."""
+    return f"{stem}.csv"
+
+
+def figure_file(stem, fmt: str) -> str:
+    """One format of a figure: figure_file("out/forest", "png") -> out/forest.png."""
+    return f"{stem}.{fmt}"
+
+
+def group_edges_file(group: str) -> str:
+    """The edges a drawn causal graph shows, beside its figure: group_edges_file("rank0__all__") -> ....edges.csv."""
+    return f"{group}.edges.csv"
+
+
+def group_graph_file(group: str) -> str:
+    """The full graph copied beside a drawn causal graph."""
+    return f"{group}.graphml"
+
+
+def lock_file(folder_name: str) -> str:
+    """The lock beside an output folder while a command writes it (gpuvar.atomic)."""
+    return f".{folder_name}.lock"
 
 
 def ingest_file(name: str, folder: str = INGEST_DIR) -> str:
