@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,23 @@ def test_bench_paper_scale_bins_every_trace_at_once(tmp_path, run_cli):
         ).stdout
     )
     assert again["generate_s"] == [None, None]  # the traces are reused
+
+
+def test_bench_paper_scale_to_findings_runs_every_stage_to_the_page(tmp_path, run_cli):
+    """--to findings: Nsight Systems traces through ingest, binning, causal graphs and findings to one page; per
+    stage its wall time and every process's peak RSS (not timed)."""
+    args = ["--rows", "3000", "--ranks", "2", "--traces", "2", "--top-k", "3", "--jobs", "2", "--data-dir", tmp_path]
+    result = run_cli("bench", "paper-scale", "--to", "findings", *args)
+    assert result.returncode == 0, result.stderr + result.stdout
+    out = json.loads(result.stdout)
+    assert (out["to"], out["traces"], out["rows_per_trace"]) == ("findings", 2, 3000)
+    assert out["launches"] == 6000 and out["page_written"] and all(n > 0 for n in out["findings_per_trace"])
+    assert set(out["stages"]) == {"ingest", "binning", "causal", "findings", "page"}
+    for name, stage in out["stages"].items():
+        assert stage["wall_s"] > 0 and all(rss > 0 for rss in stage["peak_rss_mb"]), name
+    assert [len(r) for r in out["stages"]["binning"]["peak_rss_mb_per_rank"]] == [2, 2]
+    assert all(p > 0 for p in out["peak_rss_mb_max"].values())
+    assert all(Path(p).suffix == ".sqlite" for p in out["data"])
 
 
 def test_bench_paper_scale_refuses_a_bad_size(tmp_path, run_cli):

@@ -215,9 +215,11 @@ def test_outputs_are_byte_identical_for_1_2_3_ranks(demo, tmp_path, extra):
         first = (tmp_path / "r1" / name).read_bytes()
         assert all((tmp_path / f"r{r}" / name).read_bytes() == first for r in (2, 3)), name
     run_specific = ("ranks", "seconds", "seconds_per_rank", "startup_s_per_rank", "peak_rss_mb_per_rank")
+    run_specific += ("rows_in_per_rank",)  # each rank's share
     same = [{k: v for k, v in rep.items() if k not in run_specific} for rep in reports]
     assert same[0] == same[1] == same[2]
     assert [rep["ranks"] for rep in reports] == [1, 2, 3] and len(reports[2]["peak_rss_mb_per_rank"]) == 3
+    assert [sum(rep["rows_in_per_rank"]) for rep in reports] == [rep["rows_in"] for rep in reports]
 
 
 @pytest.mark.mpi

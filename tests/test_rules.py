@@ -123,6 +123,15 @@ def test_the_mpi_job_passes_every_binning_option_by_name():
     assert all(field.endswith(":q") for field in re.findall(r"\{([^}]+)\}", shell)), shell
 
 
+def test_the_rank_analysis_mpi_job_quotes_every_value():
+    """analyse_ranks' shell: every field quoted (lists word by word), every option one of `gpuvar ranks`'."""
+    block = "\n".join(BLOCKS["analyse_ranks"])
+    shell = "".join(re.findall(r'^\s*"(.*)"$', block[block.index("shell:") :], re.M))
+    assert all(field.endswith(":q") for field in re.findall(r"\{([^}]+)\}", shell)), shell
+    assert set(re.findall(r"(--[a-z-]+) \{", shell)) <= options(subcommand(["ranks"]))
+    assert "gpuvar ranks {params.inputs:q} {params.traces:q}" in shell
+
+
 def test_command_line_turns_named_params_into_options():
     params = {
         "command": "plot causal",

@@ -91,6 +91,17 @@ def test_slurm_profile_runs_mpi_rule_with_srun_one_core_per_rank():
     assert int(bin_trace["mem_mb_per_cpu"]) > 0
 
 
+def test_every_mpi_rule_runs_with_srun_on_slurm():
+    """A rule with an `mpi` launcher resource left at mpiexec would start every rank inside one Slurm task."""
+    text = "\n".join(p.read_text() for p in sorted((REPO / "workflow/rules").glob("*.smk")))
+    mpi_rules = {m for m in re.findall(r"^rule (\w+):\n(?:(?!^rule ).*\n)*?\s+mpi=", text, re.M)}
+    assert {"bin_trace", "analyse_ranks"} <= mpi_rules
+    profile = load_profile(SLURM_PROFILE)["set-resources"]
+    for rule in mpi_rules:
+        assert profile[rule]["mpi"] == "srun" and int(profile[rule]["cpus_per_task"]) == 1, rule
+        assert "tasks" not in profile[rule], rule
+
+
 def test_slurm_profile_marks_site_values_to_edit():
     resources = load_profile(SLURM_PROFILE)["default-resources"]
     for key in ("slurm_account", "slurm_partition"):

@@ -144,7 +144,7 @@ def test_no_rule_has_a_shell_except_the_mpi_job():
     """Only the MPI rules run a shell (mpiexec/srun); every other rule hands a list to a script."""
     bodies = _rule_bodies()
     with_shell = {name for name, lines in bodies.items() if "shell:" in lines}
-    assert with_shell == {"bin_trace"}, with_shell
+    assert with_shell == {"bin_trace", "analyse_ranks"}, with_shell
     for script in (REPO / "workflow" / "scripts").glob("*.py"):
         assert len(script.read_text().splitlines()) <= 12, f"{script.name}: scripts stay thin (logic in gpuvar)"
 
@@ -167,6 +167,34 @@ def test_slurm_rank_count_comes_from_the_config(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert re.search(r"srun -n 3 gpuvar bin", proc.stdout), proc.stdout[-3000:]
+
+
+def test_rank_analysis_is_an_mpi_job_over_each_rank_s_input(tmp_path):
+    """A merged dataset's `gpuvar ranks` runs under mpiexec/srun with binning.ranks processes, at most one per rank
+    file; Kineto rank files are read as traces (host collectives), other formats from each rank's own ingest
+    folder, never from the merged table."""
+    from gpuvar.demo.nsys_writer import write_nsys_demo
+
+    cfg = yaml.safe_load(small_config(tmp_path).read_text())
+    files = []
+    for r in range(3):
+        files.append(tmp_path / f"job_rank{r}.sqlite")
+        write_nsys_demo(files[-1], 200, r, 0)
+    cfg["datasets"].append({"name": "job", "source": [str(f) for f in files], "merge": True})
+    cfg["binning"]["ranks"] = 2
+    config = tmp_path / "ranks.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    proc = _dry_run(
+        tmp_path / "run", config, "results/ranks/job", "results/ranks/kineto", "-p", "--set-resources",
+        "analyse_ranks:mpi=srun",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    folders = " ".join(f"results/ingest/job/ranks/{r}" for r in range(3))
+    lines = [" ".join(line.split()) for line in proc.stdout.splitlines()]  # (an empty --traces list: two spaces)
+    assert f"srun -n 2 gpuvar ranks {folders} --seed 0 --output results/ranks/job" in "\n".join(lines)
+    traces = "resources/demo/kineto_rank0.json.gz resources/demo/kineto_rank1.json.gz --traces"
+    assert f"srun -n 2 gpuvar ranks {traces} --seed 0 --output results/ranks/kineto" in proc.stdout
+    assert "merge_ranks" not in _jobs(proc.stdout)  # the rank analysis does not wait for the merged table
 
 
 @pytest.mark.timeout(900)

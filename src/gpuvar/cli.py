@@ -70,6 +70,7 @@ def _command(argv: list[str]) -> str | None:
 # those of them that write straight into it (the others go through gpuvar.atomic.staged_folder)
 ADDING = {"ingest", "normalize", "ingest-merge", "bin", "demo-data", "split-kineto"}
 UNSTAGED = {"ingest", "normalize", "demo-data", "split-kineto"}
+MPI_COMMANDS = {"bin", "ranks"}  # run by every process of an MPI job (mpiexec/srun)
 DEMO_FOLDER_FORMATS = {"set", "pair", "canonical"}  # `gpuvar demo-data`'s other formats write one file
 _NOT_INPUTS = {"output", "command", "verbose", "_module", "html"}
 
@@ -104,7 +105,8 @@ def stage_output(command: str, folder: Path, inputs, adds: bool | None = None):
         inputs=tuple(inputs),
         replaces=not (command in ADDING if adds is None else adds),
         mark_early=command in UNSTAGED,
-        lock=command != "bin",  # every MPI rank runs the command: rank 0 locks while it writes (staged_folder)
+        # the MPI jobs (bin, ranks): every process runs the command, rank 0 locks while it writes (staged_folder)
+        lock=command not in MPI_COMMANDS,
     )
 
 

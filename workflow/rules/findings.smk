@@ -62,6 +62,11 @@ rule summarise_findings:
         GPUVAR
 
 
+# The rank analysis is an MPI job like bin_trace (`shell:` for mpiexec/srun, every value quoted, the launcher only
+# through params.launcher): each process reads its share of the ranks (gpuvar.ranks.job), binning.ranks processes
+# at most, one per rank file. Its inputs: the Kineto rank files (--traces), else each rank's ingest folder.
+
+
 rule analyse_ranks:
     input:
         unpack(REG.ranks_inputs),
@@ -80,17 +85,21 @@ rule analyse_ranks:
         "benchmarks/analyse_ranks/{dataset}.tsv"
     conda:
         ENV
-    threads: 1
+    threads: CFG.binning.ranks
     resources:
-        mem_mb=4000,
+        mpi="mpiexec",
+        # the Slurm plugin refuses an MPI job of one task: a 1-process run asks for 2 and starts 1
+        tasks=lambda wildcards: max(2, REG.ranks_processes(wildcards)),
+        cpus_per_task=1,
+        mem_mb_per_cpu=2000,
         runtime=15,
     params:
-        command="ranks",
-        # the original traces (--traces), else the merged ingest folder
-        positional=lambda wildcards, input: input.get("traces")
-        or files.folder(input.kernels),
-        traces=lambda wildcards, input: "traces" in input.keys(),
-        output=lambda wildcards, output: output[0],
+        processes=REG.ranks_processes,
+        launcher=mpi_launcher,
+        traces=lambda wildcards, input: ["--traces"] if "traces" in input.keys() else [],
+        inputs=lambda wildcards, input: input.get("traces")
+        or [files.folder(report) for report in input.reports],
         seed=CFG.causal.seed,
-    script:
-        GPUVAR
+    shell:
+        "{params.launcher:q} -n {params.processes:q} gpuvar ranks {params.inputs:q} {params.traces:q}"
+        " --seed {params.seed:q} --output {output:q} > {log:q} 2>&1"

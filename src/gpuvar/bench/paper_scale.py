@@ -9,6 +9,12 @@ mixes of the demo's rank0 to rank3), generated once per (rows, seed, variant) in
 to the last one's exit; trace_wall_s is each job's own, phase_s its bin.json phases (slowest rank). Small
 sizes run on a laptop: `--rows 2000000 --ranks 2`. The load average before the start is reported: on a shared
 machine it says how much of the wall time was the machine's.
+
+--to findings: from trace to findings page instead (gpuvar.bench.paper_pipeline): each trace an Nsight Systems
+SQLite export (the demo's, variant i, cached in --data-dir), then stage by stage as the workflow runs one dataset:
+`gpuvar ingest`, `mpiexec -n RANKS gpuvar bin` (kernel_variability, the config's defaults), `gpuvar causal`,
+`gpuvar findings` (with the causal folder), and one page over the four (`gpuvar findings --combine`). Per stage:
+wall time (its --jobs traces at once; the binning jobs all at once, as above) and each process's peak RSS.
 """
 
 from __future__ import annotations
@@ -41,6 +47,18 @@ def configure_paper_scale(p):
     p.add_argument("--workers-per-rank", type=int, default=1, help="threads per rank (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="demo trace seed (default: %(default)s)")
     p.add_argument(
+        "--to",
+        choices=("binning", "findings"),
+        default="binning",
+        help="binning: the canonical traces binned (default); findings: from Nsight Systems traces to the findings page",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 2,
+        help="--to findings: traces ingested, analysed and explained at once (default: the CPUs, %(default)s)",
+    )
+    p.add_argument(
         "--data-dir",
         type=Path,
         default=Path(tempfile.gettempdir()) / "gpuvar-bench-binning",
@@ -58,6 +76,10 @@ def run_paper_scale(args) -> int:
     width, unit = bin_width(args.bin_width)
     if unit != "ns":
         raise GpuvarError("bench paper-scale needs a time bin width (e.g. 10ms)")
+    if args.to == "findings":
+        from gpuvar.bench.paper_pipeline import run_to_findings
+
+        return run_to_findings(args, PAPER)
     traces, generate_s = [], []
     for variant in range(args.traces):
         path, seconds = demo_trace(args.data_dir, args.rows, args.seed, variant)

@@ -31,7 +31,13 @@ CONFIG_OPTIONS = (
 
 def configure(p):
 
-    p.add_argument("kernels", type=Path, help="canonical kernels.parquet (from gpuvar ingest)")
+    p.add_argument(
+        "kernels",
+        type=Path,
+        nargs="+",
+        help="canonical kernels.parquet (from gpuvar ingest); several (a job's per-rank tables) are binned as one "
+        "table, their rows one after the other, on one global timeline",
+    )
     p.add_argument(
         "--memcpy",
         type=Path,
@@ -86,17 +92,20 @@ def _copies(path: Path | None) -> Path | None:
     return path if path is not None and pq.read_metadata(path).num_rows > 0 else None
 
 
-def bin_settings(kernels: Path, memcpy: Path | None, output: Path, **values):
+def bin_settings(kernels: Path | list[Path], memcpy: Path | None, output: Path, **values):
     """BinOptions for one run: the inputs checked (here, before MPI starts any work: any rank can fail), a
-    copies table without rows taken as none, every value not given the config's default."""
+    copies table without rows taken as none, every value not given the config's default. Several kernels files
+    (a job's per-rank tables) are binned as one table (gpuvar.binning.columns.ParquetFiles)."""
     from gpuvar.binning.job import BinOptions
     from gpuvar.errors import InputError, path_problem
 
-    for path in (kernels, memcpy):
+    files = list(kernels) if isinstance(kernels, list | tuple) else [kernels]
+    for path in (*files, memcpy):
         problem = path and path_problem(path)
         if problem:
             raise InputError(path, problem)
-    return BinOptions(kernels=kernels, memcpy=_copies(memcpy), output=output, **values)
+    one = files[0] if len(files) == 1 else files
+    return BinOptions(kernels=one, memcpy=_copies(memcpy), output=output, **values)
 
 
 def _options(args):

@@ -15,14 +15,78 @@ from gpuvar.canonical_io import numpy_view
 from gpuvar.errors import InputError
 
 
-def open_parquet(path: Path, **kw) -> pq.ParquetFile:
-    """The file as a ParquetFile, or a one-line InputError naming it."""
+def open_parquet(path, **kw):
+    """The file as a ParquetFile, or a one-line InputError naming it; a list of files as one (ParquetFiles)."""
+    if isinstance(path, list | tuple):
+        return ParquetFiles(path, **kw) if len(path) > 1 else open_parquet(path[0], **kw)
     if not Path(path).is_file():
         raise InputError(path, "no such file")
     try:
         return pq.ParquetFile(path, **kw)
     except (OSError, pa.ArrowException) as exc:
         raise InputError(path, f"not a readable Parquet file ({exc})") from None
+
+
+class ParquetFiles:
+    """Several Parquet files of one schema read as one table: their row groups numbered one after the other in
+    the order given. A multi-rank job's per-rank kernels tables are binned this way (`gpuvar bin
+    rank0/kernels.parquet rank1/kernels.parquet ...`) without merging them into one file first. Only what the
+    binning job uses of a ParquetFile: metadata (row counts, statistics), schemas, read_row_group, iter_batches.
+    A file is opened when one of its row groups is read (the last one stays open), so a job of thousands of ranks
+    does not hold thousands of open files."""
+
+    def __init__(self, paths, **kw):
+        self.paths = [Path(p) for p in paths]
+        self._kw = kw
+        first = open_parquet(self.paths[0], **kw)
+        self.schema_arrow, self.schema = first.schema_arrow, first.schema
+        self._open = (0, first)
+        plain = first.schema.to_arrow_schema()
+        metas = [first.metadata]
+        for path in self.paths[1:]:
+            if not path.is_file():
+                raise InputError(path, "no such file")
+            try:
+                md = pq.read_metadata(path)
+            except (OSError, pa.ArrowException) as exc:
+                raise InputError(path, f"not a readable Parquet file ({exc})") from None
+            other = md.schema.to_arrow_schema()
+            if not other.equals(plain, check_metadata=False):
+                diff = sorted(set(map(str, other)) ^ set(map(str, plain)))
+                raise InputError(path, f"its columns differ from {self.paths[0]}'s ({', '.join(diff[:3])})")
+            metas.append(md)
+        self._where = [(i, g) for i, md in enumerate(metas) for g in range(md.num_row_groups)]
+        self.metadata = _Metadata(metas, self._where)
+
+    def _file(self, i: int) -> pq.ParquetFile:
+        if self._open[0] != i:
+            self._open = (i, open_parquet(self.paths[i], **self._kw))
+        return self._open[1]
+
+    def read_row_group(self, g: int, **kw) -> pa.Table:
+        i, local = self._where[g]
+        try:
+            return self._file(i).read_row_group(local, **kw)
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(self.paths[i], f"row group {local} unreadable ({exc})") from None
+
+    def iter_batches(self, batch_size: int, row_groups: list[int], **kw):
+        for g in row_groups:
+            i, local = self._where[g]
+            yield from self._file(i).iter_batches(batch_size=batch_size, row_groups=[local], **kw)
+
+
+class _Metadata:
+    """ParquetFiles' metadata: row groups across the files."""
+
+    def __init__(self, metas, where):
+        self._metas, self._where = metas, where
+        self.num_row_groups = len(where)
+        self.num_rows = sum(md.num_rows for md in metas)
+
+    def row_group(self, g: int):
+        i, local = self._where[g]
+        return self._metas[i].row_group(local)
 
 
 def _valid(arr: pa.Array) -> np.ndarray:

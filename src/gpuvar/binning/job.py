@@ -43,7 +43,7 @@ import numpy as np
 from gpuvar import targets as T
 from gpuvar.binning.exchange import TARGET, exchange_rows
 from gpuvar.binning.per_bin import bin_statistics
-from gpuvar.binning.plan import BinOptions, Collective, make_plan
+from gpuvar.binning.plan import BinOptions, Collective, make_plan, source_name
 from gpuvar.binning.ranking import rank_bins
 from gpuvar.binning.read import read_share
 from gpuvar.binning.report import Gathered, Timer, build_report, peak_rss_mb, process_age_s, write_tables
@@ -126,7 +126,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     if rank == 0:
         log.info(
             "binning %s: target %s, %s bins of %d %s, %d ranks x %d workers",
-            opts.kernels,
+            source_name(opts.kernels),
             opts.target,
             plan.axis,
             plan.width,

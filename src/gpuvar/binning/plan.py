@@ -48,7 +48,7 @@ class BinOptions:
     written here, and make_plan checks the bounds from the same table; the command line, the workflow's rule
     (through the command line) and `gpuvar explain` build it."""
 
-    kernels: Path
+    kernels: Path | list[Path]  # several: one table, the files' rows one after the other (columns.ParquetFiles)
     memcpy: Path | None = None
     target: str = T.DEFAULT_TARGET
     group: str = default("targets", "variability_group")
@@ -119,6 +119,18 @@ def feature_list(opts: BinOptions, names: list[str], link: bool) -> tuple[str, .
     return tuple(dict.fromkeys(wanted))
 
 
+def first_file(kernels) -> Path:
+    """The kernels file, or the first of several (they share one schema)."""
+    return Path(kernels[0] if isinstance(kernels, list | tuple) else kernels)
+
+
+def source_name(kernels) -> str:
+    """The kernels file's name, or for several files their count and the first one's path (bins metadata)."""
+    if isinstance(kernels, list | tuple) and len(kernels) > 1:
+        return f"{len(kernels)} files, the first {kernels[0]}"
+    return first_file(kernels).name
+
+
 def make_plan(opts: BinOptions) -> Plan:
     """Check the options and the input files' columns; a one-line GpuvarError for anything wrong."""
     width, unit = bin_width(opts.bin_width)
@@ -135,7 +147,7 @@ def make_plan(opts: BinOptions) -> Plan:
         log.info(
             "%s has no kernel start times (Nsight Compute data): binning over launch order, %d launches "
             "per bin, instead of %s",
-            opts.kernels,
+            source_name(opts.kernels),
             opts.launch_bin_width,
             opts.bin_width,
         )
@@ -145,6 +157,8 @@ def make_plan(opts: BinOptions) -> Plan:
     if T.target(opts.target).links_copies and opts.memcpy is None:
         raise GpuvarError(f"--target {opts.target} needs --memcpy MEMCPY.parquet")
     link = opts.memcpy is not None
+    if link and isinstance(opts.kernels, list | tuple) and len(opts.kernels) > 1:
+        raise GpuvarError("--memcpy links the copies of one kernels file: give one (merged) kernels file with it")
     if link:
         open_parquet(opts.memcpy)
     need = ["kernel_name", "duration", axis] + ([T.GROUP_COLUMN[opts.group]] if opts.group != "kernel" else [])
@@ -152,7 +166,9 @@ def make_plan(opts: BinOptions) -> Plan:
         need += ["start", "device_id"] + (["stream_id"] if opts.link == "stream" else [])
     missing = [c for c in dict.fromkeys(need) if c not in names]
     if missing:
-        raise InputError(opts.kernels, f"missing column(s) {', '.join(missing)} (not a canonical kernels file?)")
+        raise InputError(
+            first_file(opts.kernels), f"missing column(s) {', '.join(missing)} (not a canonical kernels file?)"
+        )
     features = feature_list(opts, names, link)
     columns = tuple(dict.fromkeys(need + [f for f in features if f in names]))
     return Plan(replace(opts), width, unit, axis, link, features, columns, schema)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from gpuvar.binning.plan import Plan
+from gpuvar.binning.plan import Plan, source_name
 from gpuvar.binning.ranking import Ranking
 from gpuvar.binning.selection import explain_selection
 from gpuvar.canonical_io import write_canonical
@@ -83,7 +83,7 @@ def write_tables(plan: Plan, bins: pa.Table, topk_rows: list[pa.Table], sample_r
         "bin_width": plan.width,
         "bin_unit": plan.unit,
         "top_k": opts.top_k,
-        "source": Path(opts.kernels).name,
+        "source": source_name(opts.kernels),
     }
     write_canonical(bins, out / BINS_TABLE, meta)
     write_canonical(_rows_table(plan, topk_rows), out / TOPK_ROWS, meta)
@@ -106,7 +106,7 @@ def build_report(plan: Plan, got: Gathered) -> dict:
             dropped[reason] = dropped.get(reason, 0) + n
     topk, sample = got.ranking.topk, got.ranking.sample
     report = {
-        "kernels": str(opts.kernels),
+        "kernels": [str(k) for k in opts.kernels] if isinstance(opts.kernels, list) else str(opts.kernels),
         "memcpy": str(opts.memcpy) if opts.memcpy else None,
         "target": opts.target,
         "group": opts.group,
@@ -116,6 +116,7 @@ def build_report(plan: Plan, got: Gathered) -> dict:
         "bin_unit": plan.unit,
         "timeline_start": got.gmin if got.n_bins else None,
         "rows_in": int(sum(got.rows_in)),
+        "rows_in_per_rank": [int(n) for n in got.rows_in],  # each rank's share as read
         "rows_binned": got.rows_binned,
         "rows_without_target": dict(sorted(dropped.items())),
         "groups": got.n_groups,

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpuvar.ingest.host_timeline import MISSING, HostTimeline, host_timeline, ints
-from gpuvar.ingest.iterations import find_iterations
+from gpuvar.ingest.iterations import find_iterations_coded
 
 DERIVED = ("op_occurrence", "call_index", "call_site")  # computed from the launch's neighbours, not recorded
 ITERATION_SOURCE = "the repeating launch pattern"
@@ -207,7 +208,8 @@ def _iteration_steps(kernels: pa.Table, p: Placed) -> tuple[np.ndarray, str | No
     """(position in the iteration per row, note) from the repeating launch pattern, filling p.step; per
     process and device, each its own sequence. Position -1 / note None where no pattern is found."""
     n = kernels.num_rows
-    names = np.asarray(kernels.column("kernel_name").to_pandas(), dtype=object)
+    names = pc.fill_null(kernels.column("kernel_name"), "?").combine_chunks().dictionary_encode()
+    name_codes, dictionary = ints(names.indices), np.asarray(names.dictionary.to_pylist(), dtype=object)
     position = np.full(n, -1, np.int64)
     group = np.zeros(n, np.int64)
     for column in ("rank", "process_id", "device_id"):
@@ -217,7 +219,7 @@ def _iteration_steps(kernels: pa.Table, p: Placed) -> tuple[np.ndarray, str | No
     found = []
     for g in np.unique(group):
         rows = order[group[order] == g]
-        it = find_iterations(names[rows])
+        it = find_iterations_coded(name_codes[rows], dictionary)
         if it.anchor is None:
             continue
         inside = it.iteration >= 0
@@ -305,9 +307,8 @@ def _config_labels(table: pa.Table) -> np.ndarray:
     dynamic = column("dynamic_shared_memory")
     shared = parts["static_shared_memory"]
     shared = np.where((shared != MISSING) & (dynamic != MISSING), shared + dynamic, np.maximum(shared, dynamic))
-    frame = pd.DataFrame(parts | {"shared": shared})
-    frame = frame.drop(columns="static_shared_memory")
-    keys, combos = pd.factorize(pd.MultiIndex.from_frame(frame))
+    columns = [parts["block_x"], parts["block_y"], parts["block_z"], parts["registers_per_thread"], shared]
+    keys, combos = _distinct_rows(columns)
     labels = []
     for bx, by, bz, regs, smem in combos:
         text = lambda v: "?" if v == MISSING else str(v)  # noqa: E731
@@ -316,6 +317,24 @@ def _config_labels(table: pa.Table) -> np.ndarray:
         else:
             labels.append(f"b{text(bx)}x{text(by)}x{text(bz)} r{text(regs)} s{text(smem)}")
     return np.array(labels, dtype=object)[keys] if len(labels) else np.full(n, "?", object)
+
+
+def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, list[tuple]]:
+    """(code per row, the distinct rows as tuples), numbered in order of first appearance, as
+    pd.factorize(pd.MultiIndex.from_frame(...)) numbers them, without a Python tuple per row: each column is
+    factorized, the codes combined into one integer key (mixed radix) and that key factorized."""
+    key = np.zeros(len(columns[0]), np.int64)
+    radix = 1
+    for values in columns:
+        codes, uniques = pd.factorize(values)
+        radix *= max(1, len(uniques))
+        if radix >= 2**62:  # too many combinations for one int64 key: the tuples after all
+            keys, combos = pd.factorize(pd.MultiIndex.from_arrays(columns))
+            return keys, list(combos)
+        key = key * max(1, len(uniques)) + codes
+    keys, _ = pd.factorize(key)
+    rows = np.unique(keys, return_index=True)[1]  # each combination's first row
+    return keys, [tuple(int(c[r]) for c in columns) for r in rows.tolist()]
 
 
 def _labels(

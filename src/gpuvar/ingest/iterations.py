@@ -44,9 +44,15 @@ _NUMBER = re.compile(r"\d+")
 
 def family_codes(names: np.ndarray) -> np.ndarray:
     """Codes of the names with every number replaced (library variants of one kernel compare equal)."""
-    series = pd.Series(names, dtype=object).fillna("?").astype(str)
-    distinct, inverse = np.unique(series.to_numpy(dtype=object), return_inverse=True)
-    families = pd.factorize(np.array([_NUMBER.sub("#", d) for d in distinct], dtype=object))[0]
+    codes, distinct = pd.factorize(pd.Series(names, dtype=object).fillna("?"))
+    return _families(np.asarray(distinct, dtype=object))[codes]
+
+
+def _families(distinct: np.ndarray) -> np.ndarray:
+    """Family code of each distinct name, numbered in the order the families first appear among the names as
+    text, sorted (one regex per distinct name, not per launch: a trace has ~100 names and millions of launches)."""
+    text, inverse = np.unique(np.array([str(d) for d in distinct], dtype=object), return_inverse=True)
+    families = pd.factorize(np.array([_NUMBER.sub("#", d) for d in text], dtype=object))[0]
     return families[inverse].astype(np.int64)
 
 
@@ -92,11 +98,19 @@ def _agreement(family: np.ndarray, seg: np.ndarray, pos: np.ndarray) -> tuple[np
 
 def find_iterations(names: np.ndarray) -> Iterations:
     """Iterations of one launch sequence (kernel names in launch order); see the module docstring."""
-    n = len(names)
+    codes, distinct = pd.factorize(pd.Series(names, dtype=object).fillna("?"))
+    return find_iterations_coded(codes, np.asarray(distinct, dtype=object))
+
+
+def find_iterations_coded(codes: np.ndarray, names: np.ndarray) -> Iterations:
+    """find_iterations of the sequence names[codes] (integer codes into distinct names, nulls already named):
+    what a dictionary-encoded kernel_name column gives without a Python string per launch."""
+    n = len(codes)
     if n < 2 * (MIN_ITERATIONS + 1):
         return _none(n)
-    family = family_codes(names)
-    codes, distinct = pd.factorize(pd.Series(names, dtype=object).fillna("?"))
+    codes, seen = pd.factorize(np.asarray(codes, dtype=np.int64))  # numbered by first appearance, as factorize
+    distinct = np.asarray(names, dtype=object)[seen]  # the names would be
+    family = _families(distinct)[codes]
     counts = np.bincount(codes)
     order = np.lexsort((np.arange(len(distinct)), -counts))  # (factorize codes follow first appearance)
     best = None

@@ -46,22 +46,57 @@ def _launches(data: RankInput) -> pd.DataFrame:
     return both
 
 
-def _step_table(data: RankInput, launches: pd.DataFrame) -> pd.DataFrame:
+def step_rows(launches: pd.DataFrame) -> pd.DataFrame:
+    """One row per (rank, step) of the launches: start, end, time, busy, idle (ns); sorted by rank, then step."""
     rows = []
     for (rank, step), g in launches.groupby(["rank", "step"], sort=True):
         start, end = g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64)
         s0, s1 = int(start.min()), int(end.max())
         busy = union_ns(start, end)
         rows.append((int(step), int(rank), s0, s1, s1 - s0, busy, s1 - s0 - busy))
-    steps = pd.DataFrame(rows, columns=["step", "rank", "start_ns", "end_ns", "time_ns", "busy_ns", "idle_ns"])
-    # the step each collective belongs to: the step of the rank's last launch starting before it
-    col = data.collectives.copy()
+    return pd.DataFrame(rows, columns=["step", "rank", "start_ns", "end_ns", "time_ns", "busy_ns", "idle_ns"])
+
+
+def collective_steps(collectives: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
+    """The collectives that fall in a step, with it: the step of the rank's last launch starting before each."""
+    col = collectives.copy()
     col["step"] = -1
     for rank, g in col.groupby("rank"):
         mine = launches[launches["rank"] == rank].sort_values("start", kind="stable")
         idx = np.searchsorted(mine["start"].to_numpy(), g["start"].to_numpy(), side="right") - 1
         col.loc[g.index, "step"] = np.where(idx >= 0, mine["step"].to_numpy()[np.maximum(idx, 0)], -1)
-    return steps, col[col["step"] >= 0]
+    return col[col["step"] >= 0]
+
+
+def _first(col: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and step: its first collective's start (the arrival), that collective's seq, how many."""
+    return (
+        col.sort_values(["rank", "seq"])
+        .groupby(["rank", "step"], as_index=False)
+        .agg(arrival_ns=("start", "first"), seq=("seq", "first"), collectives=("seq", "size"))
+    )
+
+
+@dataclass
+class LocalSteps:
+    """What each rank's own launches give (gpuvar.ranks.job computes it rank by rank, so launches never travel):
+    its step rows, the step of each of its collectives and its host gaps before arrival."""
+
+    ranks: list[int]  # ranks with a launch in a step
+    steps: pd.DataFrame  # step_rows
+    col_steps: pd.DataFrame  # rank, seq, step of each collective in a step
+    pre_idle: pd.DataFrame  # rank, step, pre_idle_ns
+
+
+def local_steps(launches: pd.DataFrame, collectives: pd.DataFrame) -> LocalSteps:
+    """The per-rank part of the analysis, from `_launches` and the collectives' (rank, seq, start): nothing here
+    depends on another rank's launches or on the collectives' ends."""
+    steps = step_rows(launches)
+    col = collective_steps(collectives, launches)
+    with_arrival = steps.merge(_first(col), on=["rank", "step"], how="left")
+    pre_idle = steps[["rank", "step"]].assign(pre_idle_ns=_pre_idle(with_arrival, launches))
+    ranks = sorted(int(r) for r in launches["rank"].unique())
+    return LocalSteps(ranks, steps, col[["rank", "seq", "step"]], pre_idle)
 
 
 def _arrivals(col: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
@@ -93,20 +128,29 @@ def _pre_idle(steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
 
 
 def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
-    launches = _launches(data)
-    ranks = sorted(int(r) for r in launches["rank"].unique())
+    """The whole analysis in one process, every launch in memory (`gpuvar ranks` runs gpuvar.ranks.job instead:
+    the same functions rank by rank, byte-identical outputs)."""
+    local = local_steps(_launches(data), data.collectives)
+
+    def explain(steps: pd.DataFrame, straggler: int) -> dict:
+        return lateness(steps, data, straggler, sharing(data.kernels, straggler), seed)
+
+    return combine(local, data, explain, seed)
+
+
+def combine(local: LocalSteps, data: RankInput, explain, seed: int = 0) -> RankAnalysis:
+    """Every rank's LocalSteps with what concerns all ranks: the collectives (their waits), each rank's span, the
+    dropped collectives and the job checks of `data` (its launches are not read here, gpuvar.ranks.job passes
+    none): arrivals, lateness, waits, the straggler; `explain(steps, straggler)` gives the straggler's driver
+    record (gpuvar.ranks.lateness), its median pace is computed from the step table."""
+    ranks = local.ranks
     if len(ranks) < 2:
         summary = {"ranks": ranks, "result": "one rank: nothing to compare"}
         return RankAnalysis(pd.DataFrame(), summary, [f"one rank ({ranks[0]}): nothing to compare"])
-    steps, col = _step_table(data, launches)
+    col = data.collectives.merge(local.col_steps, on=["rank", "seq"])
     arrivals, skew = _arrivals(col, ranks)
-    first = (
-        col.sort_values(["rank", "seq"])
-        .groupby(["rank", "step"], as_index=False)
-        .agg(arrival_ns=("start", "first"), seq=("seq", "first"), collectives=("seq", "size"))
-    )
-    steps = steps.merge(first, on=["rank", "step"], how="left").merge(
-        _waits(col, steps), on=["rank", "step"], how="left"
+    steps = local.steps.merge(_first(col), on=["rank", "step"], how="left").merge(
+        _waits(col, local.steps), on=["rank", "step"], how="left"
     )
     for column in ("wait_ns", "wait_in_step_ns"):
         steps[column] = pd.to_numeric(steps[column]).fillna(0).astype(np.int64)
@@ -115,7 +159,9 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
     late = late.merge(arrivals[["seq", "last_rank"]], on="seq")
     steps = steps.merge(late, on=["seq", "rank"], how="left")
     steps["last"] = (steps["last_rank"] == steps["rank"]).astype(np.int64)
-    steps["pre_idle_ns"] = _pre_idle(steps, launches)
+    steps["pre_idle_ns"] = (
+        steps[["rank", "step"]].merge(local.pre_idle, on=["rank", "step"], how="left")["pre_idle_ns"].to_numpy()
+    )
     steps = steps.drop(columns=["last_rank"]).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
     n = len(arrivals)
@@ -141,7 +187,7 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
             "step_time_sd_ns": int(round(float(mine["time_ns"].std(ddof=0)))) if len(mine) else 0,
         }
     straggler = max(ranks, key=lambda r: (per_rank[str(r)]["last_steps"], -r))
-    driver = lateness(steps, data, straggler, sharing(data.kernels, straggler), seed)
+    driver = explain(steps, straggler)
     driver["if_at_median_pace"] = median_pace(steps, straggler, seed)
     summary = {
         "ranks": ranks,

@@ -1,4 +1,5 @@
 """Per-rank analysis: which rank reaches each collective last, how long the others wait, and why (docs/ranks.md).
+Runs as an MPI job (`mpiexec -n P gpuvar ranks ...`): each process reads its share of the ranks.
 
 Give one merged ingest (`gpuvar ingest-merge`), several single-rank ingest folders, or the original traces
 with --traces (host collective ops give the exact wait; ingest folders only show it through copies)."""
@@ -25,12 +26,11 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from gpuvar.ranks.analyze import analyze
-    from gpuvar.ranks.load import from_ingest, from_traces
-    from gpuvar.ranks.report import write_outputs
+    """The MPI job of gpuvar.ranks.job (one process when started without mpiexec/srun): rank 0 prints the
+    findings and, per process, the launches it held, its phases' seconds and its peak RSS."""
+    from gpuvar.ranks.job import run as run_job
 
-    data = from_traces(args.inputs) if args.traces else from_ingest(args.inputs)
-    result = analyze(data, seed=args.seed)
-    write_outputs(result, data, args.output)
-    print(json.dumps({"output": str(args.output), "findings": result.findings}))
+    record = run_job(args.inputs, args.traces, args.output, seed=args.seed)
+    if record is not None:
+        print(json.dumps(record))
     return 0

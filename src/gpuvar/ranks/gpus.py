@@ -33,6 +33,11 @@ def sharing(kernels: pd.DataFrame, rank: int) -> bool | None:
         return None
     mine = set(kernels.loc[kernels["rank"] == rank, GPU].unique())
     others = set(kernels.loc[kernels["rank"] != rank, GPU].unique())
+    return shares_gpu(mine, others)
+
+
+def shares_gpu(mine: set, others: set) -> bool | None:
+    """`sharing` from the GPU codes of the rank's kernels and of the other ranks' kernels."""
     if -1 in mine or not mine:
         return None
     if mine & others:

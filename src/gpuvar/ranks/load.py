@@ -160,23 +160,32 @@ def check_one_job(data: RankInput) -> RankInput:
     return data
 
 
+def ingest_part(folder: str | Path, position: int, many: bool, ranks: list[int] | None = None):
+    """One ingest folder's (kernels, copies) in the canonical columns read here; with `many` (one folder per
+    rank) its rank is the one it records, else its position; `ranks`: only those ranks' rows (a merged folder
+    read in shares by gpuvar.ranks.job)."""
+    folder = Path(folder)
+    path = folder / "kernels.parquet"
+    if not path.is_file():
+        raise InputError(folder, "not an ingest folder (no kernels.parquet); run `gpuvar ingest` first")
+    only = {"filters": [("rank", "in", list(ranks))]} if ranks is not None else {}
+    k = _frame(pd.read_parquet(path, **only), KERNEL_COLUMNS, path)
+    m_path = folder / "memcpy.parquet"
+    m = _frame(pd.read_parquet(m_path, **only) if m_path.is_file() else None, COPY_COLUMNS, m_path)
+    if many:
+        rank = _rank_of(k, position)
+        k, m = _assign_rank(k, rank), _assign_rank(m, rank)
+    return k, m
+
+
 def from_ingest(folders: list[str | Path]) -> RankInput:
     """One merged ingest (a rank column with several ranks) or several single-rank ingest folders."""
     kernels, copies, sources = [], [], []
     for position, folder in enumerate(folders):
-        folder = Path(folder)
-        path = folder / "kernels.parquet"
-        if not path.is_file():
-            raise InputError(folder, "not an ingest folder (no kernels.parquet); run `gpuvar ingest` first")
-        k = _frame(pd.read_parquet(path), KERNEL_COLUMNS, path)
-        m_path = folder / "memcpy.parquet"
-        m = _frame(pd.read_parquet(m_path) if m_path.is_file() else None, COPY_COLUMNS, m_path)
-        if len(folders) > 1:
-            rank = _rank_of(k, position)
-            k, m = _assign_rank(k, rank), _assign_rank(m, rank)
+        k, m = ingest_part(folder, position, len(folders) > 1)
         kernels.append(k)
         copies.append(m)
-        sources.append(str(folder))
+        sources.append(str(Path(folder)))
     kernels = pd.concat(kernels, ignore_index=True)
     copies = pd.concat(copies, ignore_index=True)
     _check(kernels, sources)
@@ -243,35 +252,51 @@ def host_collectives(cpu_ops, source, rank: int) -> pd.DataFrame:
     return pd.DataFrame({"rank": rank, "start": start, "end": end, "name": hit["name"].astype(str).to_numpy()})
 
 
+@dataclass
+class TracePart:
+    """One rank's trace as `from_traces` reads it."""
+
+    kernels: pd.DataFrame
+    copies: pd.DataFrame
+    cpu_ops: object  # the raw host ops table (its collectives: host_collectives)
+    rank: int
+    recorded: Recorded
+
+
+def trace_part(path: str | Path, position: int) -> TracePart:
+    """One original trace read and normalized in memory; its rank is the one it records, else its position."""
+    from gpuvar.ingest import normalize_trace, read_source
+
+    raw = read_source(path)
+    if "cpu_ops" not in raw.tables:
+        raise InputError(path, f"{raw.format} trace has no host ops: pass the ingest folder instead of --traces")
+    out, k, m = normalize_trace(raw)
+    recorded = Recorded(
+        host=out.host,
+        names={int(d["id"]): str(d.get("name")) for d in out.devices if "id" in d},
+        uuids={int(d["id"]): str(d["uuid"]) for d in out.devices if d.get("uuid")},
+        listed=len(out.devices) or None,
+    )
+    k = _frame(k, KERNEL_COLUMNS, path)
+    m = _frame(m, COPY_COLUMNS, path)
+    rank = _rank_of(k, position)
+    k, m = _assign_rank(k, rank), _assign_rank(m, rank)
+    return TracePart(k, m, raw.tables["cpu_ops"], rank, recorded)
+
+
 def from_traces(paths: list[str | Path]) -> RankInput:
     """The original profiler traces, one per rank: read and normalized in memory; collectives from the NCCL
     kernels when every rank has them, else from host ops."""
-    from gpuvar.ingest import normalize_trace, read_source
-
     kernels, copies, host_ops, ranks, sources, recorded = [], [], [], set(), [], []
     for position, path in enumerate(paths):
-        raw = read_source(path)
-        if "cpu_ops" not in raw.tables:
-            raise InputError(path, f"{raw.format} trace has no host ops: pass the ingest folder instead of --traces")
-        out, k, m = normalize_trace(raw)
-        recorded.append(
-            Recorded(
-                host=out.host,
-                names={int(d["id"]): str(d.get("name")) for d in out.devices if "id" in d},
-                uuids={int(d["id"]): str(d["uuid"]) for d in out.devices if d.get("uuid")},
-                listed=len(out.devices) or None,
-            )
-        )
-        k = _frame(k, KERNEL_COLUMNS, path)
-        m = _frame(m, COPY_COLUMNS, path)
-        rank = _rank_of(k, position)
-        if rank in ranks:
-            raise InputError(path, f"rank {rank} is given twice")
-        k, m = _assign_rank(k, rank), _assign_rank(m, rank)
-        host_ops.append((raw.tables["cpu_ops"], path, rank))
-        ranks.add(rank)
-        kernels.append(k)
-        copies.append(m)
+        part = trace_part(path, position)
+        if part.rank in ranks:
+            raise InputError(path, f"rank {part.rank} is given twice")
+        recorded.append(part.recorded)
+        host_ops.append((part.cpu_ops, path, part.rank))
+        ranks.add(part.rank)
+        kernels.append(part.kernels)
+        copies.append(part.copies)
         sources.append(str(path))
     kernels = pd.concat(kernels, ignore_index=True)
     copies = pd.concat(copies, ignore_index=True)
@@ -283,7 +308,12 @@ def from_traces(paths: list[str | Path]) -> RankInput:
         dropped = {}
         hosts = [host_collectives(ops, path, rank) for ops, path, rank in host_ops]
         collectives, what = _sequence(drop_bad(pd.concat(hosts, ignore_index=True), dropped)), "host ops "
-    names = sorted(set(collectives["name"]))
-    label = what + ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
     span = _span(kernels, copies, collectives)
+    label = collective_label(what, collectives)
     return check_one_job(RankInput(kernels, copies, collectives, span, label, sources, dropped, gpu_notes=gpu_notes))
+
+
+def collective_label(what: str, collectives: pd.DataFrame) -> str:
+    """`collective_source` of --traces: where the collectives come from and their first names."""
+    names = sorted(set(collectives["name"]))
+    return what + ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")

@@ -61,13 +61,21 @@ def _page(result: RankAnalysis) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _timeline(result: RankAnalysis, data: RankInput, stem: Path) -> None:
+def timeline_window(result: RankAnalysis) -> tuple[list, list[int]]:
+    """(the steps, the ranks) timeline.png draws: TIMELINE_STEPS steps around the latest arrival, the first
+    MAX_TIMELINE_RANKS ranks; only their launches are needed (gpuvar.ranks.job gathers just these)."""
     steps = result.steps
     ranks = result.summary["ranks"][:MAX_TIMELINE_RANKS]
     lateness = steps.groupby("step")["late_ns"].max().fillna(0)
     lateness = lateness[lateness.index > lateness.index.min()]  # the start-up step dwarfs the rest
     centre = int(lateness.idxmax()) if len(lateness) else int(steps["step"].min())
     shown = [s for s in sorted(steps["step"].unique()) if centre - 1 <= s < centre - 1 + TIMELINE_STEPS]
+    return shown, ranks
+
+
+def _timeline(result: RankAnalysis, data: RankInput, stem: Path) -> None:
+    steps = result.steps
+    shown, ranks = timeline_window(result)
     part = steps[steps["step"].isin(shown) & steps["rank"].isin(ranks)]
     t0 = int(part["start_ns"].min())
     fig = style.figure(8, 0.6 + 0.55 * len(ranks))

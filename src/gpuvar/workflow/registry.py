@@ -75,13 +75,18 @@ class Registry:
         """config.yaml's datasets combined from rank files (`merge: true`): each gets a per-rank analysis."""
         return [d.name for d in self.cfg.datasets if d.merge]
 
-    def ranks_inputs(self, wildcards) -> dict[str, list[str] | str]:
-        """The rank files when they are Kineto traces (host collective ops give exact waits), else the merged
-        ingest's kernels table (waits estimated from copies; docs/ranks.md)."""
+    def ranks_inputs(self, wildcards) -> dict[str, list[str]]:
+        """The rank files when they are Kineto traces (host collective ops give exact waits), else each rank's
+        ingest report (its folder is read; waits from copies or NCCL kernels; docs/ranks.md): never the merged
+        table, so each process of the MPI job reads only its share of the ranks."""
         sources = [str(s) for s in self.datasets[wildcards.dataset].sources]
         if all(s.endswith((".json", ".json.gz")) for s in sources):
             return {"traces": sources}
-        return {"kernels": ingest_file(KERNELS_TABLE).format(dataset=wildcards.dataset)}
+        return {"reports": self.rank_reports(wildcards)}
+
+    def ranks_processes(self, wildcards) -> int:
+        """MPI processes of a dataset's rank analysis: binning.ranks, at most one per rank file."""
+        return max(1, min(self.cfg.binning.ranks, len(self.datasets[wildcards.dataset].sources)))
 
     def analysis_outputs(self) -> list[str]:
         """Everything `all` analyses: per dataset and target the binning and causal results, and the checks."""

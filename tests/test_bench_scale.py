@@ -1,0 +1,58 @@
+"""`gpuvar bench scale`: a planted multi-rank job through ingest, binning, the rank analysis and findings, rank by
+rank; the planted truth is recovered and no process holds every launch (not timed)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+
+from gpuvar.demo.planted_scale import SIZE_RANGE, STRAGGLER_SIZE_RANGE, arrivals, layout, trace_name, write_scale_job
+
+
+def test_scale_bench_recovers_the_planted_truth_and_no_process_holds_every_launch(tmp_path, run_cli):
+    result = run_cli(
+        "bench", "scale", "--ranks", "8", "--launches-per-rank", "5000", "--workers", "2", "--data-dir", tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["launches"] == 8 * 5000 and out["launches_per_rank"] == 5000
+    truth = out["truth"]
+    assert truth["straggler_found"] and truth["straggler_named"] == truth["straggler"]
+    # the size cause: on every rank the add kernels (grid) and the GEMMs (step threads) are explained by size
+    assert truth["ranks_analysed"] == 8
+    assert truth["ranks_with_size_driver_explained"] == {"aten::add": 8, "aten::mm": 8}
+    assert set(out["stages"]) == {"ingest", "binning", "ranks", "findings"}
+    for name, stage in out["stages"].items():
+        assert stage["wall_s"] > 0 and stage["launches_per_s"] > 0, name
+        assert len(stage["processes"]) == 2, name
+        for process in stage["processes"]:  # every process says what it held, and none held every launch
+            assert 0 < process["rows_held"] < out["launches"], (name, process)
+            assert process["peak_rss_mb"] > 0
+    # a rank's stage process holds one rank at a time; a binning rank its half of the rows
+    assert all(p["rows_held"] == 5000 for s in ("ingest", "ranks", "findings") for p in out["stages"][s]["processes"])
+    assert [p["rows_held"] for p in out["stages"]["binning"]["processes"]] == [20000, 20000]
+    assert out["one_process_held_all"] is False and out["rows_held_max"] == 20000
+
+
+def test_planted_scale_job_is_seeded_and_its_straggler_is_last_most_often(tmp_path):
+    a = write_scale_job(tmp_path / "a", 4, 2000, seed=3)
+    b = write_scale_job(tmp_path / "b", 4, 2000, seed=3)
+    for r in range(4):
+        assert (tmp_path / "a" / trace_name(r)).read_bytes() == (tmp_path / "b" / trace_name(r)).read_bytes()
+    assert a == b and a["launches_per_rank"] == 2000
+    # the arrivals the writer planted: the straggler's work exceeds the others' in most steps
+    steps, blocks = layout(2000)
+    work = arrivals(4, steps, blocks, 3)
+    last = np.argmax(work, axis=0)
+    assert np.bincount(last, minlength=4).argmax() == a["straggler"]
+    assert a["straggler_last_steps"] == int((last == a["straggler"]).sum()) > steps / 2
+    # the trace itself: one NCCL kernel per step, ProfilerStep ranges, the straggler's add grids above the others'
+    events = json.loads(gzip.open(tmp_path / "a" / trace_name(a["straggler"])).read())["traceEvents"]
+    nccl = [e for e in events if e["cat"] == "kernel" and e["name"].startswith("ncclDevKernel")]
+    assert len(nccl) == steps == len([e for e in events if e["name"].startswith("ProfilerStep#")])
+    grids = {e["args"]["grid"][0] for e in events if e["name"] == "elementwise_add_kernel"}
+    assert min(grids) >= 4 * 256 * STRAGGLER_SIZE_RANGE[0] and max(grids) <= 4 * 256 * STRAGGLER_SIZE_RANGE[1]
+    other = json.loads(gzip.open(tmp_path / "a" / trace_name((a["straggler"] + 1) % 4)).read())["traceEvents"]
+    assert max(e["args"]["grid"][0] for e in other if e["name"] == "elementwise_add_kernel") <= 4 * 256 * SIZE_RANGE[1]
