@@ -22,7 +22,18 @@ import time
 from pathlib import Path
 
 from gpuvar.errors import GpuvarError
-from gpuvar.layout import BIN_REPORT
+from gpuvar.layout import (
+    BIN_REPORT,
+    EXPLAIN_FINDINGS,
+    EXPLAIN_INGEST,
+    FINDINGS_PAGE,
+    FINDINGS_RECORD,
+    INGEST_REPORT,
+    KERNELS_TABLE,
+    MEMCPY_TABLE,
+    SAMPLE_ROWS,
+    TOPK_ROWS,
+)
 
 GPUVAR = [sys.executable, "-m", "gpuvar.cli"]
 TARGET = "kernel_variability"
@@ -90,9 +101,9 @@ def stage_commands(out: Path, trace: Path, name: str, args) -> dict[str, list[st
             *launcher,
             *GPUVAR,
             "bin",
-            str(ingest / "kernels.parquet"),
+            str(ingest / KERNELS_TABLE),
             "--memcpy",
-            str(ingest / "memcpy.parquet"),
+            str(ingest / MEMCPY_TABLE),
             *workflow_arguments(cfg, TARGET),
             "--bin-width",
             args.bin_width,
@@ -106,9 +117,9 @@ def stage_commands(out: Path, trace: Path, name: str, args) -> dict[str, list[st
         "causal": [
             *GPUVAR,
             "causal",
-            str(bins / "topk_rows.parquet"),
+            str(bins / TOPK_ROWS),
             "--random-rows",
-            str(bins / "sample_rows.parquet"),
+            str(bins / SAMPLE_ROWS),
             "--target",
             TARGET,
             *arguments(cfg, CONFIG_OPTIONS),
@@ -162,7 +173,7 @@ def run_to_findings(args, paper: dict) -> int:
                     *GPUVAR,
                     "findings",
                     "--combine",
-                    *(str(o / "findings" / "findings.json") for o in outs),
+                    *(str(o / EXPLAIN_FINDINGS / FINDINGS_RECORD) for o in outs),
                     "-o",
                     str(page),
                 ]
@@ -172,11 +183,12 @@ def run_to_findings(args, paper: dict) -> int:
         )
         stages["page"] = {"wall_s": wall, "peak_rss_mb": [per[0]["peak_rss_mb"]]}
         total = time.perf_counter() - t_all
-        records = [json.loads((o / "findings" / "findings.json").read_text())["datasets"][0] for o in outs]
+        records = [json.loads((o / EXPLAIN_FINDINGS / FINDINGS_RECORD).read_text())["datasets"][0] for o in outs]
         kernels = [
-            json.loads((o / "ingest" / "ingest.json").read_text())["tables"]["kernels"]["rows_written"] for o in outs
+            json.loads((o / EXPLAIN_INGEST / INGEST_REPORT).read_text())["tables"]["kernels"]["rows_written"]
+            for o in outs
         ]
-        page_ok = (page / "findings.md").is_file()
+        page_ok = (page / FINDINGS_PAGE).is_file()
     launches = sum(kernels)
     result = {
         "bench": "paper-scale",

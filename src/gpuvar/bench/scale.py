@@ -33,6 +33,15 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from gpuvar.errors import GpuvarError
+from gpuvar.layout import (
+    BIN_REPORT,
+    EXPLAIN_FINDINGS,
+    EXPLAIN_INGEST,
+    EXPLAIN_RANKS,
+    FINDINGS_RECORD,
+    KERNELS_TABLE,
+    RANKS_RECORD,
+)
 
 SIZE_OPS = ("aten::add", "aten::mm")  # the planted size cause: their durations follow the step's size
 
@@ -119,7 +128,7 @@ def _findings_part(items: list[tuple[str, str, str]]) -> dict:
             code = main(["findings", folder, "-o", out, "--name", name])
         if code:
             raise GpuvarError(f"gpuvar findings {folder} failed (exit {code})")
-        rows = pq.read_metadata(Path(folder) / "kernels.parquet").num_rows
+        rows = pq.read_metadata(Path(folder) / KERNELS_TABLE).num_rows
         held, read = max(held, rows), read + rows
     return {"ranks": len(items), "rows_held": held, "rows_read": read, "peak_rss_mb": _rss_mb(0)}
 
@@ -150,7 +159,7 @@ def findings_ranks(ranks: int, straggler: int, count: int) -> list[int]:
 
 def size_explained(findings_dir: Path) -> dict[str, bool]:
     """Per planted size op: is its finding explained, first driver of the size kind?"""
-    record = json.loads((findings_dir / "findings.json").read_text())["datasets"][0]
+    record = json.loads((findings_dir / FINDINGS_RECORD).read_text())["datasets"][0]
     by_group = {f["group"]: f for f in record["findings"]}
     out = {}
     for op in SIZE_OPS:
@@ -178,7 +187,7 @@ def run_scale(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gpuvar-bench-scale-") as tmp:
         out = Path(keep) if keep else Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        folders = [out / "ingest" / f"rank{r}" for r in range(args.ranks)]
+        folders = [out / EXPLAIN_INGEST / f"rank{r}" for r in range(args.ranks)]
         stages = {}
 
         def timed(name: str, run) -> dict:
@@ -199,11 +208,11 @@ def run_scale(args) -> int:
 
         def binning() -> dict:
             bins = out / "bin"
-            files = [str(f / "kernels.parquet") for f in folders]
+            files = [str(f / KERNELS_TABLE) for f in folders]
             _mpi(
                 ["bin", *files, "--bin-width", "10ms", "--top-k", "20", "--sample-bins", "20", "--output", str(bins)], w
             )
-            report = json.loads((bins / "bin.json").read_text())
+            report = json.loads((bins / BIN_REPORT).read_text())
             processes = [
                 {"rank": i, "rows_held": n, "rows_read": n, "peak_rss_mb": rss}
                 for i, (n, rss) in enumerate(zip(report["rows_in_per_rank"], report["peak_rss_mb_per_rank"]))
@@ -222,7 +231,7 @@ def run_scale(args) -> int:
         def findings() -> dict:
             nonlocal analysed
             analysed = findings_ranks(args.ranks, straggler_named, args.findings_ranks)
-            items = [(str(folders[r]), str(out / "findings" / f"rank{r}"), f"rank{r}") for r in analysed]
+            items = [(str(folders[r]), str(out / EXPLAIN_FINDINGS / f"rank{r}"), f"rank{r}") for r in analysed]
             processes = _pool(_findings_part, [items[i::w] for i in range(w)], w)
             kernels = sum(p["rows_read"] for p in processes)
             return {"processes": processes, "ranks_analysed": len(analysed), "launches": kernels}
@@ -231,10 +240,10 @@ def run_scale(args) -> int:
         timed("ingest", ingest)
         timed("binning", binning)
         timed("ranks", ranks)
-        straggler_named = json.loads((out / "ranks" / "ranks.json").read_text())["straggler"]
+        straggler_named = json.loads((out / EXPLAIN_RANKS / RANKS_RECORD).read_text())["straggler"]
         timed("findings", findings)
         total_wall = time.perf_counter() - t_all
-        explained = {r: size_explained(out / "findings" / f"rank{r}") for r in analysed}
+        explained = {r: size_explained(out / EXPLAIN_FINDINGS / f"rank{r}") for r in analysed}
     held = max(p["rows_held"] for s in stages.values() for p in s["processes"])
     result = {
         "bench": "scale",

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.errors import InputError, describe
+from gpuvar.layout import KERNELS_TABLE
 from gpuvar.ranks.analyze import LocalSteps, _launches, combine, local_steps
 from gpuvar.ranks.load import (
     NCCL_KERNEL,
@@ -93,7 +94,7 @@ def plan_units(inputs: list[str], traces: bool, size: int) -> list[Unit]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    path = Path(inputs[0]) / "kernels.parquet"
+    path = Path(inputs[0]) / KERNELS_TABLE
     if not path.is_file():
         raise InputError(inputs[0], "not an ingest folder (no kernels.parquet); run `gpuvar ingest` first")
     if size == 1 or "rank" not in pq.read_schema(path).names:

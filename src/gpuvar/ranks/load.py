@@ -31,6 +31,7 @@ import pandas as pd
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.gpu_identity import Recorded
+from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.ranks.gpus import assign as assign_gpus
 
 KERNEL_COLUMNS = ["rank", "step", "start", "end", "launch_op", "call_site", "kernel_name"]
@@ -165,12 +166,12 @@ def ingest_part(folder: str | Path, position: int, many: bool, ranks: list[int] 
     rank) its rank is the one it records, else its position; `ranks`: only those ranks' rows (a merged folder
     read in shares by gpuvar.ranks.job)."""
     folder = Path(folder)
-    path = folder / "kernels.parquet"
+    path = folder / KERNELS_TABLE
     if not path.is_file():
         raise InputError(folder, "not an ingest folder (no kernels.parquet); run `gpuvar ingest` first")
     only = {"filters": [("rank", "in", list(ranks))]} if ranks is not None else {}
     k = _frame(pd.read_parquet(path, **only), KERNEL_COLUMNS, path)
-    m_path = folder / "memcpy.parquet"
+    m_path = folder / MEMCPY_TABLE
     m = _frame(pd.read_parquet(m_path, **only) if m_path.is_file() else None, COPY_COLUMNS, m_path)
     if many:
         rank = _rank_of(k, position)

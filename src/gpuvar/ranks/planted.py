@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
+
 GEMM_NS = 1_000_000
 RELU_NS = 50_000
 COPY_NS = 2_000
@@ -104,7 +106,7 @@ def write_planted(folder: str | Path, **kwargs) -> tuple[list[Path], dict]:
     for r, (k, m) in job["ranks"].items():
         path = Path(folder) / f"rank{r}"
         path.mkdir(parents=True, exist_ok=True)
-        k.to_parquet(path / "kernels.parquet", index=False)
-        m.to_parquet(path / "memcpy.parquet", index=False)
+        k.to_parquet(path / KERNELS_TABLE, index=False)
+        m.to_parquet(path / MEMCPY_TABLE, index=False)
         folders.append(path)
     return folders, job["truth"]

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuvar.atomic import staged_folder
+from gpuvar.layout import RANKS_PAGE, RANKS_PAGE_HTML, RANKS_RECORD, RANKS_STEPS
 from gpuvar.markdown_html import render_html
-from gpuvar.output import write_csv, write_json
+from gpuvar.output import write_csv, write_json, write_text
 from gpuvar.plots import style
 from gpuvar.ranks.analyze import RankAnalysis
 from gpuvar.ranks.load import RankInput
@@ -135,8 +136,8 @@ def _skew(result: RankAnalysis, stem: Path) -> None:
 
 def write_pages(markdown: str, folder: Path) -> None:
     """ranks.md and ranks.html (figures embedded: the report shows it as the ranks page)."""
-    (folder / "ranks.md").write_text(markdown, encoding="utf-8")
-    (folder / "ranks.html").write_text(render_html(markdown, folder, "gpuvar ranks"), encoding="utf-8")
+    write_text(markdown, folder / RANKS_PAGE)
+    write_text(render_html(markdown, folder, "gpuvar ranks"), folder / RANKS_PAGE_HTML)
 
 
 def write_outputs(result: RankAnalysis, data: RankInput, out: str | Path) -> Path:
@@ -144,9 +145,9 @@ def write_outputs(result: RankAnalysis, data: RankInput, out: str | Path) -> Pat
     with staged_folder(out) as tmp:
         record = dict(result.summary, findings=result.findings, sources=data.sources)
         if not result.steps.empty:
-            write_csv(result.steps, tmp / "steps.csv")
+            write_csv(result.steps, tmp / RANKS_STEPS)
             _timeline(result, data, tmp / "timeline")
             _skew(result, tmp / "skew")
         write_pages(_page(result), tmp)
-        write_json(record, tmp / "ranks.json")
+        write_json(record, tmp / RANKS_RECORD)
     return out

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpuvar.atomic import staged_folder
 from gpuvar.errors import InputError
-from gpuvar.layout import INGEST_REPORT
+from gpuvar.layout import INGEST_REPORT, RANKS_RECORD
 from gpuvar.output import write_json
 
 HOST_OP_FORMATS = ("pytorch-kineto",)  # formats whose reader keeps the host ops (raw table cpu_ops)
@@ -57,4 +57,4 @@ def write_empty(folder: Path, why: str, sources: list[str]) -> None:
     line = EMPTY.format(why=why)
     with staged_folder(Path(folder)) as tmp:
         write_pages(f"# Ranks\n\n- {md_text(line)}\n\nDefinitions: docs/ranks.md.\n", tmp)
-        write_json({"findings": [line], "empty_because": why, "sources": sources}, tmp / "ranks.json")
+        write_json({"findings": [line], "empty_because": why, "sources": sources}, tmp / RANKS_RECORD)
