@@ -12,7 +12,8 @@ import pytest
 from gpuvar.causal.discover import discover_all
 from gpuvar.causal.options import causal_options
 from gpuvar.compare import causal_diff, inputs, kernels, windows
-from gpuvar.compare.run import Options, Run, compare_runs
+from gpuvar.compare.run import Run, compare_runs
+from gpuvar.compare.settings import CompareSettings
 from gpuvar.demo import planted_pair as planted
 from gpuvar.errors import InputError
 
@@ -281,7 +282,7 @@ def pair_outputs(tmp_path_factory):
 
 def test_outputs_are_strict_json_and_byte_identical_on_rerun(pair_outputs):
     tmp, (base, cand) = pair_outputs
-    opts = Options(bootstrap=300)
+    opts = CompareSettings(bootstrap=300)
     record = compare_runs(base, cand, tmp / "out1", opts)
     compare_runs(base, cand, tmp / "out2", opts)
     files = sorted(p.name for p in (tmp / "out1").iterdir())

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from conftest import real_file
 
-from gpuvar.compare.run import Options, Run, compare_runs
+from gpuvar.compare.run import Run, compare_runs
+from gpuvar.compare.settings import CompareSettings
 from gpuvar.demo.kineto_split import split
 from gpuvar.ingest import ingest
 
@@ -48,7 +49,7 @@ TABLES = ("kernels.parquet", "memcpy.parquet")
 def test_two_halves_of_one_recording_flag_nothing_and_the_books_add_up(pairs, tmp_path):
     plan, base, cand = pairs["noise"]
     assert plan["baseline_steps"] == 150 and plan["candidate_steps"] == 151  # 301 synchronize calls
-    record = compare_runs(base, cand, tmp_path / "out", Options(bootstrap=1000, formats=("png",)))
+    record = compare_runs(base, cand, tmp_path / "out", CompareSettings(bootstrap=1000, formats=("png",)))
     s = record["summary"]
     assert s["slower"] == s["faster"] == 0, [(k["label"], k["ratio"]) for k in record["kernels"] if k["q_value"]]
     assert s["added"] == s["removed"] == 0 and s["tested"] == s["in_both"] == s["rows"]
@@ -67,7 +68,7 @@ def test_two_halves_of_one_recording_flag_nothing_and_the_books_add_up(pairs, tm
 def test_a_planted_three_percent_slowdown_of_one_kernel_is_found_and_only_it(pairs, tmp_path):
     plan, base, cand = pairs["gelu"]
     assert plan["launches_slowed"] == 150
-    record = compare_runs(base, cand, tmp_path / "out", Options(bootstrap=1000, formats=("png",)))
+    record = compare_runs(base, cand, tmp_path / "out", CompareSettings(bootstrap=1000, formats=("png",)))
     flagged = [k for k in record["kernels"] if k["verdict"] in ("slower", "faster")]
     assert [k["verdict"] for k in flagged] == ["slower"], [(k["label"], k["verdict"]) for k in flagged]
     gelu = flagged[0]
@@ -81,10 +82,10 @@ def test_a_planted_three_percent_slowdown_of_one_kernel_is_found_and_only_it(pai
 def test_the_launch_op_key_keeps_gelu_apart_from_other_elementwise_kernels(pairs, tmp_path):
     _, base, cand = pairs["gelu"]
     options = dict(bootstrap=500, formats=("png",))
-    short = compare_runs(base, cand, tmp_path / "short", Options(key="kernel_short_name", **options))
+    short = compare_runs(base, cand, tmp_path / "short", CompareSettings(key="kernel_short_name", **options))
     pooled = next(k for k in short["kernels"] if k["key"] == "vectorized_elementwise_kernel")
     assert pooled["verdict"] != "slower"  # GELU's 3 % drowns among add and mul launches of the same template
-    by_op = compare_runs(base, cand, tmp_path / "op", Options(key="launch_op", **options))
+    by_op = compare_runs(base, cand, tmp_path / "op", CompareSettings(key="launch_op", **options))
     slower = [k["key"] for k in by_op["kernels"] if k["verdict"] == "slower"]
     assert len(slower) == 1 and slower[0].startswith("aten::gelu → ") and GELU in slower[0]
 
@@ -93,7 +94,7 @@ def test_kernels_flagged_between_halves_of_a_variable_length_run_say_their_input
     """Sequence lengths are drawn per step: a kernel's median differs between the halves when it ran on other
     shapes. Any kernel called slower or faster must say so (hint), never read as the same work at another speed."""
     _, base, cand = pairs["varlen"]
-    record = compare_runs(base, cand, tmp_path / "out", Options(bootstrap=1000, formats=("png",)))
+    record = compare_runs(base, cand, tmp_path / "out", CompareSettings(bootstrap=1000, formats=("png",)))
     flagged = [k for k in record["kernels"] if k["verdict"] in ("slower", "faster")]
     assert all(k["hint"] for k in flagged), [(k["label"], k["ratio"], k["hint"]) for k in flagged]
     assert any(k["hint"] for k in record["kernels"])

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from conftest import real_file
 
-from gpuvar.compare.run import Options, Run, compare_runs
+from gpuvar.compare.run import Run, compare_runs
+from gpuvar.compare.settings import CompareSettings
 from gpuvar.ingest import ingest
 
 BEFORE_AFTER = "nsys-sqlite/nsys-ai-mfu-2gpu-before-after"
@@ -21,7 +22,7 @@ def _compare(tmp_path, baseline: str, candidate: str, **options):
     for name, rel in (("baseline", baseline), ("candidate", candidate)):
         ingest(real_file(rel), tmp_path / name)
         runs.append(Run(name, tmp_path / name))
-    return compare_runs(*runs, tmp_path / "out", Options(bootstrap=1000, formats=("png",), **options))
+    return compare_runs(*runs, tmp_path / "out", CompareSettings(bootstrap=1000, formats=("png",), **options))
 
 
 def _gpu_time(folder) -> float:

@@ -62,12 +62,7 @@ LAYERS = (
 ANALYSES = {"findings", "ranks", "compare"}
 
 # (importer, imported module): why it is still there. Delete an entry when its import is gone.
-KNOWN_EXCEPTIONS = {
-    ("gpuvar.findings.explain", "gpuvar.cli"): "`gpuvar explain` chains the stages through argv lists; it moves "
-    "to the top level (gpuvar/explain.py) and calls each stage's run() (issue 39 item 2)",
-    ("gpuvar.findings.explain", "gpuvar.ranks.section"): "`gpuvar explain` adds the rank section to its page; "
-    "it moves to the top level, above the analyses (issue 39 item 2)",
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def _module_name(path: Path) -> str:

@@ -28,7 +28,7 @@ SUBCOMMANDS = {
     "causal-checks": ("gpuvar.causal.checks_table", "one table of every causal graph and its assumption checks"),
     "plot": ("gpuvar.plots.cli", "draw causal graphs, parallel coordinates, timelines, scaling"),
     "findings": ("gpuvar.findings.cli", "findings: variance decomposition, verdicts, ranked actionable kernels"),
-    "explain": ("gpuvar.findings.explain", "one command for a first answer: ingest, bin, causal, findings"),
+    "explain": ("gpuvar.explain", "one command for a first answer: ingest, bin, causal, findings"),
     "verify": ("gpuvar.findings.verify_cli", "check each finding's prediction on a re-run with its cause removed"),
     "ranks": ("gpuvar.ranks.cli", "per-rank analysis: the late rank per step, waiting in collectives, why"),
     "compare": ("gpuvar.compare.cli", "compare two runs: slower kernels, moved windows, changed causes"),

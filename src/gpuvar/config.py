@@ -280,18 +280,43 @@ class Scaling(Strict):
         return sorted(set(v))
 
 
-class Comparison(Strict):
+class CompareChoices(Strict):
+    """What a comparison may choose per pair, in the config's `comparisons` and on `gpuvar compare`'s command line
+    (defined once here: both inherit these fields)."""
+
+    key: Literal["kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site"] = Field(
+        "kernel_name",
+        description="what kernels are matched by across the runs: name, short name, name + launch configuration, "
+        "or launching op / call site + name (docs/compare.md)",
+    )
+    min_effect: Float = Field(
+        0.02,
+        ge=0,
+        lt=1,
+        description="smallest change of a median called slower/faster; smaller significant changes are "
+        "'negligible' (0.02 = 2 %)",
+    )
+
+
+class Comparison(CompareChoices):
     """Two datasets compared by `gpuvar compare` (one DAG branch each): baseline and candidate are dataset names."""
 
     name: str = Field(description="identifier used in output paths")
     baseline: str = Field(description="dataset name of the run before")
     candidate: str = Field(description="dataset name of the run after")
-    key: Literal["kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site"] = Field(
-        "kernel_name", description="what kernels are matched by across the runs (docs/compare.md)"
+
+
+class CompareStatistics(CompareChoices):
+    """The statistics of `gpuvar compare` (gpuvar.compare): the per-pair choices and how the intervals and
+    verdicts are made. Not config keys: a workflow comparison uses these defaults."""
+
+    bootstrap: Int = Field(
+        2000, ge=100, le=1_000_000, description="bootstrap resamples of steps for the ratio interval"
     )
-    min_effect: float = Field(
-        0.02, ge=0, lt=1, description="smallest change of a median called slower/faster (0.02 = 2 %)"
-    )
+    confidence: Float = Field(0.95, gt=0, lt=1, description="interval confidence")
+    alpha: Float = Field(0.05, gt=0, lt=1, description="false-discovery rate for the verdicts")
+    min_launches: Int = Field(5, ge=2, le=1_000_000_000, description="launches needed in both runs to test a kernel")
+    forest_rows: Int = Field(30, gt=0, le=1000, description="rows drawn in the forest and delta-time figures")
 
 
 class Verification(Strict):
@@ -307,6 +332,11 @@ class Verification(Strict):
     cv_tolerance: float = Field(
         0.02, ge=0, lt=1, description="points the CV within call sites may exceed its predicted upper end"
     )
+
+
+# Settings of a stage that are not config keys, with command-line options made from them (gpuvar.options): each
+# stage's settings model builds on its section here, so every default and bound is written once.
+STAGE_SECTIONS = {"compare": CompareStatistics}
 
 
 class Config(Strict):

@@ -108,9 +108,11 @@ def _converter(option: ConfigOption):
 
 
 def _model(section: str):
-    from gpuvar.config import Config
+    """The model of a config section (binning, causal, ...) or of a stage's own settings (config.STAGE_SECTIONS)."""
+    from gpuvar.config import STAGE_SECTIONS, Config
 
-    return Config.model_fields[section].annotation
+    field = Config.model_fields.get(section)
+    return field.annotation if field is not None else STAGE_SECTIONS[section]
 
 
 def _field(model, name: str):
@@ -120,11 +122,18 @@ def _field(model, name: str):
         raise KeyError(f"{model.__name__} has no field {name!r}") from None
 
 
+def _stage_sections() -> set[str]:
+    """Sections that are a stage's settings, not config keys (config.STAGE_SECTIONS), read from the table."""
+    return {key.split(".")[0] for key, spec in _table().items() if spec.get("stage")}
+
+
 def help_text(section: str, name: str, description: str | None = None) -> str:
     """The field's description (or `description`: what the value does in this command), its default and the
     config key it mirrors."""
     spec = _spec(section, name)
-    return f"{description or spec['description']} (default: {comma_list(spec['default'])}; config: {section}.{name})"
+    where = f"config: {section}.{name}" if section not in _stage_sections() else f"settings: {section}.{name}"
+    text = f"{description or spec['description']} (default: {comma_list(spec['default'])}; {where})"
+    return text.replace("%", "%%")  # argparse formats help with %: a description's "2 %" is text
 
 
 @dataclass(frozen=True)
@@ -194,11 +203,11 @@ def field_table() -> dict[str, dict]:
     import annotated_types
     from pydantic import BaseModel
 
-    from gpuvar.config import Config
+    from gpuvar.config import STAGE_SECTIONS, Config
 
     table = {}
-    for section, section_field in Config.model_fields.items():
-        model = section_field.annotation
+    sections = {section: f.annotation for section, f in Config.model_fields.items()} | STAGE_SECTIONS
+    for section, model in sections.items():
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             continue  # datasets, comparisons: lists of entries, not command-line options
         for name, field in model.model_fields.items():
@@ -211,6 +220,7 @@ def field_table() -> dict[str, dict]:
                 if hasattr(m, op)
             }
             table[f"{section}.{name}"] = {
+                "stage": section in STAGE_SECTIONS,  # a stage's setting, not a config key
                 "kind": kind,
                 "default": field.default,
                 "bounds": bounds,

@@ -24,9 +24,22 @@ def folder_list(text: str) -> list[str]:
     return [part for part in text.split(",") if part]
 
 
-def configure(p):
-    from gpuvar.options import ConfigOption, add_options
+def _settings_options():
+    """Every option of CompareSettings (gpuvar.compare.settings), made from the field it sets."""
+    from gpuvar.config import CompareStatistics
+    from gpuvar.options import ConfigOption
     from gpuvar.plots.cli import FIGURE_OPTIONS
+
+    return (
+        *(ConfigOption("--" + name.replace("_", "-"), "compare", name) for name in CompareStatistics.model_fields),
+        ConfigOption("--seed", "causal", "seed"),
+        ConfigOption("--min-probability", "plots", "min_probability"),
+        *FIGURE_OPTIONS,
+    )
+
+
+def configure(p):
+    from gpuvar.options import add_options
 
     p.add_argument(
         "baseline",
@@ -65,36 +78,7 @@ def configure(p):
             help=f"{side} `gpuvar causal` output folder, one per target (comma-separated or repeated; default: none)",
         )
     p.add_argument("--names", help="labels of the two runs, 'A,B' (default: the folder or dataset names)")
-    p.add_argument(
-        "--key",
-        choices=("kernel_name", "kernel_short_name", "launch_config", "launch_op", "call_site"),
-        default="kernel_name",
-        help="match kernels by name (default: kernel_name), short name, name + launch configuration, or launching "
-        "op / call site + name (keeps aten::gelu's elementwise kernel apart from aten::add's)",
-    )
-    p.add_argument(
-        "--bootstrap", type=int, default=2000, help="bootstrap resamples of steps for the ratio interval (default 2000)"
-    )
-    p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
-    p.add_argument("--alpha", type=float, default=0.05, help="false-discovery rate for the verdicts (default 0.05)")
-    p.add_argument(
-        "--min-launches", type=int, default=5, help="launches needed in both runs to test a kernel (default 5)"
-    )
-    p.add_argument(
-        "--min-effect",
-        type=float,
-        default=0.02,
-        help="smallest change of a median called slower/faster; smaller significant changes are 'negligible' "
-        "(default 0.02 = 2 %%)",
-    )
-    add_options(
-        p,
-        (
-            ConfigOption("--seed", "causal", "seed"),
-            ConfigOption("--min-probability", "plots", "min_probability"),
-            *FIGURE_OPTIONS,
-        ),
-    )
+    add_options(p, _settings_options())
 
 
 def _label(path: Path) -> str:
@@ -151,7 +135,8 @@ def runs_from_results(root: Path, baseline: str, candidate: str):
 
 def run(args) -> int:
     from gpuvar.atomic import staged_folder
-    from gpuvar.compare.run import Options, Run, compare_runs
+    from gpuvar.compare.run import Run, compare_runs
+    from gpuvar.compare.settings import compare_settings
     from gpuvar.errors import GpuvarError
 
     if args.results:
@@ -178,18 +163,8 @@ def run(args) -> int:
         base.name, cand.name = names
     elif base.name == cand.name:
         base.name, cand.name = f"{base.name} (baseline)", f"{cand.name} (candidate)"
-    formats = tuple(dict.fromkeys(args.formats))
-    options = Options(
-        args.key,
-        args.bootstrap,
-        args.confidence,
-        args.alpha,
-        args.min_launches,
-        args.min_effect,
-        args.seed,
-        formats,
-        args.dpi,
-        min_probability=args.min_probability,
+    options = compare_settings(
+        **{o.name: getattr(args, o.flag.lstrip("-").replace("-", "_")) for o in _settings_options()}
     )
     with staged_folder(args.output, replace=True) as tmp:  # the folder appears complete or not at all
         if not args.results:

@@ -15,7 +15,8 @@ import pandas as pd
 
 from gpuvar.canonical_io import json_ready, write_json, write_text
 from gpuvar.compare import causal_diff, environment, figures, inputs, kernels, page, windows
-from gpuvar.errors import GpuvarError, InputError
+from gpuvar.compare.settings import CompareSettings
+from gpuvar.errors import InputError
 from gpuvar.markdown_html import render_html
 from gpuvar.plots import style
 
@@ -30,33 +31,6 @@ class Run:
     causal: list[Path] = field(default_factory=list)
     source: Path | None = None  # the profiler file this side was ingested from by `gpuvar compare` itself
     kept: Path | None = None  # where that ingest is once the comparison is in place (OUTPUT/ingest/<side>)
-
-
-@dataclass
-class Options:
-    key: str = "kernel_name"
-    bootstrap: int = 2000
-    confidence: float = 0.95
-    alpha: float = 0.05
-    min_launches: int = 5
-    min_effect: float = 0.02
-    seed: int = 0
-    formats: tuple[str, ...] = ("svg", "png")
-    dpi: int = 110
-    forest_rows: int = 30
-    min_probability: float = 0.5
-
-    def check(self) -> None:
-        if self.bootstrap < 100:
-            raise GpuvarError(f"--bootstrap must be at least 100 resamples, got {self.bootstrap}")
-        if not 0 <= self.min_probability <= 1:
-            raise GpuvarError(f"--min-probability must lie in [0, 1], got {self.min_probability}")
-        if not 0 < self.confidence < 1 or not 0 < self.alpha < 1:
-            raise GpuvarError("--confidence and --alpha must lie strictly between 0 and 1")
-        if self.min_launches < 2:
-            raise GpuvarError(f"--min-launches must be at least 2, got {self.min_launches}")
-        if not 0 <= self.min_effect < 1:
-            raise GpuvarError(f"--min-effect must lie in [0, 1) (0.02 = 2 %), got {self.min_effect}")
 
 
 OPTION_KEYS = ("key", "bootstrap", "confidence", "alpha", "min_launches", "min_effect", "seed", "min_probability")
@@ -116,7 +90,7 @@ def summarise(table: pd.DataFrame, sides: tuple[dict, dict]) -> dict:
 TOTAL_KEY = "total GPU time per step"
 
 
-def total_row(kb: pd.DataFrame, kc: pd.DataFrame, options: Options) -> dict:
+def total_row(kb: pd.DataFrame, kc: pd.DataFrame, options: CompareSettings) -> dict:
     """The runs' total GPU time (kernels, copies, memsets) per resampling unit (step, else time block) compared
     like one kernel: ratio of the median per-unit totals, the same cluster bootstrap, noise and minimum effect,
     so a slowdown spread thinly over many kernels, none of them beyond noise alone, still shows in the total."""
@@ -151,11 +125,10 @@ def gate(record: dict, fail_on: str) -> list[str]:
     return failing
 
 
-def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Options | None = None) -> dict:
+def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: CompareSettings | None = None) -> dict:
     """Compare two runs and write OUTDIR/{compare.json,kernels.csv,causal_diff.csv,forest.*,distributions.*,
-    causal_diff.*}; returns the compare.json record."""
-    options = options or Options()
-    options.check()
+    causal_diff.*}; returns the compare.json record. `options`: gpuvar.compare.settings (default: its defaults)."""
+    options = options or CompareSettings()
     outdir = Path(outdir)
     kb = inputs.read_kernels(baseline.ingest, options.key)
     kc = inputs.read_kernels(candidate.ingest, options.key)
