@@ -1,0 +1,213 @@
+"""The launches a group's model fits see: every launch up to FIT_CAP, above it a seeded sample stratified by call
+site; gathered from the kernels table group by group, a bounded number of launches at a time.
+
+Why: the per-call-site fits (gpuvar.findings.decompose: the cross-validated shares, the permutation test, the
+drivers) and the predictions need each launch's feature columns, so they hold their launches. A group of 20 M
+launches does not need 20 M launches to say which feature explains its spread within call sites: FIT_CAP
+launches, drawn from each call site in proportion to its launches (at least two from each, where the cap
+allows, so no call site drops out of the within-call-site fit), estimate the same shares. Everything the page
+counts (launches, time, medians, time above them, CV, the slowest launch) stays exact (gpuvar.findings.summary);
+only the fitted shares, drivers and predictions of a sampled group come from its sample, and findings.json says
+which groups were sampled and from how many launches. A group at or below the cap is fitted on every launch, as
+before.
+
+The sample is drawn per call site with numpy's Generator(seed, SAMPLE_STREAM): the same table and seed give the
+same sample. Groups are gathered in rounds of at most ROUND_ROWS launches (whole groups, in the order the
+decomposition goes through them): one pass over the table collects every round, rounds after the first spilled
+to temporary files (pickled pandas frames: the dtypes come back as they went), so one round is in memory at a
+time.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+FIT_CAP = 20_000  # launches per group the model fits see (a stratified sample above it)
+ROUND_ROWS = 250_000  # launches gathered before the groups that hold them are fitted
+MIN_PER_SITE = 2  # launches each call site keeps in a sample, where the cap allows
+SAMPLE_STREAM = 38  # the sample's own random stream beside the fits' (issue 38)
+
+
+def allocation(n: np.ndarray, cap: int) -> np.ndarray:
+    """Launches kept per call site of a group with n[c] launches at call site c: all of them up to the cap, else
+    MIN_PER_SITE each (where the cap allows) and the rest in proportion to the launches (largest remainders,
+    ties to the first call site)."""
+    n = np.asarray(n, np.int64)
+    total = int(n.sum())
+    if total <= cap:
+        return n.copy()
+    floor = np.minimum(n, MIN_PER_SITE)
+    if floor.sum() > cap:
+        floor = np.minimum(n, 1) if np.minimum(n, 1).sum() <= cap else np.zeros_like(n)
+    rest = cap - int(floor.sum())
+    left = n - floor
+    share = rest * left / max(int(left.sum()), 1)
+    k = floor + np.floor(share).astype(np.int64)
+    short = cap - int(k.sum())
+    if short > 0:
+        order = np.lexsort((np.arange(len(n)), -(share - np.floor(share))))
+        order = order[k[order] < n[order]]
+        k[order[:short]] += 1
+    return k
+
+
+@dataclass
+class Plan:
+    """Which groups are sampled, which launches of their call sites are kept, and the rounds of groups."""
+
+    cap: int
+    sampled: np.ndarray  # per group: sampled
+    keep: np.ndarray  # per cell: launches kept
+    chosen: np.ndarray  # sorted keys offset[cell] + ordinal within the cell of every kept launch of sampled cells
+    offset: np.ndarray  # per cell: first key
+    rounds: list[list[int]]  # group codes, in order (the groups' names sorted)
+
+    @property
+    def groups_sampled(self) -> int:
+        return int(self.sampled.sum())
+
+    def held(self, g: int, cell_group: np.ndarray) -> int:
+        return int(self.keep[cell_group == g].sum())
+
+
+def sampled_groups(cap: int):
+    """The groups pass 2 of the summary counts distinct steps for: those above the cap."""
+    return lambda launches: np.flatnonzero(launches > cap)
+
+
+def plan(summary, cap: int = FIT_CAP, seed: int = 0, round_rows: int | None = None) -> Plan:
+    """The sample of every group above `cap` and the rounds (module docstring)."""
+    round_rows = ROUND_ROWS if round_rows is None else round_rows
+    launches = summary.group_launches()
+    sampled = launches > cap
+    keep = summary.cell_n.astype(np.int64).copy()
+    offset = np.r_[0, np.cumsum(summary.cell_n.astype(np.int64))[:-1]] if len(keep) else np.zeros(0, np.int64)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, SAMPLE_STREAM])))
+    order = sorted(range(len(summary.groups)), key=lambda g: summary.groups[g])
+    chosen = []
+    for g in order:
+        if not sampled[g]:
+            continue
+        cells = summary.cells_of(g)
+        cells = cells[np.argsort([summary.sites[summary.cell_site[c]] for c in cells], kind="stable")]
+        keep[cells] = allocation(summary.cell_n[cells], cap)
+        for c in cells:
+            ordinals = np.sort(rng.choice(int(summary.cell_n[c]), int(keep[c]), replace=False))
+            chosen.append(offset[c] + ordinals.astype(np.int64))
+    rounds, current, rows = [], [], 0
+    held = np.bincount(summary.cell_group, weights=keep, minlength=len(summary.groups)).astype(np.int64)
+    for g in order:
+        if current and rows + held[g] > round_rows:
+            rounds.append(current)
+            current, rows = [], 0
+        current.append(g)
+        rows += int(held[g])
+    if current:
+        rounds.append(current)
+    chosen_keys = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
+    return Plan(cap, sampled, keep, chosen_keys, offset, rounds)
+
+
+def group_parts(source, summary, the_plan: Plan) -> Iterator[tuple[int, pd.DataFrame]]:
+    """(group code, its launches the fits see: every column, file order) for every group, round by round."""
+    round_of = np.full(len(summary.groups), -1, np.int64)
+    for r, groups in enumerate(the_plan.rounds):
+        round_of[groups] = r
+    spill = _Spill(len(the_plan.rounds))
+    try:
+        seen = np.zeros(len(summary.cell_group), np.int64)
+        for batch, rows in zip(source.batches(list(source.columns)), summary.store, strict=True):
+            d = pd.to_numeric(batch["duration"], errors="coerce").to_numpy(dtype=np.float64)
+            pos = np.flatnonzero(~np.isnan(d))
+            cell = rows["cell"].astype(np.int64)
+            ordinal = seen[cell] + pd.Series(cell).groupby(cell).cumcount().to_numpy()
+            seen += np.bincount(cell, minlength=len(seen))
+            group = summary.cell_group[cell]
+            kept = ~the_plan.sampled[group]
+            if the_plan.sampled[group].any():
+                key = the_plan.offset[cell] + ordinal
+                at = np.searchsorted(the_plan.chosen, key)
+                hit = at < len(the_plan.chosen)
+                hit[hit] = the_plan.chosen[at[hit]] == key[hit]
+                kept |= hit
+            rounds = round_of[group]
+            for r in np.unique(rounds[kept]):
+                mine = kept & (rounds == r)
+                spill.add(int(r), batch.iloc[pos[mine]], group[mine])
+        for r, groups in enumerate(the_plan.rounds):
+            frame, codes = spill.take(r)
+            for g in groups:
+                yield g, _with_step_threads(frame[codes == g] if frame is not None else None, summary, source)
+    finally:
+        spill.close()
+
+
+class _Spill:
+    """Round 0 in memory, the others in temporary files of pickled (frame, group codes) pieces."""
+
+    def __init__(self, rounds: int):
+        self.pieces: list[list] = [[] for _ in range(rounds)]
+        self.files: dict[int, object] = {}
+
+    def add(self, r: int, frame: pd.DataFrame, codes: np.ndarray) -> None:
+        if r == 0:
+            self.pieces[0].append((frame, codes))
+            return
+        if r not in self.files:
+            handle, name = tempfile.mkstemp(prefix="gpuvar-findings-", suffix=".round")
+            os.close(handle)
+            self.files[r] = open(name, "w+b")  # noqa: SIM115 - closed by close()
+            os.unlink(name)  # gone with the process, whatever happens
+        pickle.dump((frame, codes), self.files[r], protocol=pickle.HIGHEST_PROTOCOL)
+        self.pieces[r].append(None)
+
+    def take(self, r: int) -> tuple[pd.DataFrame | None, np.ndarray]:
+        pieces = self.pieces[r]
+        if r in self.files:
+            handle = self.files.pop(r)
+            handle.flush()
+            handle.seek(0)
+            pieces = [pickle.load(handle) for _ in pieces]  # noqa: S301 - this process wrote them just now
+            handle.close()
+        self.pieces[r] = []
+        if not pieces:
+            return None, np.zeros(0, np.int64)
+        frame = pd.concat([f for f, _ in pieces]) if len(pieces) > 1 else pieces[0][0]
+        return frame, np.concatenate([c for _, c in pieces])
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+        self.files = {}
+
+
+def _with_step_threads(part: pd.DataFrame | None, summary, source) -> pd.DataFrame:
+    """The part with the `step_threads` column as the whole-table code gives it (gpuvar.findings.features
+    .step_threads: float64; computed per (step, rank) from pass 1's sums where the table has no such column)."""
+    from gpuvar.findings.features import STEP_THREADS
+    from gpuvar.findings.tally import thread_key
+
+    if part is None:
+        part = summary.empty
+    tally = summary.tally
+    if STEP_THREADS in part.columns:
+        if not tally.step_threads_known:
+            return part
+        return part.assign(**{STEP_THREADS: pd.to_numeric(part[STEP_THREADS], errors="coerce").astype(np.float64)})
+    sums = tally.thread_sums
+    if not sums or not any(count > 0 for _, count in sums.values()) or "step" not in part.columns:
+        return part
+    step = pd.to_numeric(part["step"], errors="coerce")
+    keys = zip(step, part["rank"]) if "rank" in part.columns else ((s,) for s in step)
+    values = []
+    for known, key in zip(step.notna(), keys, strict=True):
+        total, count = sums.get(thread_key(tuple(key)), (0.0, 0)) if known else (0.0, 0)
+        values.append(total if count > 0 else np.nan)
+    return part.assign(**{STEP_THREADS: np.array(values, np.float64)})

@@ -1,0 +1,121 @@
+"""Where the findings read launches from: the columns a pass needs, one batch of rows at a time.
+
+Why: a trace of 20 M launches is ~60 columns x 20 M values (a pandas frame of it took 2.8 KB per launch), while
+the findings need a dozen columns for their dataset-level numbers and the feature columns only for the launches
+they fit. So kernels.parquet is never read whole: each pass names its columns and gets them as pandas frames of
+at most BATCH_ROWS rows (pyarrow, one Parquet row group after another), indexed by the row's position in the file.
+The frames have the dtypes a whole-table read gives (an integer column with a null anywhere in the file is
+float64 in every batch, a boolean one object), so every computation sees the values, and the JSON the types, it
+saw when the table was read whole. A DataFrame already in memory (tests, library callers) is a source of one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpuvar.errors import InputError, path_problem
+
+BATCH_ROWS = 1 << 18  # the canonical row group (gpuvar.canonical_io.ROW_GROUP_ROWS)
+REQUIRED = ("kernel_name", "duration")
+
+
+class FrameSource:
+    """A DataFrame in memory: one batch, its own index."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+        self.columns = [str(c) for c in frame.columns]
+        self.rows = len(frame)
+        self.path = None
+
+    def empty(self) -> pd.DataFrame:
+        """No rows, the table's columns and dtypes (what size_columns and counter_columns look at)."""
+        return self.frame.iloc[:0]
+
+    def batches(self, columns: list[str]) -> Iterator[pd.DataFrame]:
+        yield self.frame[[c for c in self.columns if c in set(columns)]]
+
+
+class ParquetSource:
+    """kernels.parquet of an ingest folder, read column by column and batch by batch (pyarrow)."""
+
+    def __init__(self, path: Path):
+        import pyarrow.parquet as pq
+
+        self.path = Path(path)
+        try:
+            self.file = pq.ParquetFile(self.path)
+            schema = self.file.schema_arrow
+        except Exception as exc:  # noqa: BLE001 - any reader failure is a bad input file
+            raise InputError(self.path, f"cannot read: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+        self.schema = schema
+        self.columns = [str(n) for n in schema.names]
+        self.rows = self.file.metadata.num_rows
+        self._nulls: dict[str, bool] = {}
+        for column in REQUIRED:
+            if column not in self.columns:
+                raise InputError(self.path, f"missing column {column!r}")
+
+    def _has_nulls(self, column: str) -> bool:
+        """Whether the column has a null anywhere: the row groups' statistics, else one read of that column."""
+        if column not in self._nulls:
+            meta, k = self.file.metadata, self.columns.index(column)
+            counts = []
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(k).statistics
+                counts.append(stats.null_count if stats is not None and stats.has_null_count else None)
+            if any(c is None for c in counts):
+                counts = [self.file.read([column]).column(0).null_count]
+            self._nulls[column] = sum(counts) > 0
+        return self._nulls[column]
+
+    def _fix(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The dtypes of a whole-table read (module docstring)."""
+        import pyarrow as pa
+
+        for column in frame.columns:
+            typ = self.schema.field(column).type
+            if pa.types.is_integer(typ) and frame[column].dtype.kind in "iu" and self._has_nulls(column):
+                frame[column] = frame[column].astype(np.float64)
+            elif pa.types.is_boolean(typ) and frame[column].dtype == bool and self._has_nulls(column):
+                frame[column] = frame[column].astype(object)
+        return frame
+
+    def empty(self) -> pd.DataFrame:
+        frame = self.schema.empty_table().to_pandas()
+        return self._fix(frame)
+
+    def batches(self, columns: list[str]) -> Iterator[pd.DataFrame]:
+        wanted = [c for c in self.columns if c in set(columns)]
+        offset = 0
+        batches = self.file.iter_batches(batch_size=BATCH_ROWS, columns=wanted, use_threads=False)
+        while True:
+            try:
+                batch = next(batches, None)
+            except Exception as exc:  # noqa: BLE001 - a damaged row group is a bad input file
+                raise InputError(self.path, f"cannot read: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+            if batch is None:
+                return
+            frame = batch.to_pandas()
+            frame.index = pd.RangeIndex(offset, offset + len(frame))
+            offset += len(frame)
+            yield self._fix(frame)
+
+
+def kernels_source(ingest_dir: Path) -> ParquetSource:
+    """The ingest folder's kernels table as a source (one line naming the file when it is missing or bad)."""
+    from gpuvar.artifacts import KERNELS_TABLE
+
+    path = Path(ingest_dir) / KERNELS_TABLE
+    problem = path_problem(path)
+    if problem:
+        raise InputError(path, f"{problem} (run `gpuvar ingest` first)")
+    return ParquetSource(path)
+
+
+def source_of(kernels) -> FrameSource | ParquetSource:
+    return kernels if isinstance(kernels, FrameSource | ParquetSource) else FrameSource(kernels)
