@@ -123,12 +123,14 @@ def group_parts(source, summary, the_plan: Plan) -> Iterator[tuple[int, pd.DataF
     spill = _Spill(len(the_plan.rounds))
     try:
         seen = np.zeros(len(summary.cell_group), np.int64)
-        for batch, rows in zip(source.batches(list(source.columns)), summary.store, strict=True):
-            d = pd.to_numeric(batch["duration"], errors="coerce").to_numpy(dtype=np.float64)
+        store = iter(summary.store)
+
+        def pick(d: np.ndarray):
+            """The batch's launches of the fits: rows with a duration, of a group fitted whole or sampled."""
             pos = np.flatnonzero(~np.isnan(d))
-            cell = rows["cell"].astype(np.int64)
+            cell = next(store)["cell"].astype(np.int64)
             ordinal = seen[cell] + pd.Series(cell).groupby(cell).cumcount().to_numpy()
-            seen += np.bincount(cell, minlength=len(seen))
+            seen[:] += np.bincount(cell, minlength=len(seen))
             group = summary.cell_group[cell]
             kept = ~the_plan.sampled[group]
             if the_plan.sampled[group].any():
@@ -137,10 +139,13 @@ def group_parts(source, summary, the_plan: Plan) -> Iterator[tuple[int, pd.DataF
                 hit = at < len(the_plan.chosen)
                 hit[hit] = the_plan.chosen[at[hit]] == key[hit]
                 kept |= hit
+            return pos[kept], group[kept]
+
+        for frame, group in source.picked(list(source.columns), pick):
             rounds = round_of[group]
-            for r in np.unique(rounds[kept]):
-                mine = kept & (rounds == r)
-                spill.add(int(r), batch.iloc[pos[mine]], group[mine])
+            for r in np.unique(rounds):
+                mine = rounds == r
+                spill.add(int(r), frame[mine], group[mine])
         for r, groups in enumerate(the_plan.rounds):
             frame, codes = spill.take(r)
             for g in groups:

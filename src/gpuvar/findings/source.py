@@ -19,7 +19,7 @@ import pandas as pd
 
 from gpuvar.errors import InputError, path_problem
 
-BATCH_ROWS = 1 << 18  # the canonical row group (gpuvar.canonical_io.ROW_GROUP_ROWS)
+BATCH_ROWS = 1 << 16  # a quarter of the canonical row group: the reader decodes a batch at a time
 REQUIRED = ("kernel_name", "duration")
 
 
@@ -36,8 +36,13 @@ class FrameSource:
         """No rows, the table's columns and dtypes (what size_columns and counter_columns look at)."""
         return self.frame.iloc[:0]
 
-    def batches(self, columns: list[str]) -> Iterator[pd.DataFrame]:
+    def batches(self, columns: list[str], categories: bool = False) -> Iterator[pd.DataFrame]:
         yield self.frame[[c for c in self.columns if c in set(columns)]]
+
+    def picked(self, columns: list[str], pick) -> Iterator[tuple[pd.DataFrame, object]]:
+        frame = self.frame[[c for c in self.columns if c in set(columns)]]
+        positions, payload = pick(pd.to_numeric(self.frame["duration"], errors="coerce").to_numpy(np.float64))
+        yield frame.iloc[positions], payload
 
 
 class ParquetSource:
@@ -89,10 +94,16 @@ class ParquetSource:
         frame = self.schema.empty_table().to_pandas()
         return self._fix(frame)
 
-    def batches(self, columns: list[str]) -> Iterator[pd.DataFrame]:
+    def _arrow_batches(self, columns: list[str], categories: bool = False):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         wanted = [c for c in self.columns if c in set(columns)]
-        offset = 0
-        batches = self.file.iter_batches(batch_size=BATCH_ROWS, columns=wanted, use_threads=False)
+        file = self.file
+        if categories:  # text read as dictionaries: a kernel name is decoded once per page, not once per launch
+            text = [c for c in wanted if pa.types.is_string(self.schema.field(c).type)]
+            file = pq.ParquetFile(self.path, read_dictionary=text)
+        batches = file.iter_batches(batch_size=BATCH_ROWS, columns=wanted, use_threads=False)
         while True:
             try:
                 batch = next(batches, None)
@@ -100,10 +111,34 @@ class ParquetSource:
                 raise InputError(self.path, f"cannot read: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
             if batch is None:
                 return
+            yield batch
+
+    def batches(self, columns: list[str], categories: bool = False) -> Iterator[pd.DataFrame]:
+        """Frames of the columns, batch by batch. categories: text columns as pandas categoricals (each distinct
+        text one Python string per batch instead of one per row: what a pass that only groups by them needs)."""
+
+        offset = 0
+        for batch in self._arrow_batches(columns, categories):
             frame = batch.to_pandas()
             frame.index = pd.RangeIndex(offset, offset + len(frame))
             offset += len(frame)
             yield self._fix(frame)
+
+    def picked(self, columns: list[str], pick) -> Iterator[tuple[pd.DataFrame, object]]:
+        """For each batch: pick(its durations as float64) -> (positions, payload); yields (the frame of those rows
+        only, with the whole-table dtypes and their row numbers as index, payload). Only the picked rows become
+        pandas objects."""
+        import pyarrow as pa
+
+        offset = 0
+        for batch in self._arrow_batches(sorted(set(columns) | {"duration"})):
+            d = pd.to_numeric(batch.column("duration").to_pandas(), errors="coerce").to_numpy(np.float64)
+            positions, payload = pick(d)
+            frame = batch.take(pa.array(np.asarray(positions, np.int64))).to_pandas()
+            frame = frame[[c for c in self.columns if c in set(columns)]]
+            frame.index = pd.Index(offset + np.asarray(positions, np.int64))
+            offset += batch.num_rows
+            yield self._fix(frame), payload
 
 
 def kernels_source(ingest_dir: Path) -> ParquetSource:

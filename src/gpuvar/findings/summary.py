@@ -136,7 +136,7 @@ def summarise(source, sampled_groups=None) -> Summary:
     steps = StepSums(columns)
     integral = True
     try:
-        for batch in source.batches(reads):
+        for batch in source.batches(reads, categories=True):
             labels = labeller.label(batch)
             tally.add(batch, labels, len(labeller.triples), len(labeller.groups))
             codes = np.full(len(batch), -1, np.int64)
