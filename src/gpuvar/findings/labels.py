@@ -23,7 +23,7 @@ import pandas as pd
 
 KEY_COLUMNS = ("kernel_name", "call_site", "launch_config", "launch_op")
 MEMORY_ROWS = 1 << 21  # 56 MiB
-_ROW = np.dtype([("cell", "<i4"), ("site", "<i4"), ("name", "<i4"), ("d", "<f8"), ("step", "<f8")])
+ROW = np.dtype([("cell", "<i4"), ("site", "<i4"), ("name", "<i4"), ("d", "<f8"), ("step", "<f8")])
 
 
 class Codebook:
@@ -116,7 +116,7 @@ class RowLabels:
         self.file = None
 
     def append(self, labels: BatchLabels, step: np.ndarray) -> None:
-        rows = np.empty(len(labels.d), dtype=_ROW)
+        rows = np.empty(len(labels.d), dtype=ROW)
         rows["cell"], rows["site"], rows["name"], rows["d"] = labels.cell, labels.site, labels.name, labels.d
         rows["step"] = step
         self.sizes.append(len(rows))
@@ -140,7 +140,7 @@ class RowLabels:
         self.file.flush()
         self.file.seek(0)
         for size in self.sizes:
-            yield np.fromfile(self.file, dtype=_ROW, count=size)
+            yield np.fromfile(self.file, dtype=ROW, count=size)
 
     @property
     def rows(self) -> int:

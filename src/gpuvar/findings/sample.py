@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpuvar.findings.labels import ROW
+
 FIT_CAP = 20_000  # launches per group the model fits see (a stratified sample above it)
 ROUND_ROWS = 250_000  # launches gathered before the groups that hold them are fitted
 MIN_PER_SITE = 2  # launches each call site keeps in a sample, where the cap allows
@@ -123,12 +125,12 @@ def group_parts(source, summary, the_plan: Plan) -> Iterator[tuple[int, pd.DataF
     spill = _Spill(len(the_plan.rounds))
     try:
         seen = np.zeros(len(summary.cell_group), np.int64)
-        store = iter(summary.store)
+        store = _Rows(summary.store)
 
         def pick(d: np.ndarray):
             """The batch's launches of the fits: rows with a duration, of a group fitted whole or sampled."""
             pos = np.flatnonzero(~np.isnan(d))
-            cell = next(store)["cell"].astype(np.int64)
+            cell = store.take(len(pos))["cell"].astype(np.int64)
             ordinal = seen[cell] + pd.Series(cell).groupby(cell).cumcount().to_numpy()
             seen[:] += np.bincount(cell, minlength=len(seen))
             group = summary.cell_group[cell]
@@ -152,6 +154,26 @@ def group_parts(source, summary, the_plan: Plan) -> Iterator[tuple[int, pd.DataF
                 yield g, _with_step_threads(frame[codes == g] if frame is not None else None, summary, source)
     finally:
         spill.close()
+
+
+class _Rows:
+    """The RowLabels store read in file order, any number of rows at a time (the passes' batches need not
+    match: a Parquet reader may cut batches at row groups in one pass and not in another)."""
+
+    def __init__(self, store):
+        self.chunks = iter(store)
+        self.left = None
+
+    def take(self, k: int) -> np.ndarray:
+        parts, need = [], k
+        while need > 0:
+            if self.left is None or not len(self.left):
+                self.left = next(self.chunks)
+                continue
+            parts.append(self.left[:need])
+            self.left = self.left[need:]
+            need -= len(parts[-1])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=ROW)
 
 
 class _Spill:
