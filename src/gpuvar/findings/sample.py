@@ -14,14 +14,12 @@ before.
 The sample is drawn per call site with numpy's Generator(seed, SAMPLE_STREAM): the same table and seed give the
 same sample. Groups are gathered in rounds of at most ROUND_ROWS launches (whole groups, in the order the
 decomposition goes through them): one pass over the table collects every round, rounds after the first spilled
-to temporary files (pickled pandas frames: the dtypes come back as they went), so one round is in memory at a
-time.
+to temporary Arrow IPC files, so one round is in memory at a time; rows become pandas objects once per round.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -143,15 +141,21 @@ def group_parts(source, summary, the_plan: Plan) -> Iterator[tuple[int, pd.DataF
                 kept |= hit
             return pos[kept], group[kept]
 
-        for frame, group in source.picked(list(source.columns), pick):
+        for piece, rows, group in source.picked(list(source.columns), pick):
             rounds = round_of[group]
             for r in np.unique(rounds):
-                mine = rounds == r
-                spill.add(int(r), frame[mine], group[mine])
+                mine = np.flatnonzero(rounds == r)
+                spill.add(
+                    int(r),
+                    piece.take(mine) if hasattr(piece, "num_rows") else piece.iloc[mine],
+                    rows[mine],
+                    group[mine],
+                )
         for r, groups in enumerate(the_plan.rounds):
-            frame, codes = spill.take(r)
+            pieces, rows, codes = spill.take(r)
+            frame = source.frame_of(pieces, rows) if pieces else summary.empty
             for g in groups:
-                yield g, _with_step_threads(frame[codes == g] if frame is not None else None, summary, source)
+                yield g, _with_step_threads(frame[codes == g], summary)
     finally:
         spill.close()
 
@@ -177,52 +181,64 @@ class _Rows:
 
 
 class _Spill:
-    """Round 0 in memory, the others in temporary files of pickled (frame, group codes) pieces."""
+    """Round 0 in memory; the others in temporary Arrow IPC files, one per round (pieces in memory as they are
+    when the source is a DataFrame: it is in memory already)."""
+
+    ROW, GROUP = "__gpuvar_row", "__gpuvar_group"
 
     def __init__(self, rounds: int):
         self.pieces: list[list] = [[] for _ in range(rounds)]
-        self.files: dict[int, object] = {}
+        self.files: dict[int, tuple] = {}
 
-    def add(self, r: int, frame: pd.DataFrame, codes: np.ndarray) -> None:
-        if r == 0:
-            self.pieces[0].append((frame, codes))
+    def add(self, r: int, piece, rows: np.ndarray, codes: np.ndarray) -> None:
+        import pyarrow as pa
+
+        if r == 0 or isinstance(piece, pd.DataFrame):
+            self.pieces[r].append((piece, rows, codes))
             return
+        batch = pa.RecordBatch.from_arrays(
+            [*piece.columns, pa.array(rows), pa.array(codes)], names=[*piece.schema.names, self.ROW, self.GROUP]
+        )
         if r not in self.files:
-            handle, name = tempfile.mkstemp(prefix="gpuvar-findings-", suffix=".round")
+            handle, name = tempfile.mkstemp(prefix="gpuvar-findings-", suffix=".arrows")
             os.close(handle)
-            self.files[r] = open(name, "w+b")  # noqa: SIM115 - closed by close()
+            sink = open(name, "w+b")  # noqa: SIM115 - closed by take() or close()
             os.unlink(name)  # gone with the process, whatever happens
-        pickle.dump((frame, codes), self.files[r], protocol=pickle.HIGHEST_PROTOCOL)
-        self.pieces[r].append(None)
+            self.files[r] = (sink, pa.ipc.new_stream(sink, batch.schema))
+        self.files[r][1].write_batch(batch)
 
-    def take(self, r: int) -> tuple[pd.DataFrame | None, np.ndarray]:
-        pieces = self.pieces[r]
+    def take(self, r: int) -> tuple[list, np.ndarray, np.ndarray]:
+        import pyarrow as pa
+
         if r in self.files:
-            handle = self.files.pop(r)
-            handle.flush()
-            handle.seek(0)
-            pieces = [pickle.load(handle) for _ in pieces]  # noqa: S301 - this process wrote them just now
-            handle.close()
+            sink, writer = self.files.pop(r)
+            writer.close()
+            sink.flush()
+            sink.seek(0)
+            table = pa.ipc.open_stream(sink).read_all()
+            sink.close()
+            rows, codes = (table.column(k).to_numpy() for k in (self.ROW, self.GROUP))
+            pieces = [table.drop_columns([self.ROW, self.GROUP])]
+        else:
+            kept = self.pieces[r]
+            pieces = [p for p, _, _ in kept]
+            rows = np.concatenate([x for _, x, _ in kept]) if kept else np.zeros(0, np.int64)
+            codes = np.concatenate([c for _, _, c in kept]) if kept else np.zeros(0, np.int64)
         self.pieces[r] = []
-        if not pieces:
-            return None, np.zeros(0, np.int64)
-        frame = pd.concat([f for f, _ in pieces]) if len(pieces) > 1 else pieces[0][0]
-        return frame, np.concatenate([c for _, c in pieces])
+        return pieces, rows, codes
 
     def close(self) -> None:
-        for handle in self.files.values():
-            handle.close()
+        for sink, _ in self.files.values():
+            sink.close()
         self.files = {}
 
 
-def _with_step_threads(part: pd.DataFrame | None, summary, source) -> pd.DataFrame:
+def _with_step_threads(part: pd.DataFrame, summary) -> pd.DataFrame:
     """The part with the `step_threads` column as the whole-table code gives it (gpuvar.findings.features
     .step_threads: float64; computed per (step, rank) from pass 1's sums where the table has no such column)."""
     from gpuvar.findings.features import STEP_THREADS
     from gpuvar.findings.tally import thread_key
 
-    if part is None:
-        part = summary.empty
     tally = summary.tally
     if STEP_THREADS in part.columns:
         if not tally.step_threads_known:

@@ -4,6 +4,8 @@ Why: a trace of 20 M launches is ~60 columns x 20 M values (a pandas frame of it
 the findings need a dozen columns for their dataset-level numbers and the feature columns only for the launches
 they fit. So kernels.parquet is never read whole: each pass names its columns and gets them as pandas frames of
 at most BATCH_ROWS rows (pyarrow, one Parquet row group after another), indexed by the row's position in the file.
+The reader does not pre-buffer: with pre-buffering on, pyarrow keeps every row group's column chunks it has read
+until the file is closed (memory that grows with the trace: 80 MB for two columns of 20 M rows).
 The frames have the dtypes a whole-table read gives (an integer column with a null anywhere in the file is
 float64 in every batch, a boolean one object), so every computation sees the values, and the JSON the types, it
 saw when the table was read whole. A DataFrame already in memory (tests, library callers) is a source of one batch.
@@ -39,10 +41,13 @@ class FrameSource:
     def batches(self, columns: list[str], categories: bool = False) -> Iterator[pd.DataFrame]:
         yield self.frame[[c for c in self.columns if c in set(columns)]]
 
-    def picked(self, columns: list[str], pick) -> Iterator[tuple[pd.DataFrame, object]]:
+    def picked(self, columns: list[str], pick) -> Iterator[tuple[pd.DataFrame, np.ndarray, object]]:
         frame = self.frame[[c for c in self.columns if c in set(columns)]]
         positions, payload = pick(pd.to_numeric(self.frame["duration"], errors="coerce").to_numpy(np.float64))
-        yield frame.iloc[positions], payload
+        yield frame.iloc[positions], np.asarray(positions, np.int64), payload
+
+    def frame_of(self, pieces: list[pd.DataFrame], rows: np.ndarray) -> pd.DataFrame:
+        return pd.concat(pieces) if len(pieces) > 1 else pieces[0]
 
 
 class ParquetSource:
@@ -53,7 +58,7 @@ class ParquetSource:
 
         self.path = Path(path)
         try:
-            self.file = pq.ParquetFile(self.path)
+            self.file = pq.ParquetFile(self.path, pre_buffer=False)
             schema = self.file.schema_arrow
         except Exception as exc:  # noqa: BLE001 - any reader failure is a bad input file
             raise InputError(self.path, f"cannot read: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
@@ -102,7 +107,7 @@ class ParquetSource:
         file = self.file
         if categories:  # text read as dictionaries: a kernel name is decoded once per page, not once per launch
             text = [c for c in wanted if pa.types.is_string(self.schema.field(c).type)]
-            file = pq.ParquetFile(self.path, read_dictionary=text)
+            file = pq.ParquetFile(self.path, read_dictionary=text, pre_buffer=False)
         batches = file.iter_batches(batch_size=BATCH_ROWS, columns=wanted, use_threads=False)
         while True:
             try:
@@ -124,21 +129,29 @@ class ParquetSource:
             offset += len(frame)
             yield self._fix(frame)
 
-    def picked(self, columns: list[str], pick) -> Iterator[tuple[pd.DataFrame, object]]:
-        """For each batch: pick(its durations as float64) -> (positions, payload); yields (the frame of those rows
-        only, with the whole-table dtypes and their row numbers as index, payload). Only the picked rows become
-        pandas objects."""
+    def picked(self, columns: list[str], pick):
+        """For each batch: pick(its durations as float64) -> (positions, payload); yields (those rows as an Arrow
+        record batch, their row numbers in the file, payload). Rows become pandas objects only in frame_of, once
+        per round of groups: no per-batch Python strings, no small frames left behind between large ones."""
         import pyarrow as pa
 
         offset = 0
+        wanted = [c for c in self.columns if c in set(columns)]
         for batch in self._arrow_batches(sorted(set(columns) | {"duration"})):
             d = pd.to_numeric(batch.column("duration").to_pandas(), errors="coerce").to_numpy(np.float64)
             positions, payload = pick(d)
-            frame = batch.take(pa.array(np.asarray(positions, np.int64))).to_pandas()
-            frame = frame[[c for c in self.columns if c in set(columns)]]
-            frame.index = pd.Index(offset + np.asarray(positions, np.int64))
+            positions = np.asarray(positions, np.int64)
+            yield batch.select(wanted).take(pa.array(positions)), offset + positions, payload
             offset += batch.num_rows
-            yield self._fix(frame), payload
+
+    def frame_of(self, pieces: list, rows: np.ndarray) -> pd.DataFrame:
+        """One frame of record batches or tables from picked(): the whole-table dtypes, row numbers as index."""
+        import pyarrow as pa
+
+        tables = [pa.Table.from_batches([p]) if isinstance(p, pa.RecordBatch) else p for p in pieces]
+        frame = pa.concat_tables(tables).to_pandas() if tables else self.empty()
+        frame.index = pd.Index(np.asarray(rows, np.int64))
+        return self._fix(frame)
 
 
 def kernels_source(ingest_dir: Path) -> ParquetSource:
