@@ -229,3 +229,28 @@ def test_allocation_keeps_every_call_site_and_the_cap():
     assert k.sum() == 1_000 and (k <= n).all() and (k >= np.minimum(n, 2)).all()
     assert k[4] > k[0] > k[3]  # in proportion to the launches
     np.testing.assert_array_equal(allocation(n, 10**6), n)  # below the cap: every launch
+
+
+def test_a_sampled_context_findings_prediction_stands_for_every_launch(trace, runs):
+    """With every group sampled (cap 150), the copy finding's per-call-site models count the group's launches and
+    steps, its observed numbers are the group's own, and the saving (scaled from the sample per call site) is near
+    the whole-table one."""
+    folder, _ = trace
+
+    def copy_finding(record):
+        (finding,) = [f for f in record["findings"] if (f.get("prediction") or {}).get("saving")]
+        return finding
+
+    reference = copy_finding(runs[0][0])
+    got = copy_finding(analyse_dataset("planted", folder, cap=150)[0])
+    assert got["sample"]["launches"] == 150 and got["sample"]["of"] == reference["launches"]
+    ref_p, got_p = reference["prediction"], got["prediction"]
+    assert got_p["observed"] == ref_p["observed"]
+    assert got_p["context_absent"] == ref_p["context_absent"]
+    for site, model in ref_p["model"]["sites"].items():
+        assert got_p["model"]["sites"][site]["n"] == model["n"]
+        assert got_p["model"]["sites"][site]["launches_per_step"] == model["launches_per_step"]
+    for key in ("affected_launches", "affected_steps"):
+        assert got_p["saving"][key] == pytest.approx(ref_p["saving"][key], rel=0.25)
+    value = ref_p["saving"]["over_the_run_ns"]["value"]
+    assert got_p["saving"]["over_the_run_ns"]["value"] == pytest.approx(value, rel=0.25)

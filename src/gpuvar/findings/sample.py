@@ -73,9 +73,6 @@ class Plan:
     def groups_sampled(self) -> int:
         return int(self.sampled.sum())
 
-    def held(self, g: int, cell_group: np.ndarray) -> int:
-        return int(self.keep[cell_group == g].sum())
-
 
 def sampled_groups(cap: int):
     """The groups pass 2 of the summary counts distinct steps for: those above the cap."""

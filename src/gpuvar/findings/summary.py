@@ -85,9 +85,6 @@ class Summary:
     def sites(self) -> list[str]:
         return self.labels.sites.values
 
-    def group_code(self, group: str) -> int | None:
-        return self.labels.groups.index.get(group)
-
     def cells_of(self, g: int) -> np.ndarray:
         return np.flatnonzero(self.cell_group == g)
 

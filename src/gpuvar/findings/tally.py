@@ -84,7 +84,6 @@ class Tally:
         self.step_starts: dict = {}
         self.ranks: dict = {}
         self.step_values: set = set()
-        self.step_ranks: set = set()
         self.any_start = False
         self.thread_sums: dict | None = {} if need_threads else None
         self.step_threads_known = 0
@@ -105,8 +104,6 @@ class Tally:
             known = step.notna().to_numpy()
             self.group_steps += np.bincount(labels.group[known], minlength=n_groups)
             self.step_values.update(np.unique(step[known].to_numpy()).tolist())
-            if "rank" in self.columns:
-                self.step_ranks.update(rows["rank"][known].dropna().unique().tolist())
         self._slowest(rows, labels)
         self._loud(rows, labels, n_groups)
         self._origins(rows)
