@@ -1,7 +1,7 @@
 """Benchmarks printing one JSON object each: `binning` (gpuvar vs DuckDB vs pandas), `causal` (fast
 pwling vs lingam), `ingest` (nsys SQLite rows/s), `ingest-kineto` (Kineto JSON events/s), `demo` (the whole
 demo workflow, timed), `context` (context columns of 1 M kernels + 0.5 M copies), `explain` (one trace to
-its first findings), `paper-scale` (the paper's four 93 M-row traces binned at once), `scale` (a synthetic
+its first findings), `findings` (the findings stage's time, peak memory and rows held), `paper-scale` (the paper's four 93 M-row traces binned at once), `scale` (a synthetic
 multi-rank job through ingest, binning, the rank analysis and findings, rank by rank)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ BENCHES = {
     "ingest-kineto": ("gpuvar.bench.kineto", "configure_kineto", "run_kineto"),
     "context": ("gpuvar.bench.context", "configure_context", "run_context"),
     "explain": ("gpuvar.bench.explain", "configure_explain", "run_explain"),
+    "findings": ("gpuvar.bench.findings", "configure_findings", "run_findings"),
     "paper-scale": ("gpuvar.bench.paper_scale", "configure_paper_scale", "run_paper_scale"),
     "scale": ("gpuvar.bench.scale", "configure_scale", "run_scale"),
 }

@@ -124,6 +124,7 @@ class Decomposition:
     unexplained: float
     verdict: ShareTest
     drivers: list[Driver]
+    sample: dict | None = None  # the fits' sample when the group has more launches than the cap
 
     def shares(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in SHARE_KEYS}
@@ -147,7 +148,25 @@ class Decomposition:
             },
             "verdict": self.verdict.record(),
             "drivers": [d.record() for d in self.drivers],
-        }
+        } | ({"sample": dict(self.sample)} if self.sample else {})
+
+
+@dataclass
+class Exact:
+    """A group's numbers over every launch (what a sampled group's Decomposition states beside its fits)."""
+
+    kernels: dict[str, int]
+    launches: int
+    total_ns: float
+    mean_ns: float
+    cv: float
+    cv_within: float
+    call_sites: int
+    min_site_launches: int
+    between: float
+    within_fraction: float
+    varies: bool  # the durations are not all equal
+    sample: dict | None = None  # {"launches": fitted, "of": launches, "cap": the cap}
 
 
 _PREFERENCE = {SIZE: 0, "context": 1, COUNTER: 2}
@@ -237,8 +256,11 @@ def decompose_group(
     features: Features,
     steps: np.ndarray | None,
     seed: int = 0,
+    exact: Exact | None = None,
 ) -> Decomposition:
-    """The decomposition of one group's launches (arrays aligned row by row)."""
+    """The decomposition of one group's launches (arrays aligned row by row). `exact`: the group's numbers over
+    every launch when the arrays are its sample (gpuvar.findings.sample): the fits are the sample's, the launches,
+    time, CV and call-site shares the whole group's."""
     d = np.asarray(durations, dtype=np.float64)
     n = len(d)
     mean = float(d.mean()) if n else 0.0
@@ -305,29 +327,44 @@ def decompose_group(
         kinds = {b: features.kinds[cols[0]] for b, cols in features.blocks.items()}
         Xs = standardise(X)
         drivers = _drivers(groups, Xs, kinds, block_idx, y)
-    size_part = size_share * within_fraction
-    context_part = context_share * within_fraction
-    counter_part = counter_share * within_fraction
-    unexplained = max(0.0, 1.0 - between - size_part - context_part - counter_part) if total > 0 else 0.0
-    variants = pd.Series(kernel_names, dtype=object).value_counts(sort=False)
-    ordered = dict(sorted(((str(k), int(v)) for k, v in variants.items()), key=lambda kv: (-kv[1], kv[0])))
+    if exact is None:
+        variants = pd.Series(kernel_names, dtype=object).value_counts(sort=False)
+        ordered = dict(sorted(((str(k), int(v)) for k, v in variants.items()), key=lambda kv: (-kv[1], kv[0])))
+        exact = Exact(
+            kernels=ordered,
+            launches=n,
+            total_ns=float(d.sum()),
+            mean_ns=mean,
+            cv=cv,
+            cv_within=cv_within,
+            call_sites=n_sites,
+            min_site_launches=int(per_site.min()) if n else 0,
+            between=between,
+            within_fraction=within_fraction,
+            varies=total > 0,
+        )
+    size_part = size_share * exact.within_fraction
+    context_part = context_share * exact.within_fraction
+    counter_part = counter_share * exact.within_fraction
+    unexplained = max(0.0, 1.0 - exact.between - size_part - context_part - counter_part) if exact.varies else 0.0
     return Decomposition(
         group=group,
-        kernels=ordered,
-        launches=n,
-        total_ns=float(d.sum()),
-        mean_ns=mean,
-        cv=cv,
-        cv_within=cv_within,
-        call_sites=n_sites,
-        min_site_launches=int(per_site.min()) if n else 0,
-        between=between,
+        kernels=exact.kernels,
+        launches=exact.launches,
+        total_ns=exact.total_ns,
+        mean_ns=exact.mean_ns,
+        cv=exact.cv,
+        cv_within=exact.cv_within,
+        call_sites=exact.call_sites,
+        min_site_launches=exact.min_site_launches,
+        between=exact.between,
         size=size_part,
         context=context_part,
         counters=counter_part,
         unexplained=unexplained,
         verdict=full,
         drivers=drivers,
+        sample=exact.sample,
     )
 
 
@@ -340,44 +377,54 @@ def pooled_shares(decompositions: list[Decomposition]) -> dict[str, float]:
     return {k: sum(getattr(dec, k) * weights[dec.group] for dec in decompositions) / total for k in SHARE_KEYS}
 
 
-def decompose(kernels: pd.DataFrame, seed: int = 0) -> list[Decomposition]:
-    """Every group's decomposition (rows with a duration), in group order."""
-    from gpuvar.findings.features import (
-        STEP_THREADS,
-        context_frame,
-        counter_columns,
-        group_features,
-        size_columns,
-        step_threads,
+@dataclass
+class FitInputs:
+    """What a group's feature table takes from the whole table: its size and counter columns (by dtype and role)
+    and the launches per rank (the rank indicators' baseline)."""
+
+    size_cols: list[str]
+    counters: list[str]
+    rank_counts: dict | None
+
+
+def fit_inputs(empty: pd.DataFrame, rank_counts: dict | None) -> FitInputs:
+    """FitInputs of a table with the columns and dtypes of `empty` (no rows needed)."""
+    from gpuvar.findings.features import counter_columns, size_columns
+
+    size_cols = size_columns(empty.drop(columns=[STEP_THREADS], errors="ignore"))
+    return FitInputs(size_cols, counter_columns(empty), rank_counts if "rank" in empty.columns else None)
+
+
+def decompose_part(group: str, part: pd.DataFrame, inputs: FitInputs, seed: int = 0, exact: Exact | None = None):
+    """The decomposition of one group from the launches its fits see (`part`: every launch, or its sample with
+    `exact` the group's numbers over every launch)."""
+    from gpuvar.findings.features import context_frame, group_features
+
+    sites = call_sites(part).to_numpy()
+    step_values = None
+    if "step" in part.columns:
+        steps = pd.to_numeric(part["step"], errors="coerce")
+        if steps.notna().all():
+            step_values = steps.to_numpy(dtype=np.float64)
+    context = context_frame(part, inputs.rank_counts)
+    return decompose_group(
+        group,
+        pd.to_numeric(part["duration"]).to_numpy(dtype=np.float64),
+        sites,
+        part["kernel_name"].astype("string").fillna("?").to_numpy(dtype=object),
+        group_features(part, inputs.size_cols, context, inputs.counters, sites),
+        step_values,
+        seed,
+        exact,
     )
 
-    if "duration" not in kernels.columns or "kernel_name" not in kernels.columns:
+
+def decompose(kernels, seed: int = 0) -> list[Decomposition]:
+    """Every group's decomposition (rows with a duration), in group order. `kernels`: a DataFrame or a source
+    (gpuvar.findings.source); read batch by batch, each group's fits on at most the cap's launches."""
+    from gpuvar.findings.passes import Passes
+
+    if isinstance(kernels, pd.DataFrame) and ("duration" not in kernels.columns or "kernel_name" not in kernels):
         return []
-    threads = step_threads(kernels)
-    if threads is not None:
-        kernels = kernels.assign(**{STEP_THREADS: threads})
-    rows = kernels[pd.to_numeric(kernels["duration"], errors="coerce").notna()]
-    sites = call_sites(rows)
-    groups = groups_of(rows)
-    size_cols = size_columns(rows.drop(columns=[STEP_THREADS], errors="ignore"))
-    context = context_frame(rows)
-    counters = counter_columns(rows)
-    steps = pd.to_numeric(rows["step"], errors="coerce") if "step" in rows.columns else None
-    out = []
-    for group, index in sorted(groups.groupby(groups, sort=False).indices.items()):
-        part = rows.iloc[index]
-        step_values = None
-        if steps is not None and steps.iloc[index].notna().all():
-            step_values = steps.iloc[index].to_numpy(dtype=np.float64)
-        out.append(
-            decompose_group(
-                str(group),
-                pd.to_numeric(part["duration"]).to_numpy(dtype=np.float64),
-                sites.iloc[index].to_numpy(),
-                part["kernel_name"].astype("string").fillna("?").to_numpy(dtype=object),
-                group_features(part, size_cols, context, counters, sites.iloc[index].to_numpy()),
-                step_values,
-                seed,
-            )
-        )
-    return out
+    with Passes(kernels, seed) as passes:
+        return [decompose_part(name, part, passes.inputs, seed, exact) for _, name, part, exact in passes.groups()]

@@ -62,9 +62,10 @@ def size_columns(kernels: pd.DataFrame) -> list[str]:
     return out
 
 
-def context_frame(kernels: pd.DataFrame) -> pd.DataFrame:
+def context_frame(kernels: pd.DataFrame, rank_counts: dict | None = None) -> pd.DataFrame:
     """ctx_* columns of role context, plus 0/1 indicators of rank (the most frequent rank the baseline) when
-    several ranks ran."""
+    several ranks ran. `rank_counts`: launches per rank over the whole table, when `kernels` is a part of it (the
+    baseline and the indicators are the table's, not the part's)."""
     from gpuvar.causal.roles import role_of
 
     cols = {
@@ -74,7 +75,7 @@ def context_frame(kernels: pd.DataFrame) -> pd.DataFrame:
     }
     if "rank" in kernels.columns:
         ranks = kernels["rank"]
-        counts = ranks.value_counts()
+        counts = ranks.value_counts() if rank_counts is None else pd.Series(rank_counts, dtype=np.int64)
         if len(counts) > 1:
             baseline = sorted(counts.index[counts == counts.max()])[0]
             for level in sorted(counts.index):

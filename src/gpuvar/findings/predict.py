@@ -67,10 +67,43 @@ def _bins(x: np.ndarray, d: np.ndarray) -> list[dict]:
     return [{"x": float(v), "n": int(count[v]), "mean": float(mean[v]), "m2": float(m2[v])} for v in mean.index]
 
 
-def site_model(x: np.ndarray, d: np.ndarray, steps: np.ndarray | None) -> dict:
-    """The stored model of one call site (see the module docstring)."""
-    n = len(d)
-    per_step = float(n / len(np.unique(steps))) if steps is not None and len(steps) else 1.0
+@dataclass
+class Scale:
+    """What a sampled group's launches stand for (gpuvar.findings.sample): per call site its launches and the
+    distinct steps they ran in (None where some launch has no step), the context columns that were ever non-zero
+    beside any of its launches, and the group's own numbers over every launch."""
+
+    launches: dict[str, int]
+    steps: dict[str, int | None]
+    loud: set[str]
+    observed: dict
+    group_steps: int  # the distinct steps of the group's launches
+
+    @classmethod
+    def of(cls, summary, g: int, dec) -> Scale:
+        launches, steps = {}, {}
+        for c in summary.cells_of(g):
+            site = str(summary.sites[summary.cell_site[c]])
+            launches[site] = int(summary.cell_n[c])
+            known = summary.cell_with_step[c] == summary.cell_n[c]
+            steps[site] = summary.cell_steps.get(int(c)) if known else None
+        loud = {column for column, seen in summary.tally.loud.items() if len(seen) > g and seen[g]}
+        observed = {"time_per_launch_ns": round(dec.mean_ns, 3), "cv_within_call_site": round(dec.cv_within, 6)}
+        return cls(launches, steps, loud, observed, len(summary.group_steps(g)[0]))
+
+    def factor(self, site: str, fitted: int) -> float:
+        """Launches of the call site per launch of its sample."""
+        return self.launches.get(site, fitted) / max(fitted, 1)
+
+
+def site_model(x: np.ndarray, d: np.ndarray, steps: np.ndarray | None, launches=None, step_count=None) -> dict:
+    """The stored model of one call site (see the module docstring). `launches` and `step_count`: the call
+    site's launches and distinct steps when x and d are its sample."""
+    n = len(d) if launches is None else launches
+    if step_count is not None:
+        per_step = float(n / step_count)
+    else:
+        per_step = float(n / len(np.unique(steps))) if steps is not None and len(steps) else 1.0
     return {
         "n": int(n),
         "launches_per_step": round(per_step, 6),
@@ -172,9 +205,11 @@ def _driver_column(finding: dict, part: pd.DataFrame) -> str | None:
     return None
 
 
-def finding_prediction(finding: dict, part: pd.DataFrame, sites: np.ndarray) -> dict | None:
+def finding_prediction(finding: dict, part: pd.DataFrame, sites: np.ndarray, scale: Scale | None = None) -> dict | None:
     """The prediction record of one finding (None when nothing explains it: an unexplained spread has no model to
-    predict a re-run from; the check it states is still written)."""
+    predict a re-run from; the check it states is still written). `scale`: `part` is the group's sample; the
+    models' launch counts, the context this run had and its own numbers are the whole group's, the saving the
+    sample's scaled per call site."""
     if finding["verdict"]["verdict"] not in ("explained", "partly explained") or not finding["drivers"]:
         return None
     column = _driver_column(finding, part)
@@ -192,7 +227,12 @@ def finding_prediction(finding: dict, part: pd.DataFrame, sites: np.ndarray) -> 
         if rows.sum() < 2:
             continue
         s = steps[rows] if steps is not None and np.isfinite(steps[rows]).all() else None
-        models[str(site)] = site_model(x[rows], d[rows], s)
+        if scale is None:
+            models[str(site)] = site_model(x[rows], d[rows], s)
+        else:
+            launches = round(int(rows.sum()) * scale.factor(str(site), int((sites == site).sum())))
+            known = scale.steps.get(str(site)) if s is not None else None
+            models[str(site)] = site_model(x[rows], d[rows], s, launches, known)
         reference[str(site)] = 0.0 if kind == "context" else float(np.median(x[rows]))
     if not models:
         return None
@@ -204,17 +244,19 @@ def finding_prediction(finding: dict, part: pd.DataFrame, sites: np.ndarray) -> 
     quiet = [  # context this run never had beside these launches: a re-run that adds it changes more than the cause
         c
         for c in CONTEXT_COLUMNS
-        if c != column and c in part.columns and (pd.to_numeric(part[c], errors="coerce").fillna(0) == 0).all()
+        if c != column
+        and c in part.columns
+        and (c not in scale.loud if scale else (pd.to_numeric(part[c], errors="coerce").fillna(0) == 0).all())
     ]
     record = {
         "intervention": intervention,
         "model": {"feature": column, "sites": models},
         "context_absent": quiet,
         "at_reference": rounded(predict(models, reference)) | {"values": reference},
-        "observed": _observed(part, sites, d),
+        "observed": scale.observed if scale else _observed(part, sites, d),
     }
     if kind == "context":
-        record["saving"] = _saving(models, part, sites, x, d, steps)
+        record["saving"] = _saving(models, part, sites, x, d, steps, scale)
     return record
 
 
@@ -229,24 +271,35 @@ def _observed(part: pd.DataFrame, sites: np.ndarray, d: np.ndarray) -> dict:
     }
 
 
-def _saving(models, part, sites, x, d, steps) -> dict:
+def _saving(models, part, sites, x, d, steps, scale: Scale | None = None) -> dict:
     """Time the affected launches (driver > 0) spent above the model's time without the cause: per affected
     step and over the run, with a 90 % interval (the recorded means' uncertainty; the affected launches are
-    what they are)."""
+    what they are). From a sample (`scale`): each call site's affected launches and their excess scaled by its
+    launches per sampled launch, the affected steps by the steps per sampled step."""
     affected = np.isfinite(x) & (x > 0)
-    total, var = 0.0, 0.0
+    total, var, count = 0.0, 0.0, 0.0
     for site, model in models.items():
         rows = affected & (sites == site)
         if not rows.any():
             continue
+        factor = scale.factor(site, int((sites == site).sum())) if scale else 1.0
         mean0, sd0, k0 = at_value(model, 0.0)
-        total += float((d[rows] - mean0).sum())
-        var += float(rows.sum()) ** 2 * sd0**2 / max(k0, 1)  # the model's time without the cause is estimated
+        total += factor * float((d[rows] - mean0).sum())
+        count += factor * float(rows.sum())
+        var += (factor * float(rows.sum())) ** 2 * sd0**2 / max(k0, 1)  # the time without the cause is estimated
     affected_steps = len(np.unique(steps[affected])) if steps is not None and affected.any() else int(affected.sum())
+    affected_launches = int(affected.sum())
+    if scale is not None:
+        affected_launches = round(count)
+        sampled_steps = len(np.unique(steps[np.isfinite(steps)])) if steps is not None else 0
+        if sampled_steps and affected.any() and scale.group_steps:
+            affected_steps = min(round(affected_steps * scale.group_steps / sampled_steps), scale.group_steps)
+        else:
+            affected_steps = affected_launches
     run = Estimate(total, var)
     per_step = Estimate(total / max(affected_steps, 1), var / max(affected_steps, 1) ** 2)
     return {
-        "affected_launches": int(affected.sum()),
+        "affected_launches": affected_launches,
         "affected_steps": int(affected_steps),
         "over_the_run_ns": {"value": round(run.mean, 3), "interval": [round(v, 3) for v in run.interval()]},
         "per_affected_step_ns": {

@@ -22,7 +22,7 @@ import pandas as pd
 
 from gpuvar.causal.share_test import DECLINED, EXPLAINED, MIN_ROWS, NOT_EXPLAINED, PARTLY
 from gpuvar.findings import advice as A
-from gpuvar.findings.decompose import POSITION_SITE, STABLE_CV, Decomposition, call_sites, groups_of
+from gpuvar.findings.decompose import POSITION_SITE, STABLE_CV, Decomposition
 
 BOOTSTRAP = 200
 MAX_FINDINGS = 10
@@ -218,54 +218,9 @@ def _step_of(row) -> tuple | None:
     return (rank, int(row["step"]))
 
 
-def _origins(rows: pd.DataFrame) -> dict:
-    """The trace's first kernel start and each (rank, step)'s first kernel start."""
-    if "start" not in rows.columns or rows["start"].isna().all():
-        return {}
-    start = pd.to_numeric(rows["start"], errors="coerce")
-    out = {"trace": int(start.min())}
-    if "step" in rows.columns and rows["step"].notna().any():
-        rank = rows["rank"] if "rank" in rows.columns else pd.Series(None, index=rows.index)
-        frame = pd.DataFrame({"rank": rank.where(rank.notna(), None), "step": rows["step"], "start": start})
-        frame = frame[frame["step"].notna()]
-        firsts = frame.groupby(["rank", "step"], dropna=False)["start"].min()
-        out["steps"] = {(r if pd.notna(r) else None, int(s)): int(v) for (r, s), v in firsts.items()}
-    return out
-
-
-def kernel_table(rows: pd.DataFrame, sites: pd.Series, groups: pd.Series, total_ns: float) -> list[dict]:
-    """The per-kernel-name view: every kernel name with its launches, time, spread and launching ops."""
-    d = pd.to_numeric(rows["duration"]).astype(np.float64)
-    names = rows["kernel_name"].astype("string").fillna("?").astype(object)
-    site_median = d.groupby(sites.to_numpy()).transform("median")
-    excess = (d - site_median).clip(lower=0)
-    frame = pd.DataFrame({"name": names, "d": d, "site": sites.to_numpy(), "group": groups.to_numpy(), "x": excess})
-    out = []
-    for name, part in frame.groupby("name", sort=False):
-        within = part["d"] - part.groupby("site")["d"].transform("mean")
-        mean = float(part["d"].mean())
-        ops = part["group"].value_counts()
-        out.append(
-            {
-                "kernel": str(name),
-                "short_name": short_name(str(name)),
-                "launches": int(len(part)),
-                "total_ns": round(float(part["d"].sum()), 3),
-                "share_of_kernel_time": round(float(part["d"].sum()) / total_ns, 6) if total_ns > 0 else 0.0,
-                "cv": round(float(part["d"].std(ddof=0) / mean), 6) if mean > 0 else 0.0,
-                "cv_within_call_site": round(float(np.sqrt((within**2).mean()) / mean), 6) if mean > 0 else 0.0,
-                "call_sites": int(part["site"].nunique()),
-                "above_median_ns": round(float(part["x"].sum()), 3),
-                "groups": [str(g) for g in ops.index[:3]],
-            }
-        )
-    out.sort(key=lambda e: (-e["total_ns"], e["kernel"]))
-    return out
-
-
 def dataset_findings(
     dataset: str,
-    kernels: pd.DataFrame,
+    kernels,
     decompositions: list[Decomposition],
     pooled: dict,
     seed: int = 0,
@@ -273,137 +228,19 @@ def dataset_findings(
     step_record: dict | None = None,
     notes: list[str] | None = None,
 ) -> dict:
-    """The findings record of one dataset (what findings.json holds for it)."""
-    from gpuvar.findings.features import STEP_THREADS, step_threads
-    from gpuvar.findings.predict import finding_prediction
+    """The findings record of one dataset (what findings.json holds for it). `kernels`: a DataFrame or a source
+    (gpuvar.findings.source), read batch by batch (gpuvar.findings.passes)."""
+    from gpuvar.findings.entries import assemble, group_entry, origins
+    from gpuvar.findings.passes import Passes
 
-    threads = step_threads(kernels) if STEP_THREADS not in kernels.columns else None
-    if threads is not None:
-        kernels = kernels.assign(**{STEP_THREADS: threads})
-    d_all = pd.to_numeric(kernels["duration"], errors="coerce")
-    total_ns = float(d_all.sum())
-    rows = kernels[d_all.notna()]
-    sites = call_sites(rows)
-    groups = groups_of(rows)
-    is_op = rows["launch_op"].notna().to_numpy() if "launch_op" in rows.columns else np.zeros(len(rows), dtype=bool)
-    index_of = groups.groupby(groups, sort=False).indices
-    op_groups = set(groups[is_op].unique()) if is_op.any() else set()
-    steps = pd.to_numeric(rows["step"], errors="coerce") if "step" in rows.columns else None
-    origin = _origins(rows)
-    entries, stable, call_site_only, not_compared, small = [], [], [], [], []
-    for dec in decompositions:
-        idx = index_of.get(dec.group)
-        if idx is None:
-            continue
-        part = rows.iloc[idx]
-        d = pd.to_numeric(part["duration"]).to_numpy(dtype=np.float64)
-        s = sites.iloc[idx].to_numpy()
-        median = _medians(d, s)
-        excess = np.maximum(d - median, 0.0)
-        step_values = steps.iloc[idx].to_numpy() if steps is not None and steps.iloc[idx].notna().all() else None
-        recoverable, interval = _recoverable(excess, step_values, seed)
-        name = display_name(dec.group, bool(is_op[idx].all()), dec.kernels)
-        category = category_of(dec)
-        brief = {
-            "group": dec.group,
-            "short_name": name,
-            "launches": dec.launches,
-            "call_sites": dec.call_sites,
-            "cv": round(dec.cv, 6),
-            "cv_within": round(dec.cv_within, 6),
-            "recoverable_ns": round(recoverable, 3),
-        }
-        if category == "stable":
-            stable.append(brief)
-            continue
-        if category == "call-site differences":
-            call_site_only.append(brief | {"between_call_sites": round(dec.between, 6)})
-            continue
-        if category == "not compared":
-            not_compared.append(brief | {"reason": dec.verdict.reason})
-            continue
-        cheap = total_ns > 0 and recoverable < MIN_RECOVERABLE_SHARE * total_ns
-        if cheap and dec.verdict.verdict not in (EXPLAINED, PARTLY):
-            small.append(brief)
-            continue
-        collective = A.is_collective(dec.group, list(dec.kernels))
-        top = dec.drivers[0] if dec.drivers else None
-        key = A.advice_key(
-            category if dec.verdict.verdict != NOT_EXPLAINED else "unexplained",
-            top.feature if top and dec.verdict.verdict != NOT_EXPLAINED else None,
-            collective,
+    by_group = {dec.group: dec for dec in decompositions}
+    with Passes(kernels, seed) as passes:
+        origin = origins(passes.summary)
+        listed = [
+            group_entry(by_group[name], passes.summary, g, part, seed, vendor, origin)
+            for g, name, part, _ in passes.groups()
+            if name in by_group
+        ]
+        return assemble(
+            dataset, passes.summary, decompositions, listed, pooled, vendor, step_record, notes, passes.record()
         )
-        remain = percent(dec.unexplained / max(1e-12, 1 - dec.between)) if dec.between < 1 else "0 %"
-        site_excess = (
-            pd.DataFrame({"site": s, "x": excess})
-            .groupby("site")["x"]
-            .sum()
-            .sort_values(ascending=False, kind="stable")
-        )
-        entries.append(
-            dec.record()
-            | {
-                "kernel": next(iter(dec.kernels)),
-                "short_name": name,
-                "is_op": bool(is_op[idx].all()),
-                "category": category,
-                "collective": collective,
-                "headline": _headline(dec, name),
-                "recoverable_ns": round(recoverable, 3),
-                "recoverable_interval_ns": [round(v, 3) for v in interval],
-                "recoverable_share_of_kernel_time": round(recoverable / total_ns, 6) if total_ns > 0 else 0.0,
-                "top_call_sites": [
-                    {"call_site": str(k), "excess_ns": round(float(v), 3)} for k, v in site_excess[:3].items()
-                ],
-                "advice": key,
-                "verify": A.check_text(key, _what_to_fix(top), vendor, percent(dec.cv_within), remain),
-                "evidence": _evidence(part, s, d, median, origin),
-            }
-        )
-        entries[-1]["prediction"] = finding_prediction(entries[-1], part, s)
-    names = distinct_names(
-        {e["group"]: e["short_name"] for e in (*entries, *stable, *call_site_only, *not_compared, *small)}
-    )
-    for listing in (entries, stable, call_site_only, not_compared, small):
-        for e in listing:
-            if names[e["group"]] != e["short_name"]:
-                e["headline"] = (
-                    e["headline"].replace(e["short_name"], names[e["group"]], 1) if "headline" in e else None
-                )
-                e["short_name"] = names[e["group"]]
-                if e["headline"] is None:
-                    del e["headline"]
-    entries.sort(key=lambda e: (-e["recoverable_ns"], e["group"]))
-    for rank, entry in enumerate(entries, 1):
-        entry["rank"] = rank
-    for listing in (stable, call_site_only, not_compared, small):
-        listing.sort(key=lambda e: (-e["recoverable_ns"], e["group"]))
-    shared = A.shared_advice(vendor)
-    used = sorted({e["advice"] for e in entries})
-    if step_record is not None:  # the step level names groups as the findings do
-        names = {dec.group: display_name(dec.group, dec.group in op_groups, dec.kernels) for dec in decompositions}
-        for op in step_record.get("ops", []):
-            op["name"] = names.get(op["group"], op["group"])
-    return {
-        "dataset": dataset,
-        "vendor": vendor,
-        "launches": int(len(rows)),
-        "groups": len(decompositions),
-        "kernel_names": int(rows["kernel_name"].nunique()),
-        "kernel_time_ns": round(total_ns, 3),
-        "steps": int(steps.nunique()) if steps is not None and steps.notna().any() else None,
-        "call_sites": int(sites.nunique()),
-        "unit": "launching op" if is_op.any() else "kernel name",
-        "notes": list(notes or []),
-        "step_level": step_record,
-        "pooled_shares": {k: round(v, 6) for k, v in pooled.items()},
-        "findings": entries,
-        "page_findings": min(len(entries), MAX_FINDINGS),
-        "shared_advice": {k: shared[k] for k in used},
-        "stable": stable,
-        "call_site_differences": call_site_only,
-        "not_compared": not_compared,
-        "below_time_floor": small,
-        "kernels": kernel_table(rows, sites, groups, total_ns),
-        "nothing_actionable": not entries,
-    }

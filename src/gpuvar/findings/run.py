@@ -18,16 +18,9 @@ from gpuvar import __version__
 from gpuvar.causal import share_test as V
 from gpuvar.causal.within_site import DRIVER_MIN_SHARE, MIN_SITE_FIT
 from gpuvar.errors import InputError, path_problem
-from gpuvar.findings.decompose import (
-    MAX_DRIVERS,
-    STABLE_CV,
-    call_sites,
-    decompose,
-    groups_of,
-    pooled_shares,
-)
+from gpuvar.findings.decompose import MAX_DRIVERS, STABLE_CV, call_sites, groups_of, pooled_shares
 from gpuvar.findings.page import plain, render
-from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, dataset_findings, percent
+from gpuvar.findings.report import MAX_FINDINGS, MIN_RECOVERABLE_SHARE, percent
 from gpuvar.layout import (
     CAUSAL_RECORD,
     CAUSAL_SUMMARY,
@@ -37,7 +30,6 @@ from gpuvar.layout import (
     FINDINGS_HTML,
     FINDINGS_PAGE,
     FINDINGS_RECORD,
-    KERNELS_TABLE,
     PLOTS_CAUSAL,
     figure_file,
 )
@@ -64,19 +56,25 @@ def thresholds() -> dict:
     }
 
 
-def read_kernels(ingest_dir: Path) -> pd.DataFrame:
-    path = Path(ingest_dir) / KERNELS_TABLE
-    problem = path_problem(path)
-    if problem:
-        raise InputError(path, f"{problem} (run `gpuvar ingest` first)")
-    try:
-        kernels = pd.read_parquet(path)
-    except Exception as exc:  # noqa: BLE001 - any reader failure is a bad input file
-        raise InputError(path, f"cannot read: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
-    for column in ("kernel_name", "duration"):
-        if column not in kernels.columns:
-            raise InputError(path, f"missing column {column!r}")
-    return kernels
+class Kept:
+    """The launches of the findings that can be on the page (the MAX_FINDINGS with most time above median so far),
+    kept from the pass that fitted them for the evidence figures; and what the bench reports about the fits."""
+
+    def __init__(self, limit: int = MAX_FINDINGS):
+        self.limit = limit
+        self.parts: dict[str, tuple[float, pd.DataFrame]] = {}
+        self.held_rows_max = 0
+        self.groups_sampled = 0
+        self.fit_cap = None
+
+    def offer(self, entry: dict, part: pd.DataFrame) -> None:
+        self.parts[entry["group"]] = (entry["recoverable_ns"], part)
+        if len(self.parts) > self.limit:
+            worst = max(self.parts, key=lambda g: (-self.parts[g][0], g))
+            del self.parts[worst]
+
+    def part(self, group: str) -> pd.DataFrame:
+        return self.parts[group][1]
 
 
 def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | None) -> None:
@@ -127,19 +125,53 @@ def _ingest_facts(ingest_dir: Path) -> tuple[str | None, object, list[str]]:
 
 
 def analyse_dataset(
-    name: str, ingest_dir: Path, causal_dir: Path | None = None, plots_dir: Path | None = None, seed: int = 0
-) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """(findings record, decomposition table, the kernels table it was computed from) of one dataset."""
+    name: str,
+    ingest_dir: Path,
+    causal_dir: Path | None = None,
+    plots_dir: Path | None = None,
+    seed: int = 0,
+    cap: int | None = None,
+) -> tuple[dict, pd.DataFrame, Kept]:
+    """(findings record, decomposition table, the launches of the findings that can be on the page) of one
+    dataset. kernels.parquet is read batch by batch (gpuvar.findings.passes): the record's numbers are exact over
+    every launch, each group's fits see at most `cap` launches (gpuvar.findings.sample.FIT_CAP)."""
     from gpuvar.findings.advice import vendor_of
-    from gpuvar.findings.steps import step_level
+    from gpuvar.findings.decompose import decompose_part
+    from gpuvar.findings.entries import assemble, group_entry, origins
+    from gpuvar.findings.passes import Passes
+    from gpuvar.findings.source import kernels_source
 
-    kernels = read_kernels(ingest_dir)
-    decompositions = decompose(kernels, seed)
-    pooled = pooled_shares(decompositions)
+    source = kernels_source(ingest_dir)
     fmt, devices, notes = _ingest_facts(ingest_dir)
-    step_record = step_level(kernels, groups_of(kernels), seed)
     vendor = vendor_of(fmt, devices)
-    record = dataset_findings(name, kernels, decompositions, pooled, seed, vendor, step_record, notes)
+    kept = Kept()
+    with Passes(source, seed, cap) as passes:
+        summary = passes.summary
+        origin = origins(summary)
+        decompositions, listed = [], []
+        for g, group, part, exact in passes.groups():
+            dec = decompose_part(group, part, passes.inputs, seed, exact)
+            decompositions.append(dec)
+            listed.append(group_entry(dec, summary, g, part, seed, vendor, origin))
+            if listed[-1][0] == "findings":
+                kept.offer(listed[-1][1], part)
+        step_record = summary.steps.record(seed, names=summary.groups)
+        record = assemble(
+            name,
+            summary,
+            decompositions,
+            listed,
+            pooled_shares(decompositions),
+            vendor,
+            step_record,
+            notes,
+            passes.record(),
+        )
+        kept.held_rows_max, kept.groups_sampled, kept.fit_cap = (
+            passes.held_rows_max,
+            passes.plan.groups_sampled,
+            passes.cap,
+        )
     record["ingest"] = str(ingest_dir)
     _causal_evidence(record, Path(causal_dir) if causal_dir else None, Path(plots_dir) if plots_dir else None)
     rows = []
@@ -162,24 +194,33 @@ def analyse_dataset(
             }
         )
     table = pd.DataFrame(rows, columns=list(rows[0]) if rows else ["group"])
-    return record, table, kernels
+    return record, table, kept
 
 
-def _draw_figures(record: dict, kernels: pd.DataFrame, tmp: Path, folder: Path) -> None:
-    """figures/NN.png per finding on the page (its evidence), the path recorded in the finding."""
-    from gpuvar.findings.features import STEP_THREADS, step_threads
+def _draw_figures(record: dict, kernels, tmp: Path, folder: Path) -> None:
+    """figures/NN.png per finding on the page (its evidence), the path recorded in the finding. `kernels`: what
+    analyse_dataset kept (each finding's launches), or a whole kernels table."""
     from gpuvar.findings.figures import finding_figure
+
+    findings = record["findings"][: record["page_findings"]]
+    parts = kernels.part if isinstance(kernels, Kept) else _parts_of(kernels, [f["group"] for f in findings])
+    for finding in findings:
+        part = parts(finding["group"])
+        stem = f"{FINDINGS_FIGURES}/{finding['rank']:02d}"
+        finding_figure(part, call_sites(part).to_numpy(), finding, tmp / stem)
+        finding["evidence"]["figure"] = figure_file(stem, "png")  # relative to the findings folder: the page links it
+
+
+def _parts_of(kernels: pd.DataFrame, wanted: list[str]):
+    """group -> its launches with a duration (step_threads as the fits saw it), from a whole table."""
+    from gpuvar.findings.features import STEP_THREADS, step_threads
 
     threads = step_threads(kernels)
     if threads is not None:
         kernels = kernels.assign(**{STEP_THREADS: threads})
     rows = kernels[pd.to_numeric(kernels["duration"], errors="coerce").notna()]
     groups = groups_of(rows)
-    for finding in record["findings"][: record["page_findings"]]:
-        part = rows[(groups == finding["group"]).to_numpy()]
-        stem = f"{FINDINGS_FIGURES}/{finding['rank']:02d}"
-        finding_figure(part, call_sites(part).to_numpy(), finding, tmp / stem)
-        finding["evidence"]["figure"] = figure_file(stem, "png")  # relative to the findings folder: the page links it
+    return lambda group: rows[(groups == group).to_numpy()]
 
 
 def _round_floats(table: pd.DataFrame) -> pd.DataFrame:

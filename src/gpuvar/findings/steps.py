@@ -26,43 +26,108 @@ PARTIAL_STEP = 0.5  # of the median launches per step
 TOP_OPS = 5
 
 
-def _step_key(kernels: pd.DataFrame) -> list[str]:
-    ranked = "rank" in kernels.columns and kernels["rank"].nunique(dropna=True) > 1
-    return ["rank", "step"] if ranked else ["step"]
+SIZE_SUMS = ("op_flops", "op_bytes", "op_numel")
+CONTEXT_SUMS = {  # column of the step table <- the launches' column it sums (the overlap weighted by duration)
+    "launches beside a copy": "ctx_copy_active",
+    "time overlapped by other processes": "ctx_other_process_overlap",
+    "kernels beside it": "ctx_kernels_concurrent",
+}
+READS = ("step", "rank", "duration", "grid_size", "workgroup_size", *SIZE_SUMS, *CONTEXT_SUMS.values())
 
 
-def _size_table(rows: pd.DataFrame, key: list[str]) -> pd.DataFrame:
-    """Per step: threads launched, launches, and the ops' FLOPs / bytes where the trace records input shapes."""
-    out = {"launches": rows.groupby(key, sort=True).size().astype(np.float64)}
-    if "grid_size" in rows.columns:
-        threads = pd.to_numeric(rows["grid_size"], errors="coerce")
-        if "workgroup_size" in rows.columns:
-            threads = threads * pd.to_numeric(rows["workgroup_size"], errors="coerce")
-        if threads.notna().all():
-            out["threads"] = threads.groupby([rows[k] for k in key], sort=True).sum()
-    for column in ("op_flops", "op_bytes", "op_numel"):
-        if column in rows.columns:
-            values = pd.to_numeric(rows[column], errors="coerce")
-            if values.notna().any():
-                out[column] = values.fillna(0).groupby([rows[k] for k in key], sort=True).sum()
-    return pd.DataFrame(out)
+class StepSums:
+    """Per (rank, step) sums of the launches of one batch after another: what the step level needs, never the
+    launches. A trace read whole is one batch and its sums are the table's groupby sums themselves (nothing is
+    added twice), so the record is the one a whole-table computation gives, bit for bit; over several batches the
+    partial sums are added (exact for the integer durations, threads and counts of the canonical schema)."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = set(columns)
+        self.ranked_by = [k for k in ("rank", "step") if k in self.columns]
+        self.ranks: set = set()
+        self.threads_known = True
+        self.sizes_known: set[str] = set()
+        self.parts: list[pd.DataFrame] = []
+        self.by_op: list[pd.Series] = []
+
+    def add(self, batch: pd.DataFrame, groups) -> None:
+        """Add one batch; `groups` gives each row's group (a string, or a code that `record` names)."""
+        if "step" not in self.columns:
+            return
+        d_all = pd.to_numeric(batch["duration"], errors="coerce")
+        keep = (pd.to_numeric(batch["step"], errors="coerce").notna() & d_all.notna()).to_numpy()
+        if not keep.any():
+            return
+        rows = batch[keep]
+        if "rank" in self.columns:
+            self.ranks.update(rows["rank"].dropna().unique().tolist())
+        d = pd.to_numeric(rows["duration"]).astype(np.float64)
+        by = [rows[k] for k in self.ranked_by]
+        out = {"time": d.groupby(by, sort=True, dropna=False).sum()}
+        out["launches"] = rows.groupby(self.ranked_by, sort=True, dropna=False).size()
+        if "grid_size" in self.columns:
+            threads = pd.to_numeric(rows["grid_size"], errors="coerce")
+            if "workgroup_size" in self.columns:
+                threads = threads * pd.to_numeric(rows["workgroup_size"], errors="coerce")
+            self.threads_known &= bool(threads.notna().all())
+            out["threads"] = threads.groupby(by, sort=True, dropna=False).sum()
+        for column in SIZE_SUMS:
+            if column in self.columns:
+                values = pd.to_numeric(rows[column], errors="coerce")
+                if values.notna().any():
+                    self.sizes_known.add(column)
+                out[column] = values.fillna(0).groupby(by, sort=True, dropna=False).sum()
+        for name, column in CONTEXT_SUMS.items():
+            if column in self.columns:
+                values = pd.to_numeric(rows[column], errors="coerce").fillna(0)
+                out[name] = (
+                    (values * d if name == "time overlapped by other processes" else values)
+                    .groupby(by, sort=True, dropna=False)
+                    .sum()
+                )
+        self.parts.append(pd.DataFrame(out))
+        g = pd.Series(np.asarray(groups)[keep], index=rows.index, name="group")
+        self.by_op.append(d.groupby([*by, g], sort=True, dropna=False).sum())
+        if len(self.parts) > 8:  # bounded: the sums so far folded into one
+            self.parts, self.by_op = [_fold(self.parts)], [_fold(self.by_op)]
+
+    def tables(self, key: list[str], names=None) -> tuple[pd.DataFrame, pd.Series]:
+        """(the step table by `key`, the time per key and group) over every batch so far."""
+        table, by_op = _fold(self.parts), _fold(self.by_op)
+        if "rank" in self.ranked_by:
+            if "rank" in key:  # a launch without a rank is in no (rank, step) (groupby's dropna)
+                table = table[table.index.get_level_values("rank").notna()]
+                by_op = by_op[by_op.index.get_level_values("rank").notna()]
+            else:
+                table = _fold([table], key)
+                by_op = _fold([by_op], [*key, "group"])
+        if names is not None:
+            frame = by_op.reset_index()
+            frame["group"] = [names[int(g)] for g in frame["group"]]
+            by_op = frame.groupby([*key, "group"], sort=True)[by_op.name].sum()
+        return table, by_op
+
+    def record(self, seed: int = 0, names=None) -> dict | None:
+        """The step-level record (see the module docstring); None when the trace has no steps. `names`: the
+        group of each code, when `add` was given codes."""
+        if not self.parts:
+            return None
+        key = ["rank", "step"] if len(self.ranks) > 1 else ["step"]
+        table, by_op = self.tables(key, names)
+        return _record(table, by_op, key, self, seed)
 
 
-def _context_table(rows: pd.DataFrame, key: list[str], d: pd.Series) -> pd.DataFrame:
-    out = {}
-    by = [rows[k] for k in key]
-    if "ctx_copy_active" in rows.columns:
-        out["launches beside a copy"] = (
-            pd.to_numeric(rows["ctx_copy_active"], errors="coerce").fillna(0).groupby(by, sort=True).sum()
-        )
-    if "ctx_other_process_overlap" in rows.columns:
-        overlap = pd.to_numeric(rows["ctx_other_process_overlap"], errors="coerce").fillna(0) * d
-        out["time overlapped by other processes"] = overlap.groupby(by, sort=True).sum()
-    if "ctx_kernels_concurrent" in rows.columns:
-        out["kernels beside it"] = (
-            pd.to_numeric(rows["ctx_kernels_concurrent"], errors="coerce").fillna(0).groupby(by, sort=True).sum()
-        )
-    frame = pd.DataFrame(out)
+def _fold(parts: list, levels: list[str] | None = None):
+    """The partial sums added up per key (one part and no new key: that part as it is)."""
+    if len(parts) == 1 and levels is None:
+        return parts[0]
+    both = pd.concat(parts) if len(parts) > 1 else parts[0]
+    levels = levels or list(both.index.names)
+    return both.groupby(level=levels, sort=True, dropna=False).sum()
+
+
+def _context_table(table: pd.DataFrame, key: list[str]) -> pd.DataFrame:
+    frame = pd.DataFrame({name: table[name] for name in CONTEXT_SUMS if name in table.columns})
     if "rank" in key:
         ranks = frame.index.get_level_values("rank")
         for level in sorted(set(ranks))[1:]:
@@ -83,18 +148,16 @@ def _with_squares(frame: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
 
 
 def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict | None:
-    """The step-level record (see the module docstring); None when the trace has no steps."""
-    if "step" not in kernels.columns:
+    """The step-level record of a table in memory (see the module docstring); None when it has no steps."""
+    sums = StepSums([str(c) for c in kernels.columns])
+    sums.add(kernels, groups.astype(str).to_numpy(dtype=object))
+    return sums.record(seed)
+
+
+def _record(table: pd.DataFrame, by_op: pd.Series, key: list[str], sums: StepSums, seed: int) -> dict | None:
+    time, launches = table["time"], table["launches"]
+    if time.empty:
         return None
-    d_all = pd.to_numeric(kernels["duration"], errors="coerce")
-    rows = kernels[pd.to_numeric(kernels["step"], errors="coerce").notna() & d_all.notna()]
-    if rows.empty:
-        return None
-    key = _step_key(rows)
-    d = pd.to_numeric(rows["duration"]).astype(np.float64)
-    by = [rows[k] for k in key]
-    time = d.groupby(by, sort=True).sum()
-    launches = rows.groupby(key, sort=True).size()
     partial = launches < PARTIAL_STEP * launches.median()
     keep = ~partial.to_numpy()
     time = time[keep]
@@ -118,8 +181,12 @@ def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict 
         record["ops"] = []
         return record
     full_index = launches.index[keep]
-    size = _size_table(rows, key).reindex(full_index)
-    context = _context_table(rows, key, d).reindex(full_index)
+    size = {"launches": launches.astype(np.float64)}
+    if "threads" in table.columns and sums.threads_known:
+        size["threads"] = table["threads"]
+    size |= {c: table[c] for c in SIZE_SUMS if c in sums.sizes_known}
+    size = pd.DataFrame(size).reindex(full_index)
+    context = _context_table(table, key).reindex(full_index)
     y = time.to_numpy(np.float64)
     Xs, size_names = _with_squares(size)
     Xc, ctx_names = _with_squares(context)
@@ -133,8 +200,7 @@ def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict 
     record["context_features"] = [c for c in context.columns if np.ptp(context[c].to_numpy(np.float64)) > 0]
     record["at_median_size"] = _at_median_size(size, y) if s >= 0.5 else None
     # by op: covariance shares
-    g = groups.loc[rows.index].astype(str)
-    per_op = d.groupby([*by, g], sort=True).sum().unstack(fill_value=0.0).reindex(full_index).fillna(0.0)
+    per_op = by_op.unstack(fill_value=0.0).reindex(full_index).fillna(0.0)
     centred = y - y.mean()
     var = float((centred**2).sum())
     shares = {op: float((per_op[op].to_numpy() - per_op[op].mean()) @ centred) / var for op in per_op.columns}

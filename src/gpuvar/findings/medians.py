@@ -1,0 +1,141 @@
+"""Exact medians of every cell and call site over every launch, without holding the launches.
+
+Why: the time above median (what ranks the findings) is sum(max(duration - its call site's median, 0)); an
+approximate median would move every finding's number. Holding each call site's durations to sort them is what
+made the findings' memory grow with the trace. Instead, the k-th smallest value of a unit (a cell or a call site)
+is found by histogram refinement over the stored durations (gpuvar.findings.labels.RowLabels), all units at once:
+each pass counts, per target, the unit's values in `bins` equal bins across the target's current range and keeps
+the bin that holds the target's rank; a range that holds at most COLLECT values is gathered and sorted on the next
+pass. A unit of n launches has targets (n-1)//2 and n//2, and its median is their mean, as pandas computes it.
+Values are compared as int64 keys that keep their order: integer durations (what the canonical schema stores) as
+themselves, other floats by their IEEE bits, so a range always splits until it holds one value. Integer
+durations up to 10^9 ns take two or three passes; memory is bins x targets counts, never launches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+COLLECT = 4096  # values of one target's range gathered and sorted instead of split again
+TOTAL_BINS = 1 << 22  # counts per pass over all targets (32 MiB)
+MAX_BINS = 1 << 16
+_FLIP = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
+def to_key(d: np.ndarray, integral: bool) -> np.ndarray:
+    if integral:
+        return d.astype(np.int64)
+    bits = d.view(np.int64)
+    return np.where(bits < 0, bits ^ _FLIP, bits)
+
+
+def from_key(k: np.ndarray, integral: bool) -> np.ndarray:
+    k = np.asarray(k, dtype=np.int64)
+    if integral:
+        return k.astype(np.float64)
+    return np.where(k < 0, k ^ _FLIP, k).view(np.float64)
+
+
+class _Targets:
+    """One row per (unit, rank) sought: its current range [lo, hi] of keys, how many of the unit's values lie below
+    it and in it, and whether it is split, gathered or done."""
+
+    def __init__(self, part, unit, rank, lo, hi, count):
+        self.part, self.unit, self.rank = part, unit, rank
+        self.lo, self.hi = lo, hi
+        self.below = np.zeros(len(unit), np.int64)
+        self.inside = count.astype(np.int64)
+        self.value = np.where(lo == hi, lo, 0)
+        self.done = lo == hi
+        self.gathered: list[list[np.ndarray]] = [[] for _ in range(len(unit))]
+
+
+def exact_medians(store, partitions: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], integral: bool):
+    """{name: medians per unit} for each partition (name, launches per unit, min and max per unit as floats);
+    `name` is the RowLabels field that gives a launch's unit ("cell" or "site"). NaN for a unit without launches."""
+    parts, units, ranks, los, his, counts = [], [], [], [], [], []
+    for p, (_, n, lo, hi) in enumerate(partitions):
+        has = np.flatnonzero(n > 0)
+        for rank in ((n[has] - 1) // 2, n[has] // 2):
+            parts.append(np.full(len(has), p))
+            units.append(has)
+            ranks.append(rank)
+            los.append(to_key(lo[has], integral))
+            his.append(to_key(hi[has], integral))
+            counts.append(n[has])
+    cat = np.concatenate
+    t = _Targets(cat(parts), cat(units), cat(ranks), cat(los), cat(his), cat(counts)) if parts else None
+    while t is not None and not t.done.all():
+        _one_pass(store, partitions, t, integral)
+    out = {}
+    for p, (name, n, _, _) in enumerate(partitions):
+        med = np.full(len(n), np.nan)
+        if t is not None:
+            mine = t.part == p
+            values = from_key(t.value[mine], integral)
+            half = len(values) // 2
+            med[t.unit[mine][:half]] = (values[:half] + values[half:]) / 2
+        out[name] = med
+    return out
+
+
+def _one_pass(store, partitions, t: _Targets, integral: bool) -> None:
+    active = np.flatnonzero(~t.done)
+    gather = active[t.inside[active] <= COLLECT]
+    split = active[t.inside[active] > COLLECT]
+    bins = int(max(2, min(MAX_BINS, TOTAL_BINS // max(1, len(split)))))
+    width = np.ones(len(t.unit), np.uint64)
+    for k in split:
+        span = int(t.hi[k]) - int(t.lo[k]) + 1
+        width[k] = -(-span // bins)
+    slot_of = {k: i for i, k in enumerate(split)}
+    split_row = np.full(len(t.unit), -1, np.int64)
+    split_row[split] = np.arange(len(split))
+    counts = np.zeros(len(split) * bins, np.int64)
+    wanted = np.zeros(len(t.unit), bool)
+    wanted[gather] = True
+    split_mask = np.zeros(len(t.unit), bool)
+    split_mask[split] = True
+    lookups = []
+    for p, (name, n, _, _) in enumerate(partitions):  # unit -> its (up to two) active targets
+        mine = np.flatnonzero((t.part == p) & ~t.done)
+        for take in (mine[: len(mine) // 2 + len(mine) % 2], mine[len(mine) // 2 + len(mine) % 2 :]):
+            slot = np.full(len(n), -1, np.int64)
+            slot[t.unit[take]] = take
+            lookups.append((name, slot))
+    for rows in store:
+        keys = None
+        for name, slot in lookups:
+            target = slot[rows[name]]
+            use = target >= 0
+            if not use.any():
+                continue
+            if keys is None:
+                keys = to_key(rows["d"], integral)
+            k, tk = keys[use], target[use]
+            inside = (k >= t.lo[tk]) & (k <= t.hi[tk])
+            k, tk = k[inside], tk[inside]
+            g = wanted[tk]
+            if g.any():
+                for target_id in np.unique(tk[g]):
+                    t.gathered[target_id].append(k[g][tk[g] == target_id])
+            s = split_mask[tk]
+            if s.any():
+                ks, ts = k[s], tk[s]
+                b = (ks - t.lo[ts]).view(np.uint64) // width[ts]
+                counts += np.bincount(split_row[ts] * bins + b.astype(np.int64), minlength=len(counts))
+    for k in gather:
+        values = np.sort(np.concatenate(t.gathered[k])) if t.gathered[k] else np.zeros(0, np.int64)
+        t.value[k] = values[t.rank[k] - t.below[k]]
+        t.done[k] = True
+        t.gathered[k] = []
+    for k, i in slot_of.items():
+        c = counts[i * bins : (i + 1) * bins]
+        cum = np.cumsum(c)
+        j = int(np.searchsorted(cum, t.rank[k] - t.below[k], side="right"))
+        t.below[k] += int(cum[j - 1]) if j else 0
+        t.inside[k] = int(c[j])
+        lo = int(t.lo[k]) + j * int(width[k])
+        t.lo[k], t.hi[k] = lo, min(int(t.hi[k]), lo + int(width[k]) - 1)
+        if t.lo[k] == t.hi[k]:
+            t.value[k], t.done[k] = t.lo[k], True
