@@ -102,8 +102,8 @@ MUTATIONS = {
     ),
     "atomic_bin_output": (
         "src/gpuvar/binning/cli.py",
-        "            opts.output = tmp\n",
-        "            pass\n",
+        "            code = run_rank(replace(opts, output=tmp), comm)\n",
+        "            code = run_rank(opts, comm)\n",
         ["tests/test_atomic_outputs.py"],
         "atomic outputs: gpuvar bin writes straight into the target folder",
     ),
