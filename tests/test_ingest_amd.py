@@ -529,3 +529,24 @@ def test_concatenated_rocprofv3_and_omniperf_csvs_drop_the_repeated_header(tmp_p
     single = data_rows(real_file(f"{OMNI}/omniperf-vcopy-mi300x/pmc_perf.csv"))
     out, k, _ = load(omni / "pmc_perf.csv")
     assert out.dropped["kernels"] == {REPEATED: 1} and k.num_rows == 2 * single
+
+
+@pytest.mark.parametrize("rows_fit", [True, False])
+def test_a_wide_omniperf_file_prints_no_library_warning(tmp_path, run_cli, rows_fit):
+    """A pmc_perf.csv with a thousand counters: its ingest prints one JSON line (or, when every row is dropped,
+    one error line) and no pandas warning. Deleting the workgroup column from the wide frame split it into a
+    block per column, and each later insert printed a PerformanceWarning (found by the reader fuzz test)."""
+    counters = [f"SQ_COUNTER_{i}" for i in range(1000)]
+    header = ["Dispatch_ID", "Kernel_Name", "GPU_ID", "Grid_Size", "Workgroup_Size", "Arch_VGPR", *counters]
+    lines = [",".join(header)]
+    for i in range(7):
+        values = [str(i), "kernel_a", "0", "4096", "256", "32", *(str(i * 3 + j % 5) for j in range(len(counters)))]
+        lines.append(",".join(values if rows_fit else values[:-1]))  # a short row is dropped, counted
+    path = tmp_path / "pmc_perf.csv"
+    path.write_text("\n".join(lines) + "\n")
+    proc = run_cli("ingest", path, "-o", tmp_path / "out", "--format", "omniperf-pmc-perf")
+    assert "Warning" not in proc.stderr, proc.stderr
+    if rows_fit:
+        assert proc.returncode == 0 and json.loads(proc.stdout)["tables"]["kernels"]["rows_written"] == 7
+    else:
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -274,7 +274,9 @@ def map_amd_dispatch_columns(
             df["grid_x"] = ceil_div(df[grd], df[wgr])
             df["grid_y"] = df["grid_z"] = pd.array(np.ones(len(df), dtype=np.int64), dtype="Int64")
             df = rename_columns(df, {grd: "grid_work_items"})
-        del df[wgr]  # identical to workgroup_size, derived from block_x
+        # identical to workgroup_size, derived from block_x; dropped in one step: `del` split a wide object block
+        # into a block per column (997 on a 0-row Omniperf file) and every later insert warned of fragmentation
+        df = df.drop(columns=[wgr])
     if "arch_vgpr" in df.columns:
         df["registers_per_thread"] = df["arch_vgpr"]
     if "wave_size" not in df.columns and "vgpr" in rename:
