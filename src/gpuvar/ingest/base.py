@@ -6,6 +6,8 @@ import re
 import sqlite3
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,15 +188,13 @@ def in_wal_mode(path: Path) -> bool:
     return len(header) == 20 and 2 in header[18:20]
 
 
-def select_arrow(path: Path, sql: str) -> pa.Table:
-    """A query on a SQLite file as Arrow through connectorx (Rust, no Python object per cell: ~20x faster than
-    sqlite3 rows at a million rows). Raises whatever connectorx raises where it cannot read the file or a value
-    is not of its column's declared type: callers fall back to sqlite3 then.
+@contextmanager
+def connectorx_uri(path: Path) -> Iterator[str]:
+    """A `sqlite://` URI connectorx reads `path` through, valid inside the block.
 
     connectorx takes a URI and does not decode it the same way everywhere (a path with a space silently opened a
-    new empty database next to it), so it is given a symlink with a plain name: any path works."""
-    import connectorx as cx
-
+    new empty database next to it, partitioned queries too), so it is given a symlink with a plain name: any path
+    works. A WAL-mode database is refused (ValueError): connectorx would write it (checkpoint on close)."""
     if in_wal_mode(path):
         raise ValueError("a WAL-mode database: connectorx would write it (checkpoint on close)")
     with tempfile.TemporaryDirectory(prefix="gpuvar-sqlite-") as tmp:
@@ -202,4 +202,14 @@ def select_arrow(path: Path, sql: str) -> pa.Table:
         link.symlink_to(Path(path).resolve())
         if not _SAFE_URI_PATH.match(str(link)):
             raise ValueError(f"temporary path {link} is not URI-safe")
-        return cx.read_sql(f"sqlite://{link}", sql, return_type="arrow")
+        yield f"sqlite://{link}"
+
+
+def select_arrow(path: Path, sql: str) -> pa.Table:
+    """A query on a SQLite file as Arrow through connectorx (Rust, no Python object per cell: ~20x faster than
+    sqlite3 rows at a million rows). Raises whatever connectorx raises where it cannot read the file or a value
+    is not of its column's declared type: callers fall back to sqlite3 then."""
+    import connectorx as cx
+
+    with connectorx_uri(path) as uri:
+        return cx.read_sql(uri, sql, return_type="arrow")

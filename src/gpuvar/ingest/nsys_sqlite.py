@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sqlite3
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from gpuvar.errors import InputError
-from gpuvar.ingest.base import connect_sqlite_readonly, in_wal_mode
+from gpuvar.ingest.base import connect_sqlite_readonly, connectorx_uri
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 PARTITION_MIN_ROWS = 200_000  # smaller tables: one query (a partitioned read first scans min/max rowid)
-_SAFE_URI_PATH = re.compile(r"^[A-Za-z0-9/._-]+$")
 _INT64 = pa.int64()
 
 log = logging.getLogger("gpuvar.ingest.nsys_sqlite")
@@ -100,22 +97,12 @@ def rowid_name(con: sqlite3.Connection, table: str) -> str | None:
 
 
 def fetch_connectorx(path: Path, table: str, columns: list[str], rows: int, rowid: str | None) -> pa.Table:
-    """The table as Arrow through connectorx, 2 partitions on the real rowid when it is big and has one.
-
-    connectorx takes a URI and does not decode it the same way for partitioned queries (a path with a space
-    silently opened a new empty database next to it), so it is given a symlink with a plain name.
-    """
+    """The table as Arrow through connectorx (gpuvar.ingest.base.connectorx_uri), 2 partitions on the real rowid
+    when it is big and has one."""
     import connectorx as cx
 
-    if in_wal_mode(path):
-        raise ValueError("a WAL-mode database: connectorx would write it (checkpoint on close)")
-    with tempfile.TemporaryDirectory(prefix="gpuvar-nsys-") as tmp:
-        link = Path(tmp) / "export.sqlite"
-        link.symlink_to(Path(path).resolve())
-        if not _SAFE_URI_PATH.match(str(link)):
-            raise ValueError(f"temporary path {link} is not URI-safe")
-        select = ", ".join(quote_name(c) for c in columns)
-        uri = f"sqlite://{link}"
+    select = ", ".join(quote_name(c) for c in columns)
+    with connectorx_uri(path) as uri:
         if rowid is not None and rows >= PARTITION_MIN_ROWS and (os.cpu_count() or 1) > 1:
             sql = f'SELECT {rowid} AS "__gpuvar_rowid", {select} FROM "{table}"'
             result = cx.read_sql(uri, sql, return_type="arrow", partition_on="__gpuvar_rowid", partition_num=2)
