@@ -106,9 +106,16 @@ def total_row(kb: pd.DataFrame, kc: pd.DataFrame, options: CompareSettings) -> d
         totals = frame.groupby("unit", sort=True)["duration"].sum()
         return pd.DataFrame({"key": TOTAL_KEY, "duration": totals.to_numpy(np.float64), "unit": totals.index})
 
-    table = kernels.compare_kernels(
-        per_unit(kb),
-        per_unit(kc),
+    table = _compare(per_unit(kb), per_unit(kc), options)
+    row = table.iloc[0].to_dict() if len(table) else {"key": TOTAL_KEY, "verdict": "untested"}
+    return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
+
+
+def _compare(baseline: pd.DataFrame, candidate: pd.DataFrame, options: CompareSettings) -> pd.DataFrame:
+    """kernels.compare_kernels with the comparison's statistics: per kernel and for the total alike."""
+    return kernels.compare_kernels(
+        baseline,
+        candidate,
         bootstrap=options.bootstrap,
         confidence=options.confidence,
         alpha=options.alpha,
@@ -116,8 +123,6 @@ def total_row(kb: pd.DataFrame, kc: pd.DataFrame, options: CompareSettings) -> d
         min_effect=options.min_effect,
         seed=options.seed,
     )
-    row = table.iloc[0].to_dict() if len(table) else {"key": TOTAL_KEY, "verdict": "untested"}
-    return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
 
 
 def gate(record: dict, fail_on: str) -> list[str]:
@@ -139,16 +144,7 @@ def compare_runs(baseline: Run, candidate: Run, outdir: str | Path, options: Com
     outdir = Path(outdir)
     kb = inputs.read_kernels(baseline.ingest, options.key)
     kc = inputs.read_kernels(candidate.ingest, options.key)
-    table = kernels.compare_kernels(
-        kb.frame,
-        kc.frame,
-        bootstrap=options.bootstrap,
-        confidence=options.confidence,
-        alpha=options.alpha,
-        min_launches=options.min_launches,
-        min_effect=options.min_effect,
-        seed=options.seed,
-    )
+    table = _compare(kb.frame, kc.frame, options)
     bins_b, bins_c = (_by_target(r.bins, inputs.read_bins, "bin") for r in (baseline, candidate))
     causal_b, causal_c = (_by_target(r.causal, inputs.read_causal, "causal") for r in (baseline, candidate))
     win = {t: windows.compare_windows(bins_b[t], bins_c[t]) for t in sorted(set(bins_b) & set(bins_c))}
