@@ -12,21 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuvar import targets as T
+from gpuvar.binning.plan import CONFIG_OPTIONS
 from gpuvar.binning.selection import sample_bin_count
 from gpuvar.layout import BIN_REPORT
-from gpuvar.options import ConfigOption, add_options, arguments, comma_list, default
-
-# settings that come from the config (one definition: gpuvar.config); the rest are per-run inputs
-CONFIG_OPTIONS = (
-    ConfigOption("--group", "targets", "variability_group"),
-    ConfigOption("--link", "targets", "memcpy_link"),
-    ConfigOption("--bin-width", "binning", "bin_width"),
-    ConfigOption("--launch-bin-width", "binning", "launch_bin_width"),
-    ConfigOption("--top-k", "binning", "top_k"),
-    ConfigOption("--workers-per-rank", "binning", "workers_per_rank"),
-    # the config's causal.seed also seeds the causal step's bootstrap; `gpuvar bin` only draws the random bins
-    ConfigOption("--sample-seed", "causal", "seed", description="seed of the random bin sample (--sample-bins)"),
-)
+from gpuvar.options import add_options, arguments, comma_list, default
 
 
 def configure(p):

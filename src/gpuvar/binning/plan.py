@@ -15,7 +15,7 @@ from gpuvar import targets as T
 from gpuvar.binning.columns import open_parquet
 from gpuvar.binning.partition import bin_width
 from gpuvar.errors import GpuvarError, InputError
-from gpuvar.options import default, out_of_bounds
+from gpuvar.options import ConfigOption, default, out_of_bounds
 
 log = logging.getLogger("gpuvar.binning")
 LINKED = T.LINKED_COPY_COLUMNS
@@ -63,11 +63,17 @@ class BinOptions:
     sample_seed: int = default("causal", "seed")
 
 
-BOUNDED = (  # (field, config section, config name, flag): bounds from the option table
-    ("top_k", "binning", "top_k", "--top-k"),
-    ("workers_per_rank", "binning", "workers_per_rank", "--workers-per-rank"),
-    ("launch_bin_width", "binning", "launch_bin_width", "--launch-bin-width"),
-    ("sample_seed", "causal", "seed", "--sample-seed"),
+# the settings that come from the config (one definition: gpuvar.config), each a command-line flag whose
+# dest is the BinOptions field it sets; the rest are per-run inputs
+CONFIG_OPTIONS = (
+    ConfigOption("--group", "targets", "variability_group"),
+    ConfigOption("--link", "targets", "memcpy_link"),
+    ConfigOption("--bin-width", "binning", "bin_width"),
+    ConfigOption("--launch-bin-width", "binning", "launch_bin_width"),
+    ConfigOption("--top-k", "binning", "top_k"),
+    ConfigOption("--workers-per-rank", "binning", "workers_per_rank"),
+    # the config's causal.seed also seeds the causal step's bootstrap; `gpuvar bin` only draws the random bins
+    ConfigOption("--sample-seed", "causal", "seed", description="seed of the random bin sample (--sample-bins)"),
 )
 
 
@@ -137,11 +143,11 @@ def make_plan(opts: BinOptions) -> Plan:
     T.check_choice(opts.target, tuple(T.TARGETS), "target")
     T.check_choice(opts.group, T.GROUPS, "group")
     T.check_choice(opts.link, T.LINKS, "link")
-    for attr, section, name, flag in BOUNDED:
-        value = getattr(opts, attr)
-        problem = value is not None and out_of_bounds(section, name, value)
+    for option in CONFIG_OPTIONS:  # the config's bounds, for a caller that did not come through the command line
+        value = getattr(opts, option.flag.removeprefix("--").replace("-", "_"))
+        problem = isinstance(value, int | float) and out_of_bounds(option.section, option.name, value)
         if problem:
-            raise GpuvarError(f"{flag} {problem}, got {value}")
+            raise GpuvarError(f"{option.flag} {problem}, got {value}")
     names = open_parquet(opts.kernels).schema_arrow.names
     if unit == "ns" and opts.launch_bin_width and not has_timeline(open_parquet(opts.kernels)):
         log.info(
