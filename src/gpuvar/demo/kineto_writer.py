@@ -145,7 +145,6 @@ def _gzip_text(path: Path):
 def write_kineto_demo(path, kernels: int, seed: int = 0, rank: int | None = None, world: int = 1) -> dict:
     """Write a Kineto trace of `kernels` kernel events (gzip when the name ends in .gz); returns a summary."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     device = 0 if rank is None else rank
     opener = _gzip_text if path.suffix == ".gz" else (lambda p: open(p, "w", encoding="utf-8", newline="\n"))
     with replacing(path) as tmp:

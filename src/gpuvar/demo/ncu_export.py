@@ -142,7 +142,6 @@ def _details_lines(launch: Launch) -> list[str]:
 
 def _write(path, lines) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
         fh.writelines(lines)
     return path

@@ -171,7 +171,6 @@ def write_ncu_demo(path, launches: int, seed: int, variant: int = 0, layout: str
     if launches <= 0:
         raise GpuvarError(f"ncu demo launches must be positive, got {launches}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     pid = 40_000 + (seed * 7 + variant) % 20_000
     data_rows = 0
     with replacing(path) as tmp:

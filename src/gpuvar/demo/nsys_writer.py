@@ -252,7 +252,6 @@ def write_nsys_demo(path, rows: int, seed: int, variant: int = 0, draw: int = 0,
     """Write `rows` synthetic kernel launches (and their copies) as an nsys SQLite export; returns counts.
     draw/change: a second run of the same trace distribution, optionally with a planted change (synth.Change)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with replacing(path) as tmp:
         strings, name_ids = string_table()
         global_pid = GLOBAL_PID_HW | ((DEMO_PID + variant) << 24)

@@ -103,7 +103,6 @@ def selection(n: int, seed: int) -> dict[str, np.ndarray]:
 def write_nsys(path, cols: dict[str, np.ndarray]) -> Path:
     """An nsys SQLite export (kernel table, StringIds, enums) holding `cols`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with replacing(path) as tmp:
         strings, ids = [], []
         for name in KERNELS:
@@ -165,7 +164,6 @@ def write_ncu(path, cols: dict[str, np.ndarray], seed: int) -> Path:
     """An Nsight Compute `--page raw` CSV (wide, units row) of the same launches; the decoy counters are
     `dram__bytes_read.sum` (near-duplicate of grid_x) and `smsp__inst_executed.sum` (independent)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     metrics = {
         "dram__bytes_read.sum": ("byte", cols["near_duplicate"]),
         "gpu__time_duration.sum": ("ns", cols["duration"]),

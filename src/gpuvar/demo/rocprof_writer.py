@@ -155,7 +155,6 @@ def write_rocprof_demo(path, rows: int, seed: int, variant: int = 0) -> dict:
     if rows <= 0:
         raise GpuvarError(f"rows must be a positive number of kernel launches, got {rows}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     seen: dict[int, int] = {}
     options = pacsv.WriteOptions(include_header=True, quoting_style="needed")
     with replacing(path) as tmp:

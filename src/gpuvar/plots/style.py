@@ -78,7 +78,6 @@ def save_figure(fig, stem: str | Path, formats: Iterable[str] = ("svg", "png"), 
     """Write `stem.<fmt>` for each format atomically (tmp + rename) and close the figure; returns the paths.
     Raster formats have at most MAX_PIXELS (see raster_dpi)."""
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     written = []
     with matplotlib.rc_context(RC):
         for fmt in formats:
