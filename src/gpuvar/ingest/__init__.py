@@ -160,22 +160,41 @@ def write_ingest(
     binning rule always declares it) and ingest.json, each atomically, ingest.json last: it marks a complete
     ingest, so an interrupted run never leaves new tables beside an old report."""
     from gpuvar.canonical_io import write_canonical
-    from gpuvar.ingest.call_sites import DERIVED as CALL_SITE_DERIVED
-    from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
-    from gpuvar.ingest.corun import COLUMNS as CORUN_COLUMNS
-    from gpuvar.ingest.sanity import duplicate_rows, require_kernels, require_timing
-    from gpuvar.output import write_json
+    from gpuvar.ingest.sanity import require_kernels, require_timing
     from gpuvar.schema import empty_memcpy
 
     meta = {"source": source, "format": out.format}
     tables = {"kernels": kernels} if memcpy is None else {"kernels": kernels, "memcpy": memcpy}
-    report = {
-        "gpuvar_version": __version__,
-        "source": source,
-        "format": out.format,
-        "tables": {},
-        "notes": out.notes,
-    }
+    report = report_head(source, out)
+    for name, table in tables.items():  # the books are checked before anything is written
+        if name == "kernels":
+            dropped = out.dropped.get(name, {})
+            require_kernels(source, table, out.rows_read.get(name, table.num_rows + sum(dropped.values())), dropped)
+            require_timing(source, out.format, table)
+        report["tables"][name] = books(source, out, name, table.num_rows, table.num_columns, recorded_duplicates(table))
+    copies = memcpy if memcpy is not None else empty_memcpy()
+    with ThreadPoolExecutor(max_workers=1) as pool:  # Parquet encoding releases the GIL: write both at once
+        pending = pool.submit(write_canonical, copies, output / MEMCPY_TABLE, meta)
+        write_canonical(kernels, output / KERNELS_TABLE, meta)
+        pending.result()
+    finish_report(report, output, t_read, t0, t_scan)
+    return report
+
+
+def finish_report(report: dict, output: Path, t_read: float, t0: float, t_scan: float | None) -> None:
+    """The timings, then ingest.json (last: it marks a complete ingest)."""
+    from gpuvar.output import write_json
+
+    # scan: the source's tables read as stored (read_source); read: scan + canonical columns, call sites, context
+    report["seconds"] = {"read": round(t_read, 6), "total": round(time.perf_counter() - t0, 6)}
+    if t_scan is not None:
+        report["seconds"]["scan"] = round(t_scan, 6)
+    write_json(report, output / INGEST_REPORT)
+
+
+def report_head(source: str, out) -> dict:
+    """ingest.json before its tables' books: the source, its format, the notes and the recorded GPUs and host."""
+    report = {"gpuvar_version": __version__, "source": source, "format": out.format, "tables": {}, "notes": out.notes}
     if out.devices:
         report["devices"] = out.devices
     if out.host:
@@ -184,43 +203,43 @@ def write_ingest(
         report["gpu_renumbered_processes"] = sorted(out.gpu_renumbered)
     if out.counter_passes:
         report["counter_passes"] = out.counter_passes
-    for name, table in tables.items():  # the books are checked before anything is written
-        dropped = dict(sorted(out.dropped.get(name, {}).items()))
-        rows_read = out.rows_read.get(name, table.num_rows + sum(dropped.values()))
-        balanced = rows_read == table.num_rows + sum(dropped.values())
-        if not balanced:
-            raise AccountingError(
-                source,
-                f"internal accounting error on {name}: rows read {rows_read} != "
-                f"written {table.num_rows} + dropped {sum(dropped.values())}",
-            )
-        if name == "kernels":
-            require_kernels(source, table, rows_read, dropped)
-            require_timing(source, out.format, table)
-        # columns computed from a launch's neighbours (call index, context) differ between two records of one
-        # launch (the second's gap, call index): exact duplicates are judged on the recorded columns
-        derived = [c for c in (*CALL_SITE_DERIVED, *CONTEXT_COLUMNS, *CORUN_COLUMNS) if c in table.column_names]
-        duplicates = duplicate_rows(table.drop_columns(derived))
-        report["tables"][name] = {
-            "rows_read": rows_read,
-            "rows_written": table.num_rows,
-            "dropped": dropped,
-            "balanced": balanced,
-            "columns": table.num_columns,
-            "duplicate_rows": duplicates,  # kept: counted and reported (docs/robustness.md)
-        }
-        for reason, count in dropped.items():
-            log.warning("%s: dropped %d %s row(s): %s", source, count, name, reason)
-        if duplicates:
-            log.warning("%s: %d %s row(s) exactly repeat an earlier row (kept)", source, duplicates, name)
-    copies = memcpy if memcpy is not None else empty_memcpy()
-    with ThreadPoolExecutor(max_workers=1) as pool:  # Parquet encoding releases the GIL: write both at once
-        pending = pool.submit(write_canonical, copies, output / MEMCPY_TABLE, meta)
-        write_canonical(kernels, output / KERNELS_TABLE, meta)
-        pending.result()
-    # scan: the source's tables read as stored (read_source); read: scan + canonical columns, call sites, context
-    report["seconds"] = {"read": round(t_read, 6), "total": round(time.perf_counter() - t0, 6)}
-    if t_scan is not None:
-        report["seconds"]["scan"] = round(t_scan, 6)
-    write_json(report, output / INGEST_REPORT)
     return report
+
+
+def recorded_duplicates(table) -> int:
+    """Rows that exactly repeat an earlier row in the recorded columns. Columns computed from a launch's
+    neighbours (call index, context) differ between two records of one launch (the second's gap, call index),
+    so they are left out."""
+    from gpuvar.ingest.call_sites import DERIVED as CALL_SITE_DERIVED
+    from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
+    from gpuvar.ingest.corun import COLUMNS as CORUN_COLUMNS
+    from gpuvar.ingest.sanity import duplicate_rows
+
+    derived = [c for c in (*CALL_SITE_DERIVED, *CONTEXT_COLUMNS, *CORUN_COLUMNS) if c in table.column_names]
+    return duplicate_rows(table.drop_columns(derived))
+
+
+def books(source: str, out, name: str, rows_written: int, columns: int, duplicates: int) -> dict:
+    """One table's entry in ingest.json: rows read = written + dropped (else AccountingError), the drops by
+    reason and the duplicates (kept: counted and reported, docs/robustness.md), each also a warning."""
+    dropped = dict(sorted(out.dropped.get(name, {}).items()))
+    rows_read = out.rows_read.get(name, rows_written + sum(dropped.values()))
+    balanced = rows_read == rows_written + sum(dropped.values())
+    if not balanced:
+        raise AccountingError(
+            source,
+            f"internal accounting error on {name}: rows read {rows_read} != "
+            f"written {rows_written} + dropped {sum(dropped.values())}",
+        )
+    for reason, count in dropped.items():
+        log.warning("%s: dropped %d %s row(s): %s", source, count, name, reason)
+    if duplicates:
+        log.warning("%s: %d %s row(s) exactly repeat an earlier row (kept)", source, duplicates, name)
+    return {
+        "rows_read": rows_read,
+        "rows_written": rows_written,
+        "dropped": dropped,
+        "balanced": balanced,
+        "columns": columns,
+        "duplicate_rows": duplicates,
+    }

@@ -25,7 +25,7 @@ Copies get launch_op and step the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -411,12 +411,50 @@ def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 _BUILD = object()  # add_call_sites' `host` when the caller has not built it
 
 
+@dataclass
+class Iterations:
+    """Steps found from the repeating launch pattern over a whole trace, for a part of its kernels
+    (gpuvar.ingest.nsys_pieces finds them once, then places each piece's rows)."""
+
+    step: np.ndarray  # int64 iteration per row, MISSING outside any
+    position: np.ndarray  # int64 position in the iteration per row, -1 outside any
+    note: str | None  # how they were found (None: no pattern)
+
+
+@dataclass
+class SiteSummary:
+    """What the call-site note says, summed over the parts of a trace that add_call_sites saw."""
+
+    sites: set = field(default_factory=set)
+    launches: int = 0
+    by_op: int = 0
+    by_position: int = 0
+    with_op: int = 0
+    how: str | None = None
+    op_source: str | None = None  # the host timeline's op source; None without one
+
+    def note(self) -> str:
+        n, by_op, by_position = self.launches, self.by_op, self.by_position
+        what = (
+            f"call sites: {len(self.sites)} ({by_op} launches by op occurrence in the step, {by_position} by "
+            f"position in the step, {n - by_op - by_position} by block, registers and shared memory)"
+        )
+        if self.how is None:
+            return f"no step markers and no repeating launch pattern; {what}"
+        op_note = f"launch_op from {self.op_source} for {self.with_op} of {n} kernels" if self.op_source else None
+        return "; ".join(x for x in (self.how, op_note, what) if x)
+
+
 def add_call_sites(
-    raw, out, kernels: pa.Table, memcpy: pa.Table | None, host=_BUILD
+    raw, out, kernels: pa.Table, memcpy: pa.Table | None, host=_BUILD, iterations=None, summary=None
 ) -> tuple[pa.Table, pa.Table | None]:
     """The tables with launch_op, step, op_occurrence, call_index and call_site (kernels) and launch_op, step
     (memcpy) filled, and one note in `out.notes` saying how steps were found and what a call site is. host: the
-    raw trace's host_timeline (None: it has none) when the caller built it already."""
+    raw trace's host_timeline (None: it has none) when the caller built it already.
+
+    For a trace taken in parts (gpuvar.ingest.nsys_pieces): iterations, the whole trace's Iterations for these
+    rows, replaces the search for a repeating pattern in them; summary (a SiteSummary) collects what the note
+    says instead of writing it, so that one note covers all the parts."""
     host = host_timeline(raw) if host is _BUILD else host
     tables = [kernels] + ([memcpy] if memcpy is not None else [])
     if host is not None and all("correlation_id" in t.column_names for t in tables):
@@ -436,7 +474,10 @@ def add_call_sites(
     position = np.full(n, MISSING, np.int64)
     prefix = "step#"
     if how is None:
-        iteration_position, how = _iteration_steps(kernels, k)
+        if iterations is None:
+            iteration_position, how = _iteration_steps(kernels, k)
+        else:
+            k.step, iteration_position, how = iterations.step, iterations.position, iterations.note
         position = np.where(iteration_position >= 0, iteration_position, MISSING)
         prefix = "iter#"
     corr = ints(kernels.column("correlation_id")) if "correlation_id" in kernels.column_names else np.full(n, -1)
@@ -457,16 +498,14 @@ def add_call_sites(
         m = placed[1]
         memcpy = _set(memcpy, "launch_op", _op_array(m))
         memcpy = _set(memcpy, "step", _nullable(m.step))
-    distinct = len(pd.unique(sites)) if n else 0
-    by_op = int((occurrence != MISSING).sum())
-    by_position = int(((occurrence == MISSING) & (position != MISSING)).sum())
-    what = (
-        f"call sites: {distinct} ({by_op} launches by op occurrence in the step, {by_position} by position in the "
-        f"step, {n - by_op - by_position} by block, registers and shared memory)"
-    )
-    if how is None:
-        out.notes.append(f"no step markers and no repeating launch pattern; {what}")
-    else:
-        op_note = f"launch_op from {host.op_source} for {k.with_op} of {n} kernels" if host is not None else None
-        out.notes.append("; ".join(x for x in (how, op_note, what) if x))
+    whole = summary is None
+    summary = SiteSummary() if whole else summary
+    summary.sites.update(pd.unique(sites).tolist() if n else ())
+    summary.launches += n
+    summary.by_op += int((occurrence != MISSING).sum())
+    summary.by_position += int(((occurrence == MISSING) & (position != MISSING)).sum())
+    summary.with_op += k.with_op
+    summary.how, summary.op_source = how, host.op_source if host is not None else None
+    if whole:
+        out.notes.append(summary.note())
     return kernels, memcpy

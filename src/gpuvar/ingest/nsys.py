@@ -366,26 +366,40 @@ def _check_times(path: Path, table: pa.Table, name: str) -> None:
             raise InputError(path, f"{name} column {col} holds {typ} values, not integer nanoseconds")
 
 
-def _kernels(table: pa.Table, strings: pa.Table | None, out: ReaderOutput, keep: bool) -> pd.DataFrame:
+def _kernels(
+    table: pa.Table, strings: pa.Table | None, out: ReaderOutput, keep: bool, unresolved: dict | None = None
+) -> pd.DataFrame:
+    """The kernel rows under canonical names. unresolved: where to count the rows whose name id StringIds lacks,
+    by name column (the notes are then the caller's: gpuvar.ingest.nsys_pieces sums them over its pieces);
+    None: the notes go to out.notes here."""
     table = _drop_bad_times(table, out, "kernels")
     cols = _frame(table, KERNEL_RENAME, skip=set(NAME_COLUMNS) | (set() if keep else {"globalPid"}))
-    unresolved = {}
+    counts = {}
     for source, target in NAME_COLUMNS.items():
         if source in table.column_names:
-            cols[target], unresolved[source] = _resolve_names(table.column(source), strings)
+            cols[target], counts[source] = _resolve_names(table.column(source), strings)
     if "kernel_name" not in cols:  # no demangledName: the short name is the best full name there is
         cols["kernel_name"] = cols["kernel_short_name"]
     if "globalPid" in table.column_names:
         cols["process_id"] = _process_ids(table.column("globalPid"))
     cols["launch_id"] = _launch_ids(table)
     cols["wave_size"] = np.full(table.num_rows, 32, dtype=np.int64)
-    for source, count in unresolved.items():
-        if count:
-            out.notes.append(
-                f"{count} kernel row(s) have a {source} id missing from StringIds (kept, named "
-                f"'<unknown string id N>', or '<no string id>' when NULL)"
-            )
+    if unresolved is None:
+        out.notes.extend(unresolved_notes(counts))
+    else:
+        for source, count in counts.items():
+            unresolved[source] = unresolved.get(source, 0) + count
     return pd.DataFrame(cols, copy=False)
+
+
+def unresolved_notes(counts: dict) -> list[str]:
+    """The notes on kernel rows whose name id is missing from StringIds, per name column (NAME_COLUMNS order)."""
+    return [
+        f"{count} kernel row(s) have a {source} id missing from StringIds (kept, named "
+        f"'<unknown string id N>', or '<no string id>' when NULL)"
+        for source, count in counts.items()
+        if count
+    ]
 
 
 def _memcpy(table: pa.Table, kind_names: dict[int, str], out: ReaderOutput, keep: bool) -> pd.DataFrame:
@@ -487,6 +501,18 @@ def normalize(raw: RawTrace) -> ReaderOutput:
     if RAW_KERNELS not in raw.tables:
         raise InputError(Path(raw.source), f"raw read lacks the {RAW_KERNELS} table (not an nsys read_raw result)")
     keep = bool(raw.info.get("keep_vendor_columns", True))
+    out = start_output(raw)
+    out.kernels = _kernels(raw.tables[RAW_KERNELS], raw.tables.get(RAW_STRINGS), out, keep)
+    m_table = raw.tables.get(RAW_MEMCPY)
+    kind_names = memcpy_setup(raw, out)
+    if m_table is not None:
+        out.memcpy = _memcpy(m_table, kind_names, out, keep)
+    return out
+
+
+def start_output(raw: RawTrace) -> ReaderOutput:
+    """A ReaderOutput with the export's facts (devices, host, renumbered processes) and the notes that come
+    before the kernels': metadata, host, the vendor columns not read."""
     out = raw.start_output(None)
     out.notes.extend(_metadata_notes(raw.info))
     out.devices = [d for d in raw.info.get("devices", []) if isinstance(d, dict)]
@@ -500,13 +526,16 @@ def normalize(raw: RawTrace) -> ReaderOutput:
             f"{table}: {len(skipped)} vendor column(s) not read ({', '.join(skipped)}); "
             "--keep-vendor-columns reads them"
         )
-    out.kernels = _kernels(raw.tables[RAW_KERNELS], raw.tables.get(RAW_STRINGS), out, keep)
-    m_table = raw.tables.get(RAW_MEMCPY)
-    if m_table is None:
+    return out
+
+
+def memcpy_setup(raw: RawTrace, out: ReaderOutput) -> dict[int, str] | None:
+    """The copy-kind names of a raw read with a memcpy table (None without one), and the note on where they come
+    from (or that there are no copies), which follows the kernels' notes."""
+    if RAW_MEMCPY not in raw.tables:
         out.notes.append(f"no {MEMCPY_TABLE} table: the capture recorded no memory copies")
-        return out
+        return None
     kind_names, source = _memcpy_names(raw.tables.get(RAW_MEMCPY_ENUM))
     if source == "built-in":
         out.notes.append("no ENUM_CUDA_MEMCPY_OPER table: copy kinds named from the built-in CUDA enum")
-    out.memcpy = _memcpy(m_table, kind_names, out, keep)
-    return out
+    return kind_names
