@@ -12,6 +12,7 @@ Files are written to a temporary name and renamed, so an interrupted run never l
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -89,21 +90,87 @@ def _wide_options(table: pa.Table, delta: list[str]) -> dict:
     return {"use_dictionary": [c for c in strings if c not in delta], "write_statistics": names[:WIDE_COLUMNS]}
 
 
+def _with_metadata(table: pa.Table, metadata: dict | None) -> pa.Table:
+    meta = dict(table.schema.metadata or {})
+    meta[METADATA_KEY] = json.dumps(metadata or {}, sort_keys=True).encode()
+    return table.replace_schema_metadata(meta)
+
+
+def _options(table: pa.Table) -> dict:
+    """The writer options of a canonical table: zstd, delta encoding for the integer time columns, dictionaries."""
+    delta = [c for c in _DELTA_COLUMNS if c in table.column_names and pa.types.is_integer(table.schema.field(c).type)]
+    return {
+        "compression": "zstd",
+        "column_encoding": {c: "DELTA_BINARY_PACKED" for c in delta},
+        **_wide_options(table, delta),
+    }
+
+
 def write_canonical(
     table: pa.Table, path: str | Path, metadata: dict | None = None, row_group_rows: int = ROW_GROUP_ROWS
 ) -> None:
     """Write a sorted canonical table (gpuvar.output.replacing: a temporary file renamed once complete)."""
-    table = sort_canonical(table)
-    meta = dict(table.schema.metadata or {})
-    meta[METADATA_KEY] = json.dumps(metadata or {}, sort_keys=True).encode()
-    table = table.replace_schema_metadata(meta)
-    delta = [c for c in _DELTA_COLUMNS if c in table.column_names and pa.types.is_integer(table.schema.field(c).type)]
+    table = _with_metadata(sort_canonical(table), metadata)
     with replacing(path) as tmp:
-        pq.write_table(
-            table,
-            tmp,
-            row_group_size=row_group_rows,
-            compression="zstd",
-            column_encoding={c: "DELTA_BINARY_PACKED" for c in delta},
-            **_wide_options(table, delta),
-        )
+        pq.write_table(table, tmp, row_group_size=row_group_rows, **_options(table))
+
+
+class CanonicalWriter:
+    """A canonical table written in parts that arrive sorted (each part sorted, and after the one before): the file
+    write_canonical makes of the whole table, with the same row groups (ROW_GROUP_ROWS rows, the last shorter) and
+    options, holding at most a row group and a part. Used as a context manager; the file is in place on a clean
+    exit, and nothing is on error (gpuvar.output.replacing)."""
+
+    def __init__(self, path: str | Path, metadata: dict | None = None, row_group_rows: int = ROW_GROUP_ROWS):
+        self.path, self.metadata, self.row_group_rows = Path(path), metadata, row_group_rows
+        self.parts: list[pa.Table] = []
+        self.buffered = 0
+        self.schema: pa.Schema | None = None
+        self.writer: pq.ParquetWriter | None = None
+
+    def __enter__(self) -> CanonicalWriter:
+        self._stack = ExitStack()
+        self._tmp = self._stack.enter_context(replacing(self.path))
+        return self
+
+    def add(self, part: pa.Table) -> None:
+        """Append a sorted part (its schema must be the first part's, less metadata: a ValueError otherwise)."""
+        if self.schema is None:
+            self.schema = _with_metadata(part, self.metadata).schema
+        elif not part.schema.equals(self.schema, check_metadata=False):
+            raise ValueError(f"{self.path}: a part's columns differ from the first part's")
+        self.parts.append(part)
+        self.buffered += part.num_rows
+        while self.buffered >= self.row_group_rows:
+            self._write(self.row_group_rows)
+
+    def _write(self, rows: int) -> None:
+        whole = pa.concat_tables(self.parts)
+        group = whole.slice(0, rows).combine_chunks().replace_schema_metadata(self.schema.metadata)
+        rest = whole.slice(rows)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self._tmp, self.schema, **_options(group))
+        self.writer.write_table(group, row_group_size=self.row_group_rows)
+        self.parts, self.buffered = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def _finish(self) -> None:
+        if self.schema is None:
+            raise ValueError(f"{self.path}: no part was written")
+        if self.buffered or self.writer is None:
+            self._write(self.buffered)
+
+    def _close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def __exit__(self, kind, value, traceback) -> bool:
+        if kind is None:
+            try:
+                self._finish()
+            except BaseException as exc:
+                self._close()
+                self._stack.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+        self._close()
+        return bool(self._stack.__exit__(kind, value, traceback))

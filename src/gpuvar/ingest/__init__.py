@@ -137,13 +137,26 @@ def normalize_folder(raw_folder: str | Path, output: str | Path) -> dict:
 
 
 def ingest(
-    source, output: str | Path, fmt: str = "auto", keep_vendor_columns: bool = default("ingest", "keep_vendor_columns")
+    source,
+    output: str | Path,
+    fmt: str = "auto",
+    keep_vendor_columns: bool = default("ingest", "keep_vendor_columns"),
+    pieces=None,
 ) -> dict:
     """Ingest `source` (a file or folder, or the files of one trace: see read_source) into
-    `output`/kernels.parquet, memcpy.parquet and ingest.json; returns the report."""
+    `output`/kernels.parquet, memcpy.parquet and ingest.json; returns the report.
+
+    pieces: a gpuvar.ingest.nsys_pieces.PieceSettings (None: its defaults): when a big Nsight Systems export is
+    ingested in pieces, in bounded memory, with the same files as a result."""
     t0 = time.perf_counter()
     output = Path(output)
     (output / INGEST_REPORT).unlink(missing_ok=True)
+    if not isinstance(source, list | tuple) and getattr(reader_for(Path(source), fmt), "FORMAT", None) == "nsys-sqlite":
+        from gpuvar.ingest.nsys_pieces import PieceSettings, ingest_in_pieces
+
+        report = ingest_in_pieces(Path(source), output, keep_vendor_columns, pieces or PieceSettings())
+        if report is not None:
+            return report
     raw = read_source(source, fmt, _options(keep_vendor_columns, output))
     # several files of one trace: the kernel trace's path (the passes are listed under counter_passes)
     label = raw.source if isinstance(source, list | tuple) else str(Path(source))

@@ -509,3 +509,10 @@ def add_call_sites(
     if whole:
         out.notes.append(summary.note())
     return kernels, memcpy
+
+
+def copies_without_host(memcpy: pa.Table) -> pa.Table:
+    """The memcpy table with launch_op and step as add_call_sites sets them for a trace without a host timeline:
+    null (the pieces of gpuvar.ingest.nsys_pieces are such traces)."""
+    p = _unplaced(memcpy.num_rows)
+    return _set(_set(memcpy, "launch_op", _op_array(p)), "step", _nullable(p.step))

@@ -151,11 +151,16 @@ def single_trace_arrays(kernels, recorded) -> tuple[dict, list[str]]:
     gpu, notes = single_trace_gpus(recorded, frame["device_id"], frame["process_id"])
     columns = corun_columns(frame, gpu, process)
     count = columns[COLUMNS[0]]
-    notes.append(
-        f"co-running: {int(np.nansum(count > 0))} of {len(count)} launches overlap kernels of another process on "
-        f"their GPU ({frame['process_id'].nunique()} processes)"
-    )
+    notes.append(corun_note(int(np.nansum(count > 0)), len(count), frame["process_id"].nunique()))
     return {n: pa.array(v, type=pa.float64(), from_pandas=True) for n, v in columns.items()}, notes
+
+
+def corun_note(overlapping: int, launches: int, processes: int) -> str:
+    """The note on how many launches ran beside another process's kernels."""
+    return (
+        f"co-running: {overlapping} of {launches} launches overlap kernels of another process on their GPU "
+        f"({processes} processes)"
+    )
 
 
 def set_columns(kernels, arrays: dict):

@@ -84,20 +84,26 @@ def single_trace_gpus(recorded: Recorded, device: pd.Series, process: pd.Series)
     """Physical-GPU code per row of one file's kernels (-1 unknown) and the notes that say how."""
     dev, _ = _device_codes(device)
     gpu = dev.copy()
-    notes = []
+    lost_count = 0
     if recorded.renumbered and len(process):
         pid = process.to_numpy(dtype=np.float64, na_value=np.nan)
         lost = np.isin(pid, np.array(sorted(recorded.renumbered), dtype=np.float64))
         gpu[lost] = -1
-        if lost.any():
-            notes.append(
-                f"processes {_list(sorted(recorded.renumbered))} see other CUDA device ids than the report's GPU ids "
-                f"(TARGET_INFO_CUDA_DEVICE): their {int(lost.sum())} launches' physical GPU is unknown "
-                "(ctx_other_process_* NaN)"
-            )
+        lost_count = int(lost.sum())
+    return gpu, single_trace_notes(recorded, lost_count)
+
+
+def single_trace_notes(recorded: Recorded, lost: int) -> list[str]:
+    """How single_trace_gpus named the GPUs; lost: the launches of renumbered processes (GPU unknown)."""
     host = f" ({recorded.host})" if recorded.host else ""
-    notes.insert(0, f"several processes in one trace, so on one host{host}: a launch's physical GPU is its device id")
-    return gpu, notes
+    notes = [f"several processes in one trace, so on one host{host}: a launch's physical GPU is its device id"]
+    if lost:
+        notes.append(
+            f"processes {_list(sorted(recorded.renumbered))} see other CUDA device ids than the report's GPU ids "
+            f"(TARGET_INFO_CUDA_DEVICE): their {lost} launches' physical GPU is unknown "
+            "(ctx_other_process_* NaN)"
+        )
+    return notes
 
 
 def merged_gpus(

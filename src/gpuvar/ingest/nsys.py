@@ -39,6 +39,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -357,7 +358,8 @@ def _frame(table: pa.Table, rename: dict[str, str], skip=()) -> dict:
     return cols
 
 
-def _check_times(path: Path, table: pa.Table, name: str) -> None:
+def check_times(path: Path, table: pa.Table, name: str) -> None:
+    """An InputError when a fetched kernel or memcpy table's start or end is not integer nanoseconds."""
     for col in ("start", "end"):
         typ = table.schema.field(col).type
         if table.column(col).null_count == table.num_rows:
@@ -453,7 +455,20 @@ def _selected(columns: list[str], needed, keep: bool) -> tuple[list[str], list[s
     return [c for c in columns if c in needed], [c for c in columns if c not in needed]
 
 
-def _read_raw(path: Path, con: sqlite3.Connection, keep: bool) -> RawTrace:
+@dataclass
+class ExportHead:
+    """What an export holds before its big tables are fetched: a RawTrace with its metadata (raw.info), StringIds
+    and memcpy-kind enum, the kernel and memcpy columns to read (m_cols None: no memcpy table), and every table's
+    columns (catalog)."""
+
+    raw: RawTrace
+    k_cols: list[str]
+    m_cols: list[str] | None
+    tables: dict[str, list[str]]
+
+
+def read_head(path: Path, con: sqlite3.Connection, keep: bool) -> ExportHead:
+    """The checks and small tables of read_raw (an InputError for a file that is not a usable export)."""
     tables = catalog(con)
     if not _is_nsys(tables):
         raise InputError(
@@ -475,18 +490,27 @@ def _read_raw(path: Path, con: sqlite3.Connection, keep: bool) -> RawTrace:
     k_cols, not_read[KERNEL_TABLE] = _selected(k_cols, KERNEL_NEEDED, keep)
     if m_cols is not None:
         m_cols, not_read[MEMCPY_TABLE] = _selected(m_cols, MEMCPY_NEEDED, keep)
+        if {"id", "name"} <= set(tables.get(MEMCPY_ENUM, ())):  # read only with copies to name
+            raw.tables[RAW_MEMCPY_ENUM] = fetch_sqlite3(con, MEMCPY_ENUM, tables[MEMCPY_ENUM])
     raw.info["columns_not_read"] = {t: cols for t, cols in not_read.items() if cols}
+    return ExportHead(raw, k_cols, m_cols, tables)
+
+
+def _read_raw(path: Path, con: sqlite3.Connection, keep: bool) -> RawTrace:
+    head = read_head(path, con, keep)
+    raw, k_cols, m_cols, tables = head.raw, head.k_cols, head.m_cols, head.tables
+    enum = raw.tables.pop(RAW_MEMCPY_ENUM, None)  # (raw.tables in the order gpuvar read lists them)
     with ThreadPoolExecutor(max_workers=1) as pool:
         k_future = pool.submit(fetch, path, KERNEL_TABLE, k_cols)
         m_table = fetch(path, MEMCPY_TABLE, m_cols) if m_cols is not None else None
         k_table = k_future.result()
-    _check_times(path, k_table, KERNEL_TABLE)
+    check_times(path, k_table, KERNEL_TABLE)
     raw.tables[RAW_KERNELS] = k_table
     raw.rows_read["kernels"] = k_table.num_rows
+    if enum is not None:
+        raw.tables[RAW_MEMCPY_ENUM] = enum
     if m_table is not None:
-        if {"id", "name"} <= set(tables.get(MEMCPY_ENUM, ())):  # read only with copies to name
-            raw.tables[RAW_MEMCPY_ENUM] = fetch_sqlite3(con, MEMCPY_ENUM, tables[MEMCPY_ENUM])
-        _check_times(path, m_table, MEMCPY_TABLE)
+        check_times(path, m_table, MEMCPY_TABLE)
         raw.tables[RAW_MEMCPY] = m_table
         raw.rows_read["memcpy"] = m_table.num_rows
     for table, (wanted, required) in HOST_COLUMNS.items():
@@ -529,10 +553,11 @@ def start_output(raw: RawTrace) -> ReaderOutput:
     return out
 
 
-def memcpy_setup(raw: RawTrace, out: ReaderOutput) -> dict[int, str] | None:
+def memcpy_setup(raw: RawTrace, out: ReaderOutput, has_copies: bool | None = None) -> dict[int, str] | None:
     """The copy-kind names of a raw read with a memcpy table (None without one), and the note on where they come
-    from (or that there are no copies), which follows the kernels' notes."""
-    if RAW_MEMCPY not in raw.tables:
+    from (or that there are no copies), which follows the kernels' notes. has_copies: whether the export has a
+    memcpy table, where raw.tables does not hold it (None: it does, when there is one)."""
+    if not (RAW_MEMCPY in raw.tables if has_copies is None else has_copies):
         out.notes.append(f"no {MEMCPY_TABLE} table: the capture recorded no memory copies")
         return None
     kind_names, source = _memcpy_names(raw.tables.get(RAW_MEMCPY_ENUM))

@@ -1,0 +1,727 @@
+"""Nsight Systems SQLite exports ingested in bounded memory, piece by piece (issue 38).
+
+Why: the in-memory ingest holds the whole trace with its canonical, call-site and context columns, about 1.8 KB per
+launch (3.6 GB at 2 M launches), so a 20 M-launch export needed ~37 GB. Here the export is read and written in
+pieces of about PieceSettings.rows kernel rows: memory follows the piece and the per-step summaries, not the trace,
+and the files are the bytes the in-memory path writes (tests/test_nsys_pieces.py compares them file by file).
+
+Which exports (`plan`): above PieceSettings.above kernel rows, with kernel rows stored in start order (nsys
+writes them so; checked while reading: otherwise the in-memory path), and without a host timeline: an export with
+CUDA API calls (CUPTI_ACTIVITY_KIND_RUNTIME) places each launch by joining its call, its NVTX range and its step,
+which gpuvar.ingest.call_sites does over the whole trace, so such an export is ingested in memory. Copies may be
+stored in any order.
+
+Three passes over the export, each in rowid ranges read through connectorx:
+ 1. kernels, light columns: the pieces (rowid ranges cut where the start time changes, so rows that share a
+    start, exact duplicates among them, stay in one piece), each piece's first start and last end, the processes,
+    and the kernel-name sequence per (process, device) in launch order (4 + 4 bytes per launch), from which the
+    iterations are found once for the whole trace (gpuvar.ingest.iterations), as the in-memory path does.
+ 2. copies, every column: each row appended to the Arrow IPC file of the piece its start falls in (a bucket sort
+    on disk, in a temporary folder inside the output folder, removed at the end). With iterations, the kernels'
+    launch configurations again: step_threads needs each step's total.
+ 3. per piece: its kernel rows normalized by the reader (gpuvar.ingest.nsys), launch ids offset by the rows
+    before; the context and co-running columns over the piece plus the kernels and copies beside it in time
+    (earlier kernels still running or last on their stream, later ones starting before the piece's last end, the
+    copies of the buckets up to that end); call sites from the trace's iterations; step offsets from each step's
+    first start (carried from piece to piece); sorted and written in write_canonical's row groups. The copy
+    buckets are normalized and written as the kernel pieces reach them.
+The notes and the books sum the pieces' counts into the in-memory path's words.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from gpuvar.ingest import nsys
+from gpuvar.ingest.base import ReaderOutput, in_wal_mode, select_arrow
+from gpuvar.ingest.host_timeline import MISSING, ints
+from gpuvar.ingest.nsys_sqlite import connect, quote_name, rowid_name
+
+log = logging.getLogger("gpuvar.ingest.nsys_pieces")
+
+_ROWID = "__gpuvar_rowid"
+_INT32_NONE = -1
+
+
+@dataclass(frozen=True)
+class PieceSettings:
+    """When and how an export is ingested in pieces: above `above` kernel rows, `rows` kernel rows per piece (about
+    250 MB of work at the in-memory path's 1.8 KB per launch)."""
+
+    above: int = 2_000_000
+    rows: int = 1 << 17
+
+
+class NotInPieces(Exception):
+    """The export turned out not to suit pieces while they were planned (the reason is the message): it is ingested
+    in memory instead."""
+
+
+@dataclass
+class Piece:
+    lo: int  # first rowid
+    hi: int  # rowid after the last
+    first: int  # start of its first kept kernel
+    last_end: int  # latest end of its kept kernels
+    kept: int = 0  # kernels kept (after the reader's drops)
+
+
+@dataclass
+class Plan:
+    """What pass 1 learnt: the pieces, the kernels' iterations (in launch order, None without any), the processes
+    and every row count."""
+
+    pieces: list[Piece]
+    rows: int
+    processes: set
+    step: np.ndarray | None = None  # int32 iteration per kept launch in launch order, -1 outside any
+    position: np.ndarray | None = None
+    note: str | None = None
+    step_threads: dict = field(default_factory=dict)  # step -> (sum of threads, launches with a value)
+
+
+# --- reading rowid ranges -----------------------------------------------------------------------------------
+
+
+def _fetch_range(path: Path, table: str, columns: list[str], rowid: str, lo: int, hi: int, extra: str = "") -> pa.Table:
+    """Rows lo <= rowid < hi of `table` (a range scan of SQLite's rowid b-tree), in rowid order, with the rowid as
+    the first column (_ROWID)."""
+    select = ", ".join(quote_name(c) for c in columns)
+    sql = (
+        f'SELECT {rowid} AS "{_ROWID}", {select} FROM "{table}" WHERE {rowid} >= {int(lo)} AND {rowid} < {int(hi)}'
+        f"{extra} ORDER BY {rowid}"
+    )
+    return select_arrow(path, sql)
+
+
+def _ranges(path: Path, table: str, columns: list[str], rowid: str, lo: int, hi: int, step: int):
+    """The rows of rowids [lo, hi) in consecutive ranges of `step` rowids."""
+    for a in range(lo, hi, step):
+        yield _fetch_range(path, table, columns, rowid, a, min(a + step, hi))
+
+
+def _rowid_bounds(con: sqlite3.Connection, table: str, rowid: str) -> tuple[int, int, int]:
+    """(first rowid, last rowid + 1, rows): min and max are b-tree lookups; count(*) is a scan of the b-tree pages."""
+    lo, hi, rows = con.execute(f'SELECT min({rowid}), max({rowid}), count(*) FROM "{table}"').fetchone()
+    return (int(lo), int(hi) + 1, int(rows)) if rows else (0, 0, 0)
+
+
+# --- the plan: pass 1 ---------------------------------------------------------------------------------------
+
+
+def _kept(start: np.ndarray, end: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """The rows the reader keeps: start and end present, end >= start (nsys._drop_bad_times) and end - start not
+    wrapped around int64 (sanity.drop_negative_durations)."""
+    with np.errstate(over="ignore"):
+        return valid & (end >= start) & ((end - start) >= 0)
+
+
+def _light(chunk: pa.Table) -> dict[str, np.ndarray]:
+    """start, end, corr, device, pid (nulls: start/end 0 with valid False, others -1) and rowid of a chunk."""
+    start, end = chunk.column("start"), chunk.column("end")
+    valid = ~(np.asarray(start.is_null()) | np.asarray(end.is_null()))
+    out = {
+        "rowid": ints(chunk.column(_ROWID)),
+        "start": ints(start, 0),
+        "end": ints(end, 0),
+        "valid": valid,
+        "corr": ints(chunk.column("correlationId"), MISSING)
+        if "correlationId" in chunk.column_names
+        else np.full(chunk.num_rows, MISSING),
+        "device": ints(chunk.column("deviceId")) if "deviceId" in chunk.column_names else np.full(chunk.num_rows, -1),
+    }
+    pid = ints(chunk.column("globalPid")) if "globalPid" in chunk.column_names else np.full(chunk.num_rows, -1)
+    out["pid"] = np.where(pid >= 0, (pid >> 24) & 0xFFFFFF, -1)
+    return out
+
+
+class _Names:
+    """Kernel-name code per StringIds id, as nsys._resolve_names names it (an id StringIds lacks, a NULL id)."""
+
+    def __init__(self, strings: pa.Table | None):
+        self.strings = strings
+        self.by_id: dict[int, int] = {}
+        self.codes: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def code(self, ids: pa.ChunkedArray) -> np.ndarray:
+        null = np.iinfo(np.int64).min
+        values = ints(ids, null)
+        distinct, inverse = np.unique(values, return_inverse=True)
+        new = [int(d) for d in distinct if int(d) not in self.by_id]
+        if new:
+            found = nsys._lookup(self.strings, "id", "value", new)
+            for sid, name in zip(new, found):
+                if sid == null:
+                    name = "<no string id>"
+                elif name is None:
+                    name = f"<unknown string id {sid}>"
+                if name not in self.codes:
+                    self.codes[name] = len(self.names)
+                    self.names.append(name)
+                self.by_id[sid] = self.codes[name]
+        return np.array([self.by_id[int(d)] for d in distinct], dtype=np.int32)[inverse]
+
+
+def _plan(path: Path, head: nsys.ExportHead, rowid: str, settings: PieceSettings) -> Plan:
+    """Pass 1 (module docstring)."""
+    con = connect(path)
+    try:
+        lo, hi, rows = _rowid_bounds(con, nsys.KERNEL_TABLE, rowid)
+    finally:
+        con.close()
+    name_col = "demangledName" if "demangledName" in head.k_cols else "shortName"
+    columns = [c for c in ("start", "end", "correlationId", "deviceId", "globalPid", name_col) if c in head.k_cols]
+    names = _Names(head.raw.tables.get(nsys.RAW_STRINGS))
+    groups: dict[int, int] = {}
+    code_parts, group_parts, pieces, processes = [], [], [], set()
+    pending: dict | None = None
+    piece = Piece(lo, lo, 0, 0)
+    last_start, seen = None, 0
+    for chunk in _ranges(path, nsys.KERNEL_TABLE, columns, rowid, lo, hi, settings.rows):
+        seen += chunk.num_rows
+        nsys.check_times(path, chunk, nsys.KERNEL_TABLE)
+        light = _light(chunk)
+        keep = _kept(light["start"], light["end"], light["valid"])
+        part = {k: v[keep] for k, v in light.items() if k != "valid"}
+        part["name"] = names.code(chunk.column(name_col))[keep]
+        key = part["pid"].astype(np.int64) * (1 << 32) + (part["device"] + 1)
+        distinct, inverse = np.unique(key, return_inverse=True)
+        part["group"] = np.array([groups.setdefault(int(k), len(groups)) for k in distinct], np.int32)[inverse]
+        processes.update(np.unique(part["pid"][part["pid"] >= 0]).tolist())
+        if pending is not None:
+            part = {k: np.concatenate([pending[k], part[k]]) for k in part}
+        if not len(part["start"]):
+            pending = part
+            continue
+        s = part["start"]
+        if (last_start is not None and s[0] < last_start) or (s[1:] < s[:-1]).any():
+            raise NotInPieces("its kernel rows are not stored in start order")
+        tail = s == s[-1]  # the run of the last start waits for the next chunk: ties are ordered together
+        emit = {k: v[~tail] for k, v in part.items()}
+        pending = {k: v[tail] for k, v in part.items()}
+        _emit(emit, piece, code_parts, group_parts)
+        last_start = int(s[-1])
+        if piece.kept >= settings.rows:
+            boundary = int(pending["rowid"][0])
+            piece.hi = boundary
+            pieces.append(piece)
+            piece = Piece(boundary, boundary, 0, 0)
+    if seen != rows:
+        raise NotInPieces(f"rowid ranges read {seen} kernel rows where SQLite counts {rows}")
+    if pending is not None:
+        _emit(pending, piece, code_parts, group_parts)
+    piece.hi = hi
+    if piece.kept or not pieces:
+        pieces.append(piece)
+    else:  # trailing rowids with no kept kernel: the last piece's
+        pieces[-1].hi = hi
+    if not sum(p.kept for p in pieces):
+        raise NotInPieces("no kernel row is kept")
+    plan = Plan(pieces, rows, processes)
+    _iterations(plan, code_parts, group_parts, np.asarray(names.names, dtype=object))
+    return plan
+
+
+def _emit(rows: dict, piece: Piece, code_parts: list, group_parts: list) -> None:
+    """Append kept rows (a run of whole start times) to the current piece and the launch sequence, in launch order:
+    start, then correlation id, then rowid (call_sites._sequence_order for a trace without launch calls)."""
+    if not len(rows["start"]):
+        return
+    order = np.lexsort((rows["rowid"], rows["corr"], rows["start"]))
+    code_parts.append(rows["name"][order])
+    group_parts.append(rows["group"][order])
+    if not piece.kept:
+        piece.first = int(rows["start"][order[0]])
+    piece.last_end = max(piece.last_end, int(rows["end"].max())) if piece.kept else int(rows["end"].max())
+    piece.kept += len(order)
+
+
+def _iterations(plan: Plan, code_parts: list, group_parts: list, names: np.ndarray) -> None:
+    """The iterations of each (process, device) launch sequence, as call_sites._iteration_steps finds them."""
+    from gpuvar.ingest.call_sites import ITERATION_SOURCE, _short
+    from gpuvar.ingest.iterations import find_iterations_coded
+
+    codes = np.concatenate(code_parts)
+    code_parts.clear()
+    group = np.concatenate(group_parts)
+    group_parts.clear()
+    n = len(codes)
+    step = np.full(n, _INT32_NONE, np.int32)
+    position = np.full(n, _INT32_NONE, np.int32)
+    found = []
+    distinct = np.unique(group)
+    for g in distinct:
+        rows = np.flatnonzero(group == g) if len(distinct) > 1 else slice(None)
+        it = find_iterations_coded(codes[rows], names)
+        if it.anchor is None:
+            continue
+        inside = it.iteration >= 0
+        at = np.flatnonzero(inside) if isinstance(rows, slice) else rows[inside]
+        step[at] = it.iteration[inside]
+        position[at] = it.position[inside]
+        found.append(it)
+    if not found:
+        return
+    count = sum(it.count for it in found)
+    anchors = sorted({_short(it.anchor) for it in found})
+    outside = int((position < 0).sum())
+    plan.step, plan.position = step, position
+    plan.note = (
+        f"{count} iterations from {ITERATION_SOURCE} (each starts at {', '.join(anchors)}; "
+        f"{outside} launches outside any iteration)"
+    )
+
+
+# --- pass 2: copies into buckets, step totals -----------------------------------------------------------------
+
+
+def _bucket_copies(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan, folder: Path, step: int) -> tuple:
+    """Every copy row into the IPC file of the piece its start falls in; (files, rows read)."""
+    con = connect(path)
+    try:
+        lo, hi, rows = _rowid_bounds(con, nsys.MEMCPY_TABLE, rowid)
+    finally:
+        con.close()
+    firsts = np.array([p.first for p in plan.pieces[1:]], dtype=np.int64)
+    files = [folder / f"copies-{j}.arrows" for j in range(len(plan.pieces))]
+    writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+    schema, seen = None, 0
+    try:
+        for chunk in _ranges(path, nsys.MEMCPY_TABLE, head.m_cols, rowid, lo, hi, step):
+            seen += chunk.num_rows
+            nsys.check_times(path, chunk, nsys.MEMCPY_TABLE)
+            chunk = chunk.drop_columns([_ROWID])
+            if schema is None:
+                schema = chunk.schema
+            elif chunk.schema != schema:
+                chunk = chunk.cast(schema)
+            start = chunk.column("start")
+            bucket = np.searchsorted(firsts, ints(start, np.iinfo(np.int64).min), side="right")
+            order = np.argsort(bucket, kind="stable")
+            cuts = np.flatnonzero(np.diff(bucket[order])) + 1
+            for part in np.split(order, cuts):
+                if not len(part):
+                    continue
+                j = int(bucket[part[0]])
+                if j not in writers:
+                    writers[j] = pa.ipc.new_stream(files[j], schema)
+                writers[j].write_table(chunk.take(pa.array(part)))
+    finally:
+        for w in writers.values():
+            w.close()
+    if seen != rows:
+        raise NotInPieces(f"rowid ranges read {seen} copy rows where SQLite counts {rows}")
+    return [f if j in writers else None for j, f in enumerate(files)], seen, schema
+
+
+_LAUNCH = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+
+
+def _step_threads(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan) -> None:
+    """Each step's threads (grid_size x workgroup_size summed over its launches, step_size.step_threads) and how
+    many launches have a value, from the launch configurations read again piece by piece."""
+    if plan.step is None or not {"gridX", "blockX"} <= set(head.k_cols):
+        return
+    columns = [c for c in ("start", "end", "correlationId", *_LAUNCH) if c in head.k_cols]
+    sums, counts = np.zeros(0), np.zeros(0, np.int64)
+    at = 0
+    for piece in plan.pieces:
+        chunk = _fetch_range(path, nsys.KERNEL_TABLE, columns, rowid, piece.lo, piece.hi)
+        light = _light(chunk)
+        keep = _kept(light["start"], light["end"], light["valid"])
+        order = np.lexsort((light["rowid"][keep], light["corr"][keep], light["start"][keep]))
+
+        def product(names, keep=keep, chunk=chunk):
+            first = chunk.column(names[0]).to_pandas().astype("Int64")[keep].reset_index(drop=True)
+            for name in names[1:]:
+                if name in chunk.column_names:
+                    first = first * chunk.column(name).to_pandas().astype("Int64")[keep].reset_index(drop=True).fillna(
+                        1
+                    )
+            return first.astype("Float64").to_numpy(np.float64, na_value=np.nan)
+
+        threads = (product(_LAUNCH[:3]) * product(_LAUNCH[3:]))[order]
+        step = plan.step[at : at + len(order)].astype(np.int64)
+        at += len(order)
+        ok = (step >= 0) & np.isfinite(threads)
+        size = int(step.max()) + 1 if len(step) else 0
+        if size > len(sums):
+            sums, counts = np.pad(sums, (0, size - len(sums))), np.pad(counts, (0, size - len(counts)))
+        sums += np.bincount(step[ok], weights=threads[ok], minlength=len(sums))
+        counts += np.bincount(step[ok], minlength=len(counts))
+    plan.step_threads = {"sums": sums, "counts": counts}
+
+
+# --- pass 3: the pieces --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Books:
+    rows_written: int = 0
+    duplicates: int = 0
+    columns: int = 0
+
+
+@dataclass
+class _State:
+    """What travels from piece to piece."""
+
+    out: ReaderOutput  # the trace's drops and facts
+    unresolved: dict = field(default_factory=dict)
+    summary: object = None  # call_sites.SiteSummary
+    launch_offset: int = 0
+    sequence_offset: int = 0
+    copy_offset: int = 0
+    carry: pd.DataFrame | None = None  # earlier kernels still running, or last on their stream
+    copies: pd.DataFrame | None = None  # copies of the buckets read, not yet ended
+    buckets_read: int = 0
+    step_first: dict = field(default_factory=dict)  # (device, step) -> first start
+    corun_overlapping: int = 0
+    corun_lost: int = 0
+    kernels: _Books = field(default_factory=_Books)
+    memcpy: _Books = field(default_factory=_Books)
+
+
+_KERNEL_LIGHT = ("start", "end", "device_id", "stream_id", "rank", "process_id")  # context and co-running inputs
+
+
+def _light_frame(table: pa.Table, names) -> pd.DataFrame:
+    """The columns of a canonical table the context sweeps read, as context.context_arrays converts them."""
+    return table.select([c for c in names if c in table.column_names]).to_pandas()
+
+
+def _normalize_kernels(table: pa.Table, head: nsys.ExportHead, out, offset: int, unresolved: dict | None):
+    """Canonical kernels of fetched rows, as the in-memory path makes them, launch ids from `offset`; (table, rows
+    after the reader's own drops: the launch ids they took)."""
+    from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
+    from gpuvar.schema import finalize_kernels
+
+    keep = bool(head.raw.info.get("keep_vendor_columns", True))
+    frame = nsys._kernels(table.drop_columns([_ROWID]), head.raw.tables.get(nsys.RAW_STRINGS), out, keep, unresolved)
+    frame["launch_id"] = frame["launch_id"] + offset
+    kernels = drop_negative_durations(finalize_kernels(frame), out, "kernels")
+    require_int64_times(nsys.FORMAT, kernels=kernels)
+    return kernels, len(frame)
+
+
+def _ahead(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan, k: int) -> pd.DataFrame | None:
+    """Kernels of the later pieces that start by piece k's last end (light canonical columns), None if none."""
+    piece = plan.pieces[k]
+    later = [p for p in plan.pieces[k + 1 :] if p.first <= piece.last_end]
+    if not later:
+        return None
+    chunk = _fetch_range(
+        path, nsys.KERNEL_TABLE, head.k_cols, rowid, piece.hi, later[-1].hi, f" AND start <= {int(piece.last_end)}"
+    )
+    kernels, _ = _normalize_kernels(chunk, head, ReaderOutput(nsys.FORMAT, None), 0, {})
+    return _light_frame(kernels, _KERNEL_LIGHT)
+
+
+def _merge_drops(into: ReaderOutput, part: ReaderOutput) -> None:
+    for table, reasons in part.dropped.items():
+        for reason, count in reasons.items():
+            into.drop(table, reason, count)
+
+
+def _read_buckets(state: _State, plan: Plan, k: int, files: list, head: nsys.ExportHead, kind_names, writer) -> None:
+    """Normalize and write the copy buckets up to the last one piece k's kernels can overlap, keeping their
+    light columns in the copy window; then drop the copies that ended before the piece's first start."""
+    from gpuvar.ingest.context import COPY_INPUTS
+
+    piece = plan.pieces[k]
+    last = max([k] + [j for j in range(k + 1, len(plan.pieces)) if plan.pieces[j].first <= piece.last_end])
+    frames = [state.copies] if state.copies is not None else []
+    while state.buckets_read <= last:
+        j = state.buckets_read
+        state.buckets_read += 1
+        if files[j] is None:
+            continue
+        with pa.ipc.open_stream(files[j]) as reader:
+            table = reader.read_all()
+        files[j].unlink()
+        memcpy = _copies(table, head, kind_names, state)
+        frames.append(_light_frame(memcpy, COPY_INPUTS))
+        writer.add(_sorted(memcpy))
+    if not frames:
+        return
+    window = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    state.copies = window[window["end"].to_numpy() >= piece.first].reset_index(drop=True)
+
+
+def _copies(table: pa.Table, head: nsys.ExportHead, kind_names, state: _State) -> pa.Table:
+    """Canonical copies of a bucket (or of no rows), as the in-memory path makes them, launch ids from the copies
+    before; their drops, duplicates and rows go to the books."""
+    from gpuvar.ingest.call_sites import copies_without_host
+    from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
+    from gpuvar.schema import finalize_memcpy
+
+    part = ReaderOutput(nsys.FORMAT, None)
+    frame = nsys._memcpy(table, kind_names, part, bool(head.raw.info.get("keep_vendor_columns", True)))
+    frame["launch_id"] = frame["launch_id"] + state.copy_offset
+    state.copy_offset += len(frame)
+    memcpy = drop_negative_durations(finalize_memcpy(frame), part, "memcpy")
+    require_int64_times(nsys.FORMAT, memcpy=memcpy)
+    memcpy = copies_without_host(memcpy)
+    _merge_drops(state.out, part)
+    state.memcpy.duplicates += _duplicates(memcpy)
+    state.memcpy.rows_written += memcpy.num_rows
+    state.memcpy.columns = memcpy.num_columns
+    return memcpy
+
+
+def _duplicates(table: pa.Table) -> int:
+    from gpuvar.ingest import recorded_duplicates
+
+    return recorded_duplicates(table)
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    from gpuvar.canonical_io import sort_canonical
+
+    return sort_canonical(table)
+
+
+def _iterations_of(plan: Plan, state: _State, kernels: pa.Table):
+    """The trace's iterations for these kernel rows (call_sites.Iterations), in table order."""
+    from gpuvar.ingest.call_sites import Iterations
+
+    n = kernels.num_rows
+    step = np.full(n, MISSING, np.int64)
+    position = np.full(n, -1, np.int64)
+    if plan.step is not None:
+        corr = ints(kernels.column("correlation_id"), MISSING)
+        order = np.lexsort((np.arange(n), corr, ints(kernels.column("start"), MISSING)))
+        at = slice(state.sequence_offset, state.sequence_offset + n)
+        seq_step, seq_position = plan.step[at].astype(np.int64), plan.position[at].astype(np.int64)
+        step[order] = np.where(seq_step >= 0, seq_step, MISSING)
+        position[order] = seq_position
+    state.sequence_offset += n
+    return Iterations(step, position, plan.note)
+
+
+def _step_offsets(state: _State, kernels: pa.Table) -> np.ndarray:
+    """ctx_step_offset_ns (context.step_offsets) with each (device, step)'s first start carried across pieces."""
+    start, end = ints(kernels.column("start"), MISSING), ints(kernels.column("end"), MISSING)
+    device, step = ints(kernels.column("device_id"), MISSING), ints(kernels.column("step"), MISSING)
+    rows = np.flatnonzero(
+        (start != MISSING) & (end != MISSING) & (device != MISSING) & (end >= start) & (step != MISSING)
+    )
+    offset = np.full(kernels.num_rows, np.nan)
+    if len(rows):
+        local = pd.Series(start[rows]).groupby([device[rows], step[rows]]).min()
+        first = {key: state.step_first.setdefault(key, int(value)) for key, value in local.items()}
+        base = np.array([first[(d, s)] for d, s in zip(device[rows].tolist(), step[rows].tolist())], np.int64)
+        offset[rows] = (start[rows] - base).astype(np.float64)
+    return offset
+
+
+def _step_threads_of(plan: Plan, kernels: pa.Table) -> np.ndarray:
+    values = np.full(kernels.num_rows, np.nan)
+    if not plan.step_threads:
+        return values
+    sums, counts = plan.step_threads["sums"], plan.step_threads["counts"]
+    step = ints(kernels.column("step"), MISSING)
+    ok = (step >= 0) & (step < len(counts))
+    ok[ok] = counts[step[ok]] > 0
+    values[ok] = sums[step[ok]]
+    return values
+
+
+def _corun(state: _State, ext: pd.DataFrame, rows: slice, recorded) -> dict:
+    """The co-running columns of the piece's rows (corun.single_trace_arrays over the kernels beside them)."""
+    from gpuvar.ingest.corun import corun_columns
+    from gpuvar.ingest.gpu_identity import single_trace_gpus
+
+    frame = ext[["start", "end", "device_id", "process_id"]]
+    process = frame["process_id"].to_numpy(dtype=np.int64, na_value=-1)
+    process = np.where(process >= 0, pd.factorize(process)[0], -1).astype(np.int64)
+    gpu, _ = single_trace_gpus(recorded, frame["device_id"], frame["process_id"])
+    columns = {name: values[rows] for name, values in corun_columns(frame, gpu, process).items()}
+    count = next(iter(columns.values()))
+    state.corun_overlapping += int(np.nansum(count > 0))
+    if recorded.renumbered:
+        pid = frame["process_id"].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+        state.corun_lost += int(np.isin(pid, np.array(sorted(recorded.renumbered), dtype=np.float64)).sum())
+    return {n: pa.array(v, type=pa.float64(), from_pandas=True) for n, v in columns.items()}
+
+
+def _carry(state: _State, ext: pd.DataFrame, upto: int, next_first: int | None) -> None:
+    """The kernels the next piece's context needs from this one and before: those still running at its first
+    start, and the last of each stream (the previous kernel of its stream, for ctx_gap_ns)."""
+    both = ext.iloc[:upto]
+    if next_first is None:
+        state.carry = None
+        return
+    open_ = both["end"].to_numpy() >= next_first
+    keys = [both[c] for c in ("rank", "device_id", "stream_id") if c in both.columns]
+    last = np.zeros(len(both), bool)
+    last[both.groupby(keys, dropna=False, sort=False).tail(1).index.to_numpy()] = True
+    state.carry = both[open_ | last].reset_index(drop=True)
+
+
+def _piece(path, head, rowid, plan, k, state, files, kind_names, writers, recorded, corun_on) -> None:
+    from gpuvar.ingest.call_sites import add_call_sites
+    from gpuvar.ingest.context import COPY_INPUTS, KERNEL_INPUTS, _arrow, append_context, context_columns
+    from gpuvar.ingest.corun import set_columns
+    from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
+
+    piece = plan.pieces[k]
+    table = _fetch_range(path, nsys.KERNEL_TABLE, head.k_cols, rowid, piece.lo, piece.hi)
+    nsys.check_times(path, table, nsys.KERNEL_TABLE)
+    part = ReaderOutput(nsys.FORMAT, None)
+    kernels, taken = _normalize_kernels(table, head, part, state.launch_offset, state.unresolved)
+    del table
+    state.launch_offset += taken
+    _merge_drops(state.out, part)
+    n = kernels.num_rows
+    if n != piece.kept:
+        raise RuntimeError(f"piece {k}: {n} kernels kept where the plan counted {piece.kept}")
+    if writers.get("memcpy") is not None:
+        _read_buckets(state, plan, k, files, head, kind_names, writers["memcpy"])
+    light = _light_frame(kernels, _KERNEL_LIGHT)
+    frames = [f for f in (state.carry, light, _ahead(path, head, rowid, plan, k)) if f is not None and len(f)]
+    ext = pd.concat(frames, ignore_index=True) if len(frames) > 1 else light
+    first = len(state.carry) if state.carry is not None and len(state.carry) else 0
+    rows = slice(first, first + n)
+    copies = None
+    if writers.get("memcpy") is not None:
+        copies = state.copies if state.copies is not None else pd.DataFrame(columns=list(COPY_INPUTS))
+    context = context_columns(ext[[c for c in KERNEL_INPUTS if c in ext.columns and c != "step"]], copies)
+    context = _arrow({name: values[rows] for name, values in context.items()})
+    corun = _corun(state, ext, rows, recorded) if corun_on else {}
+    _carry(state, ext, first + n, plan.pieces[k + 1].first if k + 1 < len(plan.pieces) else None)
+    del ext, light
+    kernels, _ = add_call_sites(
+        None, part, kernels, None, host=None, iterations=_iterations_of(plan, state, kernels), summary=state.summary
+    )
+    offsets = pa.array(_step_offsets(state, kernels), type=pa.float64(), from_pandas=True)
+    kernels = append_context(kernels, context | {"ctx_step_offset_ns": offsets})
+    threads = pa.array(_step_threads_of(plan, kernels), type=pa.float64(), from_pandas=True)
+    kernels = kernels.set_column(kernels.column_names.index(STEP_THREADS), STEP_THREADS, threads)
+    kernels = set_columns(kernels, corun)
+    state.kernels.duplicates += _duplicates(kernels)
+    state.kernels.rows_written += n
+    state.kernels.columns = kernels.num_columns
+    writers["kernels"].add(_sorted(kernels))
+
+
+# --- the entry point -----------------------------------------------------------------------------------------
+
+
+def plan_reason(path: Path, settings: PieceSettings) -> str | None:
+    """Why `path` (an Nsight Systems export) is ingested in memory, None when it is ingested in pieces."""
+    con = connect(path)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if nsys.KERNEL_TABLE not in tables:
+            return "no kernel table"
+        if nsys.RUNTIME_TABLE in tables:
+            return "its CUDA API calls place each launch (call sites are joined over the whole trace)"
+        rowid = rowid_name(con, nsys.KERNEL_TABLE)
+        if rowid is None or (nsys.MEMCPY_TABLE in tables and rowid_name(con, nsys.MEMCPY_TABLE) is None):
+            return "a table without a rowid"
+        last = con.execute(f'SELECT max({rowid}) FROM "{nsys.KERNEL_TABLE}"').fetchone()[0]
+    finally:
+        con.close()
+    if last is None or last < settings.above:
+        return f"at most {settings.above} kernel rows"
+    if in_wal_mode(path):
+        return "a WAL-mode database"
+    return None
+
+
+def ingest_in_pieces(source: Path, output: Path, keep_vendor_columns: bool, settings: PieceSettings) -> dict | None:
+    """`gpuvar ingest` of an Nsight Systems export in pieces (module docstring): the report, or None when the export
+    is ingested in memory instead (plan_reason, or a NotInPieces found while planning: logged)."""
+    t0 = time.perf_counter()
+    reason = plan_reason(source, settings)
+    if reason is not None:
+        log.debug("%s: ingested in memory: %s", source, reason)
+        return None
+    con = connect(source)
+    try:
+        head = nsys.read_head(source, con, keep_vendor_columns)
+        rowid = rowid_name(con, nsys.KERNEL_TABLE)
+        m_rowid = rowid_name(con, nsys.MEMCPY_TABLE) if head.m_cols is not None else None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        raise nsys.damaged(source, exc) from None
+    finally:
+        con.close()
+    output.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=".gpuvar-pieces-", dir=output))
+    try:
+        try:
+            plan = _plan(source, head, rowid, settings)
+            files, copy_rows = [], None
+            if head.m_cols is not None:
+                files, copy_rows, _ = _bucket_copies(source, head, m_rowid, plan, folder, settings.rows)
+            _step_threads(source, head, rowid, plan)
+        except NotInPieces as exc:
+            log.info("%s: ingested in memory: %s", source, exc)
+            return None
+        return _write(source, output, head, (rowid, m_rowid), plan, files, copy_rows, t0, settings)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write(source, output, head, rowids, plan, files, copy_rows, t0, settings: PieceSettings) -> dict:
+    """Pass 3 and the report."""
+    from gpuvar.canonical_io import CanonicalWriter, write_canonical
+    from gpuvar.ingest import books, finish_report, report_head
+    from gpuvar.ingest.call_sites import SiteSummary
+    from gpuvar.ingest.corun import corun_note
+    from gpuvar.ingest.gpu_identity import Recorded, single_trace_notes
+    from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
+    from gpuvar.schema import empty_memcpy
+
+    label = str(source)
+    out = nsys.start_output(head.raw)
+    scratch = ReaderOutput(nsys.FORMAT, None)
+    kind_names = nsys.memcpy_setup(head.raw, scratch, has_copies=head.m_cols is not None)
+    state = _State(out=out, summary=SiteSummary())
+    recorded = Recorded.from_report(
+        {"devices": out.devices, "host": out.host, "gpu_renumbered_processes": out.gpu_renumbered}
+    )
+    corun_on = len(plan.processes) >= 2
+    meta = {"source": label, "format": nsys.FORMAT}
+    with ExitStack() as stack:
+        writers = {"kernels": stack.enter_context(CanonicalWriter(output / KERNELS_TABLE, meta))}
+        if head.m_cols is not None:
+            writers["memcpy"] = stack.enter_context(CanonicalWriter(output / MEMCPY_TABLE, meta))
+        for k in range(len(plan.pieces)):
+            _piece(source, head, rowids[0], plan, k, state, files, kind_names, writers, recorded, corun_on)
+        if head.m_cols is not None and writers["memcpy"].schema is None:  # no copy row at all: the empty table
+            empty = _fetch_range(source, nsys.MEMCPY_TABLE, head.m_cols, rowids[1], 0, 0).drop_columns([_ROWID])
+            writers["memcpy"].add(_copies(empty, head, kind_names, state))
+    if head.m_cols is None:
+        write_canonical(empty_memcpy(), output / MEMCPY_TABLE, meta)
+    out.rows_read = {"kernels": plan.rows} | ({"memcpy": copy_rows} if copy_rows is not None else {})
+    out.notes.extend(nsys.unresolved_notes(state.unresolved))
+    out.notes.extend(scratch.notes)
+    if corun_on:
+        out.notes.extend(single_trace_notes(recorded, state.corun_lost))
+        out.notes.append(corun_note(state.corun_overlapping, state.kernels.rows_written, len(plan.processes)))
+    out.notes.append(state.summary.note())
+    report = report_head(label, out)
+    report["tables"]["kernels"] = books(
+        label, out, "kernels", state.kernels.rows_written, state.kernels.columns, state.kernels.duplicates
+    )
+    if head.m_cols is not None:
+        report["tables"]["memcpy"] = books(
+            label, out, "memcpy", state.memcpy.rows_written, state.memcpy.columns, state.memcpy.duplicates
+        )
+    report["pieces"] = {"count": len(plan.pieces), "kernel_rows_each": settings.rows}
+    finish_report(report, output, time.perf_counter() - t0, t0, None)
+    return report
