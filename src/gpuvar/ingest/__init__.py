@@ -221,14 +221,17 @@ def report_head(source: str, out) -> dict:
 
 def recorded_duplicates(table) -> int:
     """Rows that exactly repeat an earlier row in the recorded columns. Columns computed from a launch's
-    neighbours (call index, context) differ between two records of one launch (the second's gap, call index),
-    so they are left out."""
+    neighbours (call index, context, and the step and its size where the steps are the iterations of the launch
+    pattern: a repeated record shifts the pattern) differ between two records of one launch (the second's gap,
+    call index, iteration), so they are left out."""
     from gpuvar.ingest.call_sites import DERIVED as CALL_SITE_DERIVED
     from gpuvar.ingest.context import COLUMNS as CONTEXT_COLUMNS
     from gpuvar.ingest.corun import COLUMNS as CORUN_COLUMNS
     from gpuvar.ingest.sanity import duplicate_rows
+    from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
 
-    derived = [c for c in (*CALL_SITE_DERIVED, *CONTEXT_COLUMNS, *CORUN_COLUMNS) if c in table.column_names]
+    neighbours = (*CALL_SITE_DERIVED, *CONTEXT_COLUMNS, *CORUN_COLUMNS, "step", STEP_THREADS)
+    derived = [c for c in neighbours if c in table.column_names]
     return duplicate_rows(table.drop_columns(derived))
 
 

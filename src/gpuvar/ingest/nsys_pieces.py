@@ -392,6 +392,8 @@ class _State:
     corun_lost: int = 0
     kernels: _Books = field(default_factory=_Books)
     memcpy: _Books = field(default_factory=_Books)
+    held_kernels: int = 0  # most kernel rows held at once (a piece with the kernels beside it)
+    held_copies: int = 0  # most copy rows held at once (the window and the bucket being written)
 
 
 _KERNEL_LIGHT = ("start", "end", "device_id", "stream_id", "rank", "process_id")  # context and co-running inputs
@@ -453,6 +455,7 @@ def _read_buckets(state: _State, plan: Plan, k: int, files: list, head: nsys.Exp
         files[j].unlink()
         memcpy = _copies(table, head, kind_names, state)
         frames.append(_light_frame(memcpy, COPY_INPUTS))
+        state.held_copies = max(state.held_copies, sum(len(f) for f in frames))
         writer.add(_sorted(memcpy))
     if not frames:
         return
@@ -593,6 +596,7 @@ def _piece(path, head, rowid, plan, k, state, files, kind_names, writers, record
     light = _light_frame(kernels, _KERNEL_LIGHT)
     frames = [f for f in (state.carry, light, _ahead(path, head, rowid, plan, k)) if f is not None and len(f)]
     ext = pd.concat(frames, ignore_index=True) if len(frames) > 1 else light
+    state.held_kernels = max(state.held_kernels, len(ext))
     first = len(state.carry) if state.carry is not None and len(state.carry) else 0
     rows = slice(first, first + n)
     copies = None
@@ -722,6 +726,11 @@ def _write(source, output, head, rowids, plan, files, copy_rows, t0, settings: P
         report["tables"]["memcpy"] = books(
             label, out, "memcpy", state.memcpy.rows_written, state.memcpy.columns, state.memcpy.duplicates
         )
-    report["pieces"] = {"count": len(plan.pieces), "kernel_rows_each": settings.rows}
+    report["pieces"] = {
+        "count": len(plan.pieces),
+        "kernel_rows_each": settings.rows,
+        "most_kernel_rows_held": state.held_kernels,
+        "most_copy_rows_held": state.held_copies,
+    }
     finish_report(report, output, time.perf_counter() - t0, t0, None)
     return report
