@@ -68,32 +68,82 @@ class Iterations:
 
 
 def _none(n: int) -> Iterations:
-    return Iterations(np.full(n, -1, np.int64), np.full(n, -1, np.int64), None, 0.0, 0)
+    """No iterations: -1 everywhere, as read-only views of one value (no memory per launch)."""
+    nothing = np.broadcast_to(np.array(-1, np.int64), n)
+    return Iterations(nothing, nothing, None, 0.0, 0)
 
 
-def _segments(is_anchor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(segment id, position in segment) per launch; launches before the first anchor get segment -1."""
-    seg = np.cumsum(is_anchor) - 1
-    starts = np.flatnonzero(is_anchor)
-    pos = np.arange(len(is_anchor)) - np.where(seg >= 0, starts[np.maximum(seg, 0)], 0)
-    return seg, np.where(seg >= 0, pos, -1)
+CHUNK = 1 << 20  # launches per step of the passes below: their work arrays stay this long at any trace length
 
 
-def _agreement(family: np.ndarray, seg: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(agrees per launch, modal positions count): whether each launch's family is the modal family at its
-    position over all segments, and how many positions have a mode shared by at least half of the segments."""
-    inside = (seg >= 0) & (pos < MAX_POSITIONS)
-    agrees = np.zeros(len(family), dtype=bool)
-    if not inside.any():
-        return agrees, np.zeros(0)
-    p, f = pos[inside], family[inside]
-    n_fam = int(family.max()) + 1
-    counts = np.bincount(p * n_fam + f, minlength=(int(p.max()) + 1) * n_fam).reshape(-1, n_fam)
+def _chunks(n: int):
+    for a in range(0, n, CHUNK):
+        yield a, min(a + CHUNK, n)
+
+
+def _place(starts: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """(segment, position in it) of launches a..b-1 given the anchors' indices; segment -1 (position -1) before
+    the first anchor. A segment runs from its anchor to the next one."""
+    idx = np.arange(a, b, dtype=np.int64)
+    seg = np.searchsorted(starts, idx, side="right") - 1
+    pos = np.where(seg >= 0, idx - starts[np.maximum(seg, 0)], -1)
+    return seg, pos
+
+
+class _Sequence:
+    """A launch sequence as codes with each code's family, read in chunks (no per-launch work array longer than
+    CHUNK: at 20 M launches the whole-array version held ~2 GB)."""
+
+    def __init__(self, codes: np.ndarray, family_of_code: np.ndarray):
+        self.codes, self.family_of_code = codes, family_of_code
+        self.n_fam = int(family_of_code.max()) + 1 if len(family_of_code) else 1
+
+    def family(self, a: int, b: int) -> np.ndarray:
+        return self.family_of_code[self.codes[a:b]]
+
+
+def _appearance(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct codes in order of first appearance, launches per code value), chunk by chunk: bincount and
+    unique widen a narrow code array to int64 first, 8 bytes per launch at once."""
+    order: dict[int, None] = {}
+    counts = np.zeros(0, np.int64)
+    for a, b in _chunks(len(codes)):
+        part = codes[a:b]
+        order.update(dict.fromkeys(pd.unique(part).tolist()))
+        found = np.bincount(part)
+        counts = np.pad(counts, (0, max(0, len(found) - len(counts))))
+        counts[: len(found)] += found
+    return np.fromiter(order, np.int64, len(order)), counts
+
+
+def _agreement(seq: _Sequence, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(modal family per position, strong positions, launches that agree): a launch agrees when its family is the
+    modal family at its position over all segments; a position is strong when most segments have it with one
+    family. Positions from MAX_POSITIONS on are not compared."""
+    n = len(seq.codes)
+    lengths = np.diff(np.append(starts, n))
+    width = int(min(lengths.max(), MAX_POSITIONS))
+    counts = np.zeros(width * seq.n_fam, np.int64)
+    for a, b in _chunks(n):
+        seg, pos = _place(starts, a, b)
+        inside = (seg >= 0) & (pos < MAX_POSITIONS)
+        counts += np.bincount(pos[inside] * seq.n_fam + seq.family(a, b)[inside], minlength=len(counts))
+    counts = counts.reshape(-1, seq.n_fam)
     mode = counts.argmax(axis=1)
-    agrees[np.flatnonzero(inside)] = mode[p] == f
-    n_segments = int(seg.max()) + 1
-    strong = counts.max(axis=1) * 2 >= n_segments  # a position most segments have, with one family
-    return agrees, strong
+    strong = counts.max(axis=1) * 2 >= len(starts)
+    agree = 0
+    for a, b in _chunks(n):
+        agree += int(_agrees(seq, starts, mode, a, b)[0].sum())
+    return mode, strong, agree
+
+
+def _agrees(seq: _Sequence, starts: np.ndarray, mode: np.ndarray, a: int, b: int):
+    """(agrees, segment, position) of launches a..b-1."""
+    seg, pos = _place(starts, a, b)
+    inside = (seg >= 0) & (pos < MAX_POSITIONS)
+    agrees = np.zeros(b - a, dtype=bool)
+    agrees[inside] = mode[pos[inside]] == seq.family(a, b)[inside]
+    return agrees, seg, pos
 
 
 def find_iterations(names: np.ndarray) -> Iterations:
@@ -102,47 +152,53 @@ def find_iterations(names: np.ndarray) -> Iterations:
     return find_iterations_coded(codes, np.asarray(distinct, dtype=object))
 
 
-def find_iterations_coded(codes: np.ndarray, names: np.ndarray) -> Iterations:
+def find_iterations_coded(codes: np.ndarray, names: np.ndarray, dtype=np.int64) -> Iterations:
     """find_iterations of the sequence names[codes] (integer codes into distinct names, nulls already named):
-    what a dictionary-encoded kernel_name column gives without a Python string per launch."""
+    what a dictionary-encoded kernel_name column gives without a Python string per launch. dtype: of the
+    iteration and position arrays (int32 halves them on a long trace)."""
     n = len(codes)
     if n < 2 * (MIN_ITERATIONS + 1):
         return _none(n)
-    codes, seen = pd.factorize(np.asarray(codes, dtype=np.int64))  # numbered by first appearance, as factorize
-    distinct = np.asarray(names, dtype=object)[seen]  # the names would be
-    family = _families(distinct)[codes]
-    counts = np.bincount(codes)
-    order = np.lexsort((np.arange(len(distinct)), -counts))  # (factorize codes follow first appearance)
+    codes = np.asarray(codes)
+    seen, counts = _appearance(codes)  # ties between anchors go to the first to appear
+    family_of_code = np.zeros(int(seen.max()) + 1, np.int64)
+    family_of_code[seen] = _families(np.asarray(names, dtype=object)[seen])
+    seq = _Sequence(codes, family_of_code)
+    counts = counts[seen]
+    order = np.lexsort((np.arange(len(seen)), -counts))
     best = None
     for c in order[:MAX_CANDIDATES]:
         if counts[c] < MIN_ITERATIONS + 1:
             break
-        is_anchor = codes == c
-        seg, pos = _segments(is_anchor)
-        lengths = np.bincount(np.bincount(seg[seg >= 0]))
+        starts = np.flatnonzero(codes == codes.dtype.type(seen[c]))  # (an int64 scalar would widen the array)
+        lengths = np.bincount(np.diff(np.append(starts, n)))
         if lengths.argmax() < 2 or lengths.max() < MODAL_SHARE * counts[c]:
             continue  # no typical segment of two launches or more: a random order, or a loop of one kernel
-        agrees, strong = _agreement(family, seg, pos)
-        score = float(agrees.sum()) / n
-        first = int(np.flatnonzero(is_anchor)[0])
-        key = (score, -first)
+        mode, strong, agree = _agreement(seq, starts)
+        key = (float(agree) / n, -int(starts[0]))
         if best is None or key > best[0]:
-            best = (key, c, seg, pos, agrees, strong)
+            best = (key, c, starts, mode, strong)
     if best is None or best[0][0] < MIN_SCORE:
         return _none(n)
-    (score, _), c, seg, pos, agrees, strong = best
+    _, c, starts, mode, strong = best
     modal = np.flatnonzero(strong)
     if not len(modal):
         return _none(n)
     # a segment is an iteration when it agrees at >= half of the modal positions
-    inside = seg >= 0
-    on_modal = inside & np.isin(pos, modal) & agrees
-    hits = np.bincount(seg[on_modal], minlength=int(seg.max()) + 1)
+    hits = np.zeros(len(starts), np.int64)
+    for a, b in _chunks(n):
+        agrees, seg, pos = _agrees(seq, starts, mode, a, b)
+        on_modal = (seg >= 0) & np.isin(pos, modal) & agrees
+        hits += np.bincount(seg[on_modal], minlength=len(starts))
     is_iteration = hits * 2 >= len(modal)
-    number = np.cumsum(is_iteration) - 1
-    keep = inside & is_iteration[np.maximum(seg, 0)]
-    iteration = np.where(keep, number[np.maximum(seg, 0)], -1).astype(np.int64)
     count = int(is_iteration.sum())
     if count < MIN_ITERATIONS:
         return _none(n)
-    return Iterations(iteration, np.where(keep, pos, -1).astype(np.int64), str(distinct[c]), score, count)
+    number = np.cumsum(is_iteration) - 1
+    iteration, position = np.empty(n, dtype), np.empty(n, dtype)
+    for a, b in _chunks(n):
+        seg, pos = _place(starts, a, b)
+        keep = (seg >= 0) & is_iteration[np.maximum(seg, 0)]
+        iteration[a:b] = np.where(keep, number[np.maximum(seg, 0)], -1)
+        position[a:b] = np.where(keep, pos, -1)
+    return Iterations(iteration, position, str(np.asarray(names, dtype=object)[seen[c]]), best[0][0], count)

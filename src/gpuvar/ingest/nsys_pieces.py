@@ -195,7 +195,9 @@ def _plan(path: Path, head: nsys.ExportHead, rowid: str, settings: PieceSettings
         light = _light(chunk)
         keep = _kept(light["start"], light["end"], light["valid"])
         part = {k: v[keep] for k, v in light.items() if k != "valid"}
-        part["name"] = names.code(chunk.column(name_col))[keep]
+        part["name"] = names.code(chunk.column(name_col))[keep].astype(
+            _smallest(1 << 16 if len(names.names) <= 1 << 16 else 1 << 32)
+        )
         key = part["pid"].astype(np.int64) * (1 << 32) + (part["device"] + 1)
         distinct, inverse = np.unique(key, return_inverse=True)
         part["group"] = np.array([groups.setdefault(int(k), len(groups)) for k in distinct], np.int32)[inverse]
@@ -248,25 +250,35 @@ def _emit(rows: dict, piece: Piece, code_parts: list, group_parts: list) -> None
     piece.kept += len(order)
 
 
+def _smallest(count: int):
+    """The narrowest unsigned type that numbers `count` things (2 bytes per launch for < 65,536 names)."""
+    return np.uint8 if count <= 1 << 8 else np.uint16 if count <= 1 << 16 else np.uint32
+
+
 def _iterations(plan: Plan, code_parts: list, group_parts: list, names: np.ndarray) -> None:
     """The iterations of each (process, device) launch sequence, as call_sites._iteration_steps finds them."""
     from gpuvar.ingest.call_sites import ITERATION_SOURCE, _short
     from gpuvar.ingest.iterations import find_iterations_coded
 
-    codes = np.concatenate(code_parts)
+    codes = np.concatenate(code_parts, dtype=_smallest(len(names)), casting="unsafe")  # (all below the limit)
     code_parts.clear()
-    group = np.concatenate(group_parts)
+    group = np.concatenate(
+        group_parts,
+        dtype=_smallest(max((int(g.max()) + 1 for g in group_parts if len(g)), default=1)),
+        casting="unsafe",
+    )
     group_parts.clear()
     n = len(codes)
-    step = np.full(n, _INT32_NONE, np.int32)
-    position = np.full(n, _INT32_NONE, np.int32)
+    step = position = None  # (made with the first iterations found)
     found = []
     distinct = np.unique(group)
     for g in distinct:
-        rows = np.flatnonzero(group == g) if len(distinct) > 1 else slice(None)
-        it = find_iterations_coded(codes[rows], names)
+        rows = np.flatnonzero(group == group.dtype.type(g)) if len(distinct) > 1 else slice(None)
+        it = find_iterations_coded(codes[rows], names, dtype=np.int32)
         if it.anchor is None:
             continue
+        if step is None:
+            step, position = np.full(n, _INT32_NONE, np.int32), np.full(n, _INT32_NONE, np.int32)
         inside = it.iteration >= 0
         at = np.flatnonzero(inside) if isinstance(rows, slice) else rows[inside]
         step[at] = it.iteration[inside]
