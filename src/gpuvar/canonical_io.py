@@ -145,6 +145,8 @@ class CanonicalWriter:
             self._write(self.row_group_rows)
 
     def _write(self, rows: int) -> None:
+        # one chunk per column, as the whole tables of the in-memory ingest have: pyarrow's pages follow the
+        # chunks, so a row group written from several chunks is other bytes
         whole = pa.concat_tables(self.parts)
         group = whole.slice(0, rows).combine_chunks().replace_schema_metadata(self.schema.metadata)
         rest = whole.slice(rows)

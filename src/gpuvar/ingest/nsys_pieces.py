@@ -56,11 +56,12 @@ _INT32_NONE = -1
 
 @dataclass(frozen=True)
 class PieceSettings:
-    """When and how an export is ingested in pieces: above `above` kernel rows, `rows` kernel rows per piece (about
-    250 MB of work at the in-memory path's 1.8 KB per launch)."""
+    """When and how an export is ingested in pieces: above `above` kernel rows, `rows` kernel rows per piece. On the
+    20 M-launch demo export (docs/performance.md), 64 Ki rows held 0.85 GB in 120 s and 128 Ki rows 0.98 GB in
+    104 s: the rest is the interpreter and the row group being written (write_canonical's 256 Ki rows)."""
 
     above: int = 2_000_000
-    rows: int = 1 << 17
+    rows: int = 1 << 16
 
 
 class NotInPieces(Exception):
@@ -278,7 +279,8 @@ def _iterations(plan: Plan, code_parts: list, group_parts: list, names: np.ndarr
         if it.anchor is None:
             continue
         if step is None:
-            step, position = np.full(n, _INT32_NONE, np.int32), np.full(n, _INT32_NONE, np.int32)
+            step = np.full(n, _INT32_NONE, np.int32)
+            position = np.full(n, _INT32_NONE, np.int32)
         inside = it.iteration >= 0
         at = np.flatnonzero(inside) if isinstance(rows, slice) else rows[inside]
         step[at] = it.iteration[inside]
