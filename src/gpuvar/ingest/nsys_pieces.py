@@ -35,6 +35,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -588,14 +589,13 @@ def _carry(state: _State, ext: pd.DataFrame, upto: int, next_first: int | None) 
     state.carry = both[open_ | last].reset_index(drop=True)
 
 
-def _piece(path, head, rowid, plan, k, state, files, kind_names, writers, recorded, corun_on) -> None:
+def _piece(path, head, rowid, plan, k, state, files, kind_names, writers, recorded, corun_on, table) -> None:
     from gpuvar.ingest.call_sites import add_call_sites
     from gpuvar.ingest.context import COPY_INPUTS, KERNEL_INPUTS, _arrow, append_context, context_columns
     from gpuvar.ingest.corun import set_columns
     from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
 
     piece = plan.pieces[k]
-    table = _fetch_range(path, nsys.KERNEL_TABLE, head.k_cols, rowid, piece.lo, piece.hi)
     nsys.check_times(path, table, nsys.KERNEL_TABLE)
     part = ReaderOutput(nsys.FORMAT, None)
     kernels, taken = _normalize_kernels(table, head, part, state.launch_offset, state.unresolved)
@@ -718,8 +718,18 @@ def _write(source, output, head, rowids, plan, files, copy_rows, t0, settings: P
         writers = {"kernels": stack.enter_context(CanonicalWriter(output / KERNELS_TABLE, meta))}
         if head.m_cols is not None:
             writers["memcpy"] = stack.enter_context(CanonicalWriter(output / MEMCPY_TABLE, meta))
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+
+        def fetch(k: int):  # the next piece is read while this one is worked on (connectorx releases the GIL)
+            piece = plan.pieces[k]
+            return pool.submit(_fetch_range, source, nsys.KERNEL_TABLE, head.k_cols, rowids[0], piece.lo, piece.hi)
+
+        pending = fetch(0)
         for k in range(len(plan.pieces)):
-            _piece(source, head, rowids[0], plan, k, state, files, kind_names, writers, recorded, corun_on)
+            table = pending.result()
+            pending = fetch(k + 1) if k + 1 < len(plan.pieces) else None
+            _piece(source, head, rowids[0], plan, k, state, files, kind_names, writers, recorded, corun_on, table)
+            del table
         if head.m_cols is not None and writers["memcpy"].schema is None:  # no copy row at all: the empty table
             empty = _fetch_range(source, nsys.MEMCPY_TABLE, head.m_cols, rowids[1], 0, 0).drop_columns([_ROWID])
             writers["memcpy"].add(_copies(empty, head, kind_names, state))
