@@ -45,339 +45,21 @@ import pandas as pd
 import pyarrow as pa
 
 from gpuvar.ingest import nsys
-from gpuvar.ingest.base import ReaderOutput, in_wal_mode, select_arrow
+from gpuvar.ingest.base import ReaderOutput, in_wal_mode
 from gpuvar.ingest.host_timeline import MISSING, ints
-from gpuvar.ingest.nsys_sqlite import connect, quote_name, rowid_name
+from gpuvar.ingest.nsys_plan import (
+    ROWID,
+    NotInPieces,
+    PieceSettings,
+    Plan,
+    bucket_copies,
+    fetch_range,
+    make_plan,
+    sum_step_threads,
+)
+from gpuvar.ingest.nsys_sqlite import connect, rowid_name
 
 log = logging.getLogger("gpuvar.ingest.nsys_pieces")
-
-_ROWID = "__gpuvar_rowid"
-_INT32_NONE = -1
-
-
-@dataclass(frozen=True)
-class PieceSettings:
-    """When and how an export is ingested in pieces: above `above` kernel rows, `rows` kernel rows per piece. On the
-    20 M-launch demo export (docs/performance.md), 64 Ki rows held 0.85 GB in 120 s and 128 Ki rows 0.98 GB in
-    104 s: the rest is the interpreter and the row group being written (write_canonical's 256 Ki rows)."""
-
-    above: int = 2_000_000
-    rows: int = 1 << 16
-
-
-class NotInPieces(Exception):
-    """The export turned out not to suit pieces while they were planned (the reason is the message): it is ingested
-    in memory instead."""
-
-
-@dataclass
-class Piece:
-    lo: int  # first rowid
-    hi: int  # rowid after the last
-    first: int  # start of its first kept kernel
-    last_end: int  # latest end of its kept kernels
-    kept: int = 0  # kernels kept (after the reader's drops)
-
-
-@dataclass
-class Plan:
-    """What pass 1 learnt: the pieces, the kernels' iterations (in launch order, None without any), the processes
-    and every row count."""
-
-    pieces: list[Piece]
-    rows: int
-    processes: set
-    step: np.ndarray | None = None  # int32 iteration per kept launch in launch order, -1 outside any
-    position: np.ndarray | None = None
-    note: str | None = None
-    step_threads: dict = field(default_factory=dict)  # step -> (sum of threads, launches with a value)
-
-
-# --- reading rowid ranges -----------------------------------------------------------------------------------
-
-
-def _fetch_range(path: Path, table: str, columns: list[str], rowid: str, lo: int, hi: int, extra: str = "") -> pa.Table:
-    """Rows lo <= rowid < hi of `table` (a range scan of SQLite's rowid b-tree), in rowid order, with the rowid as
-    the first column (_ROWID)."""
-    select = ", ".join(quote_name(c) for c in columns)
-    sql = (
-        f'SELECT {rowid} AS "{_ROWID}", {select} FROM "{table}" WHERE {rowid} >= {int(lo)} AND {rowid} < {int(hi)}'
-        f"{extra} ORDER BY {rowid}"
-    )
-    return select_arrow(path, sql)
-
-
-def _ranges(path: Path, table: str, columns: list[str], rowid: str, lo: int, hi: int, step: int):
-    """The rows of rowids [lo, hi) in consecutive ranges of `step` rowids."""
-    for a in range(lo, hi, step):
-        yield _fetch_range(path, table, columns, rowid, a, min(a + step, hi))
-
-
-def _rowid_bounds(con: sqlite3.Connection, table: str, rowid: str) -> tuple[int, int, int]:
-    """(first rowid, last rowid + 1, rows): min and max are b-tree lookups; count(*) is a scan of the b-tree pages."""
-    lo, hi, rows = con.execute(f'SELECT min({rowid}), max({rowid}), count(*) FROM "{table}"').fetchone()
-    return (int(lo), int(hi) + 1, int(rows)) if rows else (0, 0, 0)
-
-
-# --- the plan: pass 1 ---------------------------------------------------------------------------------------
-
-
-def _kept(start: np.ndarray, end: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """The rows the reader keeps: start and end present, end >= start (nsys._drop_bad_times) and end - start not
-    wrapped around int64 (sanity.drop_negative_durations)."""
-    with np.errstate(over="ignore"):
-        return valid & (end >= start) & ((end - start) >= 0)
-
-
-def _light(chunk: pa.Table) -> dict[str, np.ndarray]:
-    """start, end, corr, device, pid (nulls: start/end 0 with valid False, others -1) and rowid of a chunk."""
-    start, end = chunk.column("start"), chunk.column("end")
-    valid = ~(np.asarray(start.is_null()) | np.asarray(end.is_null()))
-    out = {
-        "rowid": ints(chunk.column(_ROWID)),
-        "start": ints(start, 0),
-        "end": ints(end, 0),
-        "valid": valid,
-        "corr": ints(chunk.column("correlationId"), MISSING)
-        if "correlationId" in chunk.column_names
-        else np.full(chunk.num_rows, MISSING),
-        "device": ints(chunk.column("deviceId")) if "deviceId" in chunk.column_names else np.full(chunk.num_rows, -1),
-    }
-    pid = ints(chunk.column("globalPid")) if "globalPid" in chunk.column_names else np.full(chunk.num_rows, -1)
-    out["pid"] = np.where(pid >= 0, (pid >> 24) & 0xFFFFFF, -1)
-    return out
-
-
-class _Names:
-    """Kernel-name code per StringIds id, as nsys._resolve_names names it (an id StringIds lacks, a NULL id)."""
-
-    def __init__(self, strings: pa.Table | None):
-        self.strings = strings
-        self.by_id: dict[int, int] = {}
-        self.codes: dict[str, int] = {}
-        self.names: list[str] = []
-
-    def code(self, ids: pa.ChunkedArray) -> np.ndarray:
-        null = np.iinfo(np.int64).min
-        values = ints(ids, null)
-        distinct, inverse = np.unique(values, return_inverse=True)
-        new = [int(d) for d in distinct if int(d) not in self.by_id]
-        if new:
-            found = nsys._lookup(self.strings, "id", "value", new)
-            for sid, name in zip(new, found):
-                if sid == null:
-                    name = "<no string id>"
-                elif name is None:
-                    name = f"<unknown string id {sid}>"
-                if name not in self.codes:
-                    self.codes[name] = len(self.names)
-                    self.names.append(name)
-                self.by_id[sid] = self.codes[name]
-        return np.array([self.by_id[int(d)] for d in distinct], dtype=np.int32)[inverse]
-
-
-def _plan(path: Path, head: nsys.ExportHead, rowid: str, settings: PieceSettings) -> Plan:
-    """Pass 1 (module docstring)."""
-    con = connect(path)
-    try:
-        lo, hi, rows = _rowid_bounds(con, nsys.KERNEL_TABLE, rowid)
-    finally:
-        con.close()
-    name_col = "demangledName" if "demangledName" in head.k_cols else "shortName"
-    columns = [c for c in ("start", "end", "correlationId", "deviceId", "globalPid", name_col) if c in head.k_cols]
-    names = _Names(head.raw.tables.get(nsys.RAW_STRINGS))
-    groups: dict[int, int] = {}
-    code_parts, group_parts, pieces, processes = [], [], [], set()
-    pending: dict | None = None
-    piece = Piece(lo, lo, 0, 0)
-    last_start, seen = None, 0
-    for chunk in _ranges(path, nsys.KERNEL_TABLE, columns, rowid, lo, hi, settings.rows):
-        seen += chunk.num_rows
-        nsys.check_times(path, chunk, nsys.KERNEL_TABLE)
-        light = _light(chunk)
-        keep = _kept(light["start"], light["end"], light["valid"])
-        part = {k: v[keep] for k, v in light.items() if k != "valid"}
-        part["name"] = names.code(chunk.column(name_col))[keep].astype(
-            _smallest(1 << 16 if len(names.names) <= 1 << 16 else 1 << 32)
-        )
-        key = part["pid"].astype(np.int64) * (1 << 32) + (part["device"] + 1)
-        distinct, inverse = np.unique(key, return_inverse=True)
-        part["group"] = np.array([groups.setdefault(int(k), len(groups)) for k in distinct], np.int32)[inverse]
-        processes.update(np.unique(part["pid"][part["pid"] >= 0]).tolist())
-        if pending is not None:
-            part = {k: np.concatenate([pending[k], part[k]]) for k in part}
-        if not len(part["start"]):
-            pending = part
-            continue
-        s = part["start"]
-        if (last_start is not None and s[0] < last_start) or (s[1:] < s[:-1]).any():
-            raise NotInPieces("its kernel rows are not stored in start order")
-        tail = s == s[-1]  # the run of the last start waits for the next chunk: ties are ordered together
-        emit = {k: v[~tail] for k, v in part.items()}
-        pending = {k: v[tail] for k, v in part.items()}
-        _emit(emit, piece, code_parts, group_parts)
-        last_start = int(s[-1])
-        if piece.kept >= settings.rows:
-            boundary = int(pending["rowid"][0])
-            piece.hi = boundary
-            pieces.append(piece)
-            piece = Piece(boundary, boundary, 0, 0)
-    if seen != rows:
-        raise NotInPieces(f"rowid ranges read {seen} kernel rows where SQLite counts {rows}")
-    if pending is not None:
-        _emit(pending, piece, code_parts, group_parts)
-    piece.hi = hi
-    if piece.kept or not pieces:
-        pieces.append(piece)
-    else:  # trailing rowids with no kept kernel: the last piece's
-        pieces[-1].hi = hi
-    if not sum(p.kept for p in pieces):
-        raise NotInPieces("no kernel row is kept")
-    plan = Plan(pieces, rows, processes)
-    _iterations(plan, code_parts, group_parts, np.asarray(names.names, dtype=object))
-    return plan
-
-
-def _emit(rows: dict, piece: Piece, code_parts: list, group_parts: list) -> None:
-    """Append kept rows (a run of whole start times) to the current piece and the launch sequence, in launch order:
-    start, then correlation id, then rowid (call_sites._sequence_order for a trace without launch calls)."""
-    if not len(rows["start"]):
-        return
-    order = np.lexsort((rows["rowid"], rows["corr"], rows["start"]))
-    code_parts.append(rows["name"][order])
-    group_parts.append(rows["group"][order])
-    if not piece.kept:
-        piece.first = int(rows["start"][order[0]])
-    piece.last_end = max(piece.last_end, int(rows["end"].max())) if piece.kept else int(rows["end"].max())
-    piece.kept += len(order)
-
-
-def _smallest(count: int):
-    """The narrowest unsigned type that numbers `count` things (2 bytes per launch for < 65,536 names)."""
-    return np.uint8 if count <= 1 << 8 else np.uint16 if count <= 1 << 16 else np.uint32
-
-
-def _iterations(plan: Plan, code_parts: list, group_parts: list, names: np.ndarray) -> None:
-    """The iterations of each (process, device) launch sequence, as call_sites._iteration_steps finds them."""
-    from gpuvar.ingest.call_sites import ITERATION_SOURCE, _short
-    from gpuvar.ingest.iterations import find_iterations_coded
-
-    codes = np.concatenate(code_parts, dtype=_smallest(len(names)), casting="unsafe")  # (all below the limit)
-    code_parts.clear()
-    group = np.concatenate(
-        group_parts,
-        dtype=_smallest(max((int(g.max()) + 1 for g in group_parts if len(g)), default=1)),
-        casting="unsafe",
-    )
-    group_parts.clear()
-    n = len(codes)
-    step = position = None  # (made with the first iterations found)
-    found = []
-    distinct = np.unique(group)
-    for g in distinct:
-        rows = np.flatnonzero(group == group.dtype.type(g)) if len(distinct) > 1 else slice(None)
-        it = find_iterations_coded(codes[rows], names, dtype=np.int32)
-        if it.anchor is None:
-            continue
-        if step is None:
-            step = np.full(n, _INT32_NONE, np.int32)
-            position = np.full(n, _INT32_NONE, np.int32)
-        inside = it.iteration >= 0
-        at = np.flatnonzero(inside) if isinstance(rows, slice) else rows[inside]
-        step[at] = it.iteration[inside]
-        position[at] = it.position[inside]
-        found.append(it)
-    if not found:
-        return
-    count = sum(it.count for it in found)
-    anchors = sorted({_short(it.anchor) for it in found})
-    outside = int((position < 0).sum())
-    plan.step, plan.position = step, position
-    plan.note = (
-        f"{count} iterations from {ITERATION_SOURCE} (each starts at {', '.join(anchors)}; "
-        f"{outside} launches outside any iteration)"
-    )
-
-
-# --- pass 2: copies into buckets, step totals -----------------------------------------------------------------
-
-
-def _bucket_copies(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan, folder: Path, step: int) -> tuple:
-    """Every copy row into the IPC file of the piece its start falls in; (files, rows read)."""
-    con = connect(path)
-    try:
-        lo, hi, rows = _rowid_bounds(con, nsys.MEMCPY_TABLE, rowid)
-    finally:
-        con.close()
-    firsts = np.array([p.first for p in plan.pieces[1:]], dtype=np.int64)
-    files = [folder / f"copies-{j}.arrows" for j in range(len(plan.pieces))]
-    writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
-    schema, seen = None, 0
-    try:
-        for chunk in _ranges(path, nsys.MEMCPY_TABLE, head.m_cols, rowid, lo, hi, step):
-            seen += chunk.num_rows
-            nsys.check_times(path, chunk, nsys.MEMCPY_TABLE)
-            chunk = chunk.drop_columns([_ROWID])
-            if schema is None:
-                schema = chunk.schema
-            elif chunk.schema != schema:
-                chunk = chunk.cast(schema)
-            start = chunk.column("start")
-            bucket = np.searchsorted(firsts, ints(start, np.iinfo(np.int64).min), side="right")
-            order = np.argsort(bucket, kind="stable")
-            cuts = np.flatnonzero(np.diff(bucket[order])) + 1
-            for part in np.split(order, cuts):
-                if not len(part):
-                    continue
-                j = int(bucket[part[0]])
-                if j not in writers:
-                    writers[j] = pa.ipc.new_stream(files[j], schema)
-                writers[j].write_table(chunk.take(pa.array(part)))
-    finally:
-        for w in writers.values():
-            w.close()
-    if seen != rows:
-        raise NotInPieces(f"rowid ranges read {seen} copy rows where SQLite counts {rows}")
-    return [f if j in writers else None for j, f in enumerate(files)], seen, schema
-
-
-_LAUNCH = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
-
-
-def _step_threads(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan) -> None:
-    """Each step's threads (grid_size x workgroup_size summed over its launches, step_size.step_threads) and how
-    many launches have a value, from the launch configurations read again piece by piece."""
-    if plan.step is None or not {"gridX", "blockX"} <= set(head.k_cols):
-        return
-    columns = [c for c in ("start", "end", "correlationId", *_LAUNCH) if c in head.k_cols]
-    sums, counts = np.zeros(0), np.zeros(0, np.int64)
-    at = 0
-    for piece in plan.pieces:
-        chunk = _fetch_range(path, nsys.KERNEL_TABLE, columns, rowid, piece.lo, piece.hi)
-        light = _light(chunk)
-        keep = _kept(light["start"], light["end"], light["valid"])
-        order = np.lexsort((light["rowid"][keep], light["corr"][keep], light["start"][keep]))
-
-        def product(names, keep=keep, chunk=chunk):
-            first = chunk.column(names[0]).to_pandas().astype("Int64")[keep].reset_index(drop=True)
-            for name in names[1:]:
-                if name in chunk.column_names:
-                    first = first * chunk.column(name).to_pandas().astype("Int64")[keep].reset_index(drop=True).fillna(
-                        1
-                    )
-            return first.astype("Float64").to_numpy(np.float64, na_value=np.nan)
-
-        threads = (product(_LAUNCH[:3]) * product(_LAUNCH[3:]))[order]
-        step = plan.step[at : at + len(order)].astype(np.int64)
-        at += len(order)
-        ok = (step >= 0) & np.isfinite(threads)
-        size = int(step.max()) + 1 if len(step) else 0
-        if size > len(sums):
-            sums, counts = np.pad(sums, (0, size - len(sums))), np.pad(counts, (0, size - len(counts)))
-        sums += np.bincount(step[ok], weights=threads[ok], minlength=len(sums))
-        counts += np.bincount(step[ok], minlength=len(counts))
-    plan.step_threads = {"sums": sums, "counts": counts}
-
 
 # --- pass 3: the pieces --------------------------------------------------------------------------------------
 
@@ -426,7 +108,7 @@ def _normalize_kernels(table: pa.Table, head: nsys.ExportHead, out, offset: int,
     from gpuvar.schema import finalize_kernels
 
     keep = bool(head.raw.info.get("keep_vendor_columns", True))
-    frame = nsys._kernels(table.drop_columns([_ROWID]), head.raw.tables.get(nsys.RAW_STRINGS), out, keep, unresolved)
+    frame = nsys._kernels(table.drop_columns([ROWID]), head.raw.tables.get(nsys.RAW_STRINGS), out, keep, unresolved)
     frame["launch_id"] = frame["launch_id"] + offset
     kernels = drop_negative_durations(finalize_kernels(frame), out, "kernels")
     require_int64_times(nsys.FORMAT, kernels=kernels)
@@ -439,7 +121,7 @@ def _ahead(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan, k: int) ->
     later = [p for p in plan.pieces[k + 1 :] if p.first <= piece.last_end]
     if not later:
         return None
-    chunk = _fetch_range(
+    chunk = fetch_range(
         path, nsys.KERNEL_TABLE, head.k_cols, rowid, piece.hi, later[-1].hi, f" AND start <= {int(piece.last_end)}"
     )
     kernels, _ = _normalize_kernels(chunk, head, ReaderOutput(nsys.FORMAT, None), 0, {})
@@ -681,11 +363,11 @@ def ingest_in_pieces(source: Path, output: Path, keep_vendor_columns: bool, sett
     folder = Path(tempfile.mkdtemp(prefix=".gpuvar-pieces-", dir=output))
     try:
         try:
-            plan = _plan(source, head, rowid, settings)
+            plan = make_plan(source, head, rowid, settings)
             files, copy_rows = [], None
             if head.m_cols is not None:
-                files, copy_rows, _ = _bucket_copies(source, head, m_rowid, plan, folder, settings.rows)
-            _step_threads(source, head, rowid, plan)
+                files, copy_rows, _ = bucket_copies(source, head, m_rowid, plan, folder, settings.rows)
+            sum_step_threads(source, head, rowid, plan)
         except NotInPieces as exc:
             log.info("%s: ingested in memory: %s", source, exc)
             return None
@@ -722,7 +404,7 @@ def _write(source, output, head, rowids, plan, files, copy_rows, t0, settings: P
 
         def fetch(k: int):  # the next piece is read while this one is worked on (connectorx releases the GIL)
             piece = plan.pieces[k]
-            return pool.submit(_fetch_range, source, nsys.KERNEL_TABLE, head.k_cols, rowids[0], piece.lo, piece.hi)
+            return pool.submit(fetch_range, source, nsys.KERNEL_TABLE, head.k_cols, rowids[0], piece.lo, piece.hi)
 
         pending = fetch(0)
         for k in range(len(plan.pieces)):
@@ -731,7 +413,7 @@ def _write(source, output, head, rowids, plan, files, copy_rows, t0, settings: P
             _piece(source, head, rowids[0], plan, k, state, files, kind_names, writers, recorded, corun_on, table)
             del table
         if head.m_cols is not None and writers["memcpy"].schema is None:  # no copy row at all: the empty table
-            empty = _fetch_range(source, nsys.MEMCPY_TABLE, head.m_cols, rowids[1], 0, 0).drop_columns([_ROWID])
+            empty = fetch_range(source, nsys.MEMCPY_TABLE, head.m_cols, rowids[1], 0, 0).drop_columns([ROWID])
             writers["memcpy"].add(_copies(empty, head, kind_names, state))
     if head.m_cols is None:
         write_canonical(empty_memcpy(), output / MEMCPY_TABLE, meta)
