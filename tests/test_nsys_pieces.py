@@ -111,3 +111,28 @@ def test_kernels_out_of_start_order_are_ingested_in_memory(trap, tmp_path):
     assert _same_without_pieces == memory
     for name in TABLES:
         assert (tmp_path / "memory" / name).read_bytes() == (tmp_path / "pieces" / name).read_bytes()
+
+
+def test_workflow_read_and_normalize_in_pieces_are_the_ingest_bytes(trap, tmp_path):
+    """The workflow's two steps (`gpuvar read` range by range, `gpuvar normalize` in pieces from the raw Parquet)
+    write what one in-memory `gpuvar ingest` writes; the raw tables read back whole normalize the same too."""
+    from gpuvar.ingest import normalize_folder
+    from gpuvar.ingest.nsys_sources import write_raw_in_ranges
+
+    rows = ingest(trap, tmp_path / "memory", pieces=IN_MEMORY)["tables"]["kernels"]["rows_read"]
+    tables = write_raw_in_ranges(trap, tmp_path / "raw", True, 100)
+    assert tables["cupti_activity_kind_kernel"] == rows
+    pieces = normalize_folder(tmp_path / "raw", tmp_path / "pieces", pieces=PieceSettings(above=0, rows=150))
+    assert pieces["pieces"]["count"] >= 15
+    whole = normalize_folder(tmp_path / "raw", tmp_path / "whole", pieces=IN_MEMORY)
+    assert "pieces" not in whole
+    for name in TABLES:
+        expected = (tmp_path / "memory" / name).read_bytes()
+        assert (tmp_path / "pieces" / name).read_bytes() == expected, name
+        assert (tmp_path / "whole" / name).read_bytes() == expected, name
+    memory = json.loads((tmp_path / "memory" / "ingest.json").read_text())
+    for report in (memory, pieces, whole):
+        report.pop("seconds")
+        report.pop("pieces", None)
+    memory["seconds"] = pieces["seconds"] = whole["seconds"] = None
+    assert pieces == whole == memory

@@ -124,13 +124,18 @@ def _options(keep_vendor_columns: bool, cache_dir):
     return ReadOptions(keep_vendor_columns, Path(cache_dir) if cache_dir is not None else None)
 
 
-def normalize_folder(raw_folder: str | Path, output: str | Path) -> dict:
-    """`gpuvar normalize`: a raw folder (from `gpuvar read`) into canonical Parquet + ingest.json."""
+def normalize_folder(raw_folder: str | Path, output: str | Path, pieces=None) -> dict:
+    """`gpuvar normalize`: a raw folder (from `gpuvar read`) into canonical Parquet + ingest.json; the raw tables
+    of a big Nsight Systems export in pieces (pieces: see ingest)."""
+    from gpuvar.ingest.nsys_pieces import PieceSettings, normalize_in_pieces
     from gpuvar.ingest.raw import load_raw
 
     t0 = time.perf_counter()
     output = Path(output)
     (output / INGEST_REPORT).unlink(missing_ok=True)
+    report = normalize_in_pieces(Path(raw_folder), output, pieces or PieceSettings())
+    if report is not None:  # the raw tables of a big Nsight Systems export, taken in pieces
+        return report
     raw = load_raw(raw_folder)
     loaded = normalize_trace(raw)
     return write_ingest(raw.source, output, *loaded, t_read=time.perf_counter() - t0, t0=t0)

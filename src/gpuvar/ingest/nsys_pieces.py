@@ -43,20 +43,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from gpuvar.ingest import nsys
 from gpuvar.ingest.base import ReaderOutput, in_wal_mode
 from gpuvar.ingest.host_timeline import MISSING, ints
-from gpuvar.ingest.nsys_plan import (
-    ROWID,
-    NotInPieces,
-    PieceSettings,
-    Plan,
-    bucket_copies,
-    fetch_range,
-    make_plan,
-    sum_step_threads,
-)
+from gpuvar.ingest.nsys_plan import NotInPieces, PieceSettings, Plan, bucket_copies, make_plan, sum_step_threads
+from gpuvar.ingest.nsys_sources import ROWID, ParquetSource, SqliteSource
 from gpuvar.ingest.nsys_sqlite import connect, rowid_name
 
 log = logging.getLogger("gpuvar.ingest.nsys_pieces")
@@ -115,15 +108,13 @@ def _normalize_kernels(table: pa.Table, head: nsys.ExportHead, out, offset: int,
     return kernels, len(frame)
 
 
-def _ahead(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan, k: int) -> pd.DataFrame | None:
+def _ahead(source, head: nsys.ExportHead, plan: Plan, k: int) -> pd.DataFrame | None:
     """Kernels of the later pieces that start by piece k's last end (light canonical columns), None if none."""
     piece = plan.pieces[k]
     later = [p for p in plan.pieces[k + 1 :] if p.first <= piece.last_end]
     if not later:
         return None
-    chunk = fetch_range(
-        path, nsys.KERNEL_TABLE, head.k_cols, rowid, piece.hi, later[-1].hi, f" AND start <= {int(piece.last_end)}"
-    )
+    chunk = source.fetch(nsys.KERNEL_TABLE, head.k_cols, piece.hi, later[-1].hi, start_max=piece.last_end)
     kernels, _ = _normalize_kernels(chunk, head, ReaderOutput(nsys.FORMAT, None), 0, {})
     return _light_frame(kernels, _KERNEL_LIGHT)
 
@@ -271,14 +262,14 @@ def _carry(state: _State, ext: pd.DataFrame, upto: int, next_first: int | None) 
     state.carry = both[open_ | last].reset_index(drop=True)
 
 
-def _piece(path, head, rowid, plan, k, state, files, kind_names, writers, recorded, corun_on, table) -> None:
+def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, corun_on, table) -> None:
     from gpuvar.ingest.call_sites import add_call_sites
     from gpuvar.ingest.context import COPY_INPUTS, KERNEL_INPUTS, _arrow, append_context, context_columns
     from gpuvar.ingest.corun import set_columns
     from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
 
     piece = plan.pieces[k]
-    nsys.check_times(path, table, nsys.KERNEL_TABLE)
+    nsys.check_times(source.path, table, nsys.KERNEL_TABLE)
     part = ReaderOutput(nsys.FORMAT, None)
     kernels, taken = _normalize_kernels(table, head, part, state.launch_offset, state.unresolved)
     del table
@@ -290,7 +281,7 @@ def _piece(path, head, rowid, plan, k, state, files, kind_names, writers, record
     if writers.get("memcpy") is not None:
         _read_buckets(state, plan, k, files, head, kind_names, writers["memcpy"])
     light = _light_frame(kernels, _KERNEL_LIGHT)
-    frames = [f for f in (state.carry, light, _ahead(path, head, rowid, plan, k)) if f is not None and len(f)]
+    frames = [f for f in (state.carry, light, _ahead(source, head, plan, k)) if f is not None and len(f)]
     ext = pd.concat(frames, ignore_index=True) if len(frames) > 1 else light
     state.held_kernels = max(state.held_kernels, len(ext))
     first = len(state.carry) if state.carry is not None and len(state.carry) else 0
@@ -353,30 +344,79 @@ def ingest_in_pieces(source: Path, output: Path, keep_vendor_columns: bool, sett
     con = connect(source)
     try:
         head = nsys.read_head(source, con, keep_vendor_columns)
-        rowid = rowid_name(con, nsys.KERNEL_TABLE)
-        m_rowid = rowid_name(con, nsys.MEMCPY_TABLE) if head.m_cols is not None else None
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise nsys.damaged(source, exc) from None
     finally:
         con.close()
+    return _in_pieces(SqliteSource(source), head, output, settings, t0)
+
+
+def raw_plan_reason(manifest: dict, settings: PieceSettings) -> str | None:
+    """plan_reason for the raw tables of `gpuvar read` (raw.json's facts)."""
+    tables = manifest.get("tables", {})
+    if manifest.get("format") != nsys.FORMAT or nsys.RAW_KERNELS not in tables:
+        return "not an Nsight Systems read"
+    if nsys.RAW_RUNTIME in tables:
+        return "its CUDA API calls place each launch (call sites are joined over the whole trace)"
+    if int(tables[nsys.RAW_KERNELS].get("rows", 0)) < settings.above:
+        return f"at most {settings.above} kernel rows"
+    return None
+
+
+def normalize_in_pieces(raw_folder: Path, output: Path, settings: PieceSettings) -> dict | None:
+    """`gpuvar normalize` of the raw tables of a big Nsight Systems export in pieces: the report, or None when they
+    are normalized in memory instead (raw_plan_reason, or a NotInPieces found while planning)."""
+    import json
+
+    from gpuvar.ingest.raw import RAW_MANIFEST, RawTrace, table_file
+
+    t0 = time.perf_counter()
+    try:
+        manifest = json.loads((Path(raw_folder) / RAW_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None  # load_raw says what is wrong with the folder
+    if raw_plan_reason(manifest, settings) is not None:
+        return None
+    tables = {}
+    for name in (nsys.RAW_STRINGS, nsys.RAW_MEMCPY_ENUM):
+        if name in manifest["tables"]:
+            tables[name] = pq.read_table(Path(raw_folder) / table_file(name))
+    raw = RawTrace(
+        nsys.FORMAT,
+        manifest["source"],
+        tables,
+        dropped=manifest.get("dropped", {}),
+        notes=list(manifest.get("notes", [])),
+        info=manifest.get("info", {}),
+    )
+    k_cols = pq.read_schema(Path(raw_folder) / table_file(nsys.RAW_KERNELS)).names
+    m_cols = None
+    if nsys.RAW_MEMCPY in manifest["tables"]:
+        m_cols = pq.read_schema(Path(raw_folder) / table_file(nsys.RAW_MEMCPY)).names
+    head = nsys.ExportHead(raw, k_cols, m_cols, {})
+    return _in_pieces(ParquetSource(raw_folder, manifest["source"]), head, Path(output), settings, t0)
+
+
+def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSettings, t0: float) -> dict | None:
+    """Passes 1-3 (module docstring); None where planning finds the export does not suit pieces."""
     output.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=".gpuvar-pieces-", dir=output))
     try:
         try:
-            plan = make_plan(source, head, rowid, settings)
+            plan = make_plan(source, head, settings)
             files, copy_rows = [], None
             if head.m_cols is not None:
-                files, copy_rows, _ = bucket_copies(source, head, m_rowid, plan, folder, settings.rows)
-            sum_step_threads(source, head, rowid, plan)
+                files, copy_rows, _ = bucket_copies(source, head, plan, folder, settings.rows)
+            sum_step_threads(source, head, plan)
         except NotInPieces as exc:
-            log.info("%s: ingested in memory: %s", source, exc)
+            log.info("%s: ingested in memory: %s", source.path, exc)
             return None
-        return _write(source, output, head, (rowid, m_rowid), plan, files, copy_rows, t0, settings)
+        return _write(source, output, head, plan, files, copy_rows, t0, settings)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _write(source, output, head, rowids, plan, files, copy_rows, t0, settings: PieceSettings) -> dict:
+def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSettings) -> dict:
     """Pass 3 and the report."""
     from gpuvar.canonical_io import CanonicalWriter, write_canonical
     from gpuvar.ingest import books, finish_report, report_head
@@ -386,7 +426,7 @@ def _write(source, output, head, rowids, plan, files, copy_rows, t0, settings: P
     from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
     from gpuvar.schema import empty_memcpy
 
-    label = str(source)
+    label = head.raw.source
     out = nsys.start_output(head.raw)
     scratch = ReaderOutput(nsys.FORMAT, None)
     kind_names = nsys.memcpy_setup(head.raw, scratch, has_copies=head.m_cols is not None)
@@ -404,16 +444,16 @@ def _write(source, output, head, rowids, plan, files, copy_rows, t0, settings: P
 
         def fetch(k: int):  # the next piece is read while this one is worked on (connectorx releases the GIL)
             piece = plan.pieces[k]
-            return pool.submit(fetch_range, source, nsys.KERNEL_TABLE, head.k_cols, rowids[0], piece.lo, piece.hi)
+            return pool.submit(source.fetch, nsys.KERNEL_TABLE, head.k_cols, piece.lo, piece.hi)
 
         pending = fetch(0)
         for k in range(len(plan.pieces)):
             table = pending.result()
             pending = fetch(k + 1) if k + 1 < len(plan.pieces) else None
-            _piece(source, head, rowids[0], plan, k, state, files, kind_names, writers, recorded, corun_on, table)
+            _piece(source, head, plan, k, state, files, kind_names, writers, recorded, corun_on, table)
             del table
         if head.m_cols is not None and writers["memcpy"].schema is None:  # no copy row at all: the empty table
-            empty = fetch_range(source, nsys.MEMCPY_TABLE, head.m_cols, rowids[1], 0, 0).drop_columns([ROWID])
+            empty = source.fetch(nsys.MEMCPY_TABLE, head.m_cols, 0, 0).drop_columns([ROWID])
             writers["memcpy"].add(_copies(empty, head, kind_names, state))
     if head.m_cols is None:
         write_canonical(empty_memcpy(), output / MEMCPY_TABLE, meta)

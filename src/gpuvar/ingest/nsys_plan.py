@@ -9,7 +9,6 @@ step's threads (sum_step_threads). Rows leave SQLite through connectorx, one row
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,11 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from gpuvar.ingest import nsys
-from gpuvar.ingest.base import select_arrow
 from gpuvar.ingest.host_timeline import MISSING, ints
-from gpuvar.ingest.nsys_sqlite import connect, quote_name
+from gpuvar.ingest.nsys_sources import ROWID
 
-ROWID = "__gpuvar_rowid"
 _INT32_NONE = -1
 
 
@@ -61,32 +58,6 @@ class Plan:
     position: np.ndarray | None = None
     note: str | None = None
     step_threads: dict = field(default_factory=dict)  # step -> (sum of threads, launches with a value)
-
-
-# --- reading rowid ranges -----------------------------------------------------------------------------------
-
-
-def fetch_range(path: Path, table: str, columns: list[str], rowid: str, lo: int, hi: int, extra: str = "") -> pa.Table:
-    """Rows lo <= rowid < hi of `table` (a range scan of SQLite's rowid b-tree), in rowid order, with the rowid as
-    the first column (ROWID)."""
-    select = ", ".join(quote_name(c) for c in columns)
-    sql = (
-        f'SELECT {rowid} AS "{ROWID}", {select} FROM "{table}" WHERE {rowid} >= {int(lo)} AND {rowid} < {int(hi)}'
-        f"{extra} ORDER BY {rowid}"
-    )
-    return select_arrow(path, sql)
-
-
-def _ranges(path: Path, table: str, columns: list[str], rowid: str, lo: int, hi: int, step: int):
-    """The rows of rowids [lo, hi) in consecutive ranges of `step` rowids."""
-    for a in range(lo, hi, step):
-        yield fetch_range(path, table, columns, rowid, a, min(a + step, hi))
-
-
-def _rowid_bounds(con: sqlite3.Connection, table: str, rowid: str) -> tuple[int, int, int]:
-    """(first rowid, last rowid + 1, rows): min and max are b-tree lookups; count(*) is a scan of the b-tree pages."""
-    lo, hi, rows = con.execute(f'SELECT min({rowid}), max({rowid}), count(*) FROM "{table}"').fetchone()
-    return (int(lo), int(hi) + 1, int(rows)) if rows else (0, 0, 0)
 
 
 # --- the plan: pass 1 ---------------------------------------------------------------------------------------
@@ -146,24 +117,21 @@ class _Names:
         return np.array([self.by_id[int(d)] for d in distinct], dtype=np.int32)[inverse]
 
 
-def make_plan(path: Path, head: nsys.ExportHead, rowid: str, settings: PieceSettings) -> Plan:
-    """Pass 1 (module docstring)."""
-    con = connect(path)
-    try:
-        lo, hi, rows = _rowid_bounds(con, nsys.KERNEL_TABLE, rowid)
-    finally:
-        con.close()
+def make_plan(source, head: nsys.ExportHead, settings: PieceSettings) -> Plan:
+    """Pass 1 (module docstring) over a source of gpuvar.ingest.nsys_sources."""
     name_col = "demangledName" if "demangledName" in head.k_cols else "shortName"
     columns = [c for c in ("start", "end", "correlationId", "deviceId", "globalPid", name_col) if c in head.k_cols]
     names = _Names(head.raw.tables.get(nsys.RAW_STRINGS))
     groups: dict[int, int] = {}
     code_parts, group_parts, pieces, processes = [], [], [], set()
     pending: dict | None = None
+    lo, hi, _ = source.bounds(nsys.KERNEL_TABLE)
+    rows, chunks = source.ranges(nsys.KERNEL_TABLE, columns, settings.rows)
     piece = Piece(lo, lo, 0, 0)
     last_start, seen = None, 0
-    for chunk in _ranges(path, nsys.KERNEL_TABLE, columns, rowid, lo, hi, settings.rows):
+    for chunk in chunks:
         seen += chunk.num_rows
-        nsys.check_times(path, chunk, nsys.KERNEL_TABLE)
+        nsys.check_times(source.path, chunk, nsys.KERNEL_TABLE)
         light = light_columns(chunk)
         keep = kept_rows(light["start"], light["end"], light["valid"])
         part = {k: v[keep] for k, v in light.items() if k != "valid"}
@@ -272,21 +240,17 @@ def _iterations(plan: Plan, code_parts: list, group_parts: list, names: np.ndarr
 # --- pass 2: copies into buckets, step totals -----------------------------------------------------------------
 
 
-def bucket_copies(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan, folder: Path, step: int) -> tuple:
+def bucket_copies(source, head: nsys.ExportHead, plan: Plan, folder: Path, step: int) -> tuple:
     """Every copy row into the IPC file of the piece its start falls in; (files, rows read)."""
-    con = connect(path)
-    try:
-        lo, hi, rows = _rowid_bounds(con, nsys.MEMCPY_TABLE, rowid)
-    finally:
-        con.close()
     firsts = np.array([p.first for p in plan.pieces[1:]], dtype=np.int64)
     files = [folder / f"copies-{j}.arrows" for j in range(len(plan.pieces))]
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
     schema, seen = None, 0
     try:
-        for chunk in _ranges(path, nsys.MEMCPY_TABLE, head.m_cols, rowid, lo, hi, step):
+        rows, chunks = source.ranges(nsys.MEMCPY_TABLE, head.m_cols, step)
+        for chunk in chunks:
             seen += chunk.num_rows
-            nsys.check_times(path, chunk, nsys.MEMCPY_TABLE)
+            nsys.check_times(source.path, chunk, nsys.MEMCPY_TABLE)
             chunk = chunk.drop_columns([ROWID])
             if schema is None:
                 schema = chunk.schema
@@ -314,7 +278,7 @@ def bucket_copies(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan, fol
 _LAUNCH = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
 
 
-def sum_step_threads(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan) -> None:
+def sum_step_threads(source, head: nsys.ExportHead, plan: Plan) -> None:
     """Each step's threads (grid_size x workgroup_size summed over its launches, step_size.step_threads) and how
     many launches have a value, from the launch configurations read again piece by piece."""
     if plan.step is None or not {"gridX", "blockX"} <= set(head.k_cols):
@@ -323,7 +287,7 @@ def sum_step_threads(path: Path, head: nsys.ExportHead, rowid: str, plan: Plan) 
     sums, counts = np.zeros(0), np.zeros(0, np.int64)
     at = 0
     for piece in plan.pieces:
-        chunk = fetch_range(path, nsys.KERNEL_TABLE, columns, rowid, piece.lo, piece.hi)
+        chunk = source.fetch(nsys.KERNEL_TABLE, columns, piece.lo, piece.hi)
         light = light_columns(chunk)
         keep = kept_rows(light["start"], light["end"], light["valid"])
         order = np.lexsort((light["rowid"][keep], light["corr"][keep], light["start"][keep]))

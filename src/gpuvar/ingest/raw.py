@@ -70,7 +70,6 @@ class RawTrace:
 
 def write_raw(raw: RawTrace, folder: str | Path) -> None:
     """Store `raw` as folder/<table>.parquet and folder/raw.json (written last: it marks a complete read)."""
-    from gpuvar import __version__
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -78,11 +77,18 @@ def write_raw(raw: RawTrace, folder: str | Path) -> None:
         if not set(name) <= _TABLE_NAME_CHARS:
             raise ValueError(f"raw table name {name!r} must be lower-case letters, digits and '_'")
         pq.write_table(table, folder / table_file(name), compression="zstd")
+    write_manifest(raw, {name: (t.num_rows, t.num_columns) for name, t in raw.tables.items()}, folder)
+
+
+def write_manifest(raw: RawTrace, shapes: dict[str, tuple[int, int]], folder: Path) -> None:
+    """raw.json: the read's facts and its tables' (rows, columns), in the order they were read."""
+    from gpuvar import __version__
+
     manifest = {
         "gpuvar_version": __version__,
         "format": raw.format,
         "source": raw.source,
-        "tables": {name: {"rows": t.num_rows, "columns": t.num_columns} for name, t in raw.tables.items()},
+        "tables": {name: {"rows": rows, "columns": columns} for name, (rows, columns) in shapes.items()},
         "rows_read": raw.rows_read,
         "dropped": raw.dropped,
         "notes": raw.notes,

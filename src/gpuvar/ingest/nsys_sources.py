@@ -1,0 +1,158 @@
+"""Where the pieces of a big Nsight Systems export are read from (gpuvar.ingest.nsys_pieces): the export itself
+(SqliteSource, `gpuvar ingest`), or the raw tables `gpuvar read` stored (ParquetSource, `gpuvar normalize`: the
+workflow's two-step ingest), and the raw read of such an export written range by range (write_raw_in_ranges).
+
+Both sources give a table's rows in ranges [lo, hi) of a row key with that key as the first column (ROWID): the
+SQLite rowid (a range scan of its b-tree through connectorx, one query per range), or the row's index in the raw
+Parquet file (the row groups that hold the range; the last one read is kept for the next range).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpuvar.ingest import nsys
+from gpuvar.ingest.base import select_arrow
+from gpuvar.ingest.nsys_sqlite import connect, quote_name, rowid_name
+
+ROWID = "__gpuvar_rowid"
+RAW_NAMES = {nsys.KERNEL_TABLE: nsys.RAW_KERNELS, nsys.MEMCPY_TABLE: nsys.RAW_MEMCPY}
+
+
+class SqliteSource:
+    """An export's kernel and memcpy tables read in rowid ranges."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        con = connect(self.path)
+        try:
+            self.rowids = {t: rowid_name(con, t) for t in RAW_NAMES}
+        finally:
+            con.close()
+
+    def bounds(self, table: str) -> tuple[int, int, int]:
+        """(first rowid, last rowid + 1, rows): min and max are b-tree lookups, count(*) a scan of its pages."""
+        rowid = self.rowids[table]
+        con = connect(self.path)
+        try:
+            lo, hi, rows = con.execute(f'SELECT min({rowid}), max({rowid}), count(*) FROM "{table}"').fetchone()
+        finally:
+            con.close()
+        return (int(lo), int(hi) + 1, int(rows)) if rows else (0, 0, 0)
+
+    def fetch(self, table: str, columns: list[str], lo: int, hi: int, start_max: int | None = None) -> pa.Table:
+        """Rows lo <= rowid < hi in rowid order (only those starting by start_max, when given)."""
+        rowid = self.rowids[table]
+        select = ", ".join(quote_name(c) for c in columns)
+        sql = f'SELECT {rowid} AS "{ROWID}", {select} FROM "{table}" WHERE {rowid} >= {int(lo)} AND {rowid} < {int(hi)}'
+        if start_max is not None:
+            sql += f" AND start <= {int(start_max)}"
+        return select_arrow(self.path, f"{sql} ORDER BY {rowid}")
+
+    def ranges(self, table: str, columns: list[str], step: int):
+        """(rows SQLite counts, the rows in consecutive ranges of `step` rowids)."""
+        lo, hi, rows = self.bounds(table)
+        return rows, (self.fetch(table, columns, a, min(a + step, hi)) for a in range(lo, hi, step))
+
+
+class ParquetSource:
+    """The raw kernel and memcpy tables of `gpuvar read` (raw/<table>.parquet), read in row ranges."""
+
+    def __init__(self, folder: Path, label: str):
+        self.folder, self.path = Path(folder), Path(label)
+        self._cache: dict[tuple, pa.Table] = {}
+
+    def _file(self, table: str) -> pq.ParquetFile:
+        from gpuvar.ingest.raw import table_file
+
+        return pq.ParquetFile(self.folder / table_file(RAW_NAMES[table]))
+
+    def bounds(self, table: str) -> tuple[int, int, int]:
+        rows = self._file(table).metadata.num_rows
+        return 0, rows, rows
+
+    def fetch(self, table: str, columns: list[str], lo: int, hi: int, start_max: int | None = None) -> pa.Table:
+        file = self._file(table)
+        sizes = [file.metadata.row_group(g).num_rows for g in range(file.metadata.num_row_groups)]
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        parts = []
+        for g in range(len(sizes)):
+            a, b = max(lo, int(offsets[g])), min(hi, int(offsets[g + 1]))
+            if a >= b:
+                continue
+            key = (table, tuple(columns), g)
+            if key not in self._cache:
+                self._cache = {key: file.read_row_group(g, columns=columns)}  # the last group read only
+            parts.append(self._cache[key].slice(a - int(offsets[g]), b - a))
+        schema = file.schema_arrow
+        empty = pa.table({c: pa.array([], schema.field(c).type) for c in columns})
+        result = pa.concat_tables(parts).combine_chunks() if parts else empty
+        result = result.add_column(0, ROWID, pa.array(np.arange(lo, lo + result.num_rows, dtype=np.int64)))
+        if start_max is not None:
+            result = result.filter(pc.fill_null(pc.less_equal(result.column("start"), start_max), True))
+        return result
+
+    def ranges(self, table: str, columns: list[str], step: int):
+        _, hi, rows = self.bounds(table)
+        return rows, (self.fetch(table, columns, a, min(a + step, hi)) for a in range(0, hi, step))
+
+
+def write_raw_in_ranges(path: Path, folder: Path, keep_vendor_columns: bool, step: int) -> dict:
+    """`gpuvar read` of a big export: what write_raw stores (the tables, raw.json last), the kernel and memcpy tables
+    copied range by range into Parquet row groups of `step` rows; returns the rows per table."""
+    from gpuvar.ingest.raw import table_file, write_manifest
+
+    con = connect(path)
+    try:
+        head = nsys.read_head(path, con, keep_vendor_columns)
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        raise nsys.damaged(path, exc) from None
+    finally:
+        con.close()
+    raw, source = head.raw, SqliteSource(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    shapes = {}
+    enum = raw.tables.pop(nsys.RAW_MEMCPY_ENUM, None)  # (the order read_raw gives the tables)
+    for name, table in list(raw.tables.items()):
+        pq.write_table(table, folder / table_file(name), compression="zstd")
+        shapes[name] = (table.num_rows, table.num_columns)
+    for table, columns in ((nsys.KERNEL_TABLE, head.k_cols), (nsys.MEMCPY_TABLE, head.m_cols)):
+        if columns is None:
+            continue
+        if table == nsys.MEMCPY_TABLE and enum is not None:
+            pq.write_table(enum, folder / table_file(nsys.RAW_MEMCPY_ENUM), compression="zstd")
+            shapes[nsys.RAW_MEMCPY_ENUM] = (enum.num_rows, enum.num_columns)
+        rows, chunks = source.ranges(table, columns, step)
+        written, writer = 0, None
+        try:
+            for chunk in chunks:
+                chunk = chunk.drop_columns([ROWID])
+                nsys.check_times(path, chunk, table)
+                if writer is None:
+                    writer = pq.ParquetWriter(folder / table_file(RAW_NAMES[table]), chunk.schema, compression="zstd")
+                writer.write_table(chunk.cast(writer.schema) if chunk.schema != writer.schema else chunk)
+                written += chunk.num_rows
+            if writer is None:  # no rows: the empty table, typed as the query types it
+                empty = source.fetch(table, columns, 0, 0).drop_columns([ROWID])
+                pq.write_table(empty, folder / table_file(RAW_NAMES[table]), compression="zstd")
+        finally:
+            if writer is not None:
+                writer.close()
+        if written != rows:
+            raise nsys.damaged(path, sqlite3.DatabaseError(f"{table}: read {written} of the {rows} rows it counts"))
+        name = RAW_NAMES[table]
+        shapes[name] = (written, len(columns))
+        raw.rows_read["kernels" if table == nsys.KERNEL_TABLE else "memcpy"] = written
+    for table, (wanted, required) in nsys.HOST_COLUMNS.items():  # (NVTX ranges: no launch calls to place)
+        if required <= set(head.tables.get(table, ())):
+            found = nsys.fetch(path, table, [c for c in wanted if c in head.tables[table]])
+            pq.write_table(found, folder / table_file(table.lower()), compression="zstd")
+            shapes[table.lower()] = (found.num_rows, found.num_columns)
+    write_manifest(raw, shapes, folder)
+    return {name: rows for name, (rows, _) in shapes.items()}
