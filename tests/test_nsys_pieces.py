@@ -136,3 +136,19 @@ def test_workflow_read_and_normalize_in_pieces_are_the_ingest_bytes(trap, tmp_pa
         report.pop("pieces", None)
     memory["seconds"] = pieces["seconds"] = whole["seconds"] = None
     assert pieces == whole == memory
+
+
+def test_sparse_and_extreme_rowids_in_pieces(trap, tmp_path):
+    """Rowids far apart and the largest one SQLite allows: pieces are runs of rows, not rowid arithmetic."""
+    sparse = tmp_path / "sparse.sqlite"
+    shutil.copyfile(trap, sparse)
+    con = sqlite3.connect(sparse)
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"):
+        last = con.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
+        con.execute(f"UPDATE {table} SET rowid = 9223372036854775807 WHERE rowid = {last}")
+        con.execute(f"UPDATE {table} SET rowid = rowid * 1099511627776 WHERE rowid < {last}")  # 2**40 apart
+    con.commit()
+    con.close()
+    memory, pieces = _both(sparse, tmp_path, rows=150)
+    assert pieces["pieces"]["count"] >= 15
+    _same(tmp_path, memory, pieces)

@@ -40,7 +40,7 @@ class NotInPieces(Exception):
 @dataclass
 class Piece:
     lo: int  # first rowid
-    hi: int  # rowid after the last
+    hi: int | None  # the next piece's first rowid; None: to the end of the table
     first: int  # start of its first kept kernel
     last_end: int  # latest end of its kept kernels
     kept: int = 0  # kernels kept (after the reader's drops)
@@ -125,7 +125,7 @@ def make_plan(source, head: nsys.ExportHead, settings: PieceSettings) -> Plan:
     groups: dict[int, int] = {}
     code_parts, group_parts, pieces, processes = [], [], [], set()
     pending: dict | None = None
-    lo, hi, _ = source.bounds(nsys.KERNEL_TABLE)
+    lo = source.first(nsys.KERNEL_TABLE)
     rows, chunks = source.ranges(nsys.KERNEL_TABLE, columns, settings.rows)
     piece = Piece(lo, lo, 0, 0)
     last_start, seen = None, 0
@@ -164,11 +164,11 @@ def make_plan(source, head: nsys.ExportHead, settings: PieceSettings) -> Plan:
         raise NotInPieces(f"rowid ranges read {seen} kernel rows where SQLite counts {rows}")
     if pending is not None:
         _emit(pending, piece, code_parts, group_parts)
-    piece.hi = hi
+    piece.hi = None  # (to the end)
     if piece.kept or not pieces:
         pieces.append(piece)
     else:  # trailing rowids with no kept kernel: the last piece's
-        pieces[-1].hi = hi
+        pieces[-1].hi = None
     if not sum(p.kept for p in pieces):
         raise NotInPieces("no kernel row is kept")
     plan = Plan(pieces, rows, processes)

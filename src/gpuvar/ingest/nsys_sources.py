@@ -36,29 +36,52 @@ class SqliteSource:
         finally:
             con.close()
 
-    def bounds(self, table: str) -> tuple[int, int, int]:
-        """(first rowid, last rowid + 1, rows): min and max are b-tree lookups, count(*) a scan of its pages."""
-        rowid = self.rowids[table]
+    def first(self, table: str) -> int:
+        """The table's first rowid (a b-tree lookup; 0 when empty)."""
         con = connect(self.path)
         try:
-            lo, hi, rows = con.execute(f'SELECT min({rowid}), max({rowid}), count(*) FROM "{table}"').fetchone()
+            found = con.execute(f'SELECT min({self.rowids[table]}) FROM "{table}"').fetchone()[0]
         finally:
             con.close()
-        return (int(lo), int(hi) + 1, int(rows)) if rows else (0, 0, 0)
+        return int(found) if found is not None else 0
 
-    def fetch(self, table: str, columns: list[str], lo: int, hi: int, start_max: int | None = None) -> pa.Table:
-        """Rows lo <= rowid < hi in rowid order (only those starting by start_max, when given)."""
+    def rows(self, table: str) -> int:
+        """The rows SQLite counts (a scan of the table's b-tree pages)."""
+        con = connect(self.path)
+        try:
+            return int(con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+        finally:
+            con.close()
+
+    def _query(self, table: str, columns: list[str], where: str, tail: str = "") -> pa.Table:
         rowid = self.rowids[table]
         select = ", ".join(quote_name(c) for c in columns)
-        sql = f'SELECT {rowid} AS "{ROWID}", {select} FROM "{table}" WHERE {rowid} >= {int(lo)} AND {rowid} < {int(hi)}'
-        if start_max is not None:
-            sql += f" AND start <= {int(start_max)}"
-        return select_arrow(self.path, f"{sql} ORDER BY {rowid}")
+        return select_arrow(
+            self.path, f'SELECT {rowid} AS "{ROWID}", {select} FROM "{table}" WHERE {where} ORDER BY {rowid}{tail}'
+        )
+
+    def fetch(self, table: str, columns: list[str], lo: int, hi: int | None, start_max: int | None = None) -> pa.Table:
+        """Rows lo <= rowid < hi (hi None: to the end) in rowid order, only those starting by start_max if given."""
+        rowid = self.rowids[table]
+        where = f"{rowid} >= {int(lo)}" + (f" AND {rowid} < {int(hi)}" if hi is not None else "")
+        return self._query(table, columns, where + (f" AND start <= {int(start_max)}" if start_max is not None else ""))
 
     def ranges(self, table: str, columns: list[str], step: int):
-        """(rows SQLite counts, the rows in consecutive ranges of `step` rowids)."""
-        lo, hi, rows = self.bounds(table)
-        return rows, (self.fetch(table, columns, a, min(a + step, hi)) for a in range(lo, hi, step))
+        """(rows SQLite counts, the rows in consecutive runs of `step` rows): each run starts after the last rowid
+        of the one before, a seek in the b-tree, so sparse rowids (up to 2**63 - 1) cost nothing."""
+
+        def runs():
+            last = None
+            while True:
+                where = f"{self.rowids[table]} > {last}" if last is not None else "1"
+                chunk = self._query(table, columns, where, f" LIMIT {int(step)}")
+                if chunk.num_rows:
+                    yield chunk
+                    last = int(chunk.column(ROWID)[-1].as_py())
+                if chunk.num_rows < step:
+                    return
+
+        return self.rows(table), runs()
 
 
 class ParquetSource:
@@ -73,12 +96,12 @@ class ParquetSource:
 
         return pq.ParquetFile(self.folder / table_file(RAW_NAMES[table]))
 
-    def bounds(self, table: str) -> tuple[int, int, int]:
-        rows = self._file(table).metadata.num_rows
-        return 0, rows, rows
+    def first(self, table: str) -> int:
+        return 0
 
-    def fetch(self, table: str, columns: list[str], lo: int, hi: int, start_max: int | None = None) -> pa.Table:
+    def fetch(self, table: str, columns: list[str], lo: int, hi: int | None, start_max: int | None = None) -> pa.Table:
         file = self._file(table)
+        hi = file.metadata.num_rows if hi is None else hi
         sizes = [file.metadata.row_group(g).num_rows for g in range(file.metadata.num_row_groups)]
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         parts = []
@@ -99,8 +122,8 @@ class ParquetSource:
         return result
 
     def ranges(self, table: str, columns: list[str], step: int):
-        _, hi, rows = self.bounds(table)
-        return rows, (self.fetch(table, columns, a, min(a + step, hi)) for a in range(0, hi, step))
+        rows = self._file(table).metadata.num_rows
+        return rows, (self.fetch(table, columns, a, min(a + step, rows)) for a in range(0, rows, step))
 
 
 def write_raw_in_ranges(path: Path, folder: Path, keep_vendor_columns: bool, step: int) -> dict:
