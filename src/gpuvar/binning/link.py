@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuvar import targets as T
+from gpuvar.binning import read
 from gpuvar.binning.columns import floats, ints, open_parquet
 from gpuvar.binning.plan import Plan
-from gpuvar.binning import read
 from gpuvar.binning.read import NULL, Scan
 from gpuvar.canonical_io import from_numpy
 from gpuvar.errors import InputError

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from gpuvar.binning import read
 from gpuvar.binning.columns import open_parquet, plain_strings
 from gpuvar.binning.link import MemcpyReader, relink
 from gpuvar.binning.plan import ID_COLUMNS, Plan
-from gpuvar.binning import read
 from gpuvar.binning.read import Scan, decode, link_columns, scan_columns
 from gpuvar.binning.target import Means, compute_target
 from gpuvar.binning.timeline import Timeline
