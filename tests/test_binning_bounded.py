@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from gpuvar.binning import read, rows, spill
+from gpuvar.binning import read, rows, running, spill
 
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 SMALL = {(read, "BATCH_ROWS"): 300, (spill, "ROUND_ROWS"): 2000, (spill, "READ_ROWS"): 250, (rows, "TAKE_ROWS"): 128}
@@ -105,10 +105,10 @@ def test_tiny_batches_give_the_same_bytes_and_hold_a_batch_and_a_bin(data, tmp_p
     largest = _largest_bin(data, case, report["bin_width"])
     if case.startswith("general"):  # a batch and a round (the spill's rows in memory), or one whole bin
         assert spilled and held <= max(SMALL[read, "BATCH_ROWS"] + SMALL[spill, "ROUND_ROWS"], largest), held
-    else:  # a batch and the bin still being read, or a batch of copies and those of a batch's time span (all of
-        # them when the copies are out of start order)
+    else:  # a batch, the bin still being read and the finished bins waiting for their statistics, or a batch of
+        # copies and those of a batch's time span (all of them when the copies are out of start order)
         assert not spilled
-        bound = 2 * SMALL[read, "BATCH_ROWS"] + largest
+        bound = (running.STATS_BATCHES + 2) * SMALL[read, "BATCH_ROWS"] + largest
         assert held <= (bound if "streamed" in case else rows_in), (held, bound)
     if "out of start order" in case:  # the copies met out of order: the link from the copies held, not streamed
         assert held >= pq.read_metadata(data / "memcpy.parquet").num_rows // 2, held

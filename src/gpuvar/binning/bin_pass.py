@@ -3,9 +3,9 @@
 bin: on the sorted path as the bins are finished (gpuvar.binning.running), otherwise by rounds of bins over the
 rows kept in a spill (gpuvar.binning.spill). Collective.
 
-A rank streaming its copies beside its kernels (gpuvar.binning.link.CopyStream) that finds them out of start
-order reads its share again with the copies held instead: the pass itself has no collective, so only that rank
-repeats it.
+Each kernel is linked to a copy here only when a statistic needs it (needs_copies). A rank streaming its copies
+beside its kernels (gpuvar.binning.link.CopyStream) that finds them out of start order reads its share again with
+the copies held instead: the pass itself has no collective, so only that rank repeats it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuvar.binning.link import CopyStream, HeldCopies, Unordered, held_instead
+from gpuvar import targets as T
+from gpuvar.binning.link import Links, Unordered
 from gpuvar.binning.per_bin import TARGET
 from gpuvar.binning.plan import LINKED, Plan
 from gpuvar.binning.read import Scan, batches, link_columns, open_kernels
@@ -32,8 +33,7 @@ class BinPass:
     parts: list[tuple[int, dict]]  # (round, statistics in bin order); rank 0 orders them by round, then rank
     reasons: dict[str, int]  # rows without a target for want of a linked copy, by reason
     binned: int  # rows with a target
-    links: CopyStream | HeldCopies | None  # how the rows were linked (its checkpoints serve the top-k rows)
-    held_rows: int  # most rows held at once
+    held_rows: int  # most rows (or copies) held at once
 
 
 def stat_features(plan: Plan) -> tuple[str, ...]:
@@ -41,13 +41,20 @@ def stat_features(plan: Plan) -> tuple[str, ...]:
     return tuple([f for f in plan.features if f not in LINKED] + [f for f in plan.features if f in LINKED])
 
 
-def share_statistics(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, links) -> BinPass:
+def needs_copies(plan: Plan) -> bool:
+    """Whether a statistic needs each kernel's linked copy (its target, or a linked-copy feature); otherwise
+    only the top-k rows are linked (gpuvar.binning.rows)."""
+    return plan.link and (T.target(plan.opts.target).links_copies or any(f in LINKED for f in plan.features))
+
+
+def share_statistics(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, links: Links | None) -> BinPass:
     """Phase 4 on this rank's share (collective)."""
+    stream = links.stream() if links is not None and needs_copies(plan) else None
     try:
-        sink, reasons, binned, counts, held = _read(plan, comm, scan, timeline, means, links)
+        sink, reasons, binned, counts, held = _read(plan, comm, scan, timeline, means, stream)
     except Unordered:
-        links = held_instead(links, scan)
-        sink, reasons, binned, counts, held = _read(plan, comm, scan, timeline, means, links)
+        stream = links.stream(held=True)
+        sink, reasons, binned, counts, held = _read(plan, comm, scan, timeline, means, stream)
     workers = plan.opts.workers_per_rank
     if timeline.fast:
         parts = [(0, sink.finish(comm, timeline))]
@@ -55,12 +62,12 @@ def share_statistics(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Me
     else:
         parts, round_held = round_statistics(comm, sink, counts, stat_features(plan), workers)
         held = max(held, round_held)
-    if links is not None:
-        held = max(held, links.held_rows)
-    return BinPass(parts, dict(reasons), binned, links, held)
+    if stream is not None:
+        held = max(held, stream.held_rows)
+    return BinPass(parts, dict(reasons), binned, held)
 
 
-def _read(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, links):
+def _read(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, stream):
     """The pass proper (no collective): (sink, reasons, rows binned, rows per bin (general path), rows held)."""
     pf = open_kernels(plan)
     index = dict(scan.index)  # (the scan met every key: nothing is added)
@@ -77,8 +84,10 @@ def _read(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, links)
     reasons: Counter = Counter()
     binned = held = 0
     try:
-        for b in batches(plan, pf, scan.row_groups, index, columns, features=True):
-            linked = links.link(b.group, b.kstart, b.kkey) if links is not None else {}
+        for b in batches(
+            plan, pf, scan.row_groups, index, columns if stream is not None else plan.columns, features=True
+        ):
+            linked = stream.link(b.kstart, b.kkey) if stream is not None else {}
             tv = compute_target(plan, b, lut, linked)
             reasons.update(tv.reasons)
             ok = tv.ok

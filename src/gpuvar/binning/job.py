@@ -167,8 +167,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     timer.lap("rank")
     # the rows of the top-k and of the random bins in one pass: a chosen bin's row group is decoded once
     chosen = np.union1d(topk, sample).astype(np.int64)
-    checkpoints = done.links.checkpoints if done.links is not None else {}
-    rows, rows_held = gather_rows(plan, comm, scan, timeline, means, checkpoints, chosen)
+    rows, rows_held = gather_rows(plan, comm, scan, timeline, means, links, chosen)
     timer.lap("topk_rows")
     topk_rows, sample_rows = ([_rows_of(rows, topk)], [_rows_of(rows, sample)]) if rank == 0 else (None, None)
     timer.lap("sample_rows")

@@ -172,6 +172,7 @@ class Scan:
     axis_hi: int
     ordered: bool  # axis non-decreasing over the share and never null: the sorted path
     spans: tuple[tuple[int, int], ...]  # per row group: (min, max) of its axis values (LO, HI when none)
+    group_ordered: tuple[bool, ...]  # per row group: its axis is non-decreasing and never null
     index: dict[str, int]  # group key -> code (rank-local)
     totals: dict[str, tuple[int, int]]  # group key -> exact (duration sum, count) over the ok rows
     start_lo: int | None  # with a memcpy file: min / max kernel start of the share (None: no start)
@@ -197,11 +198,15 @@ def scan_share(plan: Plan, rank: int, size: int) -> Scan:
     lo, hi, ordered, prev = LO, HI, True, None
     slo, shi, sordered, sprev = LO, HI, True, None
     spans: dict[int, tuple[int, int]] = {g: (LO, HI) for g in groups}
+    group_ordered: dict[int, bool] = {}
     largest = 0
     start_spans: dict[int, tuple[int, int]] = {g: (LO, HI) for g in groups}
     for b in batches(plan, pf, groups, index, scan_columns(plan)):
         largest = max(largest, len(b.axis))
-        blo, bhi, ordered = _span(b.axis, b.axis_valid, prev, ordered)
+        after = prev if b.group in group_ordered else None  # the group's previous value
+        blo, bhi, in_order = _span(b.axis, b.axis_valid, after, group_ordered.get(b.group, True))
+        group_ordered[b.group] = in_order
+        ordered = ordered and in_order and (prev is None or not len(b.axis) or int(b.axis[0]) >= prev)
         if len(b.axis):
             prev = int(b.axis[-1])
         lo, hi = min(lo, blo), max(hi, bhi)  # the timeline spans every kernel, with a target or not
@@ -236,6 +241,7 @@ def scan_share(plan: Plan, rank: int, size: int) -> Scan:
         hi,
         ordered,
         tuple(spans[g] for g in groups),
+        tuple(group_ordered.get(g, True) for g in groups),
         index,
         totals,
         slo if has_start else None,

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpuvar.binning import read
 from gpuvar.binning.per_bin import TARGET, concat_statistics, runs_statistics
 from gpuvar.binning.timeline import Timeline
 
 Columns = dict[str, np.ndarray]
+STATS_BATCHES = 4  # finished bins are kept until they hold this many batches of rows, then their statistics are
+# computed at once: a call costs a few numpy calls per distinct bin size, so fewer, larger calls cost less
 
 
 def _join(pieces: list[Columns]) -> Columns:
@@ -41,7 +44,10 @@ class RunningBins:
         self.open: list[Columns] = []
         self.open_rows = 0
         self.parts: list[dict] = []  # statistics of the finished bins, in bin order
-        self.held_rows = 0  # most rows held at once: a batch, the open bin and the bin given away
+        self.done: list[tuple[np.ndarray, np.ndarray, Columns]] = []  # finished bins waiting: (ids, starts, rows)
+        self.done_rows = 0
+        self.held_rows = 0  # most rows held at once: a batch, the open bin, the finished bins waiting and the bin
+        # given away
         self._started = False
 
     def add(self, ids: np.ndarray, starts: np.ndarray, cols: Columns) -> None:
@@ -50,7 +56,7 @@ class RunningBins:
         n = _rows(cols)
         if not n:
             return
-        self.held_rows = max(self.held_rows, n + self.open_rows + _rows(self.give))
+        self.held_rows = max(self.held_rows, n + self.open_rows + self.done_rows + _rows(self.give))
         if not self._started:
             self._started = True
             if self.given is not None:
@@ -73,9 +79,29 @@ class RunningBins:
             seg_starts = np.concatenate(([0], seg_starts + m)).astype(np.int64)
             seg = {c: np.concatenate([ccols[c], v]) for c, v in seg.items()}
         if len(seg_ids):
-            self.parts.append(runs_statistics(seg_ids, seg_starts, seg, self.workers))
+            self._finished(seg_ids, seg_starts, seg)
         self.open_id = int(ids[last])
         self._extend({c: v[int(starts[last]) :] for c, v in cols.items()})
+
+    def _finished(self, ids: np.ndarray, starts: np.ndarray, cols: Columns) -> None:
+        """Whole bins (in bin order, after those before): their statistics once enough rows wait."""
+        self.done.append((ids, starts, cols))
+        self.done_rows += _rows(cols)
+        if self.done_rows >= STATS_BATCHES * read.BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.done:
+            return
+        if len(self.done) == 1:
+            ids, starts, cols = self.done[0]
+        else:
+            offsets = np.cumsum([0, *[_rows(c) for _, _, c in self.done[:-1]]])
+            ids = np.concatenate([i for i, _, _ in self.done]).astype(np.int64)
+            starts = np.concatenate([s + o for (_, s, _), o in zip(self.done, offsets)]).astype(np.int64)
+            cols = _join([c for _, _, c in self.done])
+        self.parts.append(runs_statistics(ids, starts, cols, self.workers))
+        self.done, self.done_rows = [], 0
 
     def _extend(self, cols: Columns) -> None:
         self.open.append({c: v.copy() for c, v in cols.items()})  # a copy: the batch's arrays are not kept
@@ -106,10 +132,10 @@ class RunningBins:
         if got:
             self.open.extend(got)
             self.open_rows += sum(_rows(p) for p in got)
-        self.held_rows = max(self.held_rows, self.open_rows)
+        self.held_rows = max(self.held_rows, self.open_rows + self.done_rows)
         closing = self._close()
         if closing is not None:
             cid, cols = closing
-            one = runs_statistics(np.array([cid], np.int64), np.zeros(1, np.int64), cols, self.workers)
-            self.parts.append(one)
+            self._finished(np.array([cid], np.int64), np.zeros(1, np.int64), cols)
+        self._flush()
         return concat_statistics(self.parts, self.features)
