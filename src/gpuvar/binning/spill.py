@@ -184,8 +184,9 @@ def round_statistics(comm, spill: Spill, counts: np.ndarray, features: tuple[str
 
 
 def _to_owners(comm, bins: np.ndarray, cols: Columns, owners: np.ndarray, b0: int):
-    """The round's rows to their bins' owners; what this rank receives, in rank order (Alltoallv)."""
-    size = comm.Get_size()
+    """The round's rows to their bins' owners (Alltoallv; the rows a rank owns itself stay): what this rank owns,
+    in rank order (file order), and the rows it held at once."""
+    rank, size = comm.Get_rank(), comm.Get_size()
     own = owners[bins - b0] if len(bins) else np.zeros(0, np.int64)
     if len(own) and bool((own[1:] < own[:-1]).any()):
         order = np.argsort(own, kind="stable")
@@ -193,9 +194,17 @@ def _to_owners(comm, bins: np.ndarray, cols: Columns, owners: np.ndarray, b0: in
     cut = np.searchsorted(own, np.arange(size + 1), side="left")
     send = np.diff(cut).astype(np.int64)
     recv = np.array(comm.alltoall(send.tolist()), dtype=np.int64)
-    got_bins = _alltoallv(comm, bins, cut[:-1], send, recv)
-    got = {n: _alltoallv(comm, v, cut[:-1], send, recv) for n, v in cols.items()}
-    return got_bins, got, len(bins) + len(got_bins)
+    send[rank] = recv[rank] = 0  # kept rows are not sent
+    kept = slice(int(cut[rank]), int(cut[rank + 1]))
+    low = int(recv[:rank].sum())
+    out_bins = _join(_alltoallv(comm, bins, cut[:-1], send, recv), bins[kept], low)
+    out = {n: _join(_alltoallv(comm, v, cut[:-1], send, recv), v[kept], low) for n, v in cols.items()}
+    return out_bins, out, len(bins) + int(recv.sum())
+
+
+def _join(got: np.ndarray, kept: np.ndarray, low: int) -> np.ndarray:
+    """[received from lower ranks | kept | received from higher ranks]: rank order."""
+    return np.concatenate([got[:low], kept, got[low:]])
 
 
 def _alltoallv(comm, arr: np.ndarray, sdis: np.ndarray, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
