@@ -189,12 +189,12 @@ def test_phases_run_alone_and_leave_their_inputs_as_they_were(demo):
     assert (scan.axis_lo, scan.axis_hi) == (k["start"].min(), k["start"].max()) == (scan.start_lo, scan.start_hi)
     means = group_means(comm, scan)
     index = dict(scan.index)
-    lut, links = means.lut(index), make_links(plan, comm, scan)
+    lut, stream = means.lut(index), make_links(plan, comm, scan).stream()
     columns = [*plan.columns, *link_columns(plan)]
     values = []
     for b in batches(plan, open_kernels(plan), scan.row_groups, index, columns, features=True):
         duration, ok = b.duration.copy(), b.ok.copy()
-        target = compute_target(plan, b, lut, links.link(b.group, b.kstart, b.kkey))
+        target = compute_target(plan, b, lut, stream.link(b.kstart, b.kkey))
         assert not np.shares_memory(target.values, b.duration)
         np.testing.assert_array_equal(b.duration, duration)
         np.testing.assert_array_equal(b.ok, ok)
