@@ -166,34 +166,47 @@ def test_bins_equal_pandas_and_rows_are_accounted(demo, tmp_path):
 
 
 def test_phases_run_alone_and_leave_their_inputs_as_they_were(demo):
-    """Each phase is a function of frozen inputs (here on a one-rank communicator, no mpiexec): the target is a
-    new column, the durations read and the read share are unchanged, and a phase output cannot be edited."""
+    """Each phase is a function of frozen inputs (here on a one-rank communicator, no mpiexec): the scan's exact
+    group totals and spans, each batch's target as a new column (the durations read are unchanged), the agreed
+    timeline; a phase output cannot be edited."""
     import dataclasses
 
     from mpi4py import MPI
 
+    from gpuvar.binning.link import make_links
     from gpuvar.binning.plan import BinOptions, make_plan
-    from gpuvar.binning.read import read_share
+    from gpuvar.binning.read import batches, link_columns, open_kernels, scan_share
     from gpuvar.binning.target import compute_target, group_means
-    from gpuvar.binning.timeline import assign_bins
+    from gpuvar.binning.timeline import make_timeline
 
     comm = MPI.COMM_SELF
     plan = make_plan(BinOptions(demo / "kernels.parquet", memcpy=demo / "memcpy.parquet", bin_width="2ms"))
-    share = read_share(plan, 0, 1)
-    duration, ok = share.duration.copy(), share.ok.copy()
-    k = pq.read_table(demo / "kernels.parquet", columns=["kernel_name", "duration"]).to_pandas()
-    np.testing.assert_array_equal(duration, k["duration"].to_numpy(float))
-    target = compute_target(plan, comm, share, group_means(comm, share))
+    scan = scan_share(plan, 0, 1)
+    k = pq.read_table(demo / "kernels.parquet", columns=["kernel_name", "start", "duration"]).to_pandas()
+    sums = k.groupby("kernel_name")["duration"].agg(["sum", "count"])
+    assert scan.totals == {name: (int(row["sum"]), int(row["count"])) for name, row in sums.iterrows()}
+    assert scan.rows == len(k) and scan.reasons == {} and scan.ordered and scan.starts_ordered
+    assert (scan.axis_lo, scan.axis_hi) == (k["start"].min(), k["start"].max()) == (scan.start_lo, scan.start_hi)
+    means = group_means(comm, scan)
+    index = dict(scan.index)
+    lut, stream = means.lut(index), make_links(plan, comm, scan).stream()
+    columns = [*plan.columns, *link_columns(plan)]
+    values = []
+    for b in batches(plan, open_kernels(plan), scan.row_groups, index, columns, features=True):
+        duration, ok = b.duration.copy(), b.ok.copy()
+        target = compute_target(plan, b, lut, stream.link(b.kstart, b.kkey))
+        assert not np.shares_memory(target.values, b.duration)
+        np.testing.assert_array_equal(b.duration, duration)
+        np.testing.assert_array_equal(b.ok, ok)
+        assert set(target.linked) == {"linked_copy_kind", "linked_copy_bytes", "linked_copy_duration"}
+        values.append(target.values)
+    assert index == scan.index  # the second pass met no new group
     expected = k["duration"] - k.groupby("kernel_name")["duration"].transform("mean")
-    np.testing.assert_allclose(target.values, expected.to_numpy(), rtol=0, atol=1e-6)
-    assert not np.shares_memory(target.values, share.duration)
-    np.testing.assert_array_equal(share.duration, duration)
-    np.testing.assert_array_equal(share.ok, ok)
-    assert set(target.linked) == {"linked_copy_kind", "linked_copy_bytes", "linked_copy_duration"}
-    bins = assign_bins(plan, comm, share, target.ok)
-    assert bins.fast and bins.starts[0] == 0 and bins.ids[0] == 0
+    np.testing.assert_allclose(np.concatenate(values), expected.to_numpy(), rtol=0, atol=1e-6)
+    timeline = make_timeline(plan, comm, scan)
+    assert timeline.fast and timeline.gmin == k["start"].min() and timeline.runs == ((0, timeline.n_bins - 1),)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        share.duration = target.values
+        scan.rows = 0
 
 
 @pytest.mark.mpi
@@ -215,7 +228,7 @@ def test_outputs_are_byte_identical_for_1_2_3_ranks(demo, tmp_path, extra):
         first = (tmp_path / "r1" / name).read_bytes()
         assert all((tmp_path / f"r{r}" / name).read_bytes() == first for r in (2, 3)), name
     run_specific = ("ranks", "seconds", "seconds_per_rank", "startup_s_per_rank", "peak_rss_mb_per_rank")
-    run_specific += ("rows_in_per_rank",)  # each rank's share
+    run_specific += ("rows_in_per_rank", "rows_held_per_rank")  # each rank's share, and what it held
     same = [{k: v for k, v in rep.items() if k not in run_specific} for rep in reports]
     assert same[0] == same[1] == same[2]
     assert [rep["ranks"] for rep in reports] == [1, 2, 3] and len(reports[2]["peak_rss_mb_per_rank"]) == 3
@@ -308,7 +321,7 @@ def run_bin_with_fault(phase: str, victim: int, how: str, *args, ranks: int, tim
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("phase,victim", [("read_share", 1), ("exchange_rows", 2), ("gather_rows", 1)])
+@pytest.mark.parametrize("phase,victim", [("scan_share", 1), ("share_statistics", 2), ("gather_rows", 1)])
 def test_a_failing_rank_stops_the_job_promptly(demo, tmp_path, phase, victim):
     """A rank raising mid-way (the others wait in the next collective): the job exits non-zero within seconds,
     with one error line naming the rank, and leaves no output."""
@@ -332,7 +345,7 @@ def test_a_killed_rank_stops_the_job_promptly(demo, tmp_path):
     same command run again completes, clearing what the aborted run left behind."""
     out = tmp_path / "out"
     t0 = time.monotonic()
-    proc = run_bin_with_fault("read_share", 2, "kill", demo / "kernels.parquet", "--output", out, ranks=3)
+    proc = run_bin_with_fault("scan_share", 2, "kill", demo / "kernels.parquet", "--output", out, ranks=3)
     assert proc.returncode != 0
     assert time.monotonic() - t0 < 30
     assert not out.exists() or not any(out.iterdir()), "no output may be left looking complete"

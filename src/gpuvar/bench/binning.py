@@ -333,6 +333,7 @@ def run_binning(args) -> int:
             gpuvar_startup_s=_startup(report["startup_s_per_rank"]),
             sample_bins=args.sample_bins,
             peak_rss_mb_per_rank=report["peak_rss_mb_per_rank"],
+            rows_held_per_rank=report["rows_held_per_rank"],  # the most rows a rank held at once, not its share
             bins=report["non_empty_bins"],
             workers_per_rank=args.workers_per_rank,
         )

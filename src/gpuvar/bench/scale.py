@@ -14,7 +14,8 @@ CPUs):
   ranks     `mpiexec -n W gpuvar ranks` over the per-rank ingest folders (gpuvar.ranks.job);
   findings  `gpuvar findings` per rank folder (--findings-ranks of them: all by default), dealt to W processes.
 Per process: peak RSS (ru_maxrss; the ingest processes' children too) and the launch rows it held at once
-(`rows_held`: kernels + copies of the largest rank it read, a binning rank's share). `one_process_held_all` says
+(`rows_held`: kernels + copies of the largest rank it read; a binning rank's most rows held at once, bin.json's
+rows_held_per_rank). `one_process_held_all` says
 whether any process held every launch. The truth: the straggler named by `gpuvar ranks`, and per analysed rank
 whether the add and GEMM groups' findings are explained by a size driver. The load average before and after
 is reported: on a shared machine it says how much of the wall time was the machine's.
@@ -213,9 +214,10 @@ def run_scale(args) -> int:
                 ["bin", *files, "--bin-width", "10ms", "--top-k", "20", "--sample-bins", "20", "--output", str(bins)], w
             )
             report = json.loads((bins / BIN_REPORT).read_text())
+            held = report["rows_held_per_rank"]  # a batch, a bin, a round's rows: not its share (rows_in_per_rank)
             processes = [
-                {"rank": i, "rows_held": n, "rows_read": n, "peak_rss_mb": rss}
-                for i, (n, rss) in enumerate(zip(report["rows_in_per_rank"], report["peak_rss_mb_per_rank"]))
+                {"rank": i, "rows_held": h, "rows_read": n, "peak_rss_mb": rss}
+                for i, (h, n, rss) in enumerate(zip(held, report["rows_in_per_rank"], report["peak_rss_mb_per_rank"]))
             ]
             kernels = report["rows_in"]
             return {"processes": processes, "launches": kernels, "phase_s": report["seconds"]}

@@ -3,22 +3,26 @@
 run_job chains the phases, each a function of one module from frozen inputs to a frozen output (collectives
 named; every rank calls every phase):
  0. plan     - gpuvar.binning.plan: options checked against the files, resolved once (width, axis, columns).
- 1. read     - gpuvar.binning.read: this rank's row-balanced share of row groups, exact group duration sums.
+ 1. scan     - gpuvar.binning.read.scan_share: this rank's row-balanced share of row groups read once, a batch at
+               a time: exact group duration sums, the axis span and order, each row group's span.
  2. means    - gpuvar.binning.target.group_means: allgather of the exact group totals.
- 3. target   - gpuvar.binning.target.compute_target (+ gpuvar.binning.link: allgather of the copy "carry").
- 4. bins     - gpuvar.binning.timeline: allgather of the axis spans, bin of every row (runs on a sorted file);
-               gpuvar.binning.exchange: rows to their bin's owner (alltoall / Alltoallv).
- 5. stats    - gpuvar.binning.per_bin: the owner computes every statistic of its bins; gather on rank 0.
- 6. ranking  - gpuvar.binning.ranking (rank 0): bins by the target's variance, top-k, random sample; bcast.
- 7. rows     - gpuvar.binning.rows: the rows of the top-k and the sampled bins, gathered on rank 0 in one pass
-               (row groups holding both are decoded once; timed as topk_rows, the split as sample_rows).
- 8. report   - gpuvar.binning.report (rank 0): bins.parquet, topk_rows.parquet, sample_rows.parquet, then bin.json.
-Determinism: the rows of a bin reach its owner in file order whatever the rank count and floating sums are
-done by that owner only, so bins.parquet and topk_rows.parquet are byte-identical for any number of ranks.
-Memory bound per rank: its share as target (float64, written over the duration read; a `duration` feature keeps
-its own 8 bytes/row) + row flag = 9 bytes/row, plus until the bins are found the axis (8) and group code (4) (on
-the sorted path the axis and codes stay to the end), plus on the general path the bin id (int32) and the received rows of the bins
-it owns (12 bytes/row, about one share) during the statistics; other features add 8 bytes/row each, twice.
+ 3. timeline - gpuvar.binning.timeline: allgather of the axis spans: the bins, the sorted path or the general one.
+    link     - gpuvar.binning.link.make_links (with a memcpy file): allgather of the copies' carry per rank.
+ 4. bins     - gpuvar.binning.bin_pass: the share read again a batch at a time: link, target, bins, and every
+               bin's statistics (sorted path: alltoall of one bin per rank; general path: rounds of Alltoallv).
+ 5. ranking  - gpuvar.binning.ranking (rank 0, after a gather): bins by the target's variance, top-k, random
+               sample; bcast.
+ 6. rows     - gpuvar.binning.rows: the rows of the top-k and the sampled bins, a third pass over only the row
+               groups holding them, gathered on rank 0 (timed as topk_rows, the split as sample_rows).
+ 7. report   - gpuvar.binning.report (rank 0): bins.parquet, topk_rows.parquet, sample_rows.parquet, then bin.json.
+Determinism: a bin's statistics are a function of its rows' values in file order, computed by one rank on the
+whole bin, and each row's target is the same arithmetic in every pass, so bins.parquet and topk_rows.parquet
+are byte-identical for any number of ranks and any batch size.
+Memory bound per rank (issue 38): a batch of BATCH_ROWS rows (gpuvar.binning.read) and per-bin and per-group
+summaries, plus on the sorted path the bin still being read and the one it gives to the rank before, on the
+general path up to ROUND_ROWS rows (gpuvar.binning.spill; beyond that they wait in temporary files), and with
+a memcpy file the copies of one batch's time span (all of the share's span when its kernels or copies are out of
+start order). bin.json reports each rank's most rows held at once (rows_held_per_rank).
 Start-up: the ranks import numpy, pyarrow and mpi4py only (no pandas, no pydantic: Array.to_numpy and
 pa.array(ndarray) would import pandas, so numbers cross between numpy and Arrow through the buffers).
 Failure: a fallible step outside the collectives (the options and staging folder in binning/cli.py, the plan,
@@ -41,15 +45,16 @@ from pathlib import Path
 import numpy as np
 
 from gpuvar import targets as T
-from gpuvar.binning.exchange import TARGET, exchange_rows
-from gpuvar.binning.per_bin import bin_statistics
+from gpuvar.binning.bin_pass import share_statistics, stat_features
+from gpuvar.binning.link import make_links
+from gpuvar.binning.per_bin import empty_statistics
 from gpuvar.binning.plan import BinOptions, Collective, make_plan, source_name
 from gpuvar.binning.ranking import rank_bins
-from gpuvar.binning.read import read_share
+from gpuvar.binning.read import scan_share
 from gpuvar.binning.report import Gathered, Timer, build_report, peak_rss_mb, process_age_s, write_tables
-from gpuvar.binning.rows import RowSource, gather_rows
-from gpuvar.binning.target import compute_target, group_means
-from gpuvar.binning.timeline import assign_bins
+from gpuvar.binning.rows import gather_rows
+from gpuvar.binning.target import group_means
+from gpuvar.binning.timeline import make_timeline
 from gpuvar.errors import StageError, describe
 from gpuvar.layout import BIN_REPORT
 from gpuvar.output import write_json
@@ -134,46 +139,41 @@ def run_job(opts: BinOptions, comm) -> dict | None:
             size,
             opts.workers_per_rank,
         )
-    share = read_share(plan, rank, size)
-    timer.lap("read")
-    means = group_means(comm, share)
+    scan = scan_share(plan, rank, size)
+    timer.lap("scan")
+    means = group_means(comm, scan)
     timer.lap("means")
     if T.target(opts.target).links_copies and plan.axis != "start":
         raise Collective(f"{opts.target} needs kernel start times: give --bin-width with a time unit (e.g. 10ms)")
-    target = compute_target(plan, comm, share, means)
-    timer.lap("target")
-    bins = assign_bins(plan, comm, share, target.ok)
-    rows_in = len(share.ok)
-    src = RowSource(
-        share.row_groups,
-        share.offsets,
-        target.ok,
-        {opts.target: target.values, **target.linked},
-        bins,
-        share.axis if bins.fast else None,
-        share.codes if bins.fast else None,
-        list(share.index),
-    )
-    del share  # the duration, link keys and (general path) the axis and codes are not needed any more
-    n_valid = comm.allreduce(int(target.ok.sum()))
-    if n_valid == 0 and plan.axis == "start" and comm.allreduce(target.reasons.get("no start timestamp", 0)) > 0:
+    timeline = make_timeline(plan, comm, scan)
+    links = make_links(plan, comm, scan)
+    timer.lap("link")
+    done = share_statistics(plan, comm, scan, timeline, means, links)
+    timer.lap("bins")
+    n_valid = comm.allreduce(done.binned)
+    without = dict(scan.reasons)
+    for reason, n in done.reasons.items():
+        without[reason] = without.get(reason, 0) + n
+    if n_valid == 0 and plan.axis == "start" and comm.allreduce(without.get("no start timestamp", 0)) > 0:
         raise Collective("no kernel has a start time (Nsight Compute data?): give --bin-width as a number of launches")
-    segments = exchange_rows(comm, bins, target.ok, {TARGET: target.values, **target.features})
-    timer.lap("exchange")
-    stats = bin_statistics(segments, plan.features, opts.workers_per_rank)
-    del segments
-    timer.lap("stats")
-    parts = comm.gather(stats, root=0)
-    ranking = together(comm, rank_bins, plan, parts, bins.gmin, root=0)
+    parts = comm.gather(done.parts, root=0)
+    ordered = None
+    if rank == 0:  # in bin order: by round (the general path's), then rank
+        pieces = [(k, r, stats) for r, part in enumerate(parts) for k, stats in part]
+        ordered = [stats for _, _, stats in sorted(pieces, key=lambda p: p[:2])]
+        ordered = ordered or [empty_statistics(stat_features(plan))]
+    ranking = together(comm, rank_bins, plan, ordered, timeline.gmin, root=0)
     topk, sample = comm.bcast((ranking.topk, ranking.sample) if rank == 0 else None, root=0)
     timer.lap("rank")
     # the rows of the top-k and of the random bins in one pass: a chosen bin's row group is decoded once
-    rows = gather_rows(plan, comm, src, np.union1d(topk, sample).astype(np.int64))
+    chosen = np.union1d(topk, sample).astype(np.int64)
+    rows, rows_held = gather_rows(plan, comm, scan, timeline, means, links, chosen)
     timer.lap("topk_rows")
     topk_rows, sample_rows = ([_rows_of(rows, topk)], [_rows_of(rows, sample)]) if rank == 0 else (None, None)
     timer.lap("sample_rows")
-    reasons = comm.gather(target.reasons, root=0)
-    n_in = comm.gather(rows_in, root=0)
+    held = comm.gather(max(scan.largest_batch, done.held_rows, rows_held), root=0)
+    reasons = comm.gather(without, root=0)
+    n_in = comm.gather(scan.rows, root=0)
     if rank == 0:
         topk_rows = [r for r in topk_rows if r is not None]
         sample_rows = [r for r in sample_rows if r is not None]
@@ -194,11 +194,12 @@ def run_job(opts: BinOptions, comm) -> dict | None:
             reasons,
             n_valid,
             means.n_groups,
-            bins.gmin,
-            bins.n_bins,
+            timeline.gmin,
+            timeline.n_bins,
             seconds,
             rss,
             startup,
+            held,
         )
         report = build_report(plan, got)
         write_json(report, Path(opts.output) / BIN_REPORT)

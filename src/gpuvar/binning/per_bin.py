@@ -1,8 +1,9 @@
-"""Phase 5 of the binning job: the owner of each bin computes every statistic of it (gpuvar.binning.stats) for
-the target and each feature, optionally on a thread pool (--workers-per-rank). Floating sums are done by the
-owner only, on rows in file order, so the statistics are identical for any rank count. Worker pool: numpy's
-sorts/partitions release the GIL, so threads scale this phase on a many-core node where a few ranks per node
-each own many bins; on a 2-core machine with 2 ranks there is no spare core, so keep --workers-per-rank 1 there.
+"""The statistics of whole bins (gpuvar.binning.stats) for the target and each feature, optionally on a thread pool
+(--workers-per-rank). A bin's statistics are a function of its values in file order only, whichever call computes
+them (bins are never cut): the sorted path computes a batch's finished bins, the general path a round's bins,
+and both give the same bytes for any rank count and batch size. Worker pool: numpy's sorts/partitions release the
+GIL, so threads scale this on a many-core node where a few ranks per node each own many bins; on a 2-core machine
+with 2 ranks there is no spare core, so keep --workers-per-rank 1 there.
 """
 
 from __future__ import annotations
@@ -12,25 +13,33 @@ from functools import partial
 
 import numpy as np
 
-from gpuvar.binning.exchange import TARGET, Runs, Segment
 from gpuvar.binning.stats import STATS, bin_stats_at, bin_stats_parallel
 
+TARGET = "__target"  # key of the target among a bin's columns (the others are the features)
 
-def bin_statistics(segments: list[Segment], features: tuple[str, ...], workers: int) -> dict[str, np.ndarray]:
-    """Statistics of every bin of the bin-aligned segments, concatenated in bin order: 'bin', the target's
-    statistics (count, min, ..., q75), then '<feature>_<statistic>' per feature."""
-    parts = []
-    for seg in segments:
-        if isinstance(seg, Runs):
-            if len(seg.ids):
-                stats_of = partial(bin_stats_at, ids=seg.ids, starts=seg.starts, workers=workers)
-                parts.append(_with_features(stats_of, seg.columns))
-        elif len(seg.bins):
-            parts.append(_with_features(partial(bin_stats_parallel, bins=seg.bins, workers=workers), seg.columns))
+
+def runs_statistics(ids: np.ndarray, starts: np.ndarray, cols: dict[str, np.ndarray], workers: int) -> dict:
+    """Statistics of whole bins cut into runs: bin ids[i] holds rows starts[i] .. starts[i+1] (or the end)."""
+    return _with_features(partial(bin_stats_at, ids=ids, starts=starts, workers=workers), cols)
+
+
+def rows_statistics(bins: np.ndarray, cols: dict[str, np.ndarray], workers: int) -> dict:
+    """Statistics of whole bins of rows with non-decreasing bin ids."""
+    return _with_features(partial(bin_stats_parallel, bins=bins, workers=workers), cols)
+
+
+def empty_statistics(features: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The statistics of no bin, with every column."""
+    empty = {TARGET: np.zeros(0), **{f: np.zeros(0) for f in features}}
+    return rows_statistics(np.zeros(0, np.int64), empty, 1)
+
+
+def concat_statistics(parts: list[dict], features: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Statistics computed apart, in bin order, as one."""
+    parts = [p for p in parts if len(p["bin"])]
     if not parts:
-        empty = {TARGET: np.zeros(0), **{f: np.zeros(0) for f in features}}
-        return _with_features(partial(bin_stats_parallel, bins=np.zeros(0, np.int64), workers=workers), empty)
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return empty_statistics(features)
+    return parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def _with_features(stats_of: Callable[[np.ndarray], dict], cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

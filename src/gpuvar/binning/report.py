@@ -71,6 +71,7 @@ class Gathered:
     seconds: list[dict[str, float]]
     rss: list[float]
     startup: list[dict[str, float | None]]
+    held: list[int]  # most rows each rank held at once
 
 
 def write_tables(plan: Plan, bins: pa.Table, topk_rows: list[pa.Table], sample_rows: list[pa.Table]) -> None:
@@ -136,6 +137,9 @@ def build_report(plan: Plan, got: Gathered) -> dict:
         "seconds_per_rank": got.seconds,
         "startup_s_per_rank": got.startup,
         "peak_rss_mb_per_rank": got.rss,
+        # the most kernel rows each rank held at once in its passes (a batch, an unfinished bin, a round's rows;
+        # not the chosen rows rank 0 gathers, top_k_rows and random_sample_rows): bounded, not its share
+        "rows_held_per_rank": [int(n) for n in got.held],
     }
     if report["rows_in"] != report["rows_binned"] + sum(dropped.values()):
         raise StageError(f"row accounting broken: {report['rows_in']} in != binned + without target")

@@ -1,128 +1,178 @@
-"""Phase 7 of the binning job: the rows of chosen bins (the top-k, the random sample), gathered on rank 0.
+"""Phase 6 of the binning job: the rows of chosen bins (the top-k, the random sample), gathered on rank 0.
 
-Rank 0 broadcasts the bin ids; each rank names its rows in them (row group, row) and keeps their computed
-values; the row groups to re-read (the needed columns, up to the last needed row: a column chunk decodes from
-its start) are spread over all ranks by decode cost, since the chosen bins often sit in a few ranks' shares;
-rank 0 gathers the pieces and puts them back in file order.
+A third, bounded pass over only the row groups whose axis span (from the scan) meets a chosen bin. With a memcpy
+file each rank first links the chosen rows of its own such row groups (their link and target columns only, the
+copies streamed from its carry: gpuvar.binning.link) and shares those linked values. The row groups are then
+spread over all ranks by decode cost (the chosen bins often sit in a few ranks' shares): a rank reads each of
+its row groups a batch at a time (the output columns and the target's inputs; on a sorted file it stops after
+the last chosen bin, since a Parquet column chunk decodes from its start), computes the target of the rows in a
+chosen bin exactly as phase 4 did, and keeps those rows. Rank 0 gathers the pieces and puts them back in file
+order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from gpuvar.binning import read
 from gpuvar.binning.columns import open_parquet, plain_strings
+from gpuvar.binning.link import LINKED_FROM, Links, Unordered
 from gpuvar.binning.plan import ID_COLUMNS, Plan
-from gpuvar.binning.timeline import Bins
-from gpuvar.canonical_io import from_numpy, strings_from_codes
+from gpuvar.binning.read import Batch, Scan, batches, link_columns, open_kernels, scan_columns
+from gpuvar.binning.target import Means, compute_target
+from gpuvar.binning.timeline import Timeline
+from gpuvar.canonical_io import from_numpy
+from gpuvar.errors import InputError
+
+TAKE_ROWS = 1 << 16  # rows decoded at once here: a finer step than BATCH_ROWS stops closer to the last chosen row
 
 
-@dataclass(frozen=True)
-class RowSource:
-    """What a rank knows of its share's rows after the statistics."""
-
-    row_groups: tuple[int, ...]  # the share's row groups, in file order
-    offsets: np.ndarray  # local index of each row group's first row, plus the total
-    ok: np.ndarray  # rows with a target
-    computed: dict[str, np.ndarray]  # per row: the target (under its name) and the linked-copy columns
-    bins: Bins
-    axis: np.ndarray | None  # the axis values still in memory (sorted path), else None
-    codes: np.ndarray | None  # group codes still in memory (sorted path), else None
-    group_names: list[str]  # group key of each code
-
-
-def gather_rows(plan: Plan, comm, src: RowSource, chosen: np.ndarray) -> pa.Table | None:
-    """The rows of the `chosen` bins with their computed columns and bin, on rank 0 (None elsewhere).
-
-    Collective: every rank calls it with the same `chosen`."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    empty = np.empty(0, np.int64)
-    hit, b = _hits(src, chosen) if len(chosen) and len(src.ok) else (empty, empty)
-    g_of = np.searchsorted(src.offsets, hit, side="right") - 1
-    groups = np.asarray(src.row_groups, dtype=np.int64)[g_of] if len(hit) else empty
-    local = hit - src.offsets[g_of] if len(hit) else empty
-    wanted = {}
-    for g in np.unique(groups).tolist():
-        wanted[g] = local[groups == g]
-    for part in comm.allgather(wanted if size > 1 else {}):
-        wanted.update(part)  # a row group belongs to one share
-    if not wanted:
-        return None
+def output_columns(plan: Plan) -> list[str]:
+    """The file's columns a row of topk_rows.parquet keeps: every one with --features auto, else the
+    identification columns and the features."""
     schema = plan.schema
-    cols = (
-        schema.names
-        if plan.opts.features.strip() in ("auto", "")
-        else [c for c in dict.fromkeys([*ID_COLUMNS, *plan.features]) if c in schema.names]
-    )
-    known = _known_columns(plan, src, hit, cols)  # taken from memory, not decoded again
-    todo = [c for c in cols if c not in known]
-    mine = _spread({g: int(r[-1]) + 1 for g, r in wanted.items()}, size)[rank]
-    pieces = {}
-    if mine and todo:
-        strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-        pf = open_parquet(plan.opts.kernels, read_dictionary=strings)  # decode strings once per dictionary
-        for g in mine:
-            pieces[g] = [plain_strings(p) for p in _take_rows(pf, g, todo, wanted[g])]
-    computed = {**{k: v[hit] for k, v in src.computed.items()}, "bin": b}
-    parts = comm.gather((pieces, known, computed), root=0)
-    if rank != 0:
-        return None
-    read = {}
-    for p, _, _ in parts:
-        read.update(p)
+    if plan.opts.features.strip() in ("auto", ""):
+        return list(schema.names)
+    return [c for c in dict.fromkeys([*ID_COLUMNS, *plan.features]) if c in schema.names]
+
+
+class Chosen:
+    """Which rows of a batch are chosen: a row with a target input (ok) in a chosen bin."""
+
+    def __init__(self, plan: Plan, timeline: Timeline, bins: np.ndarray):
+        self.gmin, self.width, self.n_bins = timeline.gmin, plan.width, timeline.n_bins
+        self.wanted = np.zeros(max(self.n_bins, 1) + 1, bool)  # index n_bins: a row without a bin
+        self.wanted[bins[bins < self.n_bins]] = True
+
+    def rows(self, b: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """(row index, bin) of the chosen rows of batch `b`, in file order."""
+        bins = (b.axis - self.gmin) // self.width
+        inside = (bins >= 0) & (bins < self.n_bins)
+        hit = np.flatnonzero(b.ok & inside & self.wanted[np.where(inside, bins, self.n_bins)])
+        return hit, bins[hit]
+
+
+def gather_rows(
+    plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, links: Links | None, chosen: np.ndarray
+) -> tuple[pa.Table | None, int]:
+    """The rows of the `chosen` bins with their computed columns and bin, on rank 0 (None elsewhere, and when no
+    row is chosen), and the most rows (or copies) this rank held at once. Collective: every rank calls it with
+    the same `chosen`."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    chosen = np.asarray(chosen, dtype=np.int64)
+    pick = Chosen(plan, timeline, chosen)
+    mine = _candidates(plan, scan, timeline, chosen) if len(chosen) else []
+    linked, held = _link_chosen(plan, links, [(g, stop) for g, _, _, stop in mine], pick)
+    mine = [(g, rows, cost, linked.get(g), stop) for g, rows, cost, stop in mine]
+    every = [c for part in comm.allgather(mine) for c in part] if size > 1 else mine
+    if not every:
+        return None, held
+    assigned = set(_spread({c[0]: c[2] for c in every}, size)[rank])
+    pieces: dict[int, pa.Table] = {}
+    todo = [c for c in every if c[0] in assigned]
     if todo:
-        t = pa.concat_tables([piece for g in sorted(read) for piece in read[g]])
-    else:
-        t = pa.Table.from_arrays([], names=[])
-    for name in cols:  # the known columns back at their place, in the file's type
-        if name in known:
-            column = pa.concat_arrays([k[name] for _, k, _ in parts])
-            typ = schema.field(name).type  # (kernel_name is read as a dictionary: the value type)
-            typ = typ.value_type if pa.types.is_dictionary(typ) else typ
-            if column.type != typ:
-                column = column.cast(typ)
-            t = (
-                t.add_column(cols.index(name), name, column)
-                if t.num_columns
-                else pa.Table.from_arrays([column], names=[name])
-            )
-    # only `bin` (which the causal step ignores): a rank column would look like a feature; join bins.parquet
-    for name in computed:
-        t = t.append_column(name, from_numpy(np.concatenate([c[name] for _, _, c in parts])))
-    return t
+        cols = output_columns(plan)
+        strings = [f.name for f in plan.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        pf = open_parquet(plan.opts.kernels, read_dictionary=strings)  # decode strings once per dictionary
+        for g, _, _, group_linked, stop in todo:
+            piece, rows = _group_rows(plan, pf, g, cols, means, pick, group_linked, stop)
+            held = max(held, rows)
+            if piece is not None:
+                pieces[g] = piece
+    parts = comm.gather(pieces, root=0) if size > 1 else [pieces]
+    if rank != 0:
+        return None, held
+    read_pieces = {}
+    for p in parts:
+        read_pieces.update(p)
+    if not read_pieces:
+        return None, held
+    return pa.concat_tables([read_pieces[g] for g in sorted(read_pieces)]), held
 
 
-def _hits(src: RowSource, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(share row index, bin id) of this share's rows with a target in the chosen bins, in file order."""
-    bins = src.bins
-    if bins.fast:  # each chosen bin is one run of rows
-        ids, starts = bins.ids, bins.starts
-        sel = np.flatnonzero(np.isin(ids, chosen))
-        ends = np.append(starts[1:], len(src.ok))[sel]
-        hit = np.concatenate([np.arange(a, b) for a, b in zip(starts[sel].tolist(), ends.tolist())] or [[]])
-        hit = hit.astype(np.int64)
-        of = np.repeat(ids[sel], ends - starts[sel])
-        if not src.ok.all():
-            keep = src.ok[hit]
-            hit, of = hit[keep], of[keep]
-        return hit, of
-    wanted = np.zeros(bins.n_bins + 1, bool)  # index -1 (rows without a bin) hits the last, False entry
-    wanted[chosen] = True
-    hit = np.flatnonzero(wanted[bins.rows])
-    return hit, bins.rows[hit].astype(np.int64)
+def _candidates(plan: Plan, scan: Scan, timeline: Timeline, chosen: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """This share's row groups whose axis span meets a chosen bin: (group, rows, decode cost, axis value after
+    which the row group holds no chosen row if it is in order; None if it is not)."""
+    out = []
+    gmin, w = timeline.gmin, plan.width
+    for g, rows, (lo, hi), ordered in zip(scan.row_groups, scan.group_rows, scan.spans, scan.group_ordered):
+        if lo > hi:
+            continue
+        b0, b1 = (lo - gmin) // w, (hi - gmin) // w
+        i, j = int(np.searchsorted(chosen, b0, side="left")), int(np.searchsorted(chosen, b1, side="right"))
+        if i >= j:
+            continue
+        stop = gmin + (int(chosen[j - 1]) + 1) * w  # the end of the last chosen bin in the row group
+        cost = rows if hi == lo or not ordered else max(1, int(rows * min(1.0, (stop - lo) / (hi - lo + 1))))
+        out.append((g, rows, cost, stop if ordered else None))
+    return out
 
 
-def _known_columns(plan: Plan, src: RowSource, hit: np.ndarray, cols: list[str]) -> dict[str, pa.Array]:
-    """Columns of the hit rows this rank still holds (sorted path): the axis, and kernel_name by code."""
-    known = {}
-    if src.axis is not None and plan.axis in cols:
-        known[plan.axis] = from_numpy(src.axis[hit])
-    if src.codes is not None and plan.opts.group == "kernel" and "kernel_name" in cols:
-        known["kernel_name"] = strings_from_codes(src.codes[hit], src.group_names)
-    return known
+def _batches(plan: Plan, pf, g: int, columns: list[str], index: dict, stop: int | None):
+    """Row group g's batches, up to the last chosen bin (`stop`) when the row group is in order."""
+    for b in batches(plan, pf, [g], index, columns, rows=min(read.BATCH_ROWS, TAKE_ROWS)):
+        yield b
+        if stop is not None and len(b.axis) and int(b.axis[-1]) >= stop:
+            return
+
+
+def _link_chosen(plan: Plan, links: Links | None, groups, pick: Chosen) -> tuple[dict, int]:
+    """{row group: linked-copy columns of its chosen rows, in file order} of this rank's row groups `groups`
+    ((group, stop) in file order), and the most copies held at once; {} without a memcpy file."""
+    if links is None or not groups:
+        return {}, 0
+    pf = open_kernels(plan)
+    columns = list(dict.fromkeys([*scan_columns(plan), *link_columns(plan)]))
+
+    def run(stream) -> dict:
+        out = {}
+        for g, stop in groups:
+            parts = []
+            for b in _batches(plan, pf, g, columns, {}, stop):
+                hit, _ = pick.rows(b)
+                if len(hit):
+                    parts.append(stream.link(b.kstart[hit], b.kkey[hit]))
+            if parts:
+                out[g] = {name: np.concatenate([p[name] for p in parts]) for name, _ in LINKED_FROM}
+        return out
+
+    stream = links.stream()
+    try:
+        out = run(stream)
+    except Unordered:
+        stream = links.stream(held=True)
+        out = run(stream)
+    return out, stream.held_rows
+
+
+def _group_rows(plan, pf, g, cols, means, pick: Chosen, linked, stop) -> tuple[pa.Table | None, int]:
+    """The chosen rows of row group `g`, in file order, with the computed columns; and the rows held. `linked`:
+    the linked-copy columns of its chosen rows (None without a memcpy file)."""
+    need = list(dict.fromkeys([*cols, *scan_columns(plan), *link_columns(plan)]))
+    index: dict[str, int] = {}
+    out, held, done = [], 0, 0
+    try:
+        for b in _batches(plan, pf, g, need, index, stop):
+            held = max(held, len(b.axis))
+            hit, bins = pick.rows(b)
+            if not len(hit):
+                continue
+            mine = {} if linked is None else {k: v[done : done + len(hit)] for k, v in linked.items()}
+            done += len(hit)
+            tv = compute_target(plan, b.take(hit), means.lut(index), mine)
+            keep = np.flatnonzero(tv.ok)
+            if not len(keep):
+                continue
+            piece = plain_strings(b.table.select(cols).take(from_numpy(hit[keep])))
+            computed = {plan.opts.target: tv.values[keep], **{k: v[keep] for k, v in mine.items()}}
+            computed["bin"] = bins[keep].astype(np.int64)
+            for name, values in computed.items():
+                piece = piece.append_column(name, from_numpy(values))
+            out.append(piece)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(plan.opts.kernels, f"row group {g} unreadable ({exc})") from None
+    return (pa.concat_tables(out) if out else None), held
 
 
 def _spread(cost: dict[int, int], size: int) -> list[list[int]]:
@@ -133,17 +183,3 @@ def _spread(cost: dict[int, int], size: int) -> list[list[int]]:
         load[r] += cost[g]
         plan[r].append(g)
     return [sorted(p) for p in plan]
-
-
-def _take_rows(pf: pq.ParquetFile, group: int, cols: list[str], rows: np.ndarray, batch: int = 1 << 16) -> list:
-    """Rows (sorted indices) of one row group, decoding batch by batch and stopping after the last one."""
-    out, first = [], 0
-    for rb in pf.iter_batches(batch_size=batch, row_groups=[group], columns=cols, use_threads=False):
-        last = first + rb.num_rows
-        sel = rows[(rows >= first) & (rows < last)]
-        if len(sel):
-            out.append(pa.Table.from_batches([rb]).take(from_numpy(sel - first)))
-        first = last
-        if first > rows[-1]:
-            break
-    return out
