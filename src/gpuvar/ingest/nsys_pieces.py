@@ -45,12 +45,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpuvar.ingest import nsys
+from gpuvar.canonical_io import CanonicalWriter, sort_canonical, write_canonical
+from gpuvar.ingest import books, finish_report, nsys, recorded_duplicates, report_head
 from gpuvar.ingest.base import ReaderOutput, in_wal_mode
+from gpuvar.ingest.call_sites import Iterations, SiteSummary, add_call_sites, copies_without_host
+from gpuvar.ingest.context import COPY_INPUTS, KERNEL_INPUTS, _arrow, append_context, context_columns
+from gpuvar.ingest.corun import corun_columns, corun_note, set_columns
+from gpuvar.ingest.gpu_identity import Recorded, single_trace_gpus, single_trace_notes
 from gpuvar.ingest.host_timeline import MISSING, ints
 from gpuvar.ingest.nsys_plan import NotInPieces, PieceSettings, Plan, bucket_copies, make_plan, sum_step_threads
 from gpuvar.ingest.nsys_sources import ROWID, ParquetSource, SqliteSource
 from gpuvar.ingest.nsys_sqlite import connect, rowid_name
+from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
+from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
+from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
+from gpuvar.schema import empty_memcpy, finalize_kernels, finalize_memcpy
 
 log = logging.getLogger("gpuvar.ingest.nsys_pieces")
 
@@ -97,8 +106,6 @@ def _light_frame(table: pa.Table, names) -> pd.DataFrame:
 def _normalize_kernels(table: pa.Table, head: nsys.ExportHead, out, offset: int, unresolved: dict | None):
     """Canonical kernels of fetched rows, as the in-memory path makes them, launch ids from `offset`; (table, rows
     after the reader's own drops: the launch ids they took)."""
-    from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
-    from gpuvar.schema import finalize_kernels
 
     keep = bool(head.raw.info.get("keep_vendor_columns", True))
     frame = nsys._kernels(table.drop_columns([ROWID]), head.raw.tables.get(nsys.RAW_STRINGS), out, keep, unresolved)
@@ -128,7 +135,6 @@ def _merge_drops(into: ReaderOutput, part: ReaderOutput) -> None:
 def _read_buckets(state: _State, plan: Plan, k: int, files: list, head: nsys.ExportHead, kind_names, writer) -> None:
     """Normalize and write the copy buckets up to the last one piece k's kernels can overlap, keeping their
     light columns in the copy window; then drop the copies that ended before the piece's first start."""
-    from gpuvar.ingest.context import COPY_INPUTS
 
     piece = plan.pieces[k]
     last = max([k] + [j for j in range(k + 1, len(plan.pieces)) if plan.pieces[j].first <= piece.last_end])
@@ -144,7 +150,7 @@ def _read_buckets(state: _State, plan: Plan, k: int, files: list, head: nsys.Exp
         memcpy = _copies(table, head, kind_names, state)
         frames.append(_light_frame(memcpy, COPY_INPUTS))
         state.held_copies = max(state.held_copies, sum(len(f) for f in frames))
-        writer.add(_sorted(memcpy))
+        writer.add(sort_canonical(memcpy))
     if not frames:
         return
     window = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -154,9 +160,6 @@ def _read_buckets(state: _State, plan: Plan, k: int, files: list, head: nsys.Exp
 def _copies(table: pa.Table, head: nsys.ExportHead, kind_names, state: _State) -> pa.Table:
     """Canonical copies of a bucket (or of no rows), as the in-memory path makes them, launch ids from the copies
     before; their drops, duplicates and rows go to the books."""
-    from gpuvar.ingest.call_sites import copies_without_host
-    from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
-    from gpuvar.schema import finalize_memcpy
 
     part = ReaderOutput(nsys.FORMAT, None)
     frame = nsys._memcpy(table, kind_names, part, bool(head.raw.info.get("keep_vendor_columns", True)))
@@ -166,27 +169,14 @@ def _copies(table: pa.Table, head: nsys.ExportHead, kind_names, state: _State) -
     require_int64_times(nsys.FORMAT, memcpy=memcpy)
     memcpy = copies_without_host(memcpy)
     _merge_drops(state.out, part)
-    state.memcpy.duplicates += _duplicates(memcpy)
+    state.memcpy.duplicates += recorded_duplicates(memcpy)
     state.memcpy.rows_written += memcpy.num_rows
     state.memcpy.columns = memcpy.num_columns
     return memcpy
 
 
-def _duplicates(table: pa.Table) -> int:
-    from gpuvar.ingest import recorded_duplicates
-
-    return recorded_duplicates(table)
-
-
-def _sorted(table: pa.Table) -> pa.Table:
-    from gpuvar.canonical_io import sort_canonical
-
-    return sort_canonical(table)
-
-
 def _iterations_of(plan: Plan, state: _State, kernels: pa.Table):
     """The trace's iterations for these kernel rows (call_sites.Iterations), in table order."""
-    from gpuvar.ingest.call_sites import Iterations
 
     n = kernels.num_rows
     step = np.full(n, MISSING, np.int64)
@@ -232,8 +222,6 @@ def _step_threads_of(plan: Plan, kernels: pa.Table) -> np.ndarray:
 
 def _corun(state: _State, ext: pd.DataFrame, rows: slice, recorded) -> dict:
     """The co-running columns of the piece's rows (corun.single_trace_arrays over the kernels beside them)."""
-    from gpuvar.ingest.corun import corun_columns
-    from gpuvar.ingest.gpu_identity import single_trace_gpus
 
     frame = ext[["start", "end", "device_id", "process_id"]]
     process = frame["process_id"].to_numpy(dtype=np.int64, na_value=-1)
@@ -263,10 +251,6 @@ def _carry(state: _State, ext: pd.DataFrame, upto: int, next_first: int | None) 
 
 
 def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, corun_on, table) -> None:
-    from gpuvar.ingest.call_sites import add_call_sites
-    from gpuvar.ingest.context import COPY_INPUTS, KERNEL_INPUTS, _arrow, append_context, context_columns
-    from gpuvar.ingest.corun import set_columns
-    from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
 
     piece = plan.pieces[k]
     nsys.check_times(source.path, table, nsys.KERNEL_TABLE)
@@ -302,10 +286,10 @@ def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, c
     threads = pa.array(_step_threads_of(plan, kernels), type=pa.float64(), from_pandas=True)
     kernels = kernels.set_column(kernels.column_names.index(STEP_THREADS), STEP_THREADS, threads)
     kernels = set_columns(kernels, corun)
-    state.kernels.duplicates += _duplicates(kernels)
+    state.kernels.duplicates += recorded_duplicates(kernels)
     state.kernels.rows_written += n
     state.kernels.columns = kernels.num_columns
-    writers["kernels"].add(_sorted(kernels))
+    writers["kernels"].add(sort_canonical(kernels))
 
 
 # --- the entry point -----------------------------------------------------------------------------------------
@@ -426,13 +410,6 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
 
 def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSettings) -> dict:
     """Pass 3 and the report."""
-    from gpuvar.canonical_io import CanonicalWriter, write_canonical
-    from gpuvar.ingest import books, finish_report, report_head
-    from gpuvar.ingest.call_sites import SiteSummary
-    from gpuvar.ingest.corun import corun_note
-    from gpuvar.ingest.gpu_identity import Recorded, single_trace_notes
-    from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
-    from gpuvar.schema import empty_memcpy
 
     label = head.raw.source
     out = nsys.start_output(head.raw)
