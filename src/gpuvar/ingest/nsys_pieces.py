@@ -316,10 +316,13 @@ def _plan_reason(path: Path, settings: PieceSettings) -> str | None:
         rowid = rowid_name(con, nsys.KERNEL_TABLE)
         if rowid is None or (nsys.MEMCPY_TABLE in tables and rowid_name(con, nsys.MEMCPY_TABLE) is None):
             return "a table without a rowid"
-        if settings.above > 0:  # (count(*) scans the table's pages: ~0.1 s per million rows)
-            rows = con.execute(f'SELECT count(*) FROM "{nsys.KERNEL_TABLE}"').fetchone()[0]
-            if rows < settings.above:
-                return f"fewer than {settings.above} kernel rows"
+        if settings.above > 0:
+            few = f"fewer than {settings.above} kernel rows"
+            lo, hi = con.execute(f'SELECT min({rowid}), max({rowid}) FROM "{nsys.KERNEL_TABLE}"').fetchone()
+            if lo is None or hi - lo + 1 < settings.above:  # (b-tree lookups: no more rows than rowids)
+                return few
+            if con.execute(f'SELECT count(*) FROM "{nsys.KERNEL_TABLE}"').fetchone()[0] < settings.above:
+                return few  # (count(*) scans the table's pages, ~0.1 s per million rows: only when it can matter)
     finally:
         con.close()
     return None
