@@ -17,7 +17,7 @@ from gpuvar.ingest.nsys_pieces import PieceSettings
 def canonical(tmp_path_factory):
     folder = tmp_path_factory.mktemp("canonical")
     write_pieces_trap(folder / "trap.sqlite", loops=150, seed=1)
-    ingest(folder / "trap.sqlite", folder / "ingest", pieces=PieceSettings(above=10**12))
+    ingest(folder / "trap.sqlite", folder / "ingest", pieces=PieceSettings(above=None))
     return pq.read_table(folder / "ingest" / "kernels.parquet").replace_schema_metadata(None).combine_chunks()
 
 

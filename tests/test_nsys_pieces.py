@@ -19,7 +19,7 @@ from gpuvar.ingest import ingest
 from gpuvar.ingest.nsys_pieces import PieceSettings, plan_reason
 
 REAL = "nsys-sqlite/nsys-ai-mfu-2gpu-before-after"
-IN_MEMORY = PieceSettings(above=10**12)
+IN_MEMORY = PieceSettings(above=None)
 TABLES = ("kernels.parquet", "memcpy.parquet")
 
 

@@ -113,7 +113,7 @@ def time_gpuvar(source: Path, out: Path, keep: bool, pieces: str = "auto") -> di
     from gpuvar.ingest import ingest
     from gpuvar.ingest.nsys_pieces import PieceSettings
 
-    settings = {"auto": PieceSettings(), "never": PieceSettings(above=2**62), "always": PieceSettings(above=0)}[pieces]
+    settings = {"auto": PieceSettings(), "never": PieceSettings(above=None), "always": PieceSettings(above=0)}[pieces]
     cpu0, wall0 = time.process_time(), time.perf_counter()
     report = ingest(source, out, keep_vendor_columns=keep, pieces=settings)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0

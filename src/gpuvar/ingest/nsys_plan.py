@@ -28,7 +28,7 @@ class PieceSettings:
     20 M-launch demo export (docs/performance.md), 64 Ki rows held 0.85 GB in 120 s and 128 Ki rows 0.98 GB in
     104 s: the rest is the interpreter and the row group being written (write_canonical's 256 Ki rows)."""
 
-    above: int = 2_000_000
+    above: int | None = 2_000_000  # None: never in pieces
     rows: int = 1 << 16
 
 
