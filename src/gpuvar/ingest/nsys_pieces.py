@@ -5,16 +5,19 @@ launch (3.6 GB at 2 M launches), so a 20 M-launch export needed ~37 GB. Here the
 pieces of about PieceSettings.rows kernel rows: memory follows the piece and the per-step summaries, not the trace,
 and the files are the bytes the in-memory path writes (tests/test_nsys_pieces.py compares them file by file).
 
-Which exports (`plan`): above PieceSettings.above kernel rows, with kernel rows stored in start order (nsys
+Which exports (`plan_reason`): a rowid span above PieceSettings.above kernel rows, with kernel rows stored in start
+order (nsys
 writes them so; checked while reading: otherwise the in-memory path), and without a host timeline: an export with
 CUDA API calls (CUPTI_ACTIVITY_KIND_RUNTIME) places each launch by joining its call, its NVTX range and its step,
 which gpuvar.ingest.call_sites does over the whole trace, so such an export is ingested in memory. Copies may be
 stored in any order.
 
-Three passes over the export, each in rowid ranges read through connectorx:
- 1. kernels, light columns: the pieces (rowid ranges cut where the start time changes, so rows that share a
-    start, exact duplicates among them, stay in one piece), each piece's first start and last end, the processes,
-    and the kernel-name sequence per (process, device) in launch order (4 + 4 bytes per launch), from which the
+Three passes over the export (gpuvar.ingest.nsys_sources: the SQLite file through connectorx for `gpuvar ingest`,
+or the raw Parquet of `gpuvar read` for `gpuvar normalize`, the workflow's two steps), each in runs of rows:
+ 1. kernels, light columns (gpuvar.ingest.nsys_plan): the pieces (rowid ranges cut where the start time changes,
+    so rows that share a start, exact duplicates among them, stay in one piece), each piece's first start and last
+    end, the processes, and the kernel-name sequence per (process, device) in launch order (1-2 bytes per launch
+    for each of the two codes), from which the
     iterations are found once for the whole trace (gpuvar.ingest.iterations), as the in-memory path does.
  2. copies, every column: each row appended to the Arrow IPC file of the piece its start falls in (a bucket sort
     on disk, in a temporary folder inside the output folder, removed at the end). With iterations, the kernels'
