@@ -152,3 +152,16 @@ def test_sparse_and_extreme_rowids_in_pieces(trap, tmp_path):
     memory, pieces = _both(sparse, tmp_path, rows=150)
     assert pieces["pieces"]["count"] >= 15
     _same(tmp_path, memory, pieces)
+
+
+def test_epoch_nanosecond_times_in_pieces(trap, tmp_path):
+    """Times beyond 2**53 ns (an epoch clock): the pieces compare and cut exact integers, never float64."""
+    epoch = tmp_path / "epoch.sqlite"
+    shutil.copyfile(trap, epoch)
+    con = sqlite3.connect(epoch)
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"):
+        con.execute(f"UPDATE {table} SET start = start + 1700000000000000001, end = end + 1700000000000000001")
+    con.commit()
+    con.close()
+    memory, pieces = _both(epoch, tmp_path, rows=150)
+    _same(tmp_path, memory, pieces)

@@ -294,14 +294,15 @@ def _drop_bad_times(table: pa.Table, out: ReaderOutput, name: str) -> pa.Table:
     return table
 
 
-def _int_values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
+def int_values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
+    """An integer column as exact int64 numpy, `fill` where null."""
     return pc.fill_null(column, fill).to_numpy() if column.null_count else column.to_numpy()
 
 
 def _resolve_names(ids: pa.ChunkedArray, strings: pa.Table | None) -> tuple[pd.Categorical, int]:
     """StringIds ids -> categorical names, one lookup per distinct id; returns (names, unresolved)."""
     null = np.iinfo(np.int64).min
-    codes, uniques = pd.factorize(_int_values(ids, null))
+    codes, uniques = pd.factorize(int_values(ids, null))
     counts = np.bincount(codes, minlength=len(uniques))
     names, unresolved = [], 0
     found = _lookup(strings, "id", "value", uniques.tolist())
@@ -321,7 +322,7 @@ def _launch_ids(table: pa.Table) -> np.ndarray:
     start = table.column("start").to_numpy()
     if len(start) < 2 or (start[1:] > start[:-1]).all():  # exports are usually in start order already
         return np.arange(len(start), dtype=np.int64)
-    corr = _int_values(table.column("correlationId"), -1) if "correlationId" in table.column_names else None
+    corr = int_values(table.column("correlationId"), -1) if "correlationId" in table.column_names else None
     order = np.lexsort((corr, start)) if corr is not None else np.argsort(start, kind="stable")
     launch = np.empty(len(order), dtype=np.int64)
     launch[order] = np.arange(len(order), dtype=np.int64)

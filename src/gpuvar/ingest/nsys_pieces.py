@@ -55,8 +55,16 @@ from gpuvar.ingest.call_sites import Iterations, SiteSummary, add_call_sites, co
 from gpuvar.ingest.context import COPY_INPUTS, KERNEL_INPUTS, _arrow, append_context, context_columns
 from gpuvar.ingest.corun import corun_columns, corun_note, set_columns
 from gpuvar.ingest.gpu_identity import Recorded, single_trace_gpus, single_trace_notes
-from gpuvar.ingest.host_timeline import MISSING, ints
-from gpuvar.ingest.nsys_plan import NotInPieces, PieceSettings, Plan, bucket_copies, make_plan, sum_step_threads
+from gpuvar.ingest.host_timeline import MISSING
+from gpuvar.ingest.nsys_plan import (
+    NotInPieces,
+    PieceSettings,
+    Plan,
+    bucket_copies,
+    exact_ints,
+    make_plan,
+    sum_step_threads,
+)
 from gpuvar.ingest.nsys_sources import ROWID, ParquetSource, SqliteSource
 from gpuvar.ingest.nsys_sqlite import connect, rowid_name
 from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
@@ -185,8 +193,8 @@ def _iterations_of(plan: Plan, state: _State, kernels: pa.Table):
     step = np.full(n, MISSING, np.int64)
     position = np.full(n, -1, np.int64)
     if plan.step is not None:
-        corr = ints(kernels.column("correlation_id"), MISSING)
-        order = np.lexsort((np.arange(n), corr, ints(kernels.column("start"), MISSING)))
+        corr = exact_ints(kernels.column("correlation_id"), MISSING)
+        order = np.lexsort((np.arange(n), corr, exact_ints(kernels.column("start"), MISSING)))
         at = slice(state.sequence_offset, state.sequence_offset + n)
         seq_step, seq_position = plan.step[at].astype(np.int64), plan.position[at].astype(np.int64)
         step[order] = np.where(seq_step >= 0, seq_step, MISSING)
@@ -197,8 +205,8 @@ def _iterations_of(plan: Plan, state: _State, kernels: pa.Table):
 
 def _step_offsets(state: _State, kernels: pa.Table) -> np.ndarray:
     """ctx_step_offset_ns (context.step_offsets) with each (device, step)'s first start carried across pieces."""
-    start, end = ints(kernels.column("start"), MISSING), ints(kernels.column("end"), MISSING)
-    device, step = ints(kernels.column("device_id"), MISSING), ints(kernels.column("step"), MISSING)
+    start, end = exact_ints(kernels.column("start"), MISSING), exact_ints(kernels.column("end"), MISSING)
+    device, step = exact_ints(kernels.column("device_id"), MISSING), exact_ints(kernels.column("step"), MISSING)
     rows = np.flatnonzero(
         (start != MISSING) & (end != MISSING) & (device != MISSING) & (end >= start) & (step != MISSING)
     )
@@ -216,7 +224,7 @@ def _step_threads_of(plan: Plan, kernels: pa.Table) -> np.ndarray:
     if not plan.step_threads:
         return values
     sums, counts = plan.step_threads["sums"], plan.step_threads["counts"]
-    step = ints(kernels.column("step"), MISSING)
+    step = exact_ints(kernels.column("step"), MISSING)
     ok = (step >= 0) & (step < len(counts))
     ok[ok] = counts[step[ok]] > 0
     values[ok] = sums[step[ok]]

@@ -60,6 +60,14 @@ class Plan:
     step_threads: dict = field(default_factory=dict)  # step -> (sum of threads, launches with a value)
 
 
+def exact_ints(column, fill: int = -1) -> np.ndarray:
+    """A number column as int64 numpy, `fill` where null: exact for an integer column (host_timeline.ints goes
+    through float64, which rounds epoch nanoseconds and big rowids, and the pieces cut and compare them)."""
+    if isinstance(column, (pa.Array, pa.ChunkedArray)) and pa.types.is_integer(column.type):
+        return nsys.int_values(column, fill).astype(np.int64, copy=False)
+    return ints(column, fill)
+
+
 # --- the plan: pass 1 ---------------------------------------------------------------------------------------
 
 
@@ -75,16 +83,18 @@ def light_columns(chunk: pa.Table) -> dict[str, np.ndarray]:
     start, end = chunk.column("start"), chunk.column("end")
     valid = ~(np.asarray(start.is_null()) | np.asarray(end.is_null()))
     out = {
-        "rowid": ints(chunk.column(ROWID)),
-        "start": ints(start, 0),
-        "end": ints(end, 0),
+        "rowid": exact_ints(chunk.column(ROWID)),
+        "start": exact_ints(start, 0),
+        "end": exact_ints(end, 0),
         "valid": valid,
-        "corr": ints(chunk.column("correlationId"), MISSING)
+        "corr": exact_ints(chunk.column("correlationId"), MISSING)
         if "correlationId" in chunk.column_names
         else np.full(chunk.num_rows, MISSING),
-        "device": ints(chunk.column("deviceId")) if "deviceId" in chunk.column_names else np.full(chunk.num_rows, -1),
+        "device": exact_ints(chunk.column("deviceId"))
+        if "deviceId" in chunk.column_names
+        else np.full(chunk.num_rows, -1),
     }
-    pid = ints(chunk.column("globalPid")) if "globalPid" in chunk.column_names else np.full(chunk.num_rows, -1)
+    pid = exact_ints(chunk.column("globalPid")) if "globalPid" in chunk.column_names else np.full(chunk.num_rows, -1)
     out["pid"] = np.where(pid >= 0, (pid >> 24) & 0xFFFFFF, -1)
     return out
 
@@ -100,7 +110,7 @@ class _Names:
 
     def code(self, ids: pa.ChunkedArray) -> np.ndarray:
         null = np.iinfo(np.int64).min
-        values = ints(ids, null)
+        values = exact_ints(ids, null)
         distinct, inverse = np.unique(values, return_inverse=True)
         new = [int(d) for d in distinct if int(d) not in self.by_id]
         if new:
@@ -257,7 +267,7 @@ def bucket_copies(source, head: nsys.ExportHead, plan: Plan, folder: Path, step:
             elif chunk.schema != schema:
                 chunk = chunk.cast(schema)
             start = chunk.column("start")
-            bucket = np.searchsorted(firsts, ints(start, np.iinfo(np.int64).min), side="right")
+            bucket = np.searchsorted(firsts, exact_ints(start, np.iinfo(np.int64).min), side="right")
             order = np.argsort(bucket, kind="stable")
             cuts = np.flatnonzero(np.diff(bucket[order])) + 1
             for part in np.split(order, cuts):
