@@ -230,6 +230,16 @@ def _launch_config_key(df: pd.DataFrame) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=labels)
 
 
+def dimension_product(df: pd.DataFrame, dim: str) -> pd.Series:
+    """{dim}_x * {dim}_y * {dim}_z as nullable int64 (grid_size, workgroup_size): a missing y or z counts as 1, a
+    missing x makes it null."""
+
+    def col(name):
+        return int_column(df[name]) if name in df.columns else pd.Series(pd.NA, index=df.index, dtype="Int64")
+
+    return col(f"{dim}_x") * col(f"{dim}_y").fillna(1) * col(f"{dim}_z").fillna(1)
+
+
 def _derive_kernel_columns(df: pd.DataFrame) -> pd.DataFrame:
     def col(name):
         return df[name] if name in df.columns else pd.Series(pd.NA, index=df.index, dtype="Int64")
@@ -241,13 +251,9 @@ def _derive_kernel_columns(df: pd.DataFrame) -> pd.DataFrame:
             if f"{dim}_{axis}" not in df.columns:
                 df[f"{dim}_{axis}"] = pd.Series(pd.NA, index=df.index, dtype="Int64")
     if "grid_size" not in df.columns:
-        df["grid_size"] = (
-            int_column(col("grid_x")) * int_column(col("grid_y")).fillna(1) * int_column(col("grid_z")).fillna(1)
-        )
+        df["grid_size"] = dimension_product(df, "grid")
     if "workgroup_size" not in df.columns:
-        df["workgroup_size"] = (
-            int_column(col("block_x")) * int_column(col("block_y")).fillna(1) * int_column(col("block_z")).fillna(1)
-        )
+        df["workgroup_size"] = dimension_product(df, "block")
     if "lds_per_workgroup" not in df.columns and (
         "static_shared_memory" in df.columns or "dynamic_shared_memory" in df.columns
     ):

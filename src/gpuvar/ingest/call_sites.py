@@ -228,14 +228,17 @@ def _iteration_steps(kernels: pa.Table, p: Placed) -> tuple[np.ndarray, str | No
         found.append(it)
     if not found:
         return position, None
+    return position, iterations_note(found, int((position < 0).sum()))
+
+
+def iterations_note(found: list, outside: int) -> str:
+    """How the steps were found: the iterations of each launch sequence with a pattern, and their anchors."""
     count = sum(it.count for it in found)
     anchors = sorted({_short(it.anchor) for it in found})
-    outside = int((position < 0).sum())
-    note = (
+    return (
         f"{count} iterations from {ITERATION_SOURCE} (each starts at {', '.join(anchors)}; "
         f"{outside} launches outside any iteration)"
     )
-    return position, note
 
 
 def _short(name: str, width: int = 60) -> str:

@@ -299,19 +299,25 @@ def int_values(column: pa.ChunkedArray, fill: int) -> np.ndarray:
     return pc.fill_null(column, fill).to_numpy() if column.null_count else column.to_numpy()
 
 
+def id_names(ids: list[int], strings: pa.Table | None, null: int, has_null: bool) -> tuple[list[str], list[bool]]:
+    """The name of each distinct StringIds id (`null` stands for NULL), and whether StringIds lacked it: an id it
+    lacks is kept as '<unknown string id N>', a NULL one as '<no string id>'."""
+    names, missing = [], []
+    for sid, name in zip(ids, _lookup(strings, "id", "value", ids)):
+        name = "<no string id>" if sid == null and has_null else name
+        unresolved = name is None or sid == null
+        names.append(name or f"<unknown string id {sid}>" if unresolved else name)
+        missing.append(unresolved)
+    return names, missing
+
+
 def _resolve_names(ids: pa.ChunkedArray, strings: pa.Table | None) -> tuple[pd.Categorical, int]:
     """StringIds ids -> categorical names, one lookup per distinct id; returns (names, unresolved)."""
     null = np.iinfo(np.int64).min
     codes, uniques = pd.factorize(int_values(ids, null))
     counts = np.bincount(codes, minlength=len(uniques))
-    names, unresolved = [], 0
-    found = _lookup(strings, "id", "value", uniques.tolist())
-    for i, sid in enumerate(uniques.tolist()):
-        name = "<no string id>" if sid == null and ids.null_count else found[i]
-        if name is None or sid == null:
-            name = name or f"<unknown string id {sid}>"
-            unresolved += int(counts[i])
-        names.append(name)
+    names, missing = id_names(uniques.tolist(), strings, null, bool(ids.null_count))
+    unresolved = int(counts[np.asarray(missing, dtype=bool)].sum()) if len(missing) else 0
     if len(set(names)) == len(names):
         return pd.Categorical.from_codes(codes, categories=names), unresolved
     return pd.Categorical(np.asarray(names, dtype=object)[codes]), unresolved
@@ -357,6 +363,19 @@ def _frame(table: pa.Table, rename: dict[str, str], skip=()) -> dict:
         else:
             cols[target] = column.to_pandas()
     return cols
+
+
+def export_head(path: Path, keep: bool) -> ExportHead:
+    """read_head on a connection of its own; a damaged database is one InputError line (as read_raw says it)."""
+    path = Path(path)
+    try:
+        con = connect(path)
+        try:
+            return read_head(path, con, keep)
+        finally:
+            con.close()
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        raise damaged(path, exc) from None
 
 
 def check_times(path: Path, table: pa.Table, name: str) -> None:

@@ -349,14 +349,7 @@ def ingest_in_pieces(source: Path, output: Path, keep_vendor_columns: bool, sett
     if reason is not None:
         log.debug("%s: ingested in memory: %s", source, reason)
         return None
-    con = connect(source)
-    try:
-        head = nsys.read_head(source, con, keep_vendor_columns)
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        raise nsys.damaged(source, exc) from None
-    finally:
-        con.close()
-    return _in_pieces(SqliteSource(source), head, output, settings, t0)
+    return _in_pieces(SqliteSource(source), nsys.export_head(source, keep_vendor_columns), output, settings, t0)
 
 
 def raw_plan_reason(manifest: dict, settings: PieceSettings) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from gpuvar.ingest import nsys
@@ -100,7 +101,7 @@ def light_columns(chunk: pa.Table) -> dict[str, np.ndarray]:
 
 
 class _Names:
-    """Kernel-name code per StringIds id, as nsys._resolve_names names it (an id StringIds lacks, a NULL id)."""
+    """Kernel-name code per StringIds id, named as the reader names it (nsys.id_names)."""
 
     def __init__(self, strings: pa.Table | None):
         self.strings = strings
@@ -114,12 +115,7 @@ class _Names:
         distinct, inverse = np.unique(values, return_inverse=True)
         new = [int(d) for d in distinct if int(d) not in self.by_id]
         if new:
-            found = nsys._lookup(self.strings, "id", "value", new)
-            for sid, name in zip(new, found):
-                if sid == null:
-                    name = "<no string id>"
-                elif name is None:
-                    name = f"<unknown string id {sid}>"
+            for sid, name in zip(new, nsys.id_names(new, self.strings, null, bool(ids.null_count))[0]):
                 if name not in self.codes:
                     self.codes[name] = len(self.names)
                     self.names.append(name)
@@ -207,7 +203,7 @@ def _smallest(count: int):
 
 def _iterations(plan: Plan, code_parts: list, group_parts: list, names: np.ndarray) -> None:
     """The iterations of each (process, device) launch sequence, as call_sites._iteration_steps finds them."""
-    from gpuvar.ingest.call_sites import ITERATION_SOURCE, _short
+    from gpuvar.ingest.call_sites import iterations_note
     from gpuvar.ingest.iterations import find_iterations_coded
 
     codes = np.concatenate(code_parts, dtype=_smallest(len(names)), casting="unsafe")  # (all below the limit)
@@ -237,14 +233,8 @@ def _iterations(plan: Plan, code_parts: list, group_parts: list, names: np.ndarr
         found.append(it)
     if not found:
         return
-    count = sum(it.count for it in found)
-    anchors = sorted({_short(it.anchor) for it in found})
-    outside = int((position < 0).sum())
     plan.step, plan.position = step, position
-    plan.note = (
-        f"{count} iterations from {ITERATION_SOURCE} (each starts at {', '.join(anchors)}; "
-        f"{outside} launches outside any iteration)"
-    )
+    plan.note = iterations_note(found, int((position < 0).sum()))
 
 
 # --- pass 2: copies into buckets, step totals -----------------------------------------------------------------
@@ -285,12 +275,15 @@ def bucket_copies(source, head: nsys.ExportHead, plan: Plan, folder: Path, step:
     return [f if j in writers else None for j, f in enumerate(files)], seen, schema
 
 
-_LAUNCH = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+_LAUNCH = {c: nsys.KERNEL_RENAME[c] for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")}
 
 
 def sum_step_threads(source, head: nsys.ExportHead, plan: Plan) -> None:
     """Each step's threads (grid_size x workgroup_size summed over its launches, step_size.step_threads) and how
     many launches have a value, from the launch configurations read again piece by piece."""
+    from gpuvar.ingest.step_size import launch_threads
+    from gpuvar.schema import dimension_product
+
     if plan.step is None or not {"gridX", "blockX"} <= set(head.k_cols):
         return
     columns = [c for c in ("start", "end", "correlationId", *_LAUNCH) if c in head.k_cols]
@@ -301,17 +294,14 @@ def sum_step_threads(source, head: nsys.ExportHead, plan: Plan) -> None:
         light = light_columns(chunk)
         keep = kept_rows(light["start"], light["end"], light["valid"])
         order = np.lexsort((light["rowid"][keep], light["corr"][keep], light["start"][keep]))
-
-        def product(names, keep=keep, chunk=chunk):
-            first = chunk.column(names[0]).to_pandas().astype("Int64")[keep].reset_index(drop=True)
-            for name in names[1:]:
-                if name in chunk.column_names:
-                    first = first * chunk.column(name).to_pandas().astype("Int64")[keep].reset_index(drop=True).fillna(
-                        1
-                    )
-            return first.astype("Float64").to_numpy(np.float64, na_value=np.nan)
-
-        threads = (product(_LAUNCH[:3]) * product(_LAUNCH[3:]))[order]
+        frame = pd.DataFrame(
+            {
+                target: chunk.column(raw).to_pandas()[keep]
+                for raw, target in _LAUNCH.items()
+                if raw in chunk.column_names
+            }
+        )
+        threads = launch_threads(dimension_product(frame, "grid"), dimension_product(frame, "block"))[order]
         step = plan.step[at : at + len(order)].astype(np.int64)
         at += len(order)
         ok = (step >= 0) & np.isfinite(threads)

@@ -131,13 +131,7 @@ def write_raw_in_ranges(path: Path, folder: Path, keep_vendor_columns: bool, ste
     copied range by range into Parquet row groups of `step` rows; returns the rows per table."""
     from gpuvar.ingest.raw import table_file, write_manifest
 
-    con = connect(path)
-    try:
-        head = nsys.read_head(path, con, keep_vendor_columns)
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        raise nsys.damaged(path, exc) from None
-    finally:
-        con.close()
+    head = nsys.export_head(path, keep_vendor_columns)
     raw, source = head.raw, SqliteSource(path)
     folder.mkdir(parents=True, exist_ok=True)
     shapes = {}

@@ -18,15 +18,21 @@ import pandas as pd
 COLUMN = "step_threads"
 
 
+def launch_threads(grid_size, workgroup_size=None) -> np.ndarray:
+    """float64 per launch: grid_size x workgroup_size (the grid alone without a workgroup size); NaN where unknown."""
+    threads = pd.to_numeric(pd.Series(grid_size), errors="coerce").astype(np.float64)
+    if workgroup_size is not None:
+        threads = threads * pd.to_numeric(pd.Series(workgroup_size), errors="coerce")
+    return threads.to_numpy(np.float64, na_value=np.nan)
+
+
 def step_threads(kernels: pd.DataFrame) -> np.ndarray:
     """float64 per row: the sum over the row's (rank, step) of grid_size x workgroup_size; NaN where unknown."""
     n = len(kernels)
     if "step" not in kernels.columns or "grid_size" not in kernels.columns:
         return np.full(n, np.nan)
     step = pd.to_numeric(kernels["step"], errors="coerce")
-    threads = pd.to_numeric(kernels["grid_size"], errors="coerce").astype(np.float64)
-    if "workgroup_size" in kernels.columns:
-        threads = threads * pd.to_numeric(kernels["workgroup_size"], errors="coerce")
+    threads = pd.Series(launch_threads(kernels["grid_size"], kernels.get("workgroup_size")), index=kernels.index)
     keys = [step.rename("_step")]
     if "rank" in kernels.columns:
         keys.append(kernels["rank"].rename("_rank"))
