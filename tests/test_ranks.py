@@ -13,7 +13,7 @@ from gpuvar.cli import main
 from gpuvar.layout import OUTPUT_MARKER
 from gpuvar.ranks.analyze import analyze
 from gpuvar.ranks.load import from_ingest
-from gpuvar.ranks.planted import write_planted
+from gpuvar.ranks.planted import write_merged, write_planted
 
 GLOO = Path("/work/shared/data/real/pytorch-kineto-trace/h100-2rank-gloo")
 TRACES = [GLOO / "rank0.pt.trace.json.gz", GLOO / "rank1.pt.trace.json.gz"]
@@ -102,13 +102,8 @@ def test_planted_nccl_job_waits_inside_the_collective_kernels(tmp_path):
 
 
 def test_planted_job_merged_into_one_folder_gives_the_same_answer(tmp_path):
-    import pandas as pd
-
     folders, truth = write_planted(tmp_path / "job", steps=40, seed=5)
-    merged = tmp_path / "merged"
-    merged.mkdir()
-    for name in ("kernels.parquet", "memcpy.parquet"):
-        pd.concat([pd.read_parquet(f / name) for f in folders]).to_parquet(merged / name, index=False)
+    merged = write_merged(folders, tmp_path / "merged")
     s = analyze(from_ingest([merged])).summary
     assert s["per_rank"]["1"]["last_steps"] == truth["last"].count(1)
 

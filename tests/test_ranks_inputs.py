@@ -21,7 +21,7 @@ from gpuvar.cli import main
 from gpuvar.errors import InputError
 from gpuvar.ranks.analyze import analyze
 from gpuvar.ranks.load import from_ingest, from_traces
-from gpuvar.ranks.planted import write_planted
+from gpuvar.ranks.planted import shift_timeline, write_planted
 
 GLOO = "pytorch-kineto-trace/h100-2rank-gloo"
 HOUR_US = 3600e6
@@ -139,10 +139,7 @@ def test_planted_nccl_collectives_recorded_twice_are_dropped_and_counted(tmp_pat
 
 def test_planted_ranks_from_different_runs_are_refused(tmp_path):
     folders, _ = write_planted(tmp_path / "job", steps=30, seed=2)
-    for name in ("kernels.parquet", "memcpy.parquet"):
-        frame = pd.read_parquet(folders[1] / name)
-        frame[["start", "end"]] += 7_000_000_000_000  # about two hours later
-        frame.to_parquet(folders[1] / name, index=False)
+    shift_timeline(folders[1], 7_000_000_000_000)  # about two hours later
     with pytest.raises(InputError, match="do not overlap"):
         from_ingest(folders)
 

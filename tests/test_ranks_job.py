@@ -14,7 +14,7 @@ import pytest
 from gpuvar.layout import OUTPUT_MARKER
 from gpuvar.ranks.analyze import analyze
 from gpuvar.ranks.load import from_ingest, from_traces
-from gpuvar.ranks.planted import write_planted
+from gpuvar.ranks.planted import shift_timeline, write_merged, write_planted
 from gpuvar.ranks.report import write_outputs
 
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
@@ -59,10 +59,7 @@ def test_planted_job_is_byte_identical_for_1_2_3_processes(tmp_path, kind):
 
 def test_merged_folder_is_read_in_shares_of_its_ranks(tmp_path):
     folders, _ = write_planted(tmp_path / "job", steps=40, seed=5)
-    merged = tmp_path / "merged"
-    merged.mkdir()
-    for name in ("kernels.parquet", "memcpy.parquet"):
-        pd.concat([pd.read_parquet(f / name) for f in folders]).to_parquet(merged / name, index=False)
+    merged = write_merged(folders, tmp_path / "merged")
     _reference(from_ingest([merged]), tmp_path / "ref")
     proc = _mpi(2, str(merged), "-o", str(tmp_path / "n2"))
     assert proc.returncode == 0, proc.stderr
@@ -138,10 +135,7 @@ def test_collectives_recorded_twice_are_dropped_alike_under_mpi(tmp_path):
 def test_ranks_of_different_runs_are_refused_under_mpi_with_one_line(tmp_path):
     """The timeline check (gpuvar.ranks.load.check_one_job) runs on rank 0 over every process' spans."""
     folders, _ = write_planted(tmp_path / "job", steps=30, seed=2)
-    for name in ("kernels.parquet", "memcpy.parquet"):
-        frame = pd.read_parquet(folders[1] / name)
-        frame[["start", "end"]] += 7_000_000_000_000  # about two hours later
-        frame.to_parquet(folders[1] / name, index=False)
+    shift_timeline(folders[1], 7_000_000_000_000)  # about two hours later
     proc = _mpi(2, *map(str, folders), "-o", str(tmp_path / "out"))
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -110,3 +110,22 @@ def write_planted(folder: str | Path, **kwargs) -> tuple[list[Path], dict]:
         m.to_parquet(path / MEMCPY_TABLE, index=False)
         folders.append(path)
     return folders, job["truth"]
+
+
+def write_merged(folders: list[Path], target: str | Path) -> Path:
+    """The planted ranks' tables as one ingest folder (a `merge: true` dataset's merged tables), for the rank
+    analysis that reads it in shares of its ranks."""
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    for name in (KERNELS_TABLE, MEMCPY_TABLE):
+        pd.concat([pd.read_parquet(Path(f) / name) for f in folders]).to_parquet(target / name, index=False)
+    return target
+
+
+def shift_timeline(folder: str | Path, ns: int) -> None:
+    """Move one rank's kernels and copies `ns` later: ranks recorded in different runs, whose timelines do not
+    overlap (the rank analysis refuses them)."""
+    for name in (KERNELS_TABLE, MEMCPY_TABLE):
+        frame = pd.read_parquet(Path(folder) / name)
+        frame[["start", "end"]] += ns
+        frame.to_parquet(Path(folder) / name, index=False)
