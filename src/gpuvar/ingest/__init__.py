@@ -156,12 +156,14 @@ def ingest(
     t0 = time.perf_counter()
     output = Path(output)
     (output / INGEST_REPORT).unlink(missing_ok=True)
-    if not isinstance(source, list | tuple) and getattr(reader_for(Path(source), fmt), "FORMAT", None) == "nsys-sqlite":
-        from gpuvar.ingest.nsys_pieces import PieceSettings, ingest_in_pieces
+    if not isinstance(source, list | tuple):
+        fmt = reader_for(Path(source), fmt).FORMAT  # detected once: read_source takes the format by name
+        if fmt == "nsys-sqlite":
+            from gpuvar.ingest.nsys_pieces import PieceSettings, ingest_in_pieces
 
-        report = ingest_in_pieces(Path(source), output, keep_vendor_columns, pieces or PieceSettings())
-        if report is not None:
-            return report
+            report = ingest_in_pieces(Path(source), output, keep_vendor_columns, pieces or PieceSettings())
+            if report is not None:
+                return report
     raw = read_source(source, fmt, _options(keep_vendor_columns, output))
     # several files of one trace: the kernel trace's path (the passes are listed under counter_passes)
     label = raw.source if isinstance(source, list | tuple) else str(Path(source))
