@@ -290,20 +290,22 @@ COPY_INPUTS = ("start", "end", "device_id", "stream_id", "rank", "bytes", "copy_
 def context_arrays(kernels, memcpy) -> dict:
     """The context columns of the canonical Arrow tables but ctx_step_offset_ns (step_offset_arrays: it needs the
     steps, which call sites add), as Arrow float64 arrays (NaN written as null)."""
-    copies = _frame(memcpy, COPY_INPUTS) if memcpy is not None else None
-    return _arrow(context_columns(_frame(kernels, [c for c in KERNEL_INPUTS if c != "step"]), copies))
+    copies = input_frame(memcpy, COPY_INPUTS) if memcpy is not None else None
+    return arrow_floats(context_columns(input_frame(kernels, [c for c in KERNEL_INPUTS if c != "step"]), copies))
 
 
 def step_offset_arrays(kernels) -> dict:
     """ctx_step_offset_ns of the canonical Arrow kernels table, as context_arrays gives it."""
-    return _arrow(step_offsets(_frame(kernels, ("start", "end", "device_id", "rank", "step"))))
+    return arrow_floats(step_offsets(input_frame(kernels, ("start", "end", "device_id", "rank", "step"))))
 
 
-def _frame(table, names) -> pd.DataFrame:
+def input_frame(table, names) -> pd.DataFrame:
+    """The columns of a canonical Arrow table the sweeps read (those it has), as pandas."""
     return table.select([c for c in names if c in table.column_names]).to_pandas()
 
 
-def _arrow(columns: dict) -> dict:
+def arrow_floats(columns: dict) -> dict:
+    """Computed columns as Arrow float64 arrays, NaN written as null."""
     import pyarrow as pa
 
     return {name: pa.array(values, type=pa.float64(), from_pandas=True) for name, values in columns.items()}

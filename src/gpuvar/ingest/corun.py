@@ -56,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpuvar.ingest.context import _Keys, _overlaps
+from gpuvar.ingest.context import _Keys, _overlaps, arrow_floats
 
 COLUMNS = ("ctx_other_process_kernels", "ctx_other_process_overlap")
 
@@ -136,7 +136,6 @@ def single_trace_arrays(kernels, recorded) -> tuple[dict, list[str]]:
     """The columns as Arrow float64 arrays for one file's canonical kernels (Arrow) when it holds kernels of two
     or more processes (process_id), with the notes that say how the GPU was named; ({}, []) otherwise (one
     process, no process id, no timeline)."""
-    import pyarrow as pa
 
     from gpuvar.ingest.gpu_identity import single_trace_gpus
 
@@ -152,7 +151,7 @@ def single_trace_arrays(kernels, recorded) -> tuple[dict, list[str]]:
     columns = corun_columns(frame, gpu, process)
     count = columns[COLUMNS[0]]
     notes.append(corun_note(int(np.nansum(count > 0)), len(count), frame["process_id"].nunique()))
-    return {n: pa.array(v, type=pa.float64(), from_pandas=True) for n, v in columns.items()}, notes
+    return arrow_floats(columns), notes
 
 
 def corun_note(overlapping: int, launches: int, processes: int) -> str:

@@ -52,7 +52,14 @@ from gpuvar.canonical_io import CanonicalWriter, sort_canonical, write_canonical
 from gpuvar.ingest import books, finish_report, nsys, recorded_duplicates, report_head
 from gpuvar.ingest.base import ReaderOutput, in_wal_mode
 from gpuvar.ingest.call_sites import Iterations, SiteSummary, add_call_sites, copies_without_host
-from gpuvar.ingest.context import COPY_INPUTS, KERNEL_INPUTS, _arrow, append_context, context_columns
+from gpuvar.ingest.context import (
+    COPY_INPUTS,
+    KERNEL_INPUTS,
+    append_context,
+    arrow_floats,
+    context_columns,
+    input_frame,
+)
 from gpuvar.ingest.corun import corun_columns, corun_note, set_columns
 from gpuvar.ingest.gpu_identity import Recorded, single_trace_gpus, single_trace_notes
 from gpuvar.ingest.host_timeline import MISSING
@@ -109,11 +116,6 @@ class _State:
 _KERNEL_LIGHT = ("start", "end", "device_id", "stream_id", "rank", "process_id")  # context and co-running inputs
 
 
-def _light_frame(table: pa.Table, names) -> pd.DataFrame:
-    """The columns of a canonical table the context sweeps read, as context.context_arrays converts them."""
-    return table.select([c for c in names if c in table.column_names]).to_pandas()
-
-
 def _normalize_kernels(table: pa.Table, head: nsys.ExportHead, out, offset: int, unresolved: dict | None):
     """Canonical kernels of fetched rows, as the in-memory path makes them, launch ids from `offset`; (table, rows
     after the reader's own drops: the launch ids they took)."""
@@ -134,7 +136,7 @@ def _ahead(source, head: nsys.ExportHead, plan: Plan, k: int) -> pd.DataFrame | 
         return None
     chunk = source.fetch(nsys.KERNEL_TABLE, head.k_cols, piece.hi, later[-1].hi, start_max=piece.last_end)
     kernels, _ = _normalize_kernels(chunk, head, ReaderOutput(nsys.FORMAT, None), 0, {})
-    return _light_frame(kernels, _KERNEL_LIGHT)
+    return input_frame(kernels, _KERNEL_LIGHT)
 
 
 def _merge_drops(into: ReaderOutput, part: ReaderOutput) -> None:
@@ -159,7 +161,7 @@ def _read_buckets(state: _State, plan: Plan, k: int, files: list, head: nsys.Exp
             table = reader.read_all()
         files[j].unlink()
         memcpy = _copies(table, head, kind_names, state)
-        frames.append(_light_frame(memcpy, COPY_INPUTS))
+        frames.append(input_frame(memcpy, COPY_INPUTS))
         state.held_copies = max(state.held_copies, sum(len(f) for f in frames))
         writer.add(sort_canonical(memcpy))
     if not frames:
@@ -244,7 +246,7 @@ def _corun(state: _State, ext: pd.DataFrame, rows: slice, recorded) -> dict:
     if recorded.renumbered:
         pid = frame["process_id"].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
         state.corun_lost += int(np.isin(pid, np.array(sorted(recorded.renumbered), dtype=np.float64)).sum())
-    return {n: pa.array(v, type=pa.float64(), from_pandas=True) for n, v in columns.items()}
+    return arrow_floats(columns)
 
 
 def _carry(state: _State, ext: pd.DataFrame, upto: int, next_first: int | None) -> None:
@@ -275,7 +277,7 @@ def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, c
         raise RuntimeError(f"piece {k}: {n} kernels kept where the plan counted {piece.kept}")
     if writers.get("memcpy") is not None:
         _read_buckets(state, plan, k, files, head, kind_names, writers["memcpy"])
-    light = _light_frame(kernels, _KERNEL_LIGHT)
+    light = input_frame(kernels, _KERNEL_LIGHT)
     frames = [f for f in (state.carry, light, _ahead(source, head, plan, k)) if f is not None and len(f)]
     ext = pd.concat(frames, ignore_index=True) if len(frames) > 1 else light
     state.held_kernels = max(state.held_kernels, len(ext))
@@ -285,7 +287,7 @@ def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, c
     if writers.get("memcpy") is not None:
         copies = state.copies if state.copies is not None else pd.DataFrame(columns=list(COPY_INPUTS))
     context = context_columns(ext[[c for c in KERNEL_INPUTS if c in ext.columns and c != "step"]], copies)
-    context = _arrow({name: values[rows] for name, values in context.items()})
+    context = arrow_floats({name: values[rows] for name, values in context.items()})
     corun = _corun(state, ext, rows, recorded) if corun_on else {}
     _carry(state, ext, first + n, plan.pieces[k + 1].first if k + 1 < len(plan.pieces) else None)
     del ext, light
