@@ -131,7 +131,7 @@ def _step_number(pattern: re.Pattern, name) -> int | None:
 
 
 def _nsys_host(raw) -> HostTimeline | None:
-    from gpuvar.ingest.nsys import RAW_NVTX, RAW_RUNTIME, RAW_STRINGS
+    from gpuvar.ingest.nsys import RAW_NVTX, RAW_RUNTIME, RAW_STRINGS, pid_of
 
     runtime = raw.tables.get(RAW_RUNTIME)
     if runtime is None:
@@ -145,7 +145,7 @@ def _nsys_host(raw) -> HostTimeline | None:
     tid = ints(runtime.column("globalTid"))
     start = ints(runtime.column("start"), MISSING)
     end = ints(runtime.column("end"), MISSING) if "end" in runtime.column_names else start
-    calls = pd.DataFrame({"pid": (tid >> 24) & 0xFFFFFF, "corr": ints(runtime.column("correlationId")), "ts": start})
+    calls = pd.DataFrame({"pid": pid_of(tid), "corr": ints(runtime.column("correlationId")), "ts": start})
     calls["thread"], calls["ext"] = tid, -1
     calls = calls[(start != MISSING) & (calls["corr"] >= 0)]
     syncs = None

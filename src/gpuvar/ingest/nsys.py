@@ -343,8 +343,16 @@ def _int_array(column: pa.ChunkedArray):
     return pd.arrays.IntegerArray(pc.fill_null(column, 0).to_numpy().astype(np.int64, copy=False), mask)
 
 
+PID_SHIFT, PID_MASK = 24, 0xFFFFFF  # globalPid / globalTid: the pid in bits 24..47 (module docstring)
+
+
+def pid_of(global_ids: np.ndarray) -> np.ndarray:
+    """The process ids in int64 globalPid or globalTid values (numpy)."""
+    return (global_ids >> PID_SHIFT) & PID_MASK
+
+
 def _process_ids(column: pa.ChunkedArray):
-    return _int_array(pc.bit_wise_and(pc.shift_right(column, 24), 0xFFFFFF))
+    return _int_array(pc.bit_wise_and(pc.shift_right(column, PID_SHIFT), PID_MASK))
 
 
 def _frame(table: pa.Table, rename: dict[str, str], skip=()) -> dict:

@@ -96,7 +96,7 @@ def light_columns(chunk: pa.Table) -> dict[str, np.ndarray]:
         else np.full(chunk.num_rows, -1),
     }
     pid = exact_ints(chunk.column("globalPid")) if "globalPid" in chunk.column_names else np.full(chunk.num_rows, -1)
-    out["pid"] = np.where(pid >= 0, (pid >> 24) & 0xFFFFFF, -1)
+    out["pid"] = np.where(pid >= 0, nsys.pid_of(pid), -1)
     return out
 
 
