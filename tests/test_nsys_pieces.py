@@ -2,7 +2,7 @@
 in-memory ingest writes, byte for byte, with the same report, while holding a piece and its neighbours at a time.
 
 The planted export (gpuvar.demo.planted_pieces) holds every case a piece boundary could get wrong; the real 2-GPU
-exports are checked with their host tables removed (an export with launch calls is ingested in memory)."""
+exports are checked as recorded (with their CUDA API calls and NVTX ranges) and with their host tables removed."""
 
 from __future__ import annotations
 
@@ -88,11 +88,17 @@ def test_real_exports_without_host_tables_in_pieces(name, tmp_path):
     _same(tmp_path, memory, pieces)
 
 
-def test_export_with_launch_calls_is_ingested_in_memory(tmp_path):
-    source = real_file(f"{REAL}/mfu_2gpu_after.sqlite")
-    assert "CUDA API calls" in plan_reason(source, PieceSettings(above=0))
-    report = ingest(source, tmp_path / "out", pieces=PieceSettings(above=0, rows=100))
-    assert "pieces" not in report
+@pytest.mark.parametrize("name", ["mfu_2gpu_before.sqlite", "mfu_2gpu_after.sqlite"])
+def test_real_exports_with_launch_calls_in_pieces(name, tmp_path):
+    """A real capture with CUDA API calls and emit_nvtx ranges: each launch's op, iteration and numbering come
+    from the sweep in call order (gpuvar.ingest.nsys_host_facts), the files are the in-memory bytes."""
+    source = real_file(f"{REAL}/{name}")
+    assert plan_reason(source, PieceSettings(above=0)) is None
+    memory, pieces = _both(source, tmp_path, rows=200)
+    assert pieces["pieces"]["count"] >= 15
+    sites = next(n for n in memory["notes"] if "call sites:" in n)
+    assert "launch_op from NVTX range" in sites and "by op occurrence in the step" in sites
+    _same(tmp_path, memory, pieces)
 
 
 def test_kernels_out_of_start_order_are_ingested_in_memory(trap, tmp_path):

@@ -348,15 +348,18 @@ def _labels(
     position: np.ndarray,
     prefix: str,
     config: np.ndarray,
+    multi: set | None = None,
 ) -> np.ndarray:
-    """The call_site text of every row (see the module docstring)."""
+    """The call_site text of every row (see the module docstring). multi: the op codes launched on several threads
+    (None: found from these rows, the whole trace)."""
     n = len(p.op_row)
     out = config.copy()
     with_op = occurrence != MISSING
     if with_op.any():
         codes = p.op_code[with_op]
-        threads_per_op = pd.Series(ordinal[with_op]).groupby(codes).nunique()
-        multi = set(threads_per_op.index[threads_per_op.to_numpy() > 1].tolist())
+        if multi is None:
+            threads_per_op = pd.Series(ordinal[with_op]).groupby(codes).nunique()
+            multi = set(threads_per_op.index[threads_per_op.to_numpy() > 1].tolist())
         key = pd.MultiIndex.from_arrays([codes, occurrence[with_op], index[with_op], ordinal[with_op]])
         inverse, combos = pd.factorize(key)
         texts = []
@@ -489,7 +492,17 @@ def add_call_sites(
     if prefix == "step#" and len(no_op):
         position[no_op] = _step_positions(k, corr, no_op)[no_op]
     index = np.where(occurrence != MISSING, index, position)
-    sites = _labels(k, occurrence, index, ordinal, position, prefix, _config_labels(kernels))
+    kernels, memcpy, sites = _write_sites(kernels, memcpy, placed, (occurrence, index, ordinal, position), prefix, host)
+    _summarize(summary, out, sites, k, occurrence, position, how, host.op_source if host is not None else None)
+    return kernels, memcpy
+
+
+def _write_sites(kernels, memcpy, placed, numbers, prefix, host, multi=None):
+    """The tables with the call-site columns set from the placed rows and their numbers (occurrence, index,
+    ordinal, position), the launching op's shape features added where the host timeline has them."""
+    k = placed[0]
+    occurrence, index, ordinal, position = numbers
+    sites = _labels(k, occurrence, index, ordinal, position, prefix, _config_labels(kernels), multi)
     kernels = _set(kernels, "launch_op", _op_array(k))
     kernels = _set(kernels, "step", _nullable(k.step))
     kernels = _set(kernels, "op_occurrence", _nullable(occurrence))
@@ -501,6 +514,12 @@ def add_call_sites(
         m = placed[1]
         memcpy = _set(memcpy, "launch_op", _op_array(m))
         memcpy = _set(memcpy, "step", _nullable(m.step))
+    return kernels, memcpy, sites
+
+
+def _summarize(summary, out, sites: np.ndarray, k: Placed, occurrence, position, how, op_source) -> None:
+    """Count the rows' call sites into `summary`; without one (a whole trace), the note goes to out.notes."""
+    n = len(sites)
     whole = summary is None
     summary = SiteSummary() if whole else summary
     summary.sites.update(pd.unique(sites).tolist() if n else ())
@@ -508,10 +527,35 @@ def add_call_sites(
     summary.by_op += int((occurrence != MISSING).sum())
     summary.by_position += int(((occurrence == MISSING) & (position != MISSING)).sum())
     summary.with_op += k.with_op
-    summary.how, summary.op_source = how, host.op_source if host is not None else None
+    summary.how, summary.op_source = how, op_source
     if whole:
         out.notes.append(summary.note())
-    return kernels, memcpy
+
+
+def add_sites_from_facts(kernels: pa.Table, facts: dict, host, summary: SiteSummary) -> pa.Table:
+    """The kernels of a part of a trace with the call-site columns from facts found elsewhere, over the whole
+    trace (gpuvar.ingest.nsys_host_facts: facts holds op, has_op, step, occurrence, index and thread per row;
+    host its HostFacts), counted into `summary`."""
+    step = np.where(facts["step"] != MISSING, facts["step"] - host.step_base, MISSING)
+    occurrence, index = facts["occurrence"], facts["index"]
+    with_op = occurrence != MISSING
+    ordinal = np.full(len(step), MISSING, np.int64)
+    if with_op.any():
+        ordinal[with_op] = pd.Series(facts["thread"][with_op]).map(host.ordinal).to_numpy(np.int64)
+    position = np.where(with_op, MISSING, index)
+    has_op = facts["has_op"] != 0
+    k = Placed(np.where(has_op, 0, -1), facts["op"], host.op_names, step, step, step, has_op, int(has_op.sum()))
+    numbers = (occurrence, index, ordinal, position)
+    kernels, _, sites = _write_sites(kernels, None, [k], numbers, host.prefix, None, host.multi)
+    _summarize(summary, None, sites, k, occurrence, position, host.how, "NVTX range")
+    return kernels
+
+
+def copies_from_facts(memcpy: pa.Table, op: np.ndarray, step: np.ndarray, host) -> pa.Table:
+    """The memcpy table with launch_op and step from facts found over the whole trace (add_sites_from_facts)."""
+    step = np.where(step != MISSING, step - host.step_base, MISSING)
+    p = Placed(op, op, host.op_names, step, step, step, op >= 0, 0)
+    return _set(_set(memcpy, "launch_op", _op_array(p)), "step", _nullable(step))
 
 
 def copies_without_host(memcpy: pa.Table) -> pa.Table:

@@ -41,6 +41,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,14 @@ import pyarrow.parquet as pq
 from gpuvar.canonical_io import CanonicalWriter, sort_canonical, write_canonical
 from gpuvar.ingest import books, finish_report, nsys, recorded_duplicates, report_head
 from gpuvar.ingest.base import ReaderOutput, in_wal_mode
-from gpuvar.ingest.call_sites import Iterations, SiteSummary, add_call_sites, copies_without_host
+from gpuvar.ingest.call_sites import (
+    Iterations,
+    SiteSummary,
+    add_call_sites,
+    add_sites_from_facts,
+    copies_from_facts,
+    copies_without_host,
+)
 from gpuvar.ingest.context import (
     COPY_INPUTS,
     KERNEL_INPUTS,
@@ -63,12 +71,15 @@ from gpuvar.ingest.context import (
 from gpuvar.ingest.corun import corun_columns, corun_note, set_columns
 from gpuvar.ingest.gpu_identity import Recorded, single_trace_gpus, single_trace_notes
 from gpuvar.ingest.host_timeline import MISSING
+from gpuvar.ingest.nsys_host_facts import Scratch, has_launch_calls, host_facts
 from gpuvar.ingest.nsys_plan import (
     NotInPieces,
     PieceSettings,
     Plan,
     bucket_copies,
     exact_ints,
+    kept_rows,
+    light_columns,
     make_plan,
     sum_step_threads,
 )
@@ -111,6 +122,7 @@ class _State:
     memcpy: _Books = field(default_factory=_Books)
     held_kernels: int = 0  # most kernel rows held at once (a piece with the kernels beside it)
     held_copies: int = 0  # most copy rows held at once (the window and the bucket being written)
+    host: Scratch | None = None  # an export with launch calls: the facts of its launches (nsys_host_facts)
 
 
 _KERNEL_LIGHT = ("start", "end", "device_id", "stream_id", "rank", "process_id")  # context and co-running inputs
@@ -175,12 +187,25 @@ def _copies(table: pa.Table, head: nsys.ExportHead, kind_names, state: _State) -
     before; their drops, duplicates and rows go to the books."""
 
     part = ReaderOutput(nsys.FORMAT, None)
+    facts = None
+    if _COPY_OP in table.column_names:  # the copies' facts, for the rows the reader keeps
+        start, end = table.column("start"), table.column("end")
+        valid = ~(np.asarray(start.is_null()) | np.asarray(end.is_null()))
+        kept = kept_rows(exact_ints(start, 0), exact_ints(end, 0), valid)
+        facts = (exact_ints(table.column(_COPY_OP))[kept], exact_ints(table.column(_COPY_STEP), MISSING)[kept])
+        table = table.drop_columns([_COPY_OP, _COPY_STEP])
     frame = nsys._memcpy(table, kind_names, part, bool(head.raw.info.get("keep_vendor_columns", True)))
     frame["launch_id"] = frame["launch_id"] + state.copy_offset
     state.copy_offset += len(frame)
     memcpy = drop_negative_durations(finalize_memcpy(frame), part, "memcpy")
     require_int64_times(nsys.FORMAT, memcpy=memcpy)
-    memcpy = copies_without_host(memcpy)
+    if facts is None:
+        memcpy = copies_without_host(memcpy)
+    else:
+        op, step = facts
+        if len(op) != memcpy.num_rows:
+            raise RuntimeError(f"{len(op)} copy facts for {memcpy.num_rows} copies")
+        memcpy = copies_from_facts(memcpy, op, step, state.host.facts)
     _merge_drops(state.out, part)
     state.memcpy.duplicates += recorded_duplicates(memcpy)
     state.memcpy.rows_written += memcpy.num_rows
@@ -225,6 +250,10 @@ def _step_threads_of(plan: Plan, kernels: pa.Table) -> np.ndarray:
     values = np.full(kernels.num_rows, np.nan)
     if not plan.step_threads:
         return values
+    if "by_step" in plan.step_threads:  # step -> (threads summed, launches with a value): nsys_host_facts
+        step = exact_ints(kernels.column("step"), MISSING)
+        totals = {s: total for s, (total, count) in plan.step_threads["by_step"].items() if count > 0}
+        return pd.Series(step).map(totals).to_numpy(np.float64, na_value=np.nan)
     sums, counts = plan.step_threads["sums"], plan.step_threads["counts"]
     step = exact_ints(kernels.column("step"), MISSING)
     ok = (step >= 0) & (step < len(counts))
@@ -267,6 +296,7 @@ def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, c
 
     piece = plan.pieces[k]
     nsys.check_times(source.path, table, nsys.KERNEL_TABLE)
+    rowids = _kept_rowids(table) if state.host is not None else None
     part = ReaderOutput(nsys.FORMAT, None)
     kernels, taken = _normalize_kernels(table, head, part, state.launch_offset, state.unresolved)
     del table
@@ -291,9 +321,15 @@ def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, c
     corun = _corun(state, ext, rows, recorded) if corun_on else {}
     _carry(state, ext, first + n, plan.pieces[k + 1].first if k + 1 < len(plan.pieces) else None)
     del ext, light
-    kernels, _ = add_call_sites(
-        None, part, kernels, None, host=None, iterations=_iterations_of(plan, state, kernels), summary=state.summary
-    )
+    if state.host is not None:
+        facts = state.host.kernel_facts(piece.lo, piece.hi)
+        if not np.array_equal(facts["rowid"], rowids):
+            raise RuntimeError(f"piece {k}: the launch facts do not cover its {n} kernels")
+        kernels = add_sites_from_facts(kernels, facts, state.host.facts, state.summary)
+    else:
+        kernels, _ = add_call_sites(
+            None, part, kernels, None, host=None, iterations=_iterations_of(plan, state, kernels), summary=state.summary
+        )
     offsets = pa.array(_step_offsets(state, kernels), type=pa.float64(), from_pandas=True)
     kernels = append_context(kernels, context | {"ctx_step_offset_ns": offsets})
     threads = pa.array(_step_threads_of(plan, kernels), type=pa.float64(), from_pandas=True)
@@ -326,8 +362,6 @@ def _plan_reason(path: Path, settings: PieceSettings) -> str | None:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if nsys.KERNEL_TABLE not in tables:
             return "no kernel table"
-        if nsys.RUNTIME_TABLE in tables:
-            return "its CUDA API calls place each launch (call sites are joined over the whole trace)"
         rowid = rowid_name(con, nsys.KERNEL_TABLE)
         if rowid is None or (nsys.MEMCPY_TABLE in tables and rowid_name(con, nsys.MEMCPY_TABLE) is None):
             return "a table without a rowid"
@@ -406,29 +440,54 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
     """Passes 1-3 (module docstring); None where planning finds the export does not suit pieces."""
     output.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=".gpuvar-pieces-", dir=output))
+    calls = isinstance(source, SqliteSource) and has_launch_calls(head)
+    scratch = Scratch(source.path, folder) if calls else None
     try:
         try:
-            plan = make_plan(source, head, settings)
+            plan = make_plan(source, head, settings, sequence=not calls)
+            attach = None
+            if calls:
+                host_facts(scratch, head, plan)
+                attach = partial(_attach_copy_facts, scratch)
             files, copy_rows = [], None
             if head.m_cols is not None:
-                files, copy_rows, _ = bucket_copies(source, head, plan, folder, settings.rows)
-            sum_step_threads(source, head, plan)
+                files, copy_rows, _ = bucket_copies(source, head, plan, folder, settings.rows, attach)
+            if calls:
+                plan.step_threads = {"by_step": scratch.facts.step_threads}
+            else:
+                sum_step_threads(source, head, plan)
         except NotInPieces as exc:
             log.info("%s: ingested in memory: %s", source.path, exc)
             return None
-        return _write(source, output, head, plan, files, copy_rows, t0, settings)
+        return _write(source, output, head, plan, files, copy_rows, t0, settings, scratch)
     finally:
+        if scratch is not None:
+            scratch.close()
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSettings) -> dict:
-    """Pass 3 and the report."""
+_COPY_OP, _COPY_STEP = "__gpuvar_launch_op", "__gpuvar_step"  # a copy bucket's facts (nsys_host_facts)
+
+
+def _attach_copy_facts(scratch: Scratch, chunk: pa.Table) -> pa.Table:
+    op, step = scratch.copy_facts(exact_ints(chunk.column(ROWID)))
+    return chunk.append_column(_COPY_OP, pa.array(op)).append_column(_COPY_STEP, pa.array(step))
+
+
+def _kept_rowids(table: pa.Table) -> np.ndarray:
+    """The rowids of the fetched rows the reader keeps."""
+    light = light_columns(table)
+    return light["rowid"][kept_rows(light["start"], light["end"], light["valid"])]
+
+
+def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSettings, host=None) -> dict:
+    """Pass 3 and the report. host: the Scratch of an export with launch calls (nsys_host_facts), else None."""
 
     label = head.raw.source
     out = nsys.start_output(head.raw)
     scratch = ReaderOutput(nsys.FORMAT, None)
     kind_names = nsys.memcpy_setup(head.raw, scratch, has_copies=head.m_cols is not None)
-    state = _State(out=out, summary=SiteSummary())
+    state = _State(out=out, summary=SiteSummary(), host=host)
     recorded = Recorded.from_report(
         {"devices": out.devices, "host": out.host, "gpu_renumbered_processes": out.gpu_renumbered}
     )

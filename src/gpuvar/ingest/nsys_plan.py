@@ -79,6 +79,12 @@ def kept_rows(start: np.ndarray, end: np.ndarray, valid: np.ndarray) -> np.ndarr
         return valid & (end >= start) & ((end - start) >= 0)
 
 
+def kept_kernels_sql(alias: str) -> str:
+    """kept_rows as an SQL condition on a kernel or memcpy table row (the wrap of end - start aside: the row counts
+    are compared after)."""
+    return f'{alias}.start IS NOT NULL AND {alias}."end" IS NOT NULL AND {alias}."end" >= {alias}.start'
+
+
 def light_columns(chunk: pa.Table) -> dict[str, np.ndarray]:
     """start, end, corr, device, pid (nulls: start/end 0 with valid False, others -1) and rowid of a chunk."""
     start, end = chunk.column("start"), chunk.column("end")
@@ -100,7 +106,7 @@ def light_columns(chunk: pa.Table) -> dict[str, np.ndarray]:
     return out
 
 
-class _Names:
+class Names:
     """Kernel-name code per StringIds id, named as the reader names it (nsys.id_names)."""
 
     def __init__(self, strings: pa.Table | None):
@@ -123,11 +129,12 @@ class _Names:
         return np.array([self.by_id[int(d)] for d in distinct], dtype=np.int32)[inverse]
 
 
-def make_plan(source, head: nsys.ExportHead, settings: PieceSettings) -> Plan:
-    """Pass 1 (module docstring) over a source of gpuvar.ingest.nsys_sources."""
+def make_plan(source, head: nsys.ExportHead, settings: PieceSettings, sequence: bool = True) -> Plan:
+    """Pass 1 (module docstring) over a source of gpuvar.ingest.nsys_sources. sequence False: without the launch
+    sequence and its iterations (an export with launch calls orders its launches by call: nsys_host_facts)."""
     name_col = "demangledName" if "demangledName" in head.k_cols else "shortName"
     columns = [c for c in ("start", "end", "correlationId", "deviceId", "globalPid", name_col) if c in head.k_cols]
-    names = _Names(head.raw.tables.get(nsys.RAW_STRINGS))
+    names = Names(head.raw.tables.get(nsys.RAW_STRINGS))
     groups: dict[int, int] = {}
     code_parts, group_parts, pieces, processes = [], [], [], set()
     pending: dict | None = None
@@ -142,7 +149,7 @@ def make_plan(source, head: nsys.ExportHead, settings: PieceSettings) -> Plan:
         keep = kept_rows(light["start"], light["end"], light["valid"])
         part = {k: v[keep] for k, v in light.items() if k != "valid"}
         part["name"] = names.code(chunk.column(name_col))[keep].astype(
-            _smallest(1 << 16 if len(names.names) <= 1 << 16 else 1 << 32)
+            smallest(1 << 16 if len(names.names) <= 1 << 16 else 1 << 32)
         )
         key = part["pid"].astype(np.int64) * (1 << 32) + (part["device"] + 1)
         distinct, inverse = np.unique(key, return_inverse=True)
@@ -159,7 +166,7 @@ def make_plan(source, head: nsys.ExportHead, settings: PieceSettings) -> Plan:
         tail = s == s[-1]  # the run of the last start waits for the next chunk: ties are ordered together
         emit = {k: v[~tail] for k, v in part.items()}
         pending = {k: v[tail] for k, v in part.items()}
-        _emit(emit, piece, code_parts, group_parts)
+        _emit(emit, piece, code_parts, group_parts, sequence)
         last_start = int(s[-1])
         if piece.kept >= settings.rows:
             boundary = int(pending["rowid"][0])
@@ -169,7 +176,7 @@ def make_plan(source, head: nsys.ExportHead, settings: PieceSettings) -> Plan:
     if seen != rows:
         raise NotInPieces(f"rowid ranges read {seen} kernel rows where SQLite counts {rows}")
     if pending is not None:
-        _emit(pending, piece, code_parts, group_parts)
+        _emit(pending, piece, code_parts, group_parts, sequence)
     piece.hi = None  # (to the end)
     if piece.kept or not pieces:
         pieces.append(piece)
@@ -178,25 +185,27 @@ def make_plan(source, head: nsys.ExportHead, settings: PieceSettings) -> Plan:
     if not sum(p.kept for p in pieces):
         raise NotInPieces("no kernel row is kept")
     plan = Plan(pieces, rows, processes)
-    _iterations(plan, code_parts, group_parts, np.asarray(names.names, dtype=object))
+    if sequence:
+        _iterations(plan, code_parts, group_parts, np.asarray(names.names, dtype=object))
     return plan
 
 
-def _emit(rows: dict, piece: Piece, code_parts: list, group_parts: list) -> None:
+def _emit(rows: dict, piece: Piece, code_parts: list, group_parts: list, sequence: bool = True) -> None:
     """Append kept rows (a run of whole start times) to the current piece and the launch sequence, in launch order:
     start, then correlation id, then rowid (call_sites._sequence_order for a trace without launch calls)."""
     if not len(rows["start"]):
         return
     order = np.lexsort((rows["rowid"], rows["corr"], rows["start"]))
-    code_parts.append(rows["name"][order])
-    group_parts.append(rows["group"][order])
+    if sequence:
+        code_parts.append(rows["name"][order])
+        group_parts.append(rows["group"][order])
     if not piece.kept:
         piece.first = int(rows["start"][order[0]])
     piece.last_end = max(piece.last_end, int(rows["end"].max())) if piece.kept else int(rows["end"].max())
     piece.kept += len(order)
 
 
-def _smallest(count: int):
+def smallest(count: int):
     """The narrowest unsigned type that numbers `count` things (2 bytes per launch for < 65,536 names)."""
     return np.uint8 if count <= 1 << 8 else np.uint16 if count <= 1 << 16 else np.uint32
 
@@ -206,11 +215,11 @@ def _iterations(plan: Plan, code_parts: list, group_parts: list, names: np.ndarr
     from gpuvar.ingest.call_sites import iterations_note
     from gpuvar.ingest.iterations import find_iterations_coded
 
-    codes = np.concatenate(code_parts, dtype=_smallest(len(names)), casting="unsafe")  # (all below the limit)
+    codes = np.concatenate(code_parts, dtype=smallest(len(names)), casting="unsafe")  # (all below the limit)
     code_parts.clear()
     group = np.concatenate(
         group_parts,
-        dtype=_smallest(max((int(g.max()) + 1 for g in group_parts if len(g)), default=1)),
+        dtype=smallest(max((int(g.max()) + 1 for g in group_parts if len(g)), default=1)),
         casting="unsafe",
     )
     group_parts.clear()
@@ -240,8 +249,9 @@ def _iterations(plan: Plan, code_parts: list, group_parts: list, names: np.ndarr
 # --- pass 2: copies into buckets, step totals -----------------------------------------------------------------
 
 
-def bucket_copies(source, head: nsys.ExportHead, plan: Plan, folder: Path, step: int) -> tuple:
-    """Every copy row into the IPC file of the piece its start falls in; (files, rows read)."""
+def bucket_copies(source, head: nsys.ExportHead, plan: Plan, folder: Path, step: int, attach=None) -> tuple:
+    """Every copy row into the IPC file of the piece its start falls in; (files, rows read). attach: a function
+    adding columns to a chunk read (with its rowids), or None."""
     firsts = np.array([p.first for p in plan.pieces[1:]], dtype=np.int64)
     files = [folder / f"copies-{j}.arrows" for j in range(len(plan.pieces))]
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
@@ -251,7 +261,7 @@ def bucket_copies(source, head: nsys.ExportHead, plan: Plan, folder: Path, step:
         for chunk in chunks:
             seen += chunk.num_rows
             nsys.check_times(source.path, chunk, nsys.MEMCPY_TABLE)
-            chunk = chunk.drop_columns([ROWID])
+            chunk = (attach(chunk) if attach is not None else chunk).drop_columns([ROWID])
             if schema is None:
                 schema = chunk.schema
             elif chunk.schema != schema:
@@ -276,14 +286,21 @@ def bucket_copies(source, head: nsys.ExportHead, plan: Plan, folder: Path, step:
 
 
 _LAUNCH = {c: nsys.KERNEL_RENAME[c] for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")}
+LAUNCH_COLUMNS = tuple(_LAUNCH)  # the export's launch configuration columns
+
+
+def launch_threads_of(frame: pd.DataFrame) -> np.ndarray:
+    """grid_size x workgroup_size per row of the export's launch configuration columns (step_size.launch_threads)."""
+    from gpuvar.ingest.step_size import launch_threads
+    from gpuvar.schema import dimension_product
+
+    canonical = frame.rename(columns=_LAUNCH)
+    return launch_threads(dimension_product(canonical, "grid"), dimension_product(canonical, "block"))
 
 
 def sum_step_threads(source, head: nsys.ExportHead, plan: Plan) -> None:
     """Each step's threads (grid_size x workgroup_size summed over its launches, step_size.step_threads) and how
     many launches have a value, from the launch configurations read again piece by piece."""
-    from gpuvar.ingest.step_size import launch_threads
-    from gpuvar.schema import dimension_product
-
     if plan.step is None or not {"gridX", "blockX"} <= set(head.k_cols):
         return
     columns = [c for c in ("start", "end", "correlationId", *_LAUNCH) if c in head.k_cols]
@@ -294,14 +311,8 @@ def sum_step_threads(source, head: nsys.ExportHead, plan: Plan) -> None:
         light = light_columns(chunk)
         keep = kept_rows(light["start"], light["end"], light["valid"])
         order = np.lexsort((light["rowid"][keep], light["corr"][keep], light["start"][keep]))
-        frame = pd.DataFrame(
-            {
-                target: chunk.column(raw).to_pandas()[keep]
-                for raw, target in _LAUNCH.items()
-                if raw in chunk.column_names
-            }
-        )
-        threads = launch_threads(dimension_product(frame, "grid"), dimension_product(frame, "block"))[order]
+        frame = pd.DataFrame({raw: chunk.column(raw).to_pandas()[keep] for raw in _LAUNCH if raw in chunk.column_names})
+        threads = launch_threads_of(frame)[order]
         step = plan.step[at : at + len(order)].astype(np.int64)
         at += len(order)
         ok = (step >= 0) & np.isfinite(threads)

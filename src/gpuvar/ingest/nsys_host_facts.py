@@ -1,0 +1,567 @@
+"""Where each launch of a big Nsight Systems export with CUDA API calls came from, in bounded memory (issue 38).
+
+Why: an export with CUDA API calls (every `nsys profile --trace=cuda` capture) places each kernel and copy by its
+launching call (gpuvar.ingest.call_sites): the innermost NVTX push/pop range around the call on its thread is the
+launching op, a step range or the cudaDeviceSynchronize calls around it are its step, and the op instances and
+launches of a step are numbered in the order the program made the calls. In memory that costs the whole host
+timeline and every launch at once. Here SQLite's own sorter (which spills to temporary files) streams the launches
+in call order, and one sweep places and numbers them with a stack of open ranges per thread and counters per
+(step, thread, op), which is what memory then follows. The facts of each launch go to the Arrow IPC file of its
+piece, which gpuvar.ingest.nsys_pieces reads when it writes that piece: the columns are the bytes the in-memory
+path writes (tests/test_nsys_host_pieces.py compares them file by file).
+
+The passes, each a query of the export, attached read-only to a scratch database in the pieces' temporary folder:
+ 1. the calls: one row per (process, correlation id), the first in table order where a call repeats (as
+    call_sites._first_match keeps it), in a WITHOUT ROWID table keyed by them; the launches look their call up;
+ 2. the step ranges (NVTX ranges whose text names a step, filtered in SQL with LIKE, then by the reader's regex)
+    and the cudaDeviceSynchronize calls: both small, held;
+ 3. without step ranges or syncs, the iterations of the repeating launch pattern, found from the kernel names in
+    call order per (process, device) (call_sites._sequence_order), kept in the scratch database by rowid;
+ 4. the sweep: kernels and copies with their call, in (thread, call time, correlation id, rowid) order, beside the
+    NVTX push/pop ranges in (thread, start, longest first, rowid) order.
+Times, thread ids and correlation ids are taken through float64 as host_timeline.ints takes them
+(CAST(CAST(x AS REAL) AS INTEGER)): epoch nanoseconds beyond 2**53 round there, and the order must be the same.
+
+Left to the in-memory path (NotInPieces): NVTX ranges that record input shapes (emit_nvtx(record_shapes=True):
+the shape features are built per op in memory), and step ranges none of whose launches fall in a step (then the
+syncs or the launch pattern decide, which the sweep does not redo).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from gpuvar.ingest import nsys
+from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_STEP, SYNC_NAME, _step_number
+from gpuvar.ingest.nsys_plan import NotInPieces, Plan, kept_kernels_sql
+
+FETCH_ROWS = 1 << 16
+_PID = "16777215"  # nsys.PID_MASK
+
+
+def _f64(expr: str) -> str:
+    """expr as host_timeline.ints reads it: through float64."""
+    return f"CAST(CAST({expr} AS REAL) AS INTEGER)"
+
+
+@dataclass
+class HostFacts:
+    """What the sweep learnt, for pass 3 of the pieces."""
+
+    op_names: list  # op code -> name
+    ordinal: dict  # thread code -> its number among the threads that launch by op (first launch first)
+    multi: set  # op codes launched by op on several threads ('@t{n}' in the call site)
+    how: str  # how the steps were found (the note)
+    prefix: str  # call-site prefix of a launch without op: 'step#' or 'iter#'
+    step_base: int = 0  # subtracted from every step (cudaDeviceSynchronize segments are numbered from the first)
+    step_threads: dict = field(default_factory=dict)  # step -> (threads summed, launches with a value)
+
+
+def open_scratch(export: Path, folder: Path) -> sqlite3.Connection:
+    """A scratch database in `folder` with the export attached read-only as `x`."""
+    con = sqlite3.connect(folder / "host.sqlite")
+    con.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+    con.execute("PRAGMA journal_mode = OFF")
+    con.execute("PRAGMA synchronous = OFF")
+    con.execute("PRAGMA temp_store = FILE")
+    con.execute("PRAGMA cache_size = -32768")  # 32 MB of pages; SQLite's sorter spills beyond it
+    con.execute("ATTACH DATABASE ? AS x", (Path(export).resolve().as_uri() + "?mode=ro",))
+    return con
+
+
+def _rows(con: sqlite3.Connection, sql: str, params=()):
+    """The rows of a query in lists of up to FETCH_ROWS tuples."""
+    cursor = con.execute(sql, params)
+    while True:
+        rows = cursor.fetchmany(FETCH_ROWS)
+        if not rows:
+            return
+        yield rows
+
+
+def _column(values, fill: int = MISSING) -> np.ndarray:
+    return np.fromiter((fill if v is None else v for v in values), np.int64, len(values))
+
+
+# --- 1. the calls ---------------------------------------------------------------------------------------------
+
+
+def copy_calls(con: sqlite3.Connection, head: nsys.ExportHead) -> None:
+    """The calls table: each (process, correlation id)'s first call, with its start and thread."""
+    tid = _f64("globalTid")
+    con.execute(
+        "CREATE TABLE calls (pid INTEGER NOT NULL, corr INTEGER NOT NULL, ts INTEGER NOT NULL, tid INTEGER NOT NULL,"
+        " PRIMARY KEY (pid, corr)) WITHOUT ROWID"
+    )
+    con.execute(
+        f"INSERT OR IGNORE INTO calls SELECT coalesce(({tid} >> 24) & {_PID}, {_PID}), {_f64('correlationId')},"
+        f' {_f64("start")}, coalesce({tid}, -1) FROM x."{nsys.RUNTIME_TABLE}"'
+        f" WHERE start IS NOT NULL AND {_f64('correlationId')} >= 0 ORDER BY 1, 2, rowid"
+    )
+
+
+def _launch_select(head: nsys.ExportHead, table: str, kind: int, extra: list[str]) -> str:
+    """One table's launches (those the reader keeps) with their call: kind, rowid, GPU start, correlation id (-1
+    for none), whether a call was found, call time (else GPU start), thread (-1 for none), extra columns."""
+    columns = head.k_cols if table == nsys.KERNEL_TABLE else head.m_cols
+    pid = f"coalesce(({_f64('t.globalPid')} >> 24) & {_PID}, -1)" if "globalPid" in columns else "-1"
+    corr = f"coalesce({_f64('t.correlationId')}, -1)" if "correlationId" in columns else "-1"
+    join = f"LEFT JOIN calls c ON c.pid = {pid} AND c.corr = {corr} AND {corr} >= 0"
+    gs = _f64("t.start")
+    return (
+        f"SELECT {kind} AS kind, t.rowid AS rid, {gs} AS gs, {corr} AS corr, c.ts IS NOT NULL AS hc,"
+        f" coalesce(c.ts, {gs}) AS ot, coalesce(c.tid, -1) AS th{''.join(', ' + e for e in extra)}"
+        f' FROM x."{table}" t {join} WHERE {kept_kernels_sql("t")}'
+    )
+
+
+# --- 2. step ranges and syncs --------------------------------------------------------------------------------
+
+
+def _nvtx_text(head: nsys.ExportHead) -> tuple[str, str]:
+    """(the NVTX text expression, the join it needs): text, else StringIds' value for textId."""
+    columns = head.tables.get(nsys.NVTX_TABLE, [])
+    text = "n.text" if "text" in columns else "NULL"
+    if "textId" in columns and "StringIds" in head.tables:
+        return f"coalesce({text}, s.value)", "LEFT JOIN x.StringIds s ON s.id = n.textId"
+    return text, ""
+
+
+def _has_nvtx(head: nsys.ExportHead) -> bool:
+    return nsys.HOST_COLUMNS[nsys.NVTX_TABLE][1] <= set(head.tables.get(nsys.NVTX_TABLE, ()))
+
+
+def step_ranges(con: sqlite3.Connection, head: nsys.ExportHead) -> pd.DataFrame | None:
+    """The NVTX step ranges (start, end, number), sorted as call_sites._place sorts them, None without any."""
+    if not _has_nvtx(head):
+        return None
+    text, join = _nvtx_text(head)
+    sql = (
+        f'SELECT {_f64("n.start")}, {_f64("n.end")}, {text} FROM x."{nsys.NVTX_TABLE}" n {join}'
+        f" WHERE n.start IS NOT NULL AND n.end IS NOT NULL AND n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND})"
+        f" AND ({text} LIKE '%step%' OR {text} LIKE '%iter%') ORDER BY n.rowid"
+    )
+    found = []
+    for rows in _rows(con, sql):
+        for start, end, value in rows:
+            number = _step_number(NVTX_STEP, value)
+            if number is not None:
+                found.append((start, end, number))
+    if not found:
+        return None
+    steps = pd.DataFrame(found, columns=["start", "end", "number"]).astype(np.int64)
+    return steps.sort_values(["start", "end"], kind="stable")
+
+
+def syncs(con: sqlite3.Connection, head: nsys.ExportHead) -> pd.DataFrame | None:
+    """The cudaDeviceSynchronize calls (start, end; end MISSING where NULL), None without any."""
+    if "nameId" not in head.tables.get(nsys.RUNTIME_TABLE, ()) or "StringIds" not in head.tables:
+        return None
+    ids = [
+        i
+        for i, value in con.execute("SELECT id, value FROM x.StringIds WHERE value LIKE 'cudaDeviceSynchronize%'")
+        if isinstance(value, str) and SYNC_NAME.match(value)
+    ]
+    if not ids:
+        return None
+    end = _f64("end") if "end" in head.tables[nsys.RUNTIME_TABLE] else _f64("start")
+    rows = con.execute(
+        f'SELECT {_f64("start")}, {end} FROM x."{nsys.RUNTIME_TABLE}" WHERE start IS NOT NULL'
+        f" AND {_f64('nameId')} IN ({', '.join(str(int(i)) for i in ids)})"
+    ).fetchall()
+    if not rows:
+        return None
+    return pd.DataFrame({"start": _column([r[0] for r in rows]), "end": _column([r[1] for r in rows])})
+
+
+def records_shapes(con: sqlite3.Connection, head: nsys.ExportHead) -> bool:
+    """Whether an NVTX push/pop range records input shapes (emit_nvtx(record_shapes=True))."""
+    from gpuvar.ingest.shapes import nvtx_op_and_dims
+
+    if not _has_nvtx(head):
+        return False
+    text, join = _nvtx_text(head)
+    sql = (
+        f'SELECT {text} FROM x."{nsys.NVTX_TABLE}" n {join} WHERE n.eventType = {NVTX_PUSHPOP}'
+        f" AND n.start IS NOT NULL AND n.end IS NOT NULL AND {text} LIKE '%sizes%'"
+    )
+    for rows in _rows(con, sql):
+        _, dims = nvtx_op_and_dims(np.array([r[0] for r in rows], dtype=object))
+        if any(d is not None for d in dims):
+            return True
+    return False
+
+
+# --- 3. iterations of the launch pattern, in call order -----------------------------------------------------
+
+
+def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> str | None:
+    """The iterations (call_sites._iteration_steps) of each (process, device) kernel sequence in call order, into
+    the scratch table iters (rowid, step, position) for the launches inside one; the note, None without any."""
+    from gpuvar.ingest.call_sites import iterations_note
+    from gpuvar.ingest.iterations import find_iterations_coded
+    from gpuvar.ingest.nsys_plan import Names, smallest
+
+    con.execute("CREATE TABLE iters (rowid INTEGER PRIMARY KEY, step INTEGER NOT NULL, position INTEGER NOT NULL)")
+    name_col = "demangledName" if "demangledName" in head.k_cols else "shortName"
+    cols = head.k_cols
+    pid = f"coalesce(({_f64('t.globalPid')} >> 24) & {_PID}, -1)" if "globalPid" in cols else "-1"
+    device = "coalesce(t.deviceId, -1)" if "deviceId" in cols else "-1"
+    select = _launch_select(head, nsys.KERNEL_TABLE, 0, [f"{pid} AS pid", f"{device} AS dev", f"t.{name_col} AS nm"])
+    # launch_id is the rank by (GPU start, correlation id, row): call_sites._sequence_order's second key
+    sql = f"SELECT rid, pid, dev, nm FROM ({select}) ORDER BY pid, dev, ot, gs, corr, rid"
+    names = Names(head.raw.tables.get(nsys.RAW_STRINGS))
+    groups: dict[tuple, int] = {}
+    rowids, codes, group = [], [], []
+    for rows in _rows(con, sql):
+        rid, pids, devs, ids = zip(*rows)
+        rowids.append(np.array(rid, np.int64))
+        codes.append(names.code(pa.array(ids, pa.int64())).astype(smallest(1 << 32)))
+        group.append(np.array([groups.setdefault(k, len(groups)) for k in zip(pids, devs)], np.int32))
+    if not rowids:
+        return None
+    rowid, code, group = np.concatenate(rowids), np.concatenate(codes), np.concatenate(group)
+    del rowids, codes
+    dictionary = np.asarray(names.names, dtype=object)
+    step = np.full(len(rowid), -1, np.int32)
+    position = np.full(len(rowid), -1, np.int32)
+    found = []
+    for g in range(len(groups)):
+        rows = np.flatnonzero(group == g)
+        it = find_iterations_coded(code[rows], dictionary, dtype=np.int32)
+        if it.anchor is None:
+            continue
+        inside = it.iteration >= 0
+        step[rows[inside]] = it.iteration[inside]
+        position[rows[inside]] = it.position[inside]
+        found.append(it)
+    del code, group
+    if not found:
+        return None
+    inside = np.flatnonzero(step >= 0)
+    order = inside[np.argsort(rowid[inside], kind="stable")]
+    for a in range(0, len(order), 1 << 20):
+        part = order[a : a + (1 << 20)]
+        con.executemany(
+            "INSERT INTO iters VALUES (?, ?, ?)",
+            zip(rowid[part].tolist(), step[part].tolist(), position[part].tolist()),
+        )
+    return iterations_note(found, int((position < 0).sum()))
+
+
+# --- 4. the sweep --------------------------------------------------------------------------------------------
+
+
+class _Ops:
+    """The NVTX push/pop ranges that are not step ranges, in (thread, start, longest first, rowid) order, read as
+    the sweep needs them; op names as the reader gives them (emit_nvtx's suffix removed)."""
+
+    def __init__(self, con: sqlite3.Connection, head: nsys.ExportHead, codes: dict):
+        from gpuvar.ingest.shapes import nvtx_op_and_dims
+
+        self._split = nvtx_op_and_dims
+        self.codes = codes  # op name -> code (None -> -1)
+        self._chunks = iter(())
+        if _has_nvtx(head):
+            text, join = _nvtx_text(head)
+            self._chunks = _rows(
+                con,
+                f"SELECT n.rowid, coalesce({_f64('n.globalTid')}, -1) AS th, {_f64('n.start')} AS s,"
+                f' {_f64("n.end")} AS e, {text} FROM x."{nsys.NVTX_TABLE}" n {join}'
+                f" WHERE n.eventType = {NVTX_PUSHPOP} AND n.start IS NOT NULL AND n.end IS NOT NULL"
+                " ORDER BY th, s, e DESC, n.rowid",
+            )
+        self.rows: list = []
+        self.at = 0
+        self._load()
+
+    def _load(self) -> None:
+        for rows in self._chunks:
+            texts = np.array([r[4] for r in rows], dtype=object)
+            names, _ = self._split(texts)
+            kept = []
+            for (rowid, thread, start, end, text), name in zip(rows, names):
+                if _step_number(NVTX_STEP, text) is not None:
+                    continue  # a step range: not an op
+                code = self.codes.setdefault(name, len(self.codes) - 1) if name is not None else -1
+                kept.append((thread, start, end, rowid, code))
+            if kept:
+                self.rows, self.at = kept, 0
+                return
+        self.rows, self.at = [], 0
+
+    def peek(self):
+        if self.at >= len(self.rows):
+            self._load()
+            if not self.rows:
+                return None
+        return self.rows[self.at]
+
+    def take(self):
+        row = self.peek()
+        self.at += 1
+        return row
+
+
+@dataclass
+class _Sweep:
+    mode: str  # 'nvtx', 'sync' or 'iterations'
+    steps: pd.DataFrame | None
+    sync_starts: np.ndarray | None
+    sync_ends: np.ndarray | None
+    codes: dict = field(default_factory=lambda: {None: -1})
+    threads: dict = field(default_factory=dict)  # tid -> code
+    first_launch: dict = field(default_factory=dict)  # thread code -> (call time, tid) of its first launch by op
+    op_threads: dict = field(default_factory=dict)  # op code -> thread codes launching by it
+    instances: dict = field(default_factory=dict)  # op rowid -> [launches numbered, occurrence]
+    occurrences: dict = field(default_factory=dict)  # (step, thread, op code) -> instances numbered
+    positions: dict = field(default_factory=dict)  # (step, thread) -> launches without op numbered
+    step_threads: dict = field(default_factory=dict)
+    steps_seen: set = field(default_factory=set)
+    kernels: int = 0
+    lowest_step: int | None = None
+
+
+def _steps_of(sweep: _Sweep, hc: np.ndarray, ot: np.ndarray, gs: np.ndarray, it_step: np.ndarray) -> np.ndarray:
+    """The step of each launch (MISSING for none): call_sites._place (NVTX ranges), _sync_steps (segments between
+    cudaDeviceSynchronize calls, numbered from 0 once the lowest is known) or the iterations found."""
+    n = len(hc)
+    if sweep.mode == "nvtx":
+        steps = sweep.steps
+        starts, ends, numbers = (steps[c].to_numpy(np.int64) for c in ("start", "end", "number"))
+        ts = np.where(hc, ot, 0)
+        at = np.searchsorted(starts, ts, side="right") - 1
+        ok = hc & (at >= 0)
+        ok &= ends[np.maximum(at, 0)] >= ts
+        step = np.full(n, MISSING, np.int64)
+        step[ok] = numbers[at[ok]]
+        return step
+    if sweep.mode == "sync":
+        by_call = np.searchsorted(sweep.sync_starts, ot, side="left")
+        by_gpu = np.searchsorted(sweep.sync_ends, gs, side="left")
+        return np.where(hc, by_call, by_gpu).astype(np.int64)
+    return it_step
+
+
+def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> tuple[_Sweep, list]:
+    """Pass 4: every kept kernel's and copy's op, step and numbering into the scratch tables kfacts and mfacts;
+    returns the sweep's state and the op names by code."""
+    from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS, launch_threads_of
+
+    sweep = _Sweep(mode, steps, None, None)
+    if mode == "sync":
+        sweep.sync_starts = np.sort(sync_frame["start"].to_numpy(np.int64))
+        sweep.sync_ends = np.sort(sync_frame["end"].to_numpy(np.int64))
+    launch = [c for c in LAUNCH_COLUMNS if c in head.k_cols]
+    it = mode == "iterations"
+    k_extra = [f"t.{c} AS {c}" for c in launch] + (["i.step AS its", "i.position AS itp"] if it else [])
+    kernels = _launch_select(head, nsys.KERNEL_TABLE, 0, k_extra)
+    if it:
+        kernels = kernels.replace(" WHERE ", " LEFT JOIN iters i ON i.rowid = t.rowid WHERE ", 1)
+    parts = [kernels]
+    if head.m_cols is not None:
+        parts.append(
+            _launch_select(
+                head, nsys.MEMCPY_TABLE, 1, [f"NULL AS {c}" for c in launch + (["its", "itp"] if it else [])]
+            )
+        )
+    sql = " UNION ALL ".join(parts) + " ORDER BY th, ot, corr, kind, rid"
+    con.execute(
+        "CREATE TABLE kfacts (rowid INTEGER PRIMARY KEY, op INTEGER, has_op INTEGER, step INTEGER,"
+        " occurrence INTEGER, idx INTEGER, thread INTEGER)"
+    )
+    con.execute("CREATE TABLE mfacts (rowid INTEGER PRIMARY KEY, op INTEGER, step INTEGER)")
+    ops = _Ops(con, head, sweep.codes)
+    stack: list = []
+    current = None
+    for rows in _rows(con, sql):
+        cols = list(zip(*rows))
+        kind = np.array(cols[0], np.int64)
+        rid, gs, corr = (np.array(c, np.int64) for c in cols[1:4])
+        hc = np.array(cols[4], bool)
+        ot, th = np.array(cols[5], np.int64), np.array(cols[6], np.int64)
+        it_step = _column(cols[7 + len(launch)]) if it else None
+        it_pos = _column(cols[8 + len(launch)]) if it else None
+        step = _steps_of(sweep, hc, ot, gs, it_step)
+        if mode == "sync":
+            low = int(step.min())
+            sweep.lowest_step = low if sweep.lowest_step is None else min(sweep.lowest_step, low)
+        sweep.steps_seen.update(np.unique(step[step != MISSING]).tolist())
+        is_kernel = kind == 0
+        if launch and is_kernel.any():
+            frame = pd.DataFrame({name: pd.array(cols[7 + j], dtype="Int64") for j, name in enumerate(launch)})
+            threads = launch_threads_of(frame)
+            ok = is_kernel & (step != MISSING) & np.isfinite(threads)
+            for s, value in zip(step[ok].tolist(), threads[ok].tolist()):
+                total = sweep.step_threads.setdefault(s, [0.0, 0])
+                total[0] += value
+                total[1] += 1
+        n = len(rows)
+        op_row = np.full(n, -1, np.int64)
+        op_code = np.full(n, -1, np.int64)
+        thread_code = np.full(n, -1, np.int64)
+        occurrence = np.full(n, MISSING, np.int64)
+        index = np.full(n, MISSING, np.int64)
+        hc_l, ot_l, th_l, step_l, kind_l = hc.tolist(), ot.tolist(), th.tolist(), step.tolist(), kind.tolist()
+        for i in range(n):
+            t, thread = ot_l[i], th_l[i]
+            if thread != current:  # a thread's ranges and op instances are its own
+                current, stack = thread, []
+                sweep.instances.clear()
+                while (op := ops.peek()) is not None and op[0] < thread:
+                    ops.take()
+            code = sweep.threads.setdefault(thread, len(sweep.threads)) if hc_l[i] and thread != -1 else -1
+            thread_code[i] = code
+            if not hc_l[i]:
+                top = None
+            else:
+                while (op := ops.peek()) is not None and op[0] == thread and op[1] <= t:
+                    stack.append(ops.take())
+                while stack and stack[-1][2] < t:
+                    stack.pop()
+                top = stack[-1] if stack else None
+            if top is not None:
+                op_row[i], op_code[i] = top[3], top[4]
+            if kind_l[i]:
+                continue
+            s = step_l[i]
+            if s == MISSING:
+                continue
+            if top is not None:  # numbered by op: the instance's launches, the op's instances in the step
+                instance = sweep.instances.get(top[3])
+                if instance is None:
+                    key = (s, code, top[4])
+                    number = sweep.occurrences.get(key, 0)
+                    sweep.occurrences[key] = number + 1
+                    instance = sweep.instances[top[3]] = [0, number, top[2]]
+                    sweep.op_threads.setdefault(top[4], set()).add(code)
+                    sweep.first_launch.setdefault(code, (t, thread))
+                index[i], occurrence[i] = instance[0], instance[1]
+                instance[0] += 1
+            elif mode != "iterations":  # the position among the step's launches without op on this thread
+                key = (s, code)
+                index[i] = sweep.positions.get(key, 0)
+                sweep.positions[key] = index[i] + 1
+        if it:
+            index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
+        _prune(sweep, stack, ot_l[-1] if n else None)
+        k = np.flatnonzero(is_kernel)
+        sweep.kernels += len(k)
+        con.executemany(
+            "INSERT INTO kfacts VALUES (?, ?, ?, ?, ?, ?, ?)",
+            zip(
+                rid[k].tolist(),
+                op_code[k].tolist(),
+                (op_row[k] >= 0).tolist(),
+                step[k].tolist(),
+                occurrence[k].tolist(),
+                index[k].tolist(),
+                thread_code[k].tolist(),
+            ),
+        )
+        m = np.flatnonzero(~is_kernel)
+        if len(m):
+            con.executemany(
+                "INSERT INTO mfacts VALUES (?, ?, ?)", zip(rid[m].tolist(), op_code[m].tolist(), step[m].tolist())
+            )
+    names = [None] * (len(sweep.codes) - 1)
+    for name, code in sweep.codes.items():
+        if code >= 0:
+            names[code] = name
+    return sweep, names
+
+
+def _prune(sweep: _Sweep, stack: list, now: int | None) -> None:
+    """Forget the op instances that ended before `now` and are not open: no later launch can be theirs."""
+    if now is None or len(sweep.instances) < FETCH_ROWS:
+        return
+    open_ = {op[3] for op in stack}
+    sweep.instances = {k: v for k, v in sweep.instances.items() if v[2] >= now or k in open_}
+
+
+# --- the entry points -----------------------------------------------------------------------------------------
+
+
+def has_launch_calls(head: nsys.ExportHead) -> bool:
+    """Whether the in-memory path places this export's launches by their calls (host_timeline._nsys_host)."""
+    return nsys.HOST_COLUMNS[nsys.RUNTIME_TABLE][1] <= set(head.tables.get(nsys.RUNTIME_TABLE, ()))
+
+
+class Scratch:
+    """The scratch database of one ingest and the facts in it (pass 3 reads them piece by piece)."""
+
+    def __init__(self, export: Path, folder: Path):
+        self.con = open_scratch(export, folder)
+        self.facts: HostFacts | None = None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def kernel_facts(self, lo: int, hi: int | None) -> dict[str, np.ndarray]:
+        """The facts of the kernels with lo <= rowid < hi, in rowid order."""
+        where = "rowid >= ?" + (" AND rowid < ?" if hi is not None else "")
+        rows = self.con.execute(
+            f"SELECT rowid, op, has_op, step, occurrence, idx, thread FROM kfacts WHERE {where} ORDER BY rowid",
+            (lo,) if hi is None else (lo, hi),
+        ).fetchall()
+        names = ("rowid", "op", "has_op", "step", "occurrence", "index", "thread")
+        return {name: np.array([r[j] for r in rows], np.int64) for j, name in enumerate(names)}
+
+    def copy_facts(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(op code, step) of the copies with these rowids (rowids of one range, in order)."""
+        if not len(rowids):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        rows = self.con.execute(
+            "SELECT rowid, op, step FROM mfacts WHERE rowid >= ? AND rowid <= ? ORDER BY rowid",
+            (int(rowids.min()), int(rowids.max())),
+        ).fetchall()
+        have = np.array([r[0] for r in rows], np.int64)
+        at = np.minimum(np.searchsorted(have, rowids), max(len(have) - 1, 0))
+        op, step = np.full(len(rowids), -1, np.int64), np.full(len(rowids), MISSING, np.int64)
+        if len(have):
+            found = have[at] == rowids
+            op[found] = np.array([r[1] for r in rows], np.int64)[at[found]]
+            step[found] = np.array([r[2] for r in rows], np.int64)[at[found]]
+        return op, step
+
+
+def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan) -> HostFacts:
+    """Passes 1-4 (module docstring) into the scratch database; NotInPieces where the export is left to memory."""
+    con = scratch.con
+    if records_shapes(con, head):
+        raise NotInPieces("its NVTX ranges record input shapes (emit_nvtx(record_shapes=True))")
+    copy_calls(con, head)
+    steps = step_ranges(con, head)
+    sync_frame = syncs(con, head)
+    mode = "nvtx" if steps is not None else "sync" if sync_frame is not None else "iterations"
+    note = iterations_in_call_order(con, head) if mode == "iterations" else None
+    sweep, names = sweep_launches(con, head, mode, steps, sync_frame)
+    con.commit()
+    kept = sum(p.kept for p in plan.pieces)
+    if sweep.kernels != kept:
+        raise NotInPieces(f"the launch sweep placed {sweep.kernels} kernels where the plan keeps {kept}")
+    base, prefix = 0, "step#"
+    if mode == "nvtx":
+        if not sweep.steps_seen:
+            raise NotInPieces("no launch call falls in its NVTX step ranges")
+        how = f"{len(sweep.steps_seen)} steps from NVTX step ranges"
+    elif mode == "sync":
+        base = sweep.lowest_step if sweep.lowest_step is not None else 0
+        count = max(sweep.steps_seen) - base + 1 if sweep.steps_seen else 0
+        how = f"{count} steps from cudaDeviceSynchronize ({len(sync_frame)} calls)"
+    else:
+        how, prefix = note, "iter#"
+    first = sorted(sweep.first_launch.items(), key=lambda item: item[1])  # (call time, thread id)
+    ordinal = {code: number for number, (code, _) in enumerate(first)}
+    multi = {code for code, threads in sweep.op_threads.items() if len(threads) > 1}
+    totals = {step - base: (value[0], value[1]) for step, value in sweep.step_threads.items()}
+    scratch.facts = HostFacts(
+        op_names=names, ordinal=ordinal, multi=multi, how=how, prefix=prefix, step_base=base, step_threads=totals
+    )
+    return scratch.facts
