@@ -1,0 +1,154 @@
+"""A big Nsight Systems export with CUDA API calls, ingested in pieces (gpuvar.ingest.nsys_host_facts, issue 38),
+writes the bytes of the in-memory ingest: each launch's op, step, op occurrence, call index and call site come from
+one sweep in call order, whichever way the trace marks its steps.
+
+The real 2-GPU capture (emit_nvtx ranges, two launching threads per process, steps from the launch pattern) is
+changed the ways a real capture differs: NVTX step ranges (on two threads), cudaDeviceSynchronize calls, epoch
+nanosecond times, a call recorded twice, and NVTX ranges that record input shapes (left to the in-memory path)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import real_file
+
+from gpuvar.ingest import ingest
+from gpuvar.ingest.nsys_pieces import PieceSettings
+
+REAL = "nsys-sqlite/nsys-ai-mfu-2gpu-before-after/mfu_2gpu_after.sqlite"
+IN_MEMORY = PieceSettings(above=None)
+EPOCH_NS = 1_700_000_000_000_000_000
+
+
+def _variant(tmp: Path, change) -> Path:
+    path = tmp / "variant.sqlite"
+    shutil.copyfile(real_file(REAL), path)
+    con = sqlite3.connect(path)
+    lo, hi = con.execute("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
+    threads = [
+        r[0]
+        for r in con.execute(
+            "SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 2"
+        )
+    ]
+    change(con, lo, hi, threads)
+    con.commit()
+    con.close()
+    return path
+
+
+def _step_ranges(con, lo, hi, threads):
+    """Twelve 'train step N' ranges, N from 5, alternating between the two busiest launching threads."""
+    span = (hi - lo) // 12
+    for i in range(12):
+        con.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+            (lo + i * span, lo + (i + 1) * span - 1, f"train step {i + 5}", threads[i % 2]),
+        )
+
+
+def _syncs(con, lo, hi, threads):
+    """Eight cudaDeviceSynchronize calls spread over the capture."""
+    name = con.execute("SELECT max(id) + 1 FROM StringIds").fetchone()[0]
+    con.execute("INSERT INTO StringIds VALUES (?, 'cudaDeviceSynchronize_v3020')", (name,))
+    span = (hi - lo) // 9
+    for i in range(1, 9):
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId,"
+            " returnValue) VALUES (?, ?, 1, ?, ?, ?, 0)",
+            (lo + i * span, lo + i * span + 1000, threads[0], 10**8 + i, name),
+        )
+
+
+def _epoch(con, lo, hi, threads):
+    for table in (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "NVTX_EVENTS",
+    ):
+        con.execute(f"UPDATE {table} SET start = start + {EPOCH_NS}, end = end + {EPOCH_NS}")
+
+
+def _calls_twice(con, lo, hi, threads):
+    """Every 50th call recorded again 5 ns later: the first record is the launch's call, as in memory."""
+    con.execute(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start + 5, end + 5, eventClass, globalTid, correlationId,"
+        " nameId, returnValue, callchainId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid % 50 = 0"
+    )
+
+
+def _both(source: Path, tmp: Path, rows: int = 250) -> tuple[dict, dict]:
+    memory = ingest(source, tmp / "memory", pieces=IN_MEMORY)
+    pieces = ingest(source, tmp / "pieces", pieces=PieceSettings(above=0, rows=rows))
+    for name in ("kernels.parquet", "memcpy.parquet"):
+        assert (tmp / "memory" / name).read_bytes() == (tmp / "pieces" / name).read_bytes(), name
+    return memory, pieces
+
+
+def _same_report(memory: dict, pieces: dict) -> None:
+    memory, pieces = dict(memory), dict(pieces)
+    for report in (memory, pieces):
+        report.pop("seconds")
+    pieces.pop("pieces")
+    assert pieces == memory
+
+
+def _sites_note(report: dict) -> str:
+    return next(n for n in report["notes"] if "call sites:" in n)
+
+
+@pytest.mark.parametrize(
+    "change, steps",
+    [
+        (_step_ranges, "12 steps from NVTX step ranges"),
+        (_syncs, "9 steps from cudaDeviceSynchronize (8 calls)"),
+        (_epoch, "iterations from the repeating launch pattern"),
+        (_calls_twice, "iterations from the repeating launch pattern"),
+    ],
+    ids=["nvtx-steps", "syncs", "epoch-ns", "calls-twice"],
+)
+def test_real_capture_variants_in_pieces_are_the_in_memory_bytes(tmp_path, change, steps):
+    memory, pieces = _both(_variant(tmp_path, change), tmp_path)
+    assert pieces["pieces"]["count"] >= 14
+    note = _sites_note(memory)
+    assert note.startswith(steps) or steps in note
+    assert "launch_op from NVTX range for 3577 of 3587 kernels" in note
+    _same_report(memory, pieces)
+
+
+def test_launches_on_two_threads_keep_their_thread_in_the_call_site(tmp_path):
+    """Ops launched from two threads (the main and the autograd thread) get '@t{n}' in every piece, numbered by
+    the threads' first launch over the whole trace."""
+    import pyarrow.parquet as pq
+
+    memory, pieces = _both(_variant(tmp_path, _step_ranges), tmp_path, rows=100)
+    sites = pq.read_table(tmp_path / "pieces" / "kernels.parquet", columns=["call_site"]).column(0).to_pylist()
+    assert any("@t0" in s for s in sites) and any("@t1" in s for s in sites)
+
+
+def test_ranges_that_record_shapes_are_ingested_in_memory(tmp_path):
+    """emit_nvtx(record_shapes=True) ranges: the shape features are made in memory (said in the log), same files."""
+
+    def shapes(con, lo, hi, threads):
+        con.execute(
+            "UPDATE NVTX_EVENTS SET text = text || ', sizes = [[3, 4], [4]]' WHERE rowid % 7 = 0 AND text LIKE 'aten::%'"
+        )
+
+    memory, pieces = _both(_variant(tmp_path, shapes), tmp_path)
+    assert "pieces" not in pieces
+    pieces = {k: v for k, v in pieces.items() if k != "seconds"}
+    memory.pop("seconds")
+    assert pieces == memory
+
+
+def test_scratch_database_is_removed(tmp_path):
+    """The scratch database and the copy buckets live in a temporary folder inside the output, removed after."""
+    _both(_variant(tmp_path, _syncs), tmp_path)
+    left = sorted(p.name for p in (tmp_path / "pieces").iterdir())
+    assert left == ["ingest.json", "kernels.parquet", "memcpy.parquet"]
+    assert json.loads((tmp_path / "pieces" / "ingest.json").read_text())["pieces"]["count"] >= 14
