@@ -104,6 +104,7 @@ def copy_calls(con: sqlite3.Connection, head: nsys.ExportHead) -> None:
         f' {_f64("start")}, coalesce({tid}, -1) FROM x."{nsys.RUNTIME_TABLE}"'
         f" WHERE start IS NOT NULL AND {_f64('correlationId')} >= 0 ORDER BY 1, 2, rowid"
     )
+    con.execute("CREATE INDEX calls_by_thread ON calls (tid, ts)")
 
 
 def _launch_select(head: nsys.ExportHead, table: str, kind: int, extra: list[str]) -> str:
@@ -260,53 +261,53 @@ def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> 
 
 class _Ops:
     """The NVTX push/pop ranges that are not step ranges, in (thread, start, longest first, rowid) order, read as
-    the sweep needs them; op names as the reader gives them (emit_nvtx's suffix removed)."""
+    the sweep needs them: (thread, start, end, rowid, op code) with the op named as the reader names it
+    (emit_nvtx's suffix removed, shapes.NVTX_SUFFIX)."""
 
     def __init__(self, con: sqlite3.Connection, head: nsys.ExportHead, codes: dict):
-        from gpuvar.ingest.shapes import nvtx_op_and_dims
-
-        self._split = nvtx_op_and_dims
         self.codes = codes  # op name -> code (None -> -1)
         self._chunks = iter(())
         if _has_nvtx(head):
             text, join = _nvtx_text(head)
+            maybe_step = f"({text} LIKE '%step%' OR {text} LIKE '%iter%')"  # (the step regex only on these)
             self._chunks = _rows(
                 con,
-                f"SELECT n.rowid, coalesce({_f64('n.globalTid')}, -1) AS th, {_f64('n.start')} AS s,"
-                f' {_f64("n.end")} AS e, {text} FROM x."{nsys.NVTX_TABLE}" n {join}'
+                f"SELECT coalesce({_f64('n.globalTid')}, -1) AS th, {_f64('n.start')} AS s, {_f64('n.end')} AS e,"
+                f' n.rowid, {text}, {maybe_step} FROM x."{nsys.NVTX_TABLE}" n {join}'
                 f" WHERE n.eventType = {NVTX_PUSHPOP} AND n.start IS NOT NULL AND n.end IS NOT NULL"
+                # a range around no API call on its thread is no launch's op: most emit_nvtx ranges (views,
+                # allocations) are left in SQLite, through the index on the calls' (thread, time)
+                f" AND EXISTS (SELECT 1 FROM calls c WHERE c.tid = coalesce({_f64('n.globalTid')}, -1)"
+                f" AND c.ts BETWEEN {_f64('n.start')} AND {_f64('n.end')})"
                 " ORDER BY th, s, e DESC, n.rowid",
             )
         self.rows: list = []
         self.at = 0
-        self._load()
+        self.load()
 
-    def _load(self) -> None:
+    def load(self) -> bool:
+        """The next rows into self.rows (from self.at = 0); False at the end."""
+        from gpuvar.ingest.shapes import NVTX_SUFFIX
+
+        codes, strip = self.codes, NVTX_SUFFIX.sub
         for rows in self._chunks:
-            texts = np.array([r[4] for r in rows], dtype=object)
-            names, _ = self._split(texts)
             kept = []
-            for (rowid, thread, start, end, text), name in zip(rows, names):
-                if _step_number(NVTX_STEP, text) is not None:
+            for thread, start, end, rowid, text, maybe_step in rows:
+                if maybe_step and _step_number(NVTX_STEP, text) is not None:
                     continue  # a step range: not an op
-                code = self.codes.setdefault(name, len(self.codes) - 1) if name is not None else -1
+                if isinstance(text, str):
+                    name = strip("", text)
+                    code = codes.get(name)
+                    if code is None:
+                        code = codes[name] = len(codes) - 1
+                else:
+                    code = -1
                 kept.append((thread, start, end, rowid, code))
             if kept:
                 self.rows, self.at = kept, 0
-                return
+                return True
         self.rows, self.at = [], 0
-
-    def peek(self):
-        if self.at >= len(self.rows):
-            self._load()
-            if not self.rows:
-                return None
-        return self.rows[self.at]
-
-    def take(self):
-        row = self.peek()
-        self.at += 1
-        return row
+        return False
 
 
 @dataclass
@@ -380,6 +381,7 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     ops = _Ops(con, head, sweep.codes)
     stack: list = []
     current = None
+    instances, occurrences, positions = sweep.instances, sweep.occurrences, sweep.positions
     for rows in _rows(con, sql):
         cols = list(zip(*rows))
         kind = np.array(cols[0], np.int64)
@@ -403,54 +405,53 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
                 total[0] += value
                 total[1] += 1
         n = len(rows)
-        op_row = np.full(n, -1, np.int64)
-        op_code = np.full(n, -1, np.int64)
-        thread_code = np.full(n, -1, np.int64)
-        occurrence = np.full(n, MISSING, np.int64)
-        index = np.full(n, MISSING, np.int64)
-        hc_l, ot_l, th_l, step_l, kind_l = hc.tolist(), ot.tolist(), th.tolist(), step.tolist(), kind.tolist()
-        for i in range(n):
-            t, thread = ot_l[i], th_l[i]
+        op_row, op_code, thread_code = [-1] * n, [-1] * n, [-1] * n
+        occurrence, index = [MISSING] * n, [MISSING] * n
+        for i, (has_call, t, thread, s, copy) in enumerate(
+            zip(cols[4], ot.tolist(), th.tolist(), step.tolist(), cols[0])
+        ):
             if thread != current:  # a thread's ranges and op instances are its own
                 current, stack = thread, []
-                sweep.instances.clear()
-                while (op := ops.peek()) is not None and op[0] < thread:
-                    ops.take()
-            code = sweep.threads.setdefault(thread, len(sweep.threads)) if hc_l[i] and thread != -1 else -1
-            thread_code[i] = code
-            if not hc_l[i]:
+                instances.clear()
+                while (ops.at < len(ops.rows) or ops.load()) and ops.rows[ops.at][0] < thread:
+                    ops.at += 1
+            if not has_call:
                 top = None
             else:
-                while (op := ops.peek()) is not None and op[0] == thread and op[1] <= t:
-                    stack.append(ops.take())
-                while stack and stack[-1][2] < t:
+                code = sweep.threads.setdefault(thread, len(sweep.threads)) if thread != -1 else -1
+                thread_code[i] = code
+                while stack and stack[-1][2] < t:  # ended ranges leave first: the stack holds open ones only
                     stack.pop()
+                while (ops.at < len(ops.rows) or ops.load()) and (op := ops.rows[ops.at])[0] == thread and op[1] <= t:
+                    ops.at += 1
+                    if op[2] >= t:  # (one that ended already can be no later launch's op)
+                        stack.append(op)
                 top = stack[-1] if stack else None
             if top is not None:
                 op_row[i], op_code[i] = top[3], top[4]
-            if kind_l[i]:
-                continue
-            s = step_l[i]
-            if s == MISSING:
+            if copy or s == MISSING:
                 continue
             if top is not None:  # numbered by op: the instance's launches, the op's instances in the step
-                instance = sweep.instances.get(top[3])
+                instance = instances.get(top[3])
                 if instance is None:
                     key = (s, code, top[4])
-                    number = sweep.occurrences.get(key, 0)
-                    sweep.occurrences[key] = number + 1
-                    instance = sweep.instances[top[3]] = [0, number, top[2]]
+                    number = occurrences.get(key, 0)
+                    occurrences[key] = number + 1
+                    instance = instances[top[3]] = [0, number, top[2]]
                     sweep.op_threads.setdefault(top[4], set()).add(code)
                     sweep.first_launch.setdefault(code, (t, thread))
                 index[i], occurrence[i] = instance[0], instance[1]
                 instance[0] += 1
             elif mode != "iterations":  # the position among the step's launches without op on this thread
-                key = (s, code)
-                index[i] = sweep.positions.get(key, 0)
-                sweep.positions[key] = index[i] + 1
+                key = (s, thread_code[i])
+                index[i] = positions.get(key, 0)
+                positions[key] = index[i] + 1
+        op_row, op_code, thread_code = (np.array(v, np.int64) for v in (op_row, op_code, thread_code))
+        occurrence, index = np.array(occurrence, np.int64), np.array(index, np.int64)
         if it:
             index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
-        _prune(sweep, stack, ot_l[-1] if n else None)
+        if n and len(instances) >= FETCH_ROWS:
+            _prune(instances, stack, int(ot[-1]))
         k = np.flatnonzero(is_kernel)
         sweep.kernels += len(k)
         con.executemany(
@@ -477,12 +478,11 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     return sweep, names
 
 
-def _prune(sweep: _Sweep, stack: list, now: int | None) -> None:
+def _prune(instances: dict, stack: list, now: int) -> None:
     """Forget the op instances that ended before `now` and are not open: no later launch can be theirs."""
-    if now is None or len(sweep.instances) < FETCH_ROWS:
-        return
     open_ = {op[3] for op in stack}
-    sweep.instances = {k: v for k, v in sweep.instances.items() if v[2] >= now or k in open_}
+    for key in [k for k, v in instances.items() if v[2] < now and k not in open_]:
+        del instances[key]
 
 
 # --- the entry points -----------------------------------------------------------------------------------------
