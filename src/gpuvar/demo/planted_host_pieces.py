@@ -34,16 +34,16 @@ it under `torch.autograd.profiler.emit_nvtx()` (texts "aten::addmm, seq = 12, op
   * a CUDA-graph replay: one cudaGraphLaunch per iteration inside CUDAGraph::replay whose correlationId three
     kernels share (graph_gather/graph_norm/graph_scatter_kernel on stream 13, call_index 0..2);
   * a deep queue: stream 7 of device 0 has more work per iteration than the host takes to issue it, so its GPU
-    starts lag their calls by many iterations (QUEUE_LAG_NOTE) while stream 13's graph kernels and stream 51's
+    starts lag their calls by many iterations (~30 by the end of 60 loops) while stream 13's graph kernels and stream 51's
     copies start at once: kernel rows (GPU start order) differ from call order across streams. With
     steps="sync" the host waits in cudaDeviceSynchronize at the end of each iteration, so the queue drains there;
   * copies (CUPTI_ACTIVITY_KIND_MEMCPY) launched by cudaMemcpyAsync inside aten::copy_: host-to-device on stream
     51 while the backward runs, device-to-host on stream 7 (queued) at the end of the iteration;
   * kernel name drift: the forward GEMM is gemm_tile64_kernel or gemm_tile128_kernel by the iteration's size, so
     the iterations are still found from the repeating pattern (steps="none");
-  * rows the reader drops: nll_loss_scale_kernel of iterations 5 and 9 ends before it starts, that of iteration
-    13 has a NULL end; the first bias_act_kernel row of iteration 4 is stored twice (an exact duplicate: it gets
-    'aten::linear#0.1');
+  * rows the reader drops: the second multi_tensor_apply_kernel (aten::_foreach_add_'s call_index 1) of
+    iterations 5 and 9 ends before it starts, that of iteration 13 has a NULL end; the first bias_act_kernel row of
+    iteration 4 is stored twice (an exact duplicate: it gets 'aten::linear#0.1');
   * non-launching API calls (cudaStreamIsCapturing, cudaEventRecord) with correlation ids of their own.
 Steps (the `steps` argument): "nvtx": a pushpop range "step N" on A's main thread encloses iteration N's calls of
 both processes (B's iteration runs within A's: the in-memory ingest judges a step by the call's time alone);
@@ -53,10 +53,12 @@ the steps come from the repeating launch pattern of each (process, device).
 Rows are stored as nsys writes them: kernels and copies in GPU start order; CUDA API calls in per-thread buffers
 flushed in blocks of RUNTIME_BLOCK (each thread's rows in start order, the table as a whole not); NVTX events in
 start order (at an equal start the shorter range first, so a child precedes its parent). The kernel and memcpy
-tables are declared without NOT NULL, so that the dropped rows can be written. Same seed, same bytes.
+tables are declared without NOT NULL, so that the dropped rows can be written. Same seed, same bytes. At the
+default 60 loops: 2,341 kernel rows, 120 copies, ~2,460 API calls, ~3,400 NVTX events.
 
 `write_scaled_host_export` writes a big, regular export of the same kind (two threads, emit_nvtx ranges, copies,
-the pattern of steps="none") fast enough for tens of millions of launches, for timing and memory measurements.
+the pattern of steps="none") fast enough for tens of millions of launches, for timing and memory measurements
+(2 M launches in ~14 s on the 2-core development machine, linear in the count).
 """
 
 from __future__ import annotations
