@@ -4,7 +4,8 @@ one sweep in call order, whichever way the trace marks its steps.
 
 The real 2-GPU capture (emit_nvtx ranges, two launching threads per process, steps from the launch pattern) is
 changed the ways a real capture differs: NVTX step ranges (on two threads), cudaDeviceSynchronize calls, epoch
-nanosecond times, a call recorded twice, and NVTX ranges that record input shapes (left to the in-memory path)."""
+nanosecond times, a call recorded twice, NVTX ranges that record input shapes; the planted export
+(gpuvar.demo.planted_host_pieces) holds the host-side traps in each way of marking steps."""
 
 from __future__ import annotations
 
@@ -131,19 +132,35 @@ def test_launches_on_two_threads_keep_their_thread_in_the_call_site(tmp_path):
     assert any("@t0" in s for s in sites) and any("@t1" in s for s in sites)
 
 
-def test_ranges_that_record_shapes_are_ingested_in_memory(tmp_path):
-    """emit_nvtx(record_shapes=True) ranges: the shape features are made in memory (said in the log), same files."""
+def test_ranges_that_record_shapes_give_the_size_features_in_pieces(tmp_path):
+    """emit_nvtx(record_shapes=True) ranges: each launch's op's size features (op_numel, op_m, ...) are found in the
+    sweep and written piece by piece, the in-memory bytes."""
+    import pyarrow.parquet as pq
 
     def shapes(con, lo, hi, threads):
         con.execute(
-            "UPDATE NVTX_EVENTS SET text = text || ', sizes = [[3, 4], [4]]' WHERE rowid % 7 = 0 AND text LIKE 'aten::%'"
+            "UPDATE NVTX_EVENTS SET text = text || ', sizes = [[64, 128], [128, 32]]'"
+            " WHERE rowid % 7 = 0 AND text LIKE 'aten::%'"
         )
 
     memory, pieces = _both(_variant(tmp_path, shapes), tmp_path)
-    assert "pieces" not in pieces
-    pieces = {k: v for k, v in pieces.items() if k != "seconds"}
-    memory.pop("seconds")
-    assert pieces == memory
+    _same_report(memory, pieces)
+    numel = pq.read_table(tmp_path / "pieces" / "kernels.parquet", columns=["op_numel"]).column(0)
+    assert 0 < numel.null_count < len(numel)
+
+
+@pytest.mark.parametrize("steps", ["nvtx", "sync", "none"])
+@pytest.mark.parametrize("rows", [40, 300])
+def test_planted_host_export_in_pieces_is_the_in_memory_bytes(tmp_path, steps, rows):
+    """The planted export with every host-side trap (gpuvar.demo.planted_host_pieces: two launching threads, nested
+    and equal-start ranges, a graph launch, a deep queue, launches without call or op, recorded shapes), in each
+    way of marking steps."""
+    from gpuvar.demo.planted_host_pieces import write_planted_host_export
+
+    source = write_planted_host_export(tmp_path / f"{steps}.sqlite", loops=60, seed=1, steps=steps)
+    memory, pieces = _both(source, tmp_path, rows=rows)
+    assert pieces["pieces"]["count"] >= (40 if rows == 40 else 6)
+    _same_report(memory, pieces)
 
 
 def test_scratch_database_is_removed(tmp_path):

@@ -22,13 +22,15 @@ The passes, each a query of the export, attached read-only to a scratch database
 Times, thread ids and correlation ids are taken through float64 as host_timeline.ints takes them
 (CAST(CAST(x AS REAL) AS INTEGER)): epoch nanoseconds beyond 2**53 round there, and the order must be the same.
 
-Left to the in-memory path (NotInPieces): NVTX ranges that record input shapes (emit_nvtx(record_shapes=True):
-the shape features are built per op in memory), and step ranges none of whose launches fall in a step (then the
-syncs or the launch pattern decide, which the sweep does not redo).
+Ranges that record input shapes (emit_nvtx(record_shapes=True)) give each launch its op's size features
+(gpuvar.ingest.shapes) in the sweep, kept in the scratch table kshapes. Left to the in-memory path (NotInPieces):
+step ranges none of whose launches fall in a step (then the syncs or the launch pattern decide, which the sweep
+does not redo), and a sweep that places another number of kernels than the plan keeps.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,7 @@ import pyarrow as pa
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_STEP, SYNC_NAME, _step_number
 from gpuvar.ingest.nsys_plan import NotInPieces, Plan, kept_kernels_sql
+from gpuvar.ingest.shapes import SIZE_COLUMNS
 
 FETCH_ROWS = 1 << 16
 _PID = "16777215"  # nsys.PID_MASK
@@ -61,6 +64,7 @@ class HostFacts:
     prefix: str  # call-site prefix of a launch without op: 'step#' or 'iter#'
     step_base: int = 0  # subtracted from every step (cudaDeviceSynchronize segments are numbered from the first)
     step_threads: dict = field(default_factory=dict)  # step -> (threads summed, launches with a value)
+    shape_columns: tuple = ()  # the launching op's size features written (shapes.SIZE_COLUMNS order)
 
 
 def open_scratch(export: Path, folder: Path) -> sqlite3.Connection:
@@ -181,24 +185,6 @@ def syncs(con: sqlite3.Connection, head: nsys.ExportHead) -> pd.DataFrame | None
     return pd.DataFrame({"start": _column([r[0] for r in rows]), "end": _column([r[1] for r in rows])})
 
 
-def records_shapes(con: sqlite3.Connection, head: nsys.ExportHead) -> bool:
-    """Whether an NVTX push/pop range records input shapes (emit_nvtx(record_shapes=True))."""
-    from gpuvar.ingest.shapes import nvtx_op_and_dims
-
-    if not _has_nvtx(head):
-        return False
-    text, join = _nvtx_text(head)
-    sql = (
-        f'SELECT {text} FROM x."{nsys.NVTX_TABLE}" n {join} WHERE n.eventType = {NVTX_PUSHPOP}'
-        f" AND n.start IS NOT NULL AND n.end IS NOT NULL AND {text} LIKE '%sizes%'"
-    )
-    for rows in _rows(con, sql):
-        _, dims = nvtx_op_and_dims(np.array([r[0] for r in rows], dtype=object))
-        if any(d is not None for d in dims):
-            return True
-    return False
-
-
 # --- 3. iterations of the launch pattern, in call order -----------------------------------------------------
 
 
@@ -266,10 +252,13 @@ class _Ops:
 
     def __init__(self, con: sqlite3.Connection, head: nsys.ExportHead, codes: dict):
         self.codes = codes  # op name -> code (None -> -1)
+        self.shapes: dict = {}  # (op name, dims text) -> size features
+        self.recorded = False  # a range recorded input shapes
         self._chunks = iter(())
         if _has_nvtx(head):
             text, join = _nvtx_text(head)
             maybe_step = f"({text} LIKE '%step%' OR {text} LIKE '%iter%')"  # (the step regex only on these)
+            maybe_step += f", {text} LIKE '%sizes%'"  # (and the shapes parser)
             self._chunks = _rows(
                 con,
                 f"SELECT coalesce({_f64('n.globalTid')}, -1) AS th, {_f64('n.start')} AS s, {_f64('n.end')} AS e,"
@@ -285,6 +274,20 @@ class _Ops:
         self.at = 0
         self.load()
 
+    def _shape(self, text) -> tuple | None:
+        """The size features (shapes.SIZE_COLUMNS) of a range that records its input shapes, None otherwise."""
+        from gpuvar.ingest.shapes import nvtx_op_and_dims, op_shape_features
+
+        names, dims = nvtx_op_and_dims(np.array([text], dtype=object))
+        if dims[0] is None:
+            return None
+        self.recorded = True
+        key = (names[0], dims[0])
+        if key not in self.shapes:
+            features = op_shape_features(names, dims)
+            self.shapes[key] = tuple(float(v[0]) for v in features.values())
+        return self.shapes[key]
+
     def load(self) -> bool:
         """The next rows into self.rows (from self.at = 0); False at the end."""
         from gpuvar.ingest.shapes import NVTX_SUFFIX
@@ -292,7 +295,7 @@ class _Ops:
         codes, strip = self.codes, NVTX_SUFFIX.sub
         for rows in self._chunks:
             kept = []
-            for thread, start, end, rowid, text, maybe_step in rows:
+            for thread, start, end, rowid, text, maybe_step, maybe_sizes in rows:
                 if maybe_step and _step_number(NVTX_STEP, text) is not None:
                     continue  # a step range: not an op
                 if isinstance(text, str):
@@ -302,7 +305,7 @@ class _Ops:
                         code = codes[name] = len(codes) - 1
                 else:
                     code = -1
-                kept.append((thread, start, end, rowid, code))
+                kept.append((thread, start, end, rowid, code, self._shape(text) if maybe_sizes else None))
             if kept:
                 self.rows, self.at = kept, 0
                 return True
@@ -324,6 +327,7 @@ class _Sweep:
     occurrences: dict = field(default_factory=dict)  # (step, thread, op code) -> instances numbered
     positions: dict = field(default_factory=dict)  # (step, thread) -> launches without op numbered
     step_threads: dict = field(default_factory=dict)
+    shape_columns: set = field(default_factory=set)  # shapes.SIZE_COLUMNS with a value for some launch
     steps_seen: set = field(default_factory=set)
     kernels: int = 0
     lowest_step: int | None = None
@@ -378,6 +382,7 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
         " occurrence INTEGER, idx INTEGER, thread INTEGER)"
     )
     con.execute("CREATE TABLE mfacts (rowid INTEGER PRIMARY KEY, op INTEGER, step INTEGER)")
+    con.execute(f"CREATE TABLE kshapes (rowid INTEGER PRIMARY KEY, {', '.join(f'{c} REAL' for c in SIZE_COLUMNS)})")
     ops = _Ops(con, head, sweep.codes)
     stack: list = []
     current = None
@@ -405,7 +410,7 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
                 total[0] += value
                 total[1] += 1
         n = len(rows)
-        op_row, op_code, thread_code = [-1] * n, [-1] * n, [-1] * n
+        op_row, op_code, thread_code, shape = [-1] * n, [-1] * n, [-1] * n, [None] * n
         occurrence, index = [MISSING] * n, [MISSING] * n
         for i, (has_call, t, thread, s, copy) in enumerate(
             zip(cols[4], ot.tolist(), th.tolist(), step.tolist(), cols[0])
@@ -429,6 +434,8 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
                 top = stack[-1] if stack else None
             if top is not None:
                 op_row[i], op_code[i] = top[3], top[4]
+                if not copy:
+                    shape[i] = top[5]
             if copy or s == MISSING:
                 continue
             if top is not None:  # numbered by op: the instance's launches, the op's instances in the step
@@ -466,6 +473,12 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
                 thread_code[k].tolist(),
             ),
         )
+        with_shape = [(r, *f) for r, f in zip(rid.tolist(), shape) if f is not None]
+        if with_shape:
+            con.executemany(f"INSERT INTO kshapes VALUES (?{', ?' * len(SIZE_COLUMNS)})", with_shape)
+            for j, name in enumerate(SIZE_COLUMNS):
+                if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
+                    sweep.shape_columns.add(name)
         m = np.flatnonzero(~is_kernel)
         if len(m):
             con.executemany(
@@ -513,6 +526,25 @@ class Scratch:
         names = ("rowid", "op", "has_op", "step", "occurrence", "index", "thread")
         return {name: np.array([r[j] for r in rows], np.int64) for j, name in enumerate(names)}
 
+    def kernel_shapes(self, rowids: np.ndarray) -> dict[str, np.ndarray]:
+        """The launching op's size features of these kernels (rowids in order), NaN where none; {} where no range
+        recorded shapes."""
+        columns = self.facts.shape_columns
+        if not columns:
+            return {}
+        values = {c: np.full(len(rowids), np.nan) for c in columns}
+        if len(rowids):
+            rows = self.con.execute(
+                f"SELECT rowid, {', '.join(columns)} FROM kshapes WHERE rowid >= ? AND rowid <= ? ORDER BY rowid",
+                (int(rowids[0]), int(rowids[-1])),
+            ).fetchall()
+            if rows:
+                have = np.array([r[0] for r in rows], np.int64)
+                at = np.searchsorted(rowids, have)
+                for j, c in enumerate(columns):
+                    values[c][at] = np.array([np.nan if r[1 + j] is None else r[1 + j] for r in rows], np.float64)
+        return values
+
     def copy_facts(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(op code, step) of the copies with these rowids (rowids of one range, in order)."""
         if not len(rowids):
@@ -534,8 +566,6 @@ class Scratch:
 def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan) -> HostFacts:
     """Passes 1-4 (module docstring) into the scratch database; NotInPieces where the export is left to memory."""
     con = scratch.con
-    if records_shapes(con, head):
-        raise NotInPieces("its NVTX ranges record input shapes (emit_nvtx(record_shapes=True))")
     copy_calls(con, head)
     steps = step_ranges(con, head)
     sync_frame = syncs(con, head)
@@ -562,6 +592,13 @@ def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan) -> HostFacts
     multi = {code for code, threads in sweep.op_threads.items() if len(threads) > 1}
     totals = {step - base: (value[0], value[1]) for step, value in sweep.step_threads.items()}
     scratch.facts = HostFacts(
-        op_names=names, ordinal=ordinal, multi=multi, how=how, prefix=prefix, step_base=base, step_threads=totals
+        op_names=names,
+        ordinal=ordinal,
+        multi=multi,
+        how=how,
+        prefix=prefix,
+        step_base=base,
+        step_threads=totals,
+        shape_columns=tuple(c for c in SIZE_COLUMNS if c in sweep.shape_columns),
     )
     return scratch.facts

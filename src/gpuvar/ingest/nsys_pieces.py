@@ -6,11 +6,11 @@ pieces of about PieceSettings.rows kernel rows: memory follows the piece and the
 and the files are the bytes the in-memory path writes (tests/test_nsys_pieces.py compares them file by file).
 
 Which exports (`plan_reason`): a rowid span above PieceSettings.above kernel rows, with kernel rows stored in start
-order (nsys
-writes them so; checked while reading: otherwise the in-memory path), and without a host timeline: an export with
-CUDA API calls (CUPTI_ACTIVITY_KIND_RUNTIME) places each launch by joining its call, its NVTX range and its step,
-which gpuvar.ingest.call_sites does over the whole trace, so such an export is ingested in memory. Copies may be
-stored in any order.
+order (nsys writes them so; checked while reading: otherwise the in-memory path). Copies may be stored in any order.
+An export with CUDA API calls (CUPTI_ACTIVITY_KIND_RUNTIME) places each launch by its call, its NVTX range and its
+step: gpuvar.ingest.nsys_host_facts does that over the whole trace in one sweep in call order, before pass 2, and
+pass 3 reads each piece's facts (the raw Parquet of `gpuvar read` holds no such export in pieces: `gpuvar
+normalize` takes it in memory).
 
 Three passes over the export (gpuvar.ingest.nsys_sources: the SQLite file through connectorx for `gpuvar ingest`,
 or the raw Parquet of `gpuvar read` for `gpuvar normalize`, the workflow's two steps), each in runs of rows:
@@ -326,6 +326,8 @@ def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, c
         if not np.array_equal(facts["rowid"], rowids):
             raise RuntimeError(f"piece {k}: the launch facts do not cover its {n} kernels")
         kernels = add_sites_from_facts(kernels, facts, state.host.facts, state.summary)
+        for name, values in state.host.kernel_shapes(rowids).items():
+            kernels = set_columns(kernels, {name: pa.array(values, type=pa.float64(), from_pandas=True)})
     else:
         kernels, _ = add_call_sites(
             None, part, kernels, None, host=None, iterations=_iterations_of(plan, state, kernels), summary=state.summary
