@@ -169,3 +169,32 @@ def test_scratch_database_is_removed(tmp_path):
     left = sorted(p.name for p in (tmp_path / "pieces").iterdir())
     assert left == ["ingest.json", "kernels.parquet", "memcpy.parquet"]
     assert json.loads((tmp_path / "pieces" / "ingest.json").read_text())["pieces"]["count"] >= 14
+
+
+@pytest.mark.parametrize("steps", ["sync", "none"])
+def test_workflow_read_and_normalize_in_pieces_are_the_ingest_bytes(tmp_path, steps):
+    """The workflow's two steps on an export with launch calls: `gpuvar read` copies the tables range by range and
+    stores the launches' facts beside them (raw.json host_facts); `gpuvar normalize` takes the pieces with those
+    facts. Both, and the raw tables normalized whole, write what one in-memory ingest writes."""
+    from gpuvar.demo.planted_host_pieces import write_planted_host_export
+    from gpuvar.ingest import normalize_folder
+    from gpuvar.ingest.nsys_sources import write_raw_in_ranges
+
+    source = write_planted_host_export(tmp_path / f"{steps}.sqlite", loops=40, seed=2, steps=steps)
+    ingest(source, tmp_path / "memory", pieces=IN_MEMORY)
+    write_raw_in_ranges(source, tmp_path / "raw", True, 100)
+    manifest = json.loads((tmp_path / "raw" / "raw.json").read_text())
+    assert set(manifest["host_facts"]) == {"kernels", "copies", "summary"}
+    assert "cupti_activity_kind_runtime" in manifest["tables"] and "nvtx_events" in manifest["tables"]
+    pieces = normalize_folder(tmp_path / "raw", tmp_path / "pieces", pieces=PieceSettings(above=0, rows=60))
+    whole = normalize_folder(tmp_path / "raw", tmp_path / "whole", pieces=IN_MEMORY)
+    assert pieces["pieces"]["count"] >= 20 and "pieces" not in whole
+    for name in ("kernels.parquet", "memcpy.parquet"):
+        expected = (tmp_path / "memory" / name).read_bytes()
+        assert (tmp_path / "pieces" / name).read_bytes() == expected, name
+        assert (tmp_path / "whole" / name).read_bytes() == expected, name
+    memory = json.loads((tmp_path / "memory" / "ingest.json").read_text())
+    for report in (memory, pieces, whole):
+        report.pop("seconds")
+        report.pop("pieces", None)
+    assert pieces == whole == memory

@@ -41,10 +41,13 @@ import pyarrow as pa
 
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_STEP, SYNC_NAME, _step_number
-from gpuvar.ingest.nsys_plan import NotInPieces, Plan, kept_kernels_sql
+from gpuvar.ingest.nsys_plan import NotInPieces, Plan, exact_ints, kept_kernels_sql, kept_rows
+from gpuvar.ingest.nsys_sources import ROWID
 from gpuvar.ingest.shapes import SIZE_COLUMNS
 
 FETCH_ROWS = 1 << 16
+COPY_FACTS = ("__gpuvar_launch_op", "__gpuvar_step")  # a copy chunk's facts, appended to it (attach)
+KERNEL_FACTS_FILE, COPY_FACTS_FILE = "host_kernel_facts.parquet", "host_copy_facts.parquet"  # gpuvar read's
 _PID = "16777215"  # nsys.PID_MASK
 
 
@@ -79,6 +82,17 @@ def open_scratch(export: Path, folder: Path) -> sqlite3.Connection:
     return con
 
 
+def _rid(con: sqlite3.Connection, table: str) -> str:
+    """The name that selects the export table's real rowid (nsys_sqlite.rowid_name, on the attached export)."""
+    from gpuvar.ingest.nsys_sqlite import ROWID_ALIASES
+
+    columns = {r[1].lower() for r in con.execute(f'PRAGMA x.table_info("{table}")')}
+    alias = next((a for a in ROWID_ALIASES if a not in columns), None)
+    if alias is None:
+        raise NotInPieces(f"{table} has no rowid that a column does not shadow")
+    return alias
+
+
 def _rows(con: sqlite3.Connection, sql: str, params=()):
     """The rows of a query in lists of up to FETCH_ROWS tuples."""
     cursor = con.execute(sql, params)
@@ -106,12 +120,12 @@ def copy_calls(con: sqlite3.Connection, head: nsys.ExportHead) -> None:
     con.execute(
         f"INSERT OR IGNORE INTO calls SELECT coalesce(({tid} >> 24) & {_PID}, {_PID}), {_f64('correlationId')},"
         f' {_f64("start")}, coalesce({tid}, -1) FROM x."{nsys.RUNTIME_TABLE}"'
-        f" WHERE start IS NOT NULL AND {_f64('correlationId')} >= 0 ORDER BY 1, 2, rowid"
+        f" WHERE start IS NOT NULL AND {_f64('correlationId')} >= 0 ORDER BY 1, 2, {_rid(con, nsys.RUNTIME_TABLE)}"
     )
     con.execute("CREATE INDEX calls_by_thread ON calls (tid, ts)")
 
 
-def _launch_select(head: nsys.ExportHead, table: str, kind: int, extra: list[str]) -> str:
+def _launch_select(con, head: nsys.ExportHead, table: str, kind: int, extra: list[str]) -> str:
     """One table's launches (those the reader keeps) with their call: kind, rowid, GPU start, correlation id (-1
     for none), whether a call was found, call time (else GPU start), thread (-1 for none), extra columns."""
     columns = head.k_cols if table == nsys.KERNEL_TABLE else head.m_cols
@@ -120,7 +134,7 @@ def _launch_select(head: nsys.ExportHead, table: str, kind: int, extra: list[str
     join = f"LEFT JOIN calls c ON c.pid = {pid} AND c.corr = {corr} AND {corr} >= 0"
     gs = _f64("t.start")
     return (
-        f"SELECT {kind} AS kind, t.rowid AS rid, {gs} AS gs, {corr} AS corr, c.ts IS NOT NULL AS hc,"
+        f"SELECT {kind} AS kind, t.{_rid(con, table)} AS rid, {gs} AS gs, {corr} AS corr, c.ts IS NOT NULL AS hc,"
         f" coalesce(c.ts, {gs}) AS ot, coalesce(c.tid, -1) AS th{''.join(', ' + e for e in extra)}"
         f' FROM x."{table}" t {join} WHERE {kept_kernels_sql("t")}'
     )
@@ -150,7 +164,7 @@ def step_ranges(con: sqlite3.Connection, head: nsys.ExportHead) -> pd.DataFrame 
     sql = (
         f'SELECT {_f64("n.start")}, {_f64("n.end")}, {text} FROM x."{nsys.NVTX_TABLE}" n {join}'
         f" WHERE n.start IS NOT NULL AND n.end IS NOT NULL AND n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND})"
-        f" AND ({text} LIKE '%step%' OR {text} LIKE '%iter%') ORDER BY n.rowid"
+        f" AND ({text} LIKE '%step%' OR {text} LIKE '%iter%') ORDER BY n.{_rid(con, nsys.NVTX_TABLE)}"
     )
     found = []
     for rows in _rows(con, sql):
@@ -200,7 +214,9 @@ def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> 
     cols = head.k_cols
     pid = f"coalesce(({_f64('t.globalPid')} >> 24) & {_PID}, -1)" if "globalPid" in cols else "-1"
     device = "coalesce(t.deviceId, -1)" if "deviceId" in cols else "-1"
-    select = _launch_select(head, nsys.KERNEL_TABLE, 0, [f"{pid} AS pid", f"{device} AS dev", f"t.{name_col} AS nm"])
+    select = _launch_select(
+        con, head, nsys.KERNEL_TABLE, 0, [f"{pid} AS pid", f"{device} AS dev", f"t.{name_col} AS nm"]
+    )
     # launch_id is the rank by (GPU start, correlation id, row): call_sites._sequence_order's second key
     sql = f"SELECT rid, pid, dev, nm FROM ({select}) ORDER BY pid, dev, ot, gs, corr, rid"
     names = Names(head.raw.tables.get(nsys.RAW_STRINGS))
@@ -257,18 +273,19 @@ class _Ops:
         self._chunks = iter(())
         if _has_nvtx(head):
             text, join = _nvtx_text(head)
+            rid = _rid(con, nsys.NVTX_TABLE)
             maybe_step = f"({text} LIKE '%step%' OR {text} LIKE '%iter%')"  # (the step regex only on these)
             maybe_step += f", {text} LIKE '%sizes%'"  # (and the shapes parser)
             self._chunks = _rows(
                 con,
                 f"SELECT coalesce({_f64('n.globalTid')}, -1) AS th, {_f64('n.start')} AS s, {_f64('n.end')} AS e,"
-                f' n.rowid, {text}, {maybe_step} FROM x."{nsys.NVTX_TABLE}" n {join}'
+                f' n.{rid}, {text}, {maybe_step} FROM x."{nsys.NVTX_TABLE}" n {join}'
                 f" WHERE n.eventType = {NVTX_PUSHPOP} AND n.start IS NOT NULL AND n.end IS NOT NULL"
                 # a range around no API call on its thread is no launch's op: most emit_nvtx ranges (views,
                 # allocations) are left in SQLite, through the index on the calls' (thread, time)
                 f" AND EXISTS (SELECT 1 FROM calls c WHERE c.tid = coalesce({_f64('n.globalTid')}, -1)"
                 f" AND c.ts BETWEEN {_f64('n.start')} AND {_f64('n.end')})"
-                " ORDER BY th, s, e DESC, n.rowid",
+                f" ORDER BY th, s, e DESC, n.{rid}",
             )
         self.rows: list = []
         self.at = 0
@@ -366,14 +383,16 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     launch = [c for c in LAUNCH_COLUMNS if c in head.k_cols]
     it = mode == "iterations"
     k_extra = [f"t.{c} AS {c}" for c in launch] + (["i.step AS its", "i.position AS itp"] if it else [])
-    kernels = _launch_select(head, nsys.KERNEL_TABLE, 0, k_extra)
+    kernels = _launch_select(con, head, nsys.KERNEL_TABLE, 0, k_extra)
     if it:
-        kernels = kernels.replace(" WHERE ", " LEFT JOIN iters i ON i.rowid = t.rowid WHERE ", 1)
+        kernels = kernels.replace(
+            " WHERE ", f" LEFT JOIN iters i ON i.rowid = t.{_rid(con, nsys.KERNEL_TABLE)} WHERE ", 1
+        )
     parts = [kernels]
     if head.m_cols is not None:
         parts.append(
             _launch_select(
-                head, nsys.MEMCPY_TABLE, 1, [f"NULL AS {c}" for c in launch + (["its", "itp"] if it else [])]
+                con, head, nsys.MEMCPY_TABLE, 1, [f"NULL AS {c}" for c in launch + (["its", "itp"] if it else [])]
             )
         )
     sql = " UNION ALL ".join(parts) + " ORDER BY th, ot, corr, kind, rid"
@@ -516,6 +535,18 @@ class Scratch:
     def close(self) -> None:
         self.con.close()
 
+    def piece_facts(self, piece, rowids: np.ndarray, starts: np.ndarray) -> tuple[dict, dict]:
+        """(facts, size features) of a piece's kept kernels (their rowids and GPU starts, in order)."""
+        facts = self.kernel_facts(piece.lo, piece.hi)
+        if not np.array_equal(facts["rowid"], rowids):
+            raise RuntimeError(f"the launch facts do not cover the {len(rowids)} kernels of rowids {piece.lo}..")
+        return facts, self.kernel_shapes(rowids)
+
+    def attach(self, chunk: pa.Table) -> pa.Table:
+        """A copy chunk (rowid first) with the copies' op code and step appended (COPY_FACTS columns)."""
+        op, step = self.copy_facts(exact_ints(chunk.column(ROWID)))
+        return chunk.append_column(COPY_FACTS[0], pa.array(op)).append_column(COPY_FACTS[1], pa.array(step))
+
     def kernel_facts(self, lo: int, hi: int | None) -> dict[str, np.ndarray]:
         """The facts of the kernels with lo <= rowid < hi, in rowid order."""
         where = "rowid >= ?" + (" AND rowid < ?" if hi is not None else "")
@@ -563,8 +594,9 @@ class Scratch:
         return op, step
 
 
-def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan) -> HostFacts:
-    """Passes 1-4 (module docstring) into the scratch database; NotInPieces where the export is left to memory."""
+def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan | None) -> HostFacts:
+    """Passes 1-4 (module docstring) into the scratch database; NotInPieces where the export is left to memory.
+    plan None: the kernels kept are counted by the one who reads the facts (ParquetFacts)."""
     con = scratch.con
     copy_calls(con, head)
     steps = step_ranges(con, head)
@@ -573,7 +605,7 @@ def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan) -> HostFacts
     note = iterations_in_call_order(con, head) if mode == "iterations" else None
     sweep, names = sweep_launches(con, head, mode, steps, sync_frame)
     con.commit()
-    kept = sum(p.kept for p in plan.pieces)
+    kept = sum(p.kept for p in plan.pieces) if plan is not None else sweep.kernels
     if sweep.kernels != kept:
         raise NotInPieces(f"the launch sweep placed {sweep.kernels} kernels where the plan keeps {kept}")
     base, prefix = 0, "step#"
@@ -602,3 +634,130 @@ def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan) -> HostFacts
         shape_columns=tuple(c for c in SIZE_COLUMNS if c in sweep.shape_columns),
     )
     return scratch.facts
+
+
+# --- the workflow's two steps: facts found by `gpuvar read`, read back by `gpuvar normalize` -------------------
+
+
+def facts_to_json(facts: HostFacts) -> dict:
+    return {
+        "op_names": facts.op_names,
+        "ordinal": [[code, number] for code, number in sorted(facts.ordinal.items())],
+        "multi": sorted(facts.multi),
+        "how": facts.how,
+        "prefix": facts.prefix,
+        "step_base": facts.step_base,
+        "step_threads": [[step, total, count] for step, (total, count) in sorted(facts.step_threads.items())],
+        "shape_columns": list(facts.shape_columns),
+    }
+
+
+def facts_from_json(entry: dict) -> HostFacts:
+    return HostFacts(
+        op_names=list(entry["op_names"]),
+        ordinal={int(code): int(number) for code, number in entry["ordinal"]},
+        multi={int(code) for code in entry["multi"]},
+        how=entry["how"],
+        prefix=entry["prefix"],
+        step_base=int(entry["step_base"]),
+        step_threads={int(step): (float(total), int(count)) for step, total, count in entry["step_threads"]},
+        shape_columns=tuple(entry["shape_columns"]),
+    )
+
+
+def export_facts(scratch: Scratch, head: nsys.ExportHead, folder: Path) -> dict:
+    """The kernels' and copies' facts into Parquet files of `folder` in rowid order (the order of the raw tables
+    `gpuvar read` writes), each with the launch's GPU start (to check the alignment); raw.json's host_facts entry."""
+    import pyarrow.parquet as pq
+
+    shapes = scratch.facts.shape_columns
+    kernel_cols = ["rowid", "start", "op", "has_op", "step", "occurrence", "idx", "thread", *shapes]
+    queries = {
+        KERNEL_FACTS_FILE: (
+            kernel_cols,
+            f"SELECT f.rowid, t.start, f.op, f.has_op, f.step, f.occurrence, f.idx, f.thread"
+            f'{"".join(", s." + c for c in shapes)} FROM kfacts f JOIN x."{nsys.KERNEL_TABLE}" t ON t.rowid = f.rowid'
+            f"{' LEFT JOIN kshapes s ON s.rowid = f.rowid' if shapes else ''} ORDER BY f.rowid",
+        ),
+        COPY_FACTS_FILE: (
+            ["rowid", "start", "op", "step"],
+            f'SELECT f.rowid, t.start, f.op, f.step FROM mfacts f JOIN x."{nsys.MEMCPY_TABLE}" t'
+            f" ON t.{_rid(scratch.con, nsys.MEMCPY_TABLE)} = f.rowid"
+            " ORDER BY f.rowid",
+        ),
+    }
+    for name, (columns, sql) in queries.items():
+        if name == COPY_FACTS_FILE and head.m_cols is None:
+            continue
+        types = [pa.float64() if c in shapes else pa.int64() for c in columns]
+        schema = pa.schema(list(zip(columns, types)))
+        with pq.ParquetWriter(folder / name, schema, compression="zstd") as writer:
+            for rows in _rows(scratch.con, sql):
+                values = list(zip(*rows))
+                writer.write_table(pa.table([pa.array(v, t) for v, t in zip(values, types)], schema=schema))
+    return {"kernels": KERNEL_FACTS_FILE, "copies": COPY_FACTS_FILE, "summary": facts_to_json(scratch.facts)}
+
+
+class ParquetFacts:
+    """The facts `gpuvar read` stored beside the raw tables, read in order as `gpuvar normalize` takes the pieces
+    (the facts cover the kept rows in rowid order, the raw tables' order)."""
+
+    def __init__(self, folder: Path, entry: dict):
+        import pyarrow.parquet as pq
+
+        self.facts = facts_from_json(entry["summary"])
+        self._kernels = _Sequential(pq.ParquetFile(Path(folder) / entry["kernels"]))
+        copies = Path(folder) / entry["copies"]
+        self._copies = _Sequential(pq.ParquetFile(copies)) if copies.exists() else None
+
+    def close(self) -> None:
+        pass
+
+    def piece_facts(self, piece, rowids: np.ndarray, starts: np.ndarray) -> tuple[dict, dict]:
+        part = self._kernels.take(len(rowids))
+        if not np.array_equal(part["start"], starts):
+            raise RuntimeError(f"the stored launch facts do not line up with the {len(rowids)} kernels of a piece")
+        names = {"op": "op", "has_op": "has_op", "step": "step", "occurrence": "occurrence", "idx": "index"}
+        facts = {target: part[source] for source, target in names.items()} | {"thread": part["thread"]}
+        return facts, {c: part[c] for c in self.facts.shape_columns}
+
+    def attach(self, chunk: pa.Table) -> pa.Table:
+        start, end = chunk.column("start"), chunk.column("end")
+        valid = ~(np.asarray(start.is_null()) | np.asarray(end.is_null()))
+        kept = kept_rows(exact_ints(start, 0), exact_ints(end, 0), valid)
+        part = self._copies.take(int(kept.sum()))
+        if not np.array_equal(part["start"], exact_ints(start, 0)[kept]):
+            raise RuntimeError("the stored copy facts do not line up with the copies")
+        op, step = np.full(len(kept), -1, np.int64), np.full(len(kept), MISSING, np.int64)
+        op[kept], step[kept] = part["op"], part["step"]
+        return chunk.append_column(COPY_FACTS[0], pa.array(op)).append_column(COPY_FACTS[1], pa.array(step))
+
+
+class _Sequential:
+    """A Parquet file's rows taken in order, n at a time, as numpy columns (nulls: MISSING for integers, NaN)."""
+
+    def __init__(self, file):
+        self._batches = file.iter_batches(batch_size=FETCH_ROWS)
+        self._buffer: pa.Table = file.schema_arrow.empty_table()
+
+    def take(self, n: int) -> dict[str, np.ndarray]:
+        parts, have = [self._buffer.slice(0, 0)], 0
+        while have < n:
+            if not self._buffer.num_rows:
+                batch = next(self._batches, None)
+                if batch is None:
+                    raise RuntimeError(f"the stored launch facts end {n - have} rows early")
+                self._buffer = pa.Table.from_batches([batch])
+            part = self._buffer.slice(0, n - have)
+            self._buffer = self._buffer.slice(part.num_rows)
+            parts.append(part)
+            have += part.num_rows
+        table = pa.concat_tables(parts)
+        out = {}
+        for name in table.column_names:
+            column = table.column(name)
+            if pa.types.is_floating(column.type):
+                out[name] = column.to_numpy().astype(np.float64)
+            else:
+                out[name] = exact_ints(column, MISSING)
+        return out

@@ -41,7 +41,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +70,7 @@ from gpuvar.ingest.context import (
 from gpuvar.ingest.corun import corun_columns, corun_note, set_columns
 from gpuvar.ingest.gpu_identity import Recorded, single_trace_gpus, single_trace_notes
 from gpuvar.ingest.host_timeline import MISSING
-from gpuvar.ingest.nsys_host_facts import Scratch, has_launch_calls, host_facts
+from gpuvar.ingest.nsys_host_facts import COPY_FACTS, ParquetFacts, Scratch, has_launch_calls, host_facts
 from gpuvar.ingest.nsys_plan import (
     NotInPieces,
     PieceSettings,
@@ -188,12 +187,12 @@ def _copies(table: pa.Table, head: nsys.ExportHead, kind_names, state: _State) -
 
     part = ReaderOutput(nsys.FORMAT, None)
     facts = None
-    if _COPY_OP in table.column_names:  # the copies' facts, for the rows the reader keeps
+    if COPY_FACTS[0] in table.column_names:  # the copies' facts, for the rows the reader keeps
         start, end = table.column("start"), table.column("end")
         valid = ~(np.asarray(start.is_null()) | np.asarray(end.is_null()))
         kept = kept_rows(exact_ints(start, 0), exact_ints(end, 0), valid)
-        facts = (exact_ints(table.column(_COPY_OP))[kept], exact_ints(table.column(_COPY_STEP), MISSING)[kept])
-        table = table.drop_columns([_COPY_OP, _COPY_STEP])
+        facts = (exact_ints(table.column(COPY_FACTS[0]))[kept], exact_ints(table.column(COPY_FACTS[1]), MISSING)[kept])
+        table = table.drop_columns(list(COPY_FACTS))
     frame = nsys._memcpy(table, kind_names, part, bool(head.raw.info.get("keep_vendor_columns", True)))
     frame["launch_id"] = frame["launch_id"] + state.copy_offset
     state.copy_offset += len(frame)
@@ -322,11 +321,9 @@ def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, c
     _carry(state, ext, first + n, plan.pieces[k + 1].first if k + 1 < len(plan.pieces) else None)
     del ext, light
     if state.host is not None:
-        facts = state.host.kernel_facts(piece.lo, piece.hi)
-        if not np.array_equal(facts["rowid"], rowids):
-            raise RuntimeError(f"piece {k}: the launch facts do not cover its {n} kernels")
+        facts, shapes = state.host.piece_facts(piece, rowids, exact_ints(kernels.column("start")))
         kernels = add_sites_from_facts(kernels, facts, state.host.facts, state.summary)
-        for name, values in state.host.kernel_shapes(rowids).items():
+        for name, values in shapes.items():
             kernels = set_columns(kernels, {name: pa.array(values, type=pa.float64(), from_pandas=True)})
     else:
         kernels, _ = add_call_sites(
@@ -395,8 +392,8 @@ def raw_plan_reason(manifest: dict, settings: PieceSettings) -> str | None:
     tables = manifest.get("tables", {})
     if manifest.get("format") != nsys.FORMAT or nsys.RAW_KERNELS not in tables:
         return "not an Nsight Systems read"
-    if nsys.RAW_RUNTIME in tables:
-        return "its CUDA API calls place each launch (call sites are joined over the whole trace)"
+    if nsys.RAW_RUNTIME in tables and "host_facts" not in manifest:
+        return "its CUDA API calls place each launch, and `gpuvar read` stored no launch facts for it"
     if settings.above is None:
         return "pieces are off"
     if int(tables[nsys.RAW_KERNELS].get("rows", 0)) < settings.above:
@@ -435,45 +432,38 @@ def normalize_in_pieces(raw_folder: Path, output: Path, settings: PieceSettings)
     if nsys.RAW_MEMCPY in manifest["tables"]:
         m_cols = pq.read_schema(Path(raw_folder) / table_file(nsys.RAW_MEMCPY)).names
     head = nsys.ExportHead(raw, k_cols, m_cols, {})
-    return _in_pieces(ParquetSource(raw_folder, manifest["source"]), head, Path(output), settings, t0)
+    host = ParquetFacts(raw_folder, manifest["host_facts"]) if "host_facts" in manifest else None
+    return _in_pieces(ParquetSource(raw_folder, manifest["source"]), head, Path(output), settings, t0, host)
 
 
-def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSettings, t0: float) -> dict | None:
-    """Passes 1-3 (module docstring); None where planning finds the export does not suit pieces."""
+def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSettings, t0: float, host=None):
+    """Passes 1-3 (module docstring); None where planning finds the export does not suit pieces. host: the launches'
+    facts `gpuvar read` stored (nsys_host_facts.ParquetFacts), else found here for an export with launch calls."""
     output.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=".gpuvar-pieces-", dir=output))
-    calls = isinstance(source, SqliteSource) and has_launch_calls(head)
-    scratch = Scratch(source.path, folder) if calls else None
+    if host is None and isinstance(source, SqliteSource) and has_launch_calls(head):
+        host = Scratch(source.path, folder)  # the launches' facts found here (nsys_host_facts)
     try:
         try:
-            plan = make_plan(source, head, settings, sequence=not calls)
-            attach = None
-            if calls:
-                host_facts(scratch, head, plan)
-                attach = partial(_attach_copy_facts, scratch)
+            plan = make_plan(source, head, settings, sequence=host is None)
+            if isinstance(host, Scratch):
+                host_facts(host, head, plan)
             files, copy_rows = [], None
             if head.m_cols is not None:
+                attach = host.attach if host is not None else None
                 files, copy_rows, _ = bucket_copies(source, head, plan, folder, settings.rows, attach)
-            if calls:
-                plan.step_threads = {"by_step": scratch.facts.step_threads}
+            if host is not None:
+                plan.step_threads = {"by_step": host.facts.step_threads}
             else:
                 sum_step_threads(source, head, plan)
         except NotInPieces as exc:
             log.info("%s: ingested in memory: %s", source.path, exc)
             return None
-        return _write(source, output, head, plan, files, copy_rows, t0, settings, scratch)
+        return _write(source, output, head, plan, files, copy_rows, t0, settings, host)
     finally:
-        if scratch is not None:
-            scratch.close()
+        if host is not None:
+            host.close()
         shutil.rmtree(folder, ignore_errors=True)
-
-
-_COPY_OP, _COPY_STEP = "__gpuvar_launch_op", "__gpuvar_step"  # a copy bucket's facts (nsys_host_facts)
-
-
-def _attach_copy_facts(scratch: Scratch, chunk: pa.Table) -> pa.Table:
-    op, step = scratch.copy_facts(exact_ints(chunk.column(ROWID)))
-    return chunk.append_column(_COPY_OP, pa.array(op)).append_column(_COPY_STEP, pa.array(step))
 
 
 def _kept_rowids(table: pa.Table) -> np.ndarray:

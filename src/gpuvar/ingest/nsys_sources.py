@@ -32,7 +32,9 @@ class SqliteSource:
         self.path = Path(path)
         con = connect(self.path)
         try:
-            self.rowids = {t: rowid_name(con, t) for t in RAW_NAMES}
+            present = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            host = [t for t in (nsys.RUNTIME_TABLE, nsys.NVTX_TABLE) if t in present]
+            self.rowids = {t: rowid_name(con, t) for t in [*RAW_NAMES, *host]}
         finally:
             con.close()
 
@@ -127,8 +129,13 @@ class ParquetSource:
 
 
 def write_raw_in_ranges(path: Path, folder: Path, keep_vendor_columns: bool, step: int) -> dict:
-    """`gpuvar read` of a big export: what write_raw stores (the tables, raw.json last), the kernel and memcpy tables
-    copied range by range into Parquet row groups of `step` rows; returns the rows per table."""
+    """`gpuvar read` of a big export: what write_raw stores (the tables, raw.json last), the kernel, memcpy and host
+    tables copied range by range into Parquet row groups of `step` rows; for an export with CUDA API calls, the
+    launches' facts too (gpuvar.ingest.nsys_host_facts: `gpuvar normalize` then takes it in pieces). Returns the
+    rows per table."""
+    import tempfile
+
+    from gpuvar.ingest.nsys_host_facts import NotInPieces, Scratch, export_facts, has_launch_calls, host_facts
     from gpuvar.ingest.raw import table_file, write_manifest
 
     head = nsys.export_head(path, keep_vendor_columns)
@@ -145,31 +152,51 @@ def write_raw_in_ranges(path: Path, folder: Path, keep_vendor_columns: bool, ste
         if table == nsys.MEMCPY_TABLE and enum is not None:
             pq.write_table(enum, folder / table_file(nsys.RAW_MEMCPY_ENUM), compression="zstd")
             shapes[nsys.RAW_MEMCPY_ENUM] = (enum.num_rows, enum.num_columns)
-        rows, chunks = source.ranges(table, columns, step)
-        written, writer = 0, None
-        try:
-            for chunk in chunks:
-                chunk = chunk.drop_columns([ROWID])
-                nsys.check_times(path, chunk, table)
-                if writer is None:
-                    writer = pq.ParquetWriter(folder / table_file(RAW_NAMES[table]), chunk.schema, compression="zstd")
-                writer.write_table(chunk.cast(writer.schema) if chunk.schema != writer.schema else chunk)
-                written += chunk.num_rows
-            if writer is None:  # no rows: the empty table, typed as the query types it
-                empty = source.fetch(table, columns, 0, 0).drop_columns([ROWID])
-                pq.write_table(empty, folder / table_file(RAW_NAMES[table]), compression="zstd")
-        finally:
-            if writer is not None:
-                writer.close()
-        if written != rows:
-            raise nsys.damaged(path, sqlite3.DatabaseError(f"{table}: read {written} of the {rows} rows it counts"))
-        name = RAW_NAMES[table]
-        shapes[name] = (written, len(columns))
+        written = _copy_in_ranges(source, table, columns, folder / table_file(RAW_NAMES[table]), step, check=True)
+        shapes[RAW_NAMES[table]] = (written, len(columns))
         raw.rows_read["kernels" if table == nsys.KERNEL_TABLE else "memcpy"] = written
     for table, (wanted, required) in nsys.HOST_COLUMNS.items():  # (NVTX ranges: no launch calls to place)
         if required <= set(head.tables.get(table, ())):
-            found = nsys.fetch(path, table, [c for c in wanted if c in head.tables[table]])
-            pq.write_table(found, folder / table_file(table.lower()), compression="zstd")
-            shapes[table.lower()] = (found.num_rows, found.num_columns)
-    write_manifest(raw, shapes, folder)
+            columns = [c for c in wanted if c in head.tables[table]]
+            written = _copy_in_ranges(source, table, columns, folder / table_file(table.lower()), step, check=False)
+            shapes[table.lower()] = (written, len(columns))
+    extra = None
+    if has_launch_calls(head):
+        with tempfile.TemporaryDirectory(prefix=".gpuvar-host-", dir=folder) as scratch_folder:
+            scratch = Scratch(path, Path(scratch_folder))
+            try:
+                host_facts(scratch, head, None)
+                extra = {"host_facts": export_facts(scratch, head, folder)}
+            except NotInPieces as exc:  # `gpuvar normalize` takes it in memory
+                import logging
+
+                logging.getLogger("gpuvar.ingest.nsys_sources").info("%s: no launch facts stored: %s", path, exc)
+            finally:
+                scratch.close()
+    write_manifest(raw, shapes, folder, extra)
     return {name: rows for name, (rows, _) in shapes.items()}
+
+
+def _copy_in_ranges(source: SqliteSource, table: str, columns: list[str], target: Path, step: int, check: bool) -> int:
+    """A table copied range by range into the Parquet file `target`; its rows (an InputError where SQLite counts
+    another number). check: the times must be integer nanoseconds (kernels, copies)."""
+    rows, chunks = source.ranges(table, columns, step)
+    written, writer = 0, None
+    try:
+        for chunk in chunks:
+            chunk = chunk.drop_columns([ROWID])
+            if check:
+                nsys.check_times(source.path, chunk, table)
+            if writer is None:
+                writer = pq.ParquetWriter(target, chunk.schema, compression="zstd")
+            writer.write_table(chunk.cast(writer.schema) if chunk.schema != writer.schema else chunk)
+            written += chunk.num_rows
+        if writer is None:  # no rows: the empty table, typed as the query types it
+            empty = source.fetch(table, columns, 0, 0).drop_columns([ROWID])
+            pq.write_table(empty, target, compression="zstd")
+    finally:
+        if writer is not None:
+            writer.close()
+    if written != rows:
+        raise nsys.damaged(source.path, sqlite3.DatabaseError(f"{table}: read {written} of the {rows} rows it counts"))
+    return written

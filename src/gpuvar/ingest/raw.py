@@ -80,8 +80,9 @@ def write_raw(raw: RawTrace, folder: str | Path) -> None:
     write_manifest(raw, {name: (t.num_rows, t.num_columns) for name, t in raw.tables.items()}, folder)
 
 
-def write_manifest(raw: RawTrace, shapes: dict[str, tuple[int, int]], folder: Path) -> None:
-    """raw.json: the read's facts and its tables' (rows, columns), in the order they were read."""
+def write_manifest(raw: RawTrace, shapes: dict[str, tuple[int, int]], folder: Path, extra: dict | None = None) -> None:
+    """raw.json: the read's facts and its tables' (rows, columns), in the order they were read; extra: more keys
+    (host_facts: the launch facts of a big Nsight Systems export, gpuvar.ingest.nsys_host_facts)."""
     from gpuvar import __version__
 
     manifest = {
@@ -93,7 +94,7 @@ def write_manifest(raw: RawTrace, shapes: dict[str, tuple[int, int]], folder: Pa
         "dropped": raw.dropped,
         "notes": raw.notes,
         "info": raw.info,
-    }
+    } | (extra or {})
     write_json(manifest, folder / RAW_MANIFEST)
 
 
