@@ -203,7 +203,10 @@ def context_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> dict[
     kv = np.flatnonzero(valid)
     # one group code per (rank, device), shared by both tables
     dev_all = np.concatenate([device[kv], m_device[mv]]) if memcpy is not None else device[kv]
-    rank_all = pd.concat([rk.iloc[kv], rm.iloc[mv]], ignore_index=True) if memcpy is not None else rk.iloc[kv]
+    parts = [rk.iloc[kv]] + ([rm.iloc[mv]] if memcpy is not None else [])
+    # (empty parts left out, as pandas did before deprecating it: they do not decide the dtype)
+    parts = [p for p in parts if len(p)] or parts[:1]
+    rank_all = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     group_all = _codes(pd.Series(rank_all).reset_index(drop=True), dev_all)
     kg, mg = group_all[: len(kv)], group_all[len(kv) :]
 
