@@ -207,7 +207,7 @@ def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> 
     the scratch table iters (rowid, step, position) for the launches inside one; the note, None without any."""
     from gpuvar.ingest.call_sites import iterations_note
     from gpuvar.ingest.iterations import find_iterations_coded
-    from gpuvar.ingest.nsys_plan import Names, smallest
+    from gpuvar.ingest.nsys_plan import Names
 
     con.execute("CREATE TABLE iters (rowid INTEGER PRIMARY KEY, step INTEGER NOT NULL, position INTEGER NOT NULL)")
     name_col = "demangledName" if "demangledName" in head.k_cols else "shortName"
@@ -220,40 +220,49 @@ def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> 
     # launch_id is the rank by (GPU start, correlation id, row): call_sites._sequence_order's second key
     sql = f"SELECT rid, pid, dev, nm FROM ({select}) ORDER BY pid, dev, ot, gs, corr, rid"
     names = Names(head.raw.tables.get(nsys.RAW_STRINGS))
-    groups: dict[tuple, int] = {}
-    rowids, codes, group = [], [], []
+    # held per launch: its rowid (8 bytes), its name's code (2, or 4 past 65,536 names), its iteration and
+    # position (4 + 4); the arrays are made at their size (no copy made when the runs are joined)
+    n = con.execute(f'SELECT count(*) FROM x."{nsys.KERNEL_TABLE}" t WHERE {kept_kernels_sql("t")}').fetchone()[0]
+    rowid, code = np.empty(n, np.int64), np.empty(n, np.uint16)
+    bounds, last, at = [], None, 0  # (first, end) of each (process, device) sequence: contiguous in this order
     for rows in _rows(con, sql):
         rid, pids, devs, ids = zip(*rows)
-        rowids.append(np.array(rid, np.int64))
-        codes.append(names.code(pa.array(ids, pa.int64())).astype(smallest(1 << 32)))
-        group.append(np.array([groups.setdefault(k, len(groups)) for k in zip(pids, devs)], np.int32))
-    if not rowids:
+        if at + len(rid) > n:
+            raise NotInPieces("the kernel table changed while it was read")
+        rowid[at : at + len(rid)] = rid
+        values = names.code(pa.array(ids, pa.int64()))
+        if len(names.names) > 1 << 16 and code.dtype == np.uint16:
+            code = code.astype(np.uint32)
+        code[at : at + len(rid)] = values
+        for j, key in enumerate(zip(pids, devs)):
+            if key != last:
+                bounds.append(at + j)
+                last = key
+        at += len(rid)
+    if at != n:
+        raise NotInPieces("the kernel table changed while it was read")
+    if not n:
         return None
-    rowid, code, group = np.concatenate(rowids), np.concatenate(codes), np.concatenate(group)
-    del rowids, codes
+    bounds.append(n)
     dictionary = np.asarray(names.names, dtype=object)
-    step = np.full(len(rowid), -1, np.int32)
-    position = np.full(len(rowid), -1, np.int32)
+    step = np.full(n, -1, np.int32)
+    position = np.full(n, -1, np.int32)
     found = []
-    for g in range(len(groups)):
-        rows = np.flatnonzero(group == g)
-        it = find_iterations_coded(code[rows], dictionary, dtype=np.int32)
+    for first, end in zip(bounds[:-1], bounds[1:]):
+        it = find_iterations_coded(code[first:end], dictionary, dtype=np.int32)
         if it.anchor is None:
             continue
-        inside = it.iteration >= 0
-        step[rows[inside]] = it.iteration[inside]
-        position[rows[inside]] = it.position[inside]
+        step[first:end] = it.iteration
+        position[first:end] = np.where(it.iteration >= 0, it.position, -1)
         found.append(it)
-    del code, group
+    del code
     if not found:
         return None
-    inside = np.flatnonzero(step >= 0)
-    order = inside[np.argsort(rowid[inside], kind="stable")]
-    for a in range(0, len(order), 1 << 20):
-        part = order[a : a + (1 << 20)]
+    for a in range(0, n, 1 << 18):  # in sequence order, the launches inside an iteration
+        inside = np.flatnonzero(step[a : a + (1 << 18)] >= 0) + a
         con.executemany(
             "INSERT INTO iters VALUES (?, ?, ?)",
-            zip(rowid[part].tolist(), step[part].tolist(), position[part].tolist()),
+            zip(rowid[inside].tolist(), step[inside].tolist(), position[inside].tolist()),
         )
     return iterations_note(found, int((position < 0).sum()))
 
