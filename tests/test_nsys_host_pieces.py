@@ -122,6 +122,26 @@ def test_real_capture_variants_in_pieces_are_the_in_memory_bytes(tmp_path, chang
     _same_report(memory, pieces)
 
 
+def test_step_numbers_that_come_back_continue_their_counts_after_a_spill(tmp_path, monkeypatch):
+    """Step ranges numbered per epoch ('step 0'..'step 3' three times): the in-memory path numbers an op's instances
+    over all ranges of one number, so the sweep's counters of a step must survive being spilled to the scratch
+    database (two steps kept in memory here) and read back."""
+    import gpuvar.ingest.nsys_host_facts as host_facts
+
+    def epochs(con, lo, hi, threads):
+        span = (hi - lo) // 12
+        for i in range(12):
+            con.execute(
+                "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+                (lo + i * span, lo + (i + 1) * span - 1, f"step {i % 4}", threads[0]),
+            )
+
+    monkeypatch.setattr(host_facts, "KEEP_STEPS", 2)
+    memory, pieces = _both(_variant(tmp_path, epochs), tmp_path)
+    assert "4 steps from NVTX step ranges" in _sites_note(memory)
+    _same_report(memory, pieces)
+
+
 def test_launches_on_two_threads_keep_their_thread_in_the_call_site(tmp_path):
     """Ops launched from two threads (the main and the autograd thread) get '@t{n}' in every piece, numbered by
     the threads' first launch over the whole trace."""
@@ -184,7 +204,7 @@ def test_workflow_read_and_normalize_in_pieces_are_the_ingest_bytes(tmp_path, st
     ingest(source, tmp_path / "memory", pieces=IN_MEMORY)
     write_raw_in_ranges(source, tmp_path / "raw", True, 100)
     manifest = json.loads((tmp_path / "raw" / "raw.json").read_text())
-    assert set(manifest["host_facts"]) == {"kernels", "copies", "summary"}
+    assert set(manifest["host_facts"]) == {"kernels", "copies", "step_threads", "summary"}
     assert "cupti_activity_kind_runtime" in manifest["tables"] and "nvtx_events" in manifest["tables"]
     pieces = normalize_folder(tmp_path / "raw", tmp_path / "pieces", pieces=PieceSettings(above=0, rows=60))
     whole = normalize_folder(tmp_path / "raw", tmp_path / "whole", pieces=IN_MEMORY)

@@ -44,10 +44,13 @@ from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STARTEND, NV
 from gpuvar.ingest.nsys_plan import NotInPieces, Plan, exact_ints, kept_kernels_sql, kept_rows
 from gpuvar.ingest.nsys_sources import ROWID
 from gpuvar.ingest.shapes import SIZE_COLUMNS
+from gpuvar.ingest.step_store import StepCounters, StepTotals
 
 FETCH_ROWS = 1 << 16
+KEEP_STEPS = 4096  # steps whose counters stay in memory (step_store.StepCounters)
 COPY_FACTS = ("__gpuvar_launch_op", "__gpuvar_step")  # a copy chunk's facts, appended to it (attach)
 KERNEL_FACTS_FILE, COPY_FACTS_FILE = "host_kernel_facts.parquet", "host_copy_facts.parquet"  # gpuvar read's
+STEP_THREADS_FILE = "host_step_threads.parquet"
 _PID = "16777215"  # nsys.PID_MASK
 
 
@@ -66,7 +69,7 @@ class HostFacts:
     how: str  # how the steps were found (the note)
     prefix: str  # call-site prefix of a launch without op: 'step#' or 'iter#'
     step_base: int = 0  # subtracted from every step (cudaDeviceSynchronize segments are numbered from the first)
-    step_threads: dict = field(default_factory=dict)  # step -> (threads summed, launches with a value)
+    step_threads: tuple = ()  # (steps, threads summed, launches with a value) of the steps with a value
     shape_columns: tuple = ()  # the launching op's size features written (shapes.SIZE_COLUMNS order)
 
 
@@ -350,13 +353,12 @@ class _Sweep:
     first_launch: dict = field(default_factory=dict)  # thread code -> (call time, tid) of its first launch by op
     op_threads: dict = field(default_factory=dict)  # op code -> thread codes launching by it
     instances: dict = field(default_factory=dict)  # op rowid -> [launches numbered, occurrence]
-    occurrences: dict = field(default_factory=dict)  # (step, thread, op code) -> instances numbered
-    positions: dict = field(default_factory=dict)  # (step, thread) -> launches without op numbered
-    step_threads: dict = field(default_factory=dict)
+    occurrences: StepCounters | None = None  # step -> {(thread, op code): instances numbered}
+    positions: StepCounters | None = None  # step -> {thread: launches without op numbered}
+    step_threads: StepTotals = field(default_factory=StepTotals)
     shape_columns: set = field(default_factory=set)  # shapes.SIZE_COLUMNS with a value for some launch
-    steps_seen: set = field(default_factory=set)
+    steps_seen: StepTotals = field(default_factory=StepTotals)  # (its `seen`)
     kernels: int = 0
-    lowest_step: int | None = None
 
 
 def _steps_of(sweep: _Sweep, hc: np.ndarray, ot: np.ndarray, gs: np.ndarray, it_step: np.ndarray) -> np.ndarray:
@@ -386,6 +388,8 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS, launch_threads_of
 
     sweep = _Sweep(mode, steps, None, None)
+    sweep.occurrences = StepCounters(con, "occurrence_spill", KEEP_STEPS)
+    sweep.positions = StepCounters(con, "position_spill", KEEP_STEPS)
     if mode == "sync":
         sweep.sync_starts = np.sort(sync_frame["start"].to_numpy(np.int64))
         sweep.sync_ends = np.sort(sync_frame["end"].to_numpy(np.int64))
@@ -424,19 +428,13 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
         it_step = _column(cols[7 + len(launch)]) if it else None
         it_pos = _column(cols[8 + len(launch)]) if it else None
         step = _steps_of(sweep, hc, ot, gs, it_step)
-        if mode == "sync":
-            low = int(step.min())
-            sweep.lowest_step = low if sweep.lowest_step is None else min(sweep.lowest_step, low)
-        sweep.steps_seen.update(np.unique(step[step != MISSING]).tolist())
+        sweep.steps_seen.see(step[step != MISSING])
         is_kernel = kind == 0
         if launch and is_kernel.any():
             frame = pd.DataFrame({name: pd.array(cols[7 + j], dtype="Int64") for j, name in enumerate(launch)})
             threads = launch_threads_of(frame)
             ok = is_kernel & (step != MISSING) & np.isfinite(threads)
-            for s, value in zip(step[ok].tolist(), threads[ok].tolist()):
-                total = sweep.step_threads.setdefault(s, [0.0, 0])
-                total[0] += value
-                total[1] += 1
+            sweep.step_threads.add(step[ok], threads[ok])
         n = len(rows)
         op_row, op_code, thread_code, shape = [-1] * n, [-1] * n, [-1] * n, [None] * n
         occurrence, index = [MISSING] * n, [MISSING] * n
@@ -469,18 +467,18 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
             if top is not None:  # numbered by op: the instance's launches, the op's instances in the step
                 instance = instances.get(top[3])
                 if instance is None:
-                    key = (s, code, top[4])
-                    number = occurrences.get(key, 0)
-                    occurrences[key] = number + 1
+                    counts, key = occurrences.of(s), (code, top[4])
+                    number = counts.get(key, 0)
+                    counts[key] = number + 1
                     instance = instances[top[3]] = [0, number, top[2]]
                     sweep.op_threads.setdefault(top[4], set()).add(code)
                     sweep.first_launch.setdefault(code, (t, thread))
                 index[i], occurrence[i] = instance[0], instance[1]
                 instance[0] += 1
             elif mode != "iterations":  # the position among the step's launches without op on this thread
-                key = (s, thread_code[i])
-                index[i] = positions.get(key, 0)
-                positions[key] = index[i] + 1
+                counts = positions.of(s)
+                index[i] = counts.get(thread_code[i], 0)
+                counts[thread_code[i]] = index[i] + 1
         op_row, op_code, thread_code = (np.array(v, np.int64) for v in (op_row, op_code, thread_code))
         occurrence, index = np.array(occurrence, np.int64), np.array(index, np.int64)
         if it:
@@ -618,20 +616,22 @@ def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan | None) -> Ho
     if sweep.kernels != kept:
         raise NotInPieces(f"the launch sweep placed {sweep.kernels} kernels where the plan keeps {kept}")
     base, prefix = 0, "step#"
+    seen = sweep.steps_seen.seen_steps()
     if mode == "nvtx":
-        if not sweep.steps_seen:
+        if not len(seen):
             raise NotInPieces("no launch call falls in its NVTX step ranges")
-        how = f"{len(sweep.steps_seen)} steps from NVTX step ranges"
+        how = f"{len(seen)} steps from NVTX step ranges"
     elif mode == "sync":
-        base = sweep.lowest_step if sweep.lowest_step is not None else 0
-        count = max(sweep.steps_seen) - base + 1 if sweep.steps_seen else 0
+        base = int(seen[0]) if len(seen) else 0
+        count = int(seen[-1]) - base + 1 if len(seen) else 0
         how = f"{count} steps from cudaDeviceSynchronize ({len(sync_frame)} calls)"
     else:
         how, prefix = note, "iter#"
     first = sorted(sweep.first_launch.items(), key=lambda item: item[1])  # (call time, thread id)
     ordinal = {code: number for number, (code, _) in enumerate(first)}
     multi = {code for code, threads in sweep.op_threads.items() if len(threads) > 1}
-    totals = {step - base: (value[0], value[1]) for step, value in sweep.step_threads.items()}
+    steps_with, sums, counts = sweep.step_threads.totals()
+    totals = (steps_with - base, sums, counts)
     scratch.facts = HostFacts(
         op_names=names,
         ordinal=ordinal,
@@ -656,7 +656,6 @@ def facts_to_json(facts: HostFacts) -> dict:
         "how": facts.how,
         "prefix": facts.prefix,
         "step_base": facts.step_base,
-        "step_threads": [[step, total, count] for step, (total, count) in sorted(facts.step_threads.items())],
         "shape_columns": list(facts.shape_columns),
     }
 
@@ -669,7 +668,6 @@ def facts_from_json(entry: dict) -> HostFacts:
         how=entry["how"],
         prefix=entry["prefix"],
         step_base=int(entry["step_base"]),
-        step_threads={int(step): (float(total), int(count)) for step, total, count in entry["step_threads"]},
         shape_columns=tuple(entry["shape_columns"]),
     )
 
@@ -695,6 +693,12 @@ def export_facts(scratch: Scratch, head: nsys.ExportHead, folder: Path) -> dict:
             " ORDER BY f.rowid",
         ),
     }
+    steps, sums, counts = scratch.facts.step_threads
+    pq.write_table(
+        pa.table({"step": pa.array(steps, pa.int64()), "threads": sums, "launches": counts}),
+        folder / STEP_THREADS_FILE,
+        compression="zstd",
+    )
     for name, (columns, sql) in queries.items():
         if name == COPY_FACTS_FILE and head.m_cols is None:
             continue
@@ -704,7 +708,8 @@ def export_facts(scratch: Scratch, head: nsys.ExportHead, folder: Path) -> dict:
             for rows in _rows(scratch.con, sql):
                 values = list(zip(*rows))
                 writer.write_table(pa.table([pa.array(v, t) for v, t in zip(values, types)], schema=schema))
-    return {"kernels": KERNEL_FACTS_FILE, "copies": COPY_FACTS_FILE, "summary": facts_to_json(scratch.facts)}
+    files = {"kernels": KERNEL_FACTS_FILE, "copies": COPY_FACTS_FILE, "step_threads": STEP_THREADS_FILE}
+    return files | {"summary": facts_to_json(scratch.facts)}
 
 
 class ParquetFacts:
@@ -715,6 +720,9 @@ class ParquetFacts:
         import pyarrow.parquet as pq
 
         self.facts = facts_from_json(entry["summary"])
+        totals = pq.read_table(Path(folder) / entry["step_threads"])
+        threads = totals.column("threads").to_numpy().astype(np.float64)
+        self.facts.step_threads = (exact_ints(totals.column("step")), threads, exact_ints(totals.column("launches")))
         self._kernels = _Sequential(pq.ParquetFile(Path(folder) / entry["kernels"]))
         copies = Path(folder) / entry["copies"]
         self._copies = _Sequential(pq.ParquetFile(copies)) if copies.exists() else None

@@ -86,6 +86,7 @@ from gpuvar.ingest.nsys_sources import ROWID, ParquetSource, SqliteSource
 from gpuvar.ingest.nsys_sqlite import connect, rowid_name
 from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
 from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
+from gpuvar.ingest.step_store import DENSE_STEPS
 from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.schema import empty_memcpy, finalize_kernels, finalize_memcpy
 
@@ -243,6 +244,19 @@ def _step_offsets(state: _State, kernels: pa.Table) -> np.ndarray:
         base = np.array([first[(d, s)] for d, s in zip(device[rows].tolist(), step[rows].tolist())], np.int64)
         offset[rows] = (start[rows] - base).astype(np.float64)
     return offset
+
+
+def _plan_step_threads(steps: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> dict:
+    """Plan.step_threads from the steps with a value: arrays indexed by step where the numbers allow (as
+    sum_step_threads makes them), else a dict."""
+    if not len(steps):
+        return {}
+    if steps.min() >= 0 and steps.max() < DENSE_STEPS:
+        size = int(steps.max()) + 1
+        dense_sums, dense_counts = np.zeros(size), np.zeros(size, np.int64)
+        dense_sums[steps], dense_counts[steps] = sums, counts
+        return {"sums": dense_sums, "counts": dense_counts}
+    return {"by_step": dict(zip(steps.tolist(), zip(sums.tolist(), counts.tolist())))}
 
 
 def _step_threads_of(plan: Plan, kernels: pa.Table) -> np.ndarray:
@@ -453,7 +467,7 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
                 attach = host.attach if host is not None else None
                 files, copy_rows, _ = bucket_copies(source, head, plan, folder, settings.rows, attach)
             if host is not None:
-                plan.step_threads = {"by_step": host.facts.step_threads}
+                plan.step_threads = _plan_step_threads(*host.facts.step_threads)
             else:
                 sum_step_threads(source, head, plan)
         except NotInPieces as exc:

@@ -1,0 +1,124 @@
+"""What the launch sweep keeps per step, in memory that follows the steps in play, not the trace (issue 38).
+
+Why: the sweep of gpuvar.ingest.nsys_host_facts numbers each op's instances per (step, thread, op) and the
+launches without an op per (step, thread), and sums each step's threads. A trace of 20 M launches can hold
+millions of steps (the iterations of a short loop), and a dict entry per (step, thread, op) then costs more than
+the whole piece being written. The in-memory path groups by the step *number* over the whole trace (a number that
+comes back later, as per-epoch step ranges do, continues its counts), so counts cannot simply be dropped:
+
+  * StepTotals: per step, the threads summed, the launches with a value, and whether any launch has the step, in
+    arrays indexed by the step (steps are counts from 0 here: iterations, cudaDeviceSynchronize segments, and the
+    numbers in NVTX step ranges), or a dict where the numbers are too sparse for arrays;
+  * StepCounters: the counters of the steps used last in memory; the others pickled into a table of the scratch
+    database and read back if their step comes back.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+from collections import OrderedDict
+
+import numpy as np
+
+DENSE_STEPS = 1 << 25  # step numbers below this are kept in arrays (about 17 bytes a step)
+
+
+class StepTotals:
+    """Per step: threads summed, launches with a value, seen (module docstring)."""
+
+    def __init__(self):
+        self.sums = np.zeros(0, np.float64)
+        self.counts = np.zeros(0, np.int64)
+        self.seen = np.zeros(0, bool)
+        self.sparse: dict | None = None  # step -> [sum, count]; seen steps are keys
+
+    def _dense(self, steps: np.ndarray) -> bool:
+        if self.sparse is None and (not len(steps) or (steps.min() >= 0 and steps.max() < DENSE_STEPS)):
+            top = int(steps.max()) + 1 if len(steps) else 0
+            if top > len(self.seen):
+                size = max(top, 2 * len(self.seen))
+                self.sums = np.pad(self.sums, (0, size - len(self.sums)))
+                self.counts = np.pad(self.counts, (0, size - len(self.counts)))
+                self.seen = np.pad(self.seen, (0, size - len(self.seen)))
+            return True
+        if self.sparse is None:  # numbers too sparse for arrays from now on
+            self.sparse = {}
+            for s in np.flatnonzero(self.seen).tolist():
+                self.sparse[s] = [float(self.sums[s]), int(self.counts[s])]
+            self.sums, self.counts, self.seen = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, bool)
+        return False
+
+    def see(self, steps: np.ndarray) -> None:
+        """Launches with these steps (MISSING left out by the caller)."""
+        if self._dense(steps):
+            self.seen[steps] = True
+        else:
+            for s in np.unique(steps).tolist():
+                self.sparse.setdefault(s, [0.0, 0])
+
+    def add(self, steps: np.ndarray, threads: np.ndarray) -> None:
+        """Launches with these steps and thread counts (finite)."""
+        if not len(steps):
+            return
+        if self._dense(steps):
+            lo, hi = int(steps.min()), int(steps.max()) + 1
+            self.sums[lo:hi] += np.bincount(steps - lo, weights=threads, minlength=hi - lo)
+            self.counts[lo:hi] += np.bincount(steps - lo, minlength=hi - lo)
+        else:
+            distinct, inverse = np.unique(steps, return_inverse=True)
+            sums = np.bincount(inverse, weights=threads)
+            counts = np.bincount(inverse)
+            for s, total, count in zip(distinct.tolist(), sums.tolist(), counts.tolist()):
+                entry = self.sparse.setdefault(s, [0.0, 0])
+                entry[0] += total
+                entry[1] += count
+
+    def seen_steps(self) -> np.ndarray:
+        """The steps some launch has, sorted."""
+        if self.sparse is not None:
+            return np.array(sorted(self.sparse), np.int64)
+        return np.flatnonzero(self.seen).astype(np.int64)
+
+    def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(steps, threads summed, launches with a value) of the steps with a value, sorted by step."""
+        if self.sparse is not None:
+            steps = np.array(sorted(s for s, (_, c) in self.sparse.items() if c > 0), np.int64)
+            sums = np.array([self.sparse[s][0] for s in steps.tolist()], np.float64)
+            counts = np.array([self.sparse[s][1] for s in steps.tolist()], np.int64)
+            return steps, sums, counts
+        steps = np.flatnonzero(self.counts > 0).astype(np.int64)
+        return steps, self.sums[steps], self.counts[steps]
+
+
+class StepCounters:
+    """Counters keyed by (step, key): the recently used steps' in memory, the rest in the scratch table `name`."""
+
+    def __init__(self, con: sqlite3.Connection, name: str, keep: int = 4096):
+        self.con, self.name, self.keep = con, name, keep
+        self.recent: OrderedDict = OrderedDict()  # step -> {key: count}
+        self.spilled = StepTotals()  # (its `seen`: the steps stored in the table)
+        con.execute(f"CREATE TABLE {name} (step INTEGER PRIMARY KEY, counts BLOB NOT NULL)")
+
+    def of(self, step: int) -> dict:
+        """The counters of `step` (a dict the caller updates)."""
+        counts = self.recent.get(step)
+        if counts is not None:
+            self.recent.move_to_end(step)
+            return counts
+        counts = {}
+        if self._was_spilled(step):
+            row = self.con.execute(f"SELECT counts FROM {self.name} WHERE step = ?", (step,)).fetchone()
+            counts = pickle.loads(row[0])
+        self.recent[step] = counts
+        if len(self.recent) > self.keep:
+            old, values = self.recent.popitem(last=False)
+            self.con.execute(f"INSERT OR REPLACE INTO {self.name} VALUES (?, ?)", (old, pickle.dumps(values)))
+            self.spilled.see(np.array([old], np.int64))
+        return counts
+
+    def _was_spilled(self, step: int) -> bool:
+        s = self.spilled
+        if s.sparse is not None:
+            return step in s.sparse
+        return 0 <= step < len(s.seen) and bool(s.seen[step])
