@@ -48,26 +48,13 @@ class KeptBatch:
         return sum(a.nbytes for a in (self.dur, self.codes, self.ok, self.ids, self.starts) if a is not None)
 
     def batch(self, group: int, features: tuple[str, ...]) -> Batch:
-        """The Batch the bins pass would have decoded (no table, axis or link keys: it needs none of them)."""
-        dur = self.dur.astype(np.int64)
+        """The Batch the bins pass would have decoded, less what it does not read: no table, axis or link keys, and
+        `dur` as kept (the pass reads `duration`)."""
         duration = self.dur.astype(np.float64)  # exact: the same values as the decoded int64 as float64
-        n = len(dur)
-        ok = np.ones(n, bool) if self.ok is None else self.ok
+        ok = np.ones(len(duration), bool) if self.ok is None else self.ok
         empty = np.zeros(0, np.int64)
-        return Batch(
-            group,
-            None,
-            empty,
-            None,
-            dur,
-            duration,
-            self.codes,
-            ok,
-            Counter(),
-            None,
-            None,
-            {f: duration for f in features},
-        )
+        features = {f: duration for f in features}
+        return Batch(group, None, empty, None, self.dur, duration, self.codes, ok, Counter(), None, None, features)
 
 
 def timeline_origin(pf, plan: Plan) -> int | None:
