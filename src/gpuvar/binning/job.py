@@ -216,11 +216,13 @@ def _rows_of(rows, bins: np.ndarray):
     """The rows (gather_rows' table, in file order) of the given bins; None when there are none."""
     if rows is None or not len(bins):
         return None
-    import pyarrow.compute as pc
+    from pyarrow._compute import SetLookupOptions
 
+    from gpuvar.binning.columns import arrow
     from gpuvar.canonical_io import from_numpy  # (pa.array(ndarray) would import pandas)
 
-    picked = rows.filter(pc.is_in(rows.column("bin"), value_set=from_numpy(np.asarray(bins, dtype=np.int64))))
+    wanted = SetLookupOptions(from_numpy(np.asarray(bins, dtype=np.int64)))
+    picked = arrow("filter", rows, arrow("is_in", rows.column("bin"), options=wanted))
     return picked if picked.num_rows else None
 
 
