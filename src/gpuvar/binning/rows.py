@@ -25,7 +25,8 @@ from gpuvar.binning.timeline import Timeline
 from gpuvar.canonical_io import from_numpy
 from gpuvar.errors import InputError
 
-TAKE_ROWS = 1 << 16  # rows decoded at once here: a finer step than BATCH_ROWS stops closer to the last chosen row
+TAKE_ROWS = 1 << 14  # rows decoded at once here: a finer step than BATCH_ROWS stops closer to the last chosen row
+# (the 20 top-k bins of 20 M rows in one process, 19 row groups, fastest of 6: 0.21-0.22 s with 64 Ki, 0.17-0.18 s)
 
 
 def output_columns(plan: Plan) -> list[str]:
