@@ -61,8 +61,8 @@ def timeline_origin(pf, plan: Plan) -> int | None:
     """The smallest axis value of the kernels file(s) per the Parquet statistics (no data read); None when the
     axis is not an integer column or a row group with values has no min/max."""
     names = pf.schema.names
-    if plan.axis not in names:
-        return None
+    if plan.axis not in names or not pa.types.is_integer(plan.schema.field(plan.axis).type):
+        return None  # (a timestamp column's statistics are datetimes; the job reads its values as int64)
     index = names.index(plan.axis)
     md = pf.metadata
     lo = None
