@@ -551,7 +551,8 @@ def test_unsorted_file_gives_the_same_bins(demo, tmp_path):
 def test_a_rank_does_not_import_pandas_or_pydantic(tmp_path):
     """A rank's start-up is part of every run's fixed cost: pandas (0.2-0.4 s) must not be imported by the job,
     including on the paths that fill nulls (a copy without a kind, linked to a kernel), nor pydantic and the
-    config models (~0.13 s) to parse the options the workflow gives (gpuvar.options' field table)."""
+    config models (~0.13 s) to parse the options the workflow gives (gpuvar.options' field table), nor
+    pyarrow.compute (~0.045 s: the job calls Arrow's functions by name, gpuvar.binning.columns.arrow)."""
     _tiny_files(tmp_path)
     memcpy = pd.DataFrame(
         {"device_id": [0, 0], "stream_id": [1, 1], "start": [0, 100], "end": [10, 140], "copy_kind": [1.0, None]}
@@ -565,7 +566,8 @@ def test_a_rank_does_not_import_pandas_or_pydantic(tmp_path):
     code = (
         "import sys; from gpuvar.cli import main; "
         f"rc = main(['bin', *{args!r}, *{workflow!r}, '--output', {str(tmp_path / 'o')!r}]); "
-        "print(sorted(m for m in ('pandas', 'pydantic', 'yaml') if m in sys.modules)); sys.exit(rc)"
+        "print(sorted(m for m in ('pandas', 'pydantic', 'yaml', 'pyarrow.compute') if m in sys.modules)); "
+        "sys.exit(rc)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,7 @@
 """`gpuvar bin` in bounded memory (issue 38): every pass reads a rank's share a batch at a time, the general path
 keeps its rows in a spill and computes the bins by rounds, and the top-k rows come from a third pass over only the
-row groups that hold them. With the batch, round, spill-read and row-pass sizes forced tiny, the outputs are the
+row groups that hold them; the sorted path's bins pass takes what the scan kept of a batch, up to a byte limit, and
+reads the rest again. With the batch, round, spill-read and row-pass sizes forced tiny, the outputs are the
 bytes of the default run (one batch per row group here), on the sorted path (with the copy link streamed beside
 the kernels), the general path (a shuffled file, several files), and with copies out of start order (the link
 from held copies); and each rank reports holding about a batch and a bin (`rows_held_per_rank`), not its share.
@@ -19,13 +20,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpuvar.binning import read, rows, running, spill
+from gpuvar.binning import kept, read, rows, running, spill
 
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 SMALL = {(read, "BATCH_ROWS"): 300, (spill, "ROUND_ROWS"): 2000, (spill, "READ_ROWS"): 250, (rows, "TAKE_ROWS"): 128}
+SMALL[kept, "HOLD_BYTES"] = 0  # the scan keeps no row for the bins pass: it reads the share again (the default
+# runs keep every row: the two paths give the same bytes)
 TABLES = ("bins.parquet", "topk_rows.parquet", "sample_rows.parquet")
 
 
@@ -124,6 +128,7 @@ def test_tiny_batches_under_mpi_give_the_same_bytes(data, tmp_path, case):
     rounds exchanged by Alltoallv (general path), the row groups of the top-k rows spread over the ranks."""
     _in_process(_args(data, case, tmp_path / "one"))
     prelude = "import gpuvar.binning.read as read, gpuvar.binning.spill as spill, gpuvar.binning.rows as rows\n"
+    prelude += "import gpuvar.binning.kept as kept\n"
     prelude += "".join(f"{m.__name__.rsplit('.', 1)[1]}.{n} = {v}\n" for (m, n), v in SMALL.items())
     script = f"import sys\n{prelude}from gpuvar.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     for ranks in (2, 3):
@@ -136,3 +141,51 @@ def test_tiny_batches_under_mpi_give_the_same_bytes(data, tmp_path, case):
         report = json.loads((out / "bin.json").read_text())
         assert len(report["rows_held_per_rank"]) == ranks
         assert max(report["rows_held_per_rank"]) < min(report["rows_in_per_rank"]) / 2, report["rows_held_per_rank"]
+
+
+@pytest.mark.parametrize("limit", ["some row groups", "none: no statistics", "none: a timestamp axis"])
+def test_rows_kept_for_the_bins_pass_give_the_same_bytes_and_stay_below_the_limit(data, tmp_path, monkeypatch, limit):
+    """The sorted path's bins pass reads kept row groups from memory and the others from the file: the bytes of a
+    run that reads every row group again, and of one that keeps them all. A kept row group is whole, and the
+    bytes kept stay below HOLD_BYTES. Without the axis statistics, or with a timestamp axis (no timeline origin
+    before the scan), nothing is kept."""
+    args = ["bin", "--features", "auto", "--bin-width", "1ms", "--top-k", "4", "--sample-bins", "3"]
+    source = data / "kernels.parquet"
+    if limit.startswith("none"):
+        source = tmp_path / "unkept.parquet"
+        table = pq.read_table(data / "kernels.parquet")
+        if "timestamp" in limit:  # (its statistics are datetimes: no origin, whatever the values)
+            start = table.schema.get_field_index("start")
+            table = table.set_column(start, "start", table.column("start").cast(pa.timestamp("ns")))
+        pq.write_table(table, source, row_group_size=4096, write_statistics="timestamp" in limit)
+    monkeypatch.setattr(kept, "HOLD_BYTES", 0)
+    _in_process([*args, str(source), "--output", str(tmp_path / "reread")])
+    monkeypatch.undo()
+    _in_process([*args, str(source), "--output", str(tmp_path / "all")])
+    per_group = 4096 * 6  # a 4096-row group kept: ~5 bytes a row and its bin runs
+    seen = []
+    real = kept.Kept.pass_batches
+
+    def spy(self, *a, **kw):
+        for b, runs in real(self, *a, **kw):
+            seen.append((b.group, runs is not None, self.nbytes))
+            yield b, runs
+
+    monkeypatch.setattr(kept.Kept, "pass_batches", spy)
+    monkeypatch.setattr(kept, "HOLD_BYTES", 3 * per_group)
+    _in_process([*args, str(source), "--output", str(tmp_path / "some")])
+    for name in TABLES:
+        reread = (tmp_path / "reread" / name).read_bytes()
+        assert (tmp_path / "all" / name).read_bytes() == reread, name
+        assert (tmp_path / "some" / name).read_bytes() == reread, name
+    by_group = {}
+    for group, from_memory, _ in seen:
+        by_group.setdefault(group, set()).add(from_memory)
+    if limit.startswith("none"):
+        assert seen == []  # nothing kept: the pass read the file as before
+        return
+    assert all(len(ways) == 1 for ways in by_group.values()), by_group  # a row group is kept whole or not at all
+    from_memory = [g for g, ways in by_group.items() if True in ways]
+    assert 0 < len(from_memory) < len(by_group), by_group
+    assert from_memory == sorted(by_group)[: len(from_memory)]  # the first row groups, until the limit
+    assert max(n for _, _, n in seen) <= 3 * per_group

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuvar import targets as T
+from gpuvar.binning.kept import Kept
 from gpuvar.binning.link import Links, Unordered
 from gpuvar.binning.per_bin import TARGET
 from gpuvar.binning.plan import LINKED, Plan
@@ -47,12 +48,18 @@ def needs_copies(plan: Plan) -> bool:
     return plan.link and (T.target(plan.opts.target).links_copies or any(f in LINKED for f in plan.features))
 
 
-def share_statistics(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, links: Links | None) -> BinPass:
-    """Phase 4 on this rank's share (collective)."""
+def share_statistics(
+    plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, links: Links | None, kept: Kept | None = None
+) -> BinPass:
+    """Phase 4 on this rank's share (collective); `kept`: the rows the scan kept (gpuvar.binning.kept), read instead
+    of decoding their row groups again where the pass can use them."""
     stream = links.stream() if links is not None and needs_copies(plan) else None
+    if kept is not None and (stream is not None or not kept.usable(timeline)):
+        kept.drop()
+        kept = None
     try:
-        sink, reasons, binned, counts, held = _read(plan, comm, scan, timeline, means, stream)
-    except Unordered:
+        sink, reasons, binned, counts, held = _read(plan, comm, scan, timeline, means, stream, kept)
+    except Unordered:  # (only with a copy stream: then nothing was kept)
         stream = links.stream(held=True)
         sink, reasons, binned, counts, held = _read(plan, comm, scan, timeline, means, stream)
     workers = plan.opts.workers_per_rank
@@ -67,7 +74,7 @@ def share_statistics(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Me
     return BinPass(parts, dict(reasons), binned, held)
 
 
-def _read(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, stream):
+def _read(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, stream, kept: Kept | None = None):
     """The pass proper (no collective): (sink, reasons, rows binned, rows per bin (general path), rows held)."""
     pf = open_kernels(plan)
     index = dict(scan.index)  # (the scan met every key: nothing is added)
@@ -84,9 +91,12 @@ def _read(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, stream
     reasons: Counter = Counter()
     binned = held = 0
     try:
-        for b in batches(
-            plan, pf, scan.row_groups, index, columns if stream is not None else plan.columns, features=True
-        ):
+        if kept is not None:  # (the sorted path: see share_statistics)
+            source = kept.pass_batches(plan, pf, scan, index, list(plan.columns))
+        else:
+            read_columns = columns if stream is not None else plan.columns
+            source = ((b, None) for b in batches(plan, pf, scan.row_groups, index, read_columns, features=True))
+        for b, runs in source:
             linked = stream.link(b.kstart, b.kkey) if stream is not None else {}
             tv = compute_target(plan, b, lut, linked)
             reasons.update(tv.reasons)
@@ -97,8 +107,10 @@ def _read(plan: Plan, comm, scan: Scan, timeline: Timeline, means: Means, stream
             if timeline.fast:
                 if n_ok < len(ok):  # a row without a target is left out of every statistic
                     cols = {k: v if k == TARGET else np.where(ok, v, np.nan) for k, v in cols.items()}
-                ids, starts = bin_runs(b.axis, gmin, width)
+                ids, starts = runs if runs is not None else bin_runs(b.axis, gmin, width)
                 sink.add(ids, starts, cols)
+                if kept is not None:  # the kept rows not read yet are held too
+                    held = max(held, kept.rows + sink.held_rows)
             else:
                 held = max(held, len(ok) + sink.held_rows)
                 idx = None if n_ok == len(ok) else np.flatnonzero(ok)

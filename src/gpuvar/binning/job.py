@@ -4,11 +4,12 @@ run_job chains the phases, each a function of one module from frozen inputs to a
 named; every rank calls every phase):
  0. plan     - gpuvar.binning.plan: options checked against the files, resolved once (width, axis, columns).
  1. scan     - gpuvar.binning.read.scan_share: this rank's row-balanced share of row groups read once, a batch at
-               a time: exact group duration sums, the axis span and order, each row group's span.
+               a time: exact group duration sums, the axis span and order, each row group's span; what the bins
+               pass needs of each batch is kept, bounded (gpuvar.binning.kept).
  2. means    - gpuvar.binning.target.group_means: allgather of the exact group totals.
  3. timeline - gpuvar.binning.timeline: allgather of the axis spans: the bins, the sorted path or the general one.
     link     - gpuvar.binning.link.make_links (with a memcpy file): allgather of the copies' carry per rank.
- 4. bins     - gpuvar.binning.bin_pass: the share read again a batch at a time: link, target, bins, and every
+ 4. bins     - gpuvar.binning.bin_pass: the share a batch at a time (kept, or read again): link, target, bins, and every
                bin's statistics (sorted path: alltoall of one bin per rank; general path: rounds of Alltoallv).
  5. ranking  - gpuvar.binning.ranking (rank 0, after a gather): bins by the target's variance, top-k, random
                sample; bcast.
@@ -45,12 +46,13 @@ from pathlib import Path
 import numpy as np
 
 from gpuvar import targets as T
-from gpuvar.binning.bin_pass import share_statistics, stat_features
+from gpuvar.binning.bin_pass import needs_copies, share_statistics, stat_features
+from gpuvar.binning.kept import Kept, keeps, timeline_origin
 from gpuvar.binning.link import make_links
 from gpuvar.binning.per_bin import empty_statistics
 from gpuvar.binning.plan import BinOptions, Collective, make_plan, source_name
 from gpuvar.binning.ranking import rank_bins
-from gpuvar.binning.read import scan_share
+from gpuvar.binning.read import open_kernels, scan_share
 from gpuvar.binning.report import Gathered, Timer, build_report, peak_rss_mb, process_age_s, write_tables
 from gpuvar.binning.rows import gather_rows
 from gpuvar.binning.target import group_means
@@ -139,7 +141,9 @@ def run_job(opts: BinOptions, comm) -> dict | None:
             size,
             opts.workers_per_rank,
         )
-    scan = scan_share(plan, rank, size)
+    # what the bins pass needs of each batch, kept (bounded) so that it decodes nothing (gpuvar.binning.kept)
+    kept = Kept(plan, timeline_origin(open_kernels(plan), plan) if keeps(plan, needs_copies(plan)) else None)
+    scan = scan_share(plan, rank, size, keep=kept.add)
     timer.lap("scan")
     means = group_means(comm, scan)
     timer.lap("means")
@@ -148,7 +152,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     timeline = make_timeline(plan, comm, scan)
     links = make_links(plan, comm, scan)
     timer.lap("link")
-    done = share_statistics(plan, comm, scan, timeline, means, links)
+    done = share_statistics(plan, comm, scan, timeline, means, links, kept)
     timer.lap("bins")
     n_valid = comm.allreduce(done.binned)
     without = dict(scan.reasons)
@@ -171,7 +175,7 @@ def run_job(opts: BinOptions, comm) -> dict | None:
     timer.lap("topk_rows")
     topk_rows, sample_rows = ([_rows_of(rows, topk)], [_rows_of(rows, sample)]) if rank == 0 else (None, None)
     timer.lap("sample_rows")
-    held = comm.gather(max(scan.largest_batch, done.held_rows, rows_held), root=0)
+    held = comm.gather(max(scan.largest_batch, kept.peak_rows, done.held_rows, rows_held), root=0)
     reasons = comm.gather(without, root=0)
     n_in = comm.gather(scan.rows, root=0)
     if rank == 0:
@@ -212,11 +216,13 @@ def _rows_of(rows, bins: np.ndarray):
     """The rows (gather_rows' table, in file order) of the given bins; None when there are none."""
     if rows is None or not len(bins):
         return None
-    import pyarrow.compute as pc
+    from pyarrow._compute import SetLookupOptions
 
+    from gpuvar.binning.columns import arrow
     from gpuvar.canonical_io import from_numpy  # (pa.array(ndarray) would import pandas)
 
-    picked = rows.filter(pc.is_in(rows.column("bin"), value_set=from_numpy(np.asarray(bins, dtype=np.int64))))
+    wanted = SetLookupOptions(from_numpy(np.asarray(bins, dtype=np.int64)))
+    picked = arrow("filter", rows, arrow("is_in", rows.column("bin"), options=wanted))
     return picked if picked.num_rows else None
 
 

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpuvar import targets as T
 from gpuvar.binning import read
-from gpuvar.binning.columns import floats, ints, open_parquet
+from gpuvar.binning.columns import arrow, floats, ints, open_parquet
 from gpuvar.binning.plan import Plan
 from gpuvar.binning.read import NULL, Scan
 from gpuvar.canonical_io import from_numpy
@@ -151,7 +150,7 @@ class MemcpyReader:
         if not keep.any():
             return no_copies()  # (and no empty column: combining no chunks imports pandas)
         if not keep.all():
-            t = t.filter(from_numpy(keep))
+            t = arrow("filter", t, from_numpy(keep))
             start = start[keep]
         names = self.names
         dev = floats(t.column("device_id"))
@@ -159,7 +158,7 @@ class MemcpyReader:
         if "duration" in names:
             dur = floats(t.column("duration"))
         else:
-            dur = floats(pc.subtract(t.column("end"), t.column("start")))
+            dur = floats(arrow("subtract", t.column("end"), t.column("start")))
         nan = np.full(t.num_rows, np.nan)
         return {
             "key": T.link_key(dev, stream, self.how),

@@ -186,8 +186,10 @@ class Scan:
         return self.rows - sum(self.reasons.values())
 
 
-def scan_share(plan: Plan, rank: int, size: int) -> Scan:
-    """Phase 1: read rank `rank` of `size`'s row groups once (no collective)."""
+def scan_share(plan: Plan, rank: int, size: int, keep=None) -> Scan:
+    """Phase 1: read rank `rank` of `size`'s row groups once (no collective). `keep(batch, ordered, groups)`, if
+    given, is handed every batch, whether the share is still in axis order and the group codes so far
+    (gpuvar.binning.kept.Kept.add: what the bins pass needs of it)."""
     pf = open_kernels(plan)
     groups = share_groups(pf, rank, size)
     md = pf.metadata
@@ -209,6 +211,8 @@ def scan_share(plan: Plan, rank: int, size: int) -> Scan:
         ordered = ordered and in_order and (prev is None or not len(b.axis) or int(b.axis[0]) >= prev)
         if len(b.axis):
             prev = int(b.axis[-1])
+        if keep is not None:
+            keep(b, ordered, len(index))
         lo, hi = min(lo, blo), max(hi, bhi)  # the timeline spans every kernel, with a target or not
         g0, g1 = spans[b.group]
         spans[b.group] = (min(g0, blo), max(g1, bhi))

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpuvar.binning import read
-from gpuvar.binning.columns import open_parquet, plain_strings
+from gpuvar.binning.columns import arrow, open_parquet, plain_strings
 from gpuvar.binning.link import LINKED_FROM, Links, Unordered
 from gpuvar.binning.plan import ID_COLUMNS, Plan
 from gpuvar.binning.read import Batch, Scan, batches, link_columns, open_kernels, scan_columns
@@ -25,7 +25,8 @@ from gpuvar.binning.timeline import Timeline
 from gpuvar.canonical_io import from_numpy
 from gpuvar.errors import InputError
 
-TAKE_ROWS = 1 << 16  # rows decoded at once here: a finer step than BATCH_ROWS stops closer to the last chosen row
+TAKE_ROWS = 1 << 14  # rows decoded at once here: a finer step than BATCH_ROWS stops closer to the last chosen row
+# (the 20 top-k bins of 20 M rows in one process, 19 row groups, fastest of 6: 0.21-0.22 s with 64 Ki, 0.17-0.18 s)
 
 
 def output_columns(plan: Plan) -> list[str]:
@@ -35,6 +36,18 @@ def output_columns(plan: Plan) -> list[str]:
     if plan.opts.features.strip() in ("auto", ""):
         return list(schema.names)
     return [c for c in dict.fromkeys([*ID_COLUMNS, *plan.features]) if c in schema.names]
+
+
+def string_columns(plan: Plan) -> list[str]:
+    """The file's string columns, read as Arrow dictionaries: a value is decoded once per dictionary, not once per
+    row. plan.schema already shows DICTIONARY_COLUMNS (kernel_name, launch_config, call_site) as dictionaries: they
+    are string columns of the file too (left out, they were decoded row by row and dictionary-encoded again: the
+    rows of the 20 top-k bins of 20 M rows, 19 row groups, in one process: 0.41 -> 0.25 s)."""
+    return [
+        f.name
+        for f in plan.schema
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_dictionary(f.type)
+    ]
 
 
 class Chosen:
@@ -73,8 +86,7 @@ def gather_rows(
     todo = [c for c in every if c[0] in assigned]
     if todo:
         cols = output_columns(plan)
-        strings = [f.name for f in plan.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-        pf = open_parquet(plan.opts.kernels, read_dictionary=strings)  # decode strings once per dictionary
+        pf = open_parquet(plan.opts.kernels, read_dictionary=string_columns(plan))  # strings once per dictionary
         for g, _, _, group_linked, stop in todo:
             piece, rows = _group_rows(plan, pf, g, cols, means, pick, group_linked, stop)
             held = max(held, rows)
@@ -164,7 +176,7 @@ def _group_rows(plan, pf, g, cols, means, pick: Chosen, linked, stop) -> tuple[p
             keep = np.flatnonzero(tv.ok)
             if not len(keep):
                 continue
-            piece = plain_strings(b.table.select(cols).take(from_numpy(hit[keep])))
+            piece = plain_strings(arrow("take", b.table.select(cols), from_numpy(hit[keep])))
             computed = {plan.opts.target: tv.values[keep], **{k: v[keep] for k, v in mine.items()}}
             computed["bin"] = bins[keep].astype(np.int64)
             for name, values in computed.items():

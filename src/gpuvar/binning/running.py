@@ -69,17 +69,13 @@ class RunningBins:
         if k == len(ids):
             return
         closing = self._close()
+        if closing is not None:  # (its own piece: the flush joins the pieces, so the batch is copied once)
+            cid, ccols = closing
+            self._finished(np.array([cid], np.int64), np.zeros(1, np.int64), ccols)
         last = len(ids) - 1
         a, z = int(starts[k]), int(starts[last])
-        seg_ids, seg_starts, seg = ids[k:last], starts[k:last] - a, {c: v[a:z] for c, v in cols.items()}
-        if closing is not None:
-            cid, ccols = closing
-            m = _rows(ccols)
-            seg_ids = np.concatenate(([cid], seg_ids)).astype(np.int64)
-            seg_starts = np.concatenate(([0], seg_starts + m)).astype(np.int64)
-            seg = {c: np.concatenate([ccols[c], v]) for c, v in seg.items()}
-        if len(seg_ids):
-            self._finished(seg_ids, seg_starts, seg)
+        if last > k:
+            self._finished(ids[k:last], starts[k:last] - a, {c: v[a:z] for c, v in cols.items()})
         self.open_id = int(ids[last])
         self._extend({c: v[int(starts[last]) :] for c, v in cols.items()})
 
