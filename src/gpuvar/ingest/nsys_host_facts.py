@@ -6,9 +6,10 @@ launching op, a step range or the cudaDeviceSynchronize calls around it are its 
 launches of a step are numbered in the order the program made the calls. In memory that costs the whole host
 timeline and every launch at once. Here SQLite's own sorter (which spills to temporary files) streams the launches
 in call order, and one sweep places and numbers them with a stack of open ranges per thread and counters per
-(step, thread, op), which is what memory then follows. The facts of each launch go to the Arrow IPC file of its
-piece, which gpuvar.ingest.nsys_pieces reads when it writes that piece: the columns are the bytes the in-memory
-path writes (tests/test_nsys_host_pieces.py compares them file by file).
+(step, thread, op) of the steps in play (gpuvar.ingest.step_store), which is what memory then follows. The facts
+of each launch go to scratch tables keyed by rowid, which gpuvar.ingest.nsys_pieces reads range by range when it
+writes a piece (or, in the workflow, to Parquet beside the raw tables: export_facts, ParquetFacts): the columns
+are the bytes the in-memory path writes (tests/test_nsys_host_pieces.py compares them file by file).
 
 The passes, each a query of the export, attached read-only to a scratch database in the pieces' temporary folder:
  1. the calls: one row per (process, correlation id), the first in table order where a call repeats (as
