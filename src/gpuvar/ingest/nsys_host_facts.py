@@ -724,12 +724,20 @@ class ParquetFacts:
         totals = pq.read_table(Path(folder) / entry["step_threads"])
         threads = totals.column("threads").to_numpy().astype(np.float64)
         self.facts.step_threads = (exact_ints(totals.column("step")), threads, exact_ints(totals.column("launches")))
-        self._kernels = _Sequential(pq.ParquetFile(Path(folder) / entry["kernels"]))
+        kernels = pq.ParquetFile(Path(folder) / entry["kernels"])
+        self.kernel_rows = kernels.metadata.num_rows
+        self._kernels = _Sequential(kernels)
         copies = Path(folder) / entry["copies"]
         self._copies = _Sequential(pq.ParquetFile(copies)) if copies.exists() else None
 
     def close(self) -> None:
         pass
+
+    def check(self, plan: Plan) -> None:
+        """NotInPieces where the stored facts do not cover the kernels the plan keeps, one for one."""
+        kept = sum(p.kept for p in plan.pieces)
+        if self.kernel_rows != kept:
+            raise NotInPieces(f"`gpuvar read` stored facts of {self.kernel_rows} kernels where the plan keeps {kept}")
 
     def piece_facts(self, piece, rowids: np.ndarray, starts: np.ndarray) -> tuple[dict, dict]:
         part = self._kernels.take(len(rowids))

@@ -477,6 +477,8 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
             if isinstance(host, Scratch):
                 host_facts(host, head, plan)
                 _give_back_memory()
+            elif host is not None:
+                host.check(plan)
             files, copy_rows = [], None
             if head.m_cols is not None:
                 attach = host.attach if host is not None else None
