@@ -218,3 +218,24 @@ def test_workflow_read_and_normalize_in_pieces_are_the_ingest_bytes(tmp_path, st
         report.pop("seconds")
         report.pop("pieces", None)
     assert pieces == whole == memory
+
+
+def test_stored_facts_that_do_not_cover_the_kernels_send_normalize_to_memory(tmp_path):
+    """A raw folder whose stored launch facts lack a row (a damaged or foreign file): `gpuvar normalize` takes the
+    raw tables in memory, with the same files, instead of writing pieces with misplaced launches."""
+    import pyarrow.parquet as pq
+
+    from gpuvar.demo.planted_host_pieces import write_planted_host_export
+    from gpuvar.ingest import normalize_folder
+    from gpuvar.ingest.nsys_sources import write_raw_in_ranges
+
+    source = write_planted_host_export(tmp_path / "sync.sqlite", loops=20, seed=3, steps="sync")
+    ingest(source, tmp_path / "memory", pieces=IN_MEMORY)
+    write_raw_in_ranges(source, tmp_path / "raw", True, 100)
+    facts = tmp_path / "raw" / "host_kernel_facts.parquet"
+    table = pq.read_table(facts)
+    pq.write_table(table.slice(1), facts)
+    report = normalize_folder(tmp_path / "raw", tmp_path / "out", pieces=PieceSettings(above=0, rows=60))
+    assert "pieces" not in report
+    for name in ("kernels.parquet", "memcpy.parquet"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "memory" / name).read_bytes()
