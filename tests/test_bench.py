@@ -16,6 +16,19 @@ def ratio_of_rounded(ratio: float, numerator: float, denominator: float, ms: flo
     return low - 0.005 <= ratio <= high + 0.005
 
 
+def test_bench_ingest_of_a_capture_with_api_calls_in_pieces(tmp_path, run_cli):
+    """--api-calls: the capture with CUDA API calls and NVTX ranges, ingested in pieces (the sweep in call order);
+    the references read the host tables' columns too."""
+    args = ("bench", "ingest", "--rows", "3000", "--repeat", "1", "--api-calls", "--pieces", "always")
+    result = run_cli(*args, "--data-dir", tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["trace"] == "capture with API calls" and out["kernel_rows"] == 3000
+    assert {"CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"} <= set(out["columns_read"])
+    assert out["pieces"]["count"] == 1 and out["scan_s"] is None
+    assert out["sqlite_engine_s"] > 0 and out["wall_s"] > 0
+
+
 def test_bench_ingest_reports_arrow_native_readers_and_the_sqlite_engine(tmp_path, run_cli):
     result = run_cli("bench", "ingest", "--rows", "3000", "--repeat", "1", "--data-dir", tmp_path)
     assert result.returncode == 0, result.stderr

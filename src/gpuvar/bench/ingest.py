@@ -1,5 +1,6 @@
-"""Ingest throughput: `gpuvar ingest` on a demo Nsight Systems SQLite of N kernel launches, against the readers
-that turn the same SQLite tables into Arrow, measured in the same process and minute.
+"""Ingest throughput: `gpuvar ingest` on a demo Nsight Systems SQLite of N kernel launches (or, with --api-calls, a
+capture with CUDA API calls and NVTX ranges), against the readers that turn the same SQLite tables into Arrow,
+measured in the same process and minute.
 
 References (each reads the columns gpuvar reads: every column of the kernel and memcpy tables by default, only
 the canonical ones with --no-keep-vendor-columns):
@@ -45,6 +46,13 @@ def configure_ingest(p):
         "never, or always; in pieces there is no separate scan, so the scan figures are null (default: %(default)s)",
     )
     p.add_argument(
+        "--api-calls",
+        action="store_true",
+        help="a capture with CUDA API calls and emit_nvtx ranges (gpuvar.demo.planted_host_pieces."
+        "write_scaled_host_export: 1.5 calls and 1.2 NVTX ranges per kernel, half as many copies) instead of the "
+        "demo export; the references then read its host tables' columns too",
+    )
+    p.add_argument(
         "--data-dir",
         default=str(Path(tempfile.gettempdir()) / "gpuvar-bench-ingest"),
         help="cache of generated traces (default: %(default)s)",
@@ -64,7 +72,11 @@ def read_columns(source: Path, everything: bool = True) -> dict[str, list[str]]:
     finally:
         con.close()
     needed = {nsys.KERNEL_TABLE: nsys.KERNEL_NEEDED, nsys.MEMCPY_TABLE: nsys.MEMCPY_NEEDED}
-    return {t: [c for c in catalog[t] if everything or c in needed[t]] for t in TABLES if t in catalog}
+    spec = {t: [c for c in catalog[t] if everything or c in needed[t]] for t in TABLES if t in catalog}
+    for table, (wanted, required) in nsys.HOST_COLUMNS.items():  # the host tables gpuvar reads, where present
+        if required <= set(catalog.get(table, ())):
+            spec[table] = [c for c in wanted if c in catalog[table]]
+    return spec
 
 
 def _select(cols: list[str]) -> str:
@@ -151,10 +163,16 @@ def run_ingest(args) -> int:
     from gpuvar.demo.nsys_writer import write_nsys_demo
 
     data = Path(args.data_dir)
-    source = data / f"demo-{args.rows}-{args.seed}.sqlite"
+    kind = "host" if getattr(args, "api_calls", False) else "demo"
+    source = data / f"{kind}-{args.rows}-{args.seed}.sqlite"
     if not source.exists():
         data.mkdir(parents=True, exist_ok=True)
-        write_nsys_demo(source, args.rows, args.seed)
+        if kind == "host":
+            from gpuvar.demo.planted_host_pieces import write_scaled_host_export
+
+            write_scaled_host_export(source, args.rows, args.seed)
+        else:
+            write_nsys_demo(source, args.rows, args.seed)
     source = source.resolve()
     with open(source, "rb") as fh:  # page cache warm for every contender
         while fh.read(1 << 24):
@@ -176,7 +194,7 @@ def run_ingest(args) -> int:
             for name, reader in readers.items():
                 ref[which][name] = min(ref[which].get(name, float("inf")), reader(spec))
         for keep in (True, False):
-            out = data / f"out-{args.rows}-{args.seed}" if keep else data / f"out-{args.rows}-{args.seed}-needed"
+            out = data / (f"out-{kind}-{args.rows}-{args.seed}" + ("" if keep else "-needed"))
             runs[keep].append(time_gpuvar(source, out, keep, args.pieces))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     full, lean = _fastest(runs[True]), _fastest(runs[False])
@@ -186,6 +204,7 @@ def run_ingest(args) -> int:
     memcpy = full["tables"].get("memcpy", {}).get("rows_written", 0)
     result = {
         "bench": "ingest",
+        "trace": "capture with API calls" if kind == "host" else "demo",
         "format": full["format"],
         "kernel_rows": kernels,
         "memcpy_rows": memcpy,
