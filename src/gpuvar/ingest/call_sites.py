@@ -217,7 +217,7 @@ def _iteration_steps(kernels: pa.Table, p: Placed) -> tuple[np.ndarray, str | No
             group = group * 1_000_003 + pd.factorize(kernels.column(column).to_pandas(), use_na_sentinel=False)[0]
     order = _sequence_order(kernels, p)
     found = []
-    for g in np.unique(group):
+    for g in np.sort(pd.unique(group)):  # (hashed, not sorted per row: one group per process and GPU)
         rows = order[group[order] == g]
         it = find_iterations_coded(name_codes[rows], dictionary)
         if it.anchor is None:
@@ -337,7 +337,10 @@ def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, list[tuple]]:
             return keys, list(combos)
         key = key * max(1, len(uniques)) + codes
     keys, _ = pd.factorize(key)
-    rows = np.unique(keys, return_index=True)[1]  # each combination's first row
+    # each combination's first row, in code order: codes are numbered by first appearance, so a first row is one
+    # whose code exceeds every code before it (linear; np.unique's sort took 0.06-0.19 s at 1 M rows)
+    seen = np.maximum.accumulate(keys)
+    rows = np.flatnonzero(np.concatenate([[True], keys[1:] > seen[:-1]])) if len(keys) else np.zeros(0, np.int64)
     return keys, [tuple(int(c[r]) for c in columns) for r in rows.tolist()]
 
 
@@ -356,7 +359,7 @@ class SiteTexts:
         return pa.DictionaryArray.from_arrays(indices, dictionary).cast(pa.string())
 
     def used(self) -> list[str]:
-        return [self.texts[c] for c in np.unique(self.codes).tolist()]
+        return [self.texts[c] for c in np.flatnonzero(np.bincount(self.codes, minlength=len(self.texts))).tolist()]
 
 
 def _labels(
