@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpuvar import __version__
 from gpuvar.errors import AccountingError, InputError, path_problem
+from gpuvar.heap import whole_trace_memory
 from gpuvar.layout import INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.options import default
 
@@ -136,9 +137,10 @@ def normalize_folder(raw_folder: str | Path, output: str | Path, pieces=None) ->
     report = normalize_in_pieces(Path(raw_folder), output, pieces or PieceSettings())
     if report is not None:  # the raw tables of a big Nsight Systems export, taken in pieces
         return report
-    raw = load_raw(raw_folder)
-    loaded = normalize_trace(raw)
-    return write_ingest(raw.source, output, *loaded, t_read=time.perf_counter() - t0, t0=t0)
+    with whole_trace_memory():
+        raw = load_raw(raw_folder)
+        loaded = normalize_trace(raw)
+        return write_ingest(raw.source, output, *loaded, t_read=time.perf_counter() - t0, t0=t0)
 
 
 def ingest(
@@ -164,13 +166,14 @@ def ingest(
             report = ingest_in_pieces(Path(source), output, keep_vendor_columns, pieces or PieceSettings())
             if report is not None:
                 return report
-    raw = read_source(source, fmt, _options(keep_vendor_columns, output))
-    # several files of one trace: the kernel trace's path (the passes are listed under counter_passes)
-    label = raw.source if isinstance(source, list | tuple) else str(Path(source))
-    t_scan = time.perf_counter() - t0
-    loaded = normalize_trace(raw)
-    del raw  # the source's tables: freed before the Parquet encoding needs memory
-    return write_ingest(label, output, *loaded, t_read=time.perf_counter() - t0, t0=t0, t_scan=t_scan)
+    with whole_trace_memory():  # the whole trace in memory: fewer of its columns faulted in (gpuvar.heap)
+        raw = read_source(source, fmt, _options(keep_vendor_columns, output))
+        # several files of one trace: the kernel trace's path (the passes are listed under counter_passes)
+        label = raw.source if isinstance(source, list | tuple) else str(Path(source))
+        t_scan = time.perf_counter() - t0
+        loaded = normalize_trace(raw)
+        del raw  # the source's tables: freed before the Parquet encoding needs memory
+        return write_ingest(label, output, *loaded, t_read=time.perf_counter() - t0, t0=t0, t_scan=t_scan)
 
 
 def write_ingest(

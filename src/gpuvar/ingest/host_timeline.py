@@ -46,6 +46,10 @@ def ints(column, fill: int = -1) -> np.ndarray:
     float64 (integers beyond 2**53 round, as they always have: keys built from them must not change)."""
     if isinstance(column, (pa.Array, pa.ChunkedArray)) and pa.types.is_integer(column.type):
         # an integer column straight from its buffers: pandas' to_numeric costs ~10 ms per million rows
+        if not column.null_count and len(column):
+            bounds = pc.min_max(column)
+            if -(2**53) < bounds["min"].as_py() and bounds["max"].as_py() < 2**53:  # float64 keeps them exact
+                return np.asarray(column.to_numpy(), np.int64).copy()  # (the same values, 1 pass instead of 6)
         valid = column.is_valid().to_numpy(zero_copy_only=False) if column.null_count else None
         values = np.asarray((pc.fill_null(column, 0) if column.null_count else column).to_numpy(), np.float64)
         ok = np.abs(values) < 2.0**63
