@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpuvar.canonical_io import CanonicalWriter, sort_canonical, write_canonical
+from gpuvar.heap import give_back
 from gpuvar.ingest import books, finish_report, nsys, recorded_duplicates, report_head
 from gpuvar.ingest.base import ReaderOutput, in_wal_mode
 from gpuvar.ingest.call_sites import (
@@ -244,20 +245,6 @@ def _step_offsets(state: _State, kernels: pa.Table) -> np.ndarray:
         base = np.array([first[(d, s)] for d, s in zip(device[rows].tolist(), step[rows].tolist())], np.int64)
         offset[rows] = (start[rows] - base).astype(np.float64)
     return offset
-
-
-def _give_back_memory() -> None:
-    """Return the sweep's freed memory to the system before the pieces are written: glibc keeps freed blocks of
-    the sweep's many small objects in its arenas (0.43 GB resident after the sweep of 20 M launches), which the
-    pieces' row groups would then sit on top of. malloc_trim where the C library has it; nothing elsewhere."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _plan_step_threads(steps: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> dict:
@@ -478,7 +465,7 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
             plan = make_plan(source, head, settings, sequence=host is None)
             if isinstance(host, Scratch):
                 host_facts(host, head, plan)
-                _give_back_memory()
+                give_back()  # the sweep's freed memory, before the pieces' row groups (gpuvar.heap)
             elif host is not None:
                 host.check(plan)
             files, copy_rows = [], None
