@@ -51,6 +51,7 @@ LAYERS = (
             "targets",
             "kernel_names",
             "markdown_html",
+            "heap",
         },
     ),
     ("ingest", {"ingest"}),

@@ -126,7 +126,7 @@ def test_step_numbers_that_come_back_continue_their_counts_after_a_spill(tmp_pat
     """Step ranges numbered per epoch ('step 0'..'step 3' three times): the in-memory path numbers an op's instances
     over all ranges of one number, so the sweep's counters of a step must survive being spilled to the scratch
     database (two steps kept in memory here) and read back."""
-    import gpuvar.ingest.nsys_host_facts as host_facts
+    import gpuvar.ingest.nsys_host_sweep as sweep
 
     def epochs(con, lo, hi, threads):
         span = (hi - lo) // 12
@@ -136,7 +136,7 @@ def test_step_numbers_that_come_back_continue_their_counts_after_a_spill(tmp_pat
                 (lo + i * span, lo + (i + 1) * span - 1, f"step {i % 4}", threads[0]),
             )
 
-    monkeypatch.setattr(host_facts, "KEEP_STEPS", 2)
+    monkeypatch.setattr(sweep, "KEEP_STEPS", 2)
     memory, pieces = _both(_variant(tmp_path, epochs), tmp_path)
     assert "4 steps from NVTX step ranges" in _sites_note(memory)
     _same_report(memory, pieces)

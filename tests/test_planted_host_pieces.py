@@ -18,8 +18,8 @@ from gpuvar.demo.planted_host_pieces import (
     PID_A,
     PID_B,
     write_planted_host_export,
-    write_scaled_host_export,
 )
+from gpuvar.demo.planted_host_scaled import write_scaled_host_export
 from gpuvar.ingest import ingest
 from gpuvar.ingest.nsys_pieces import PieceSettings
 

@@ -13,6 +13,11 @@ from pathlib import PurePath
 OUTPUT_MARKER = ".gpuvar-output.json"  # in every output folder: the command that wrote it (gpuvar.atomic)
 RAW_FOLDER = "raw"  # `gpuvar read`: <table>.parquet per vendor table + raw.json (gpuvar.ingest.raw)
 RAW_MANIFEST = "raw.json"  # the raw read's format, accounting and reader facts; written last
+# beside the raw tables of a big export with CUDA API calls: each launch's op, step and numbering, and each step's
+# threads, found by `gpuvar read` (gpuvar.ingest.nsys_host_parquet) for `gpuvar normalize` in pieces
+HOST_KERNEL_FACTS = "host_kernel_facts.parquet"
+HOST_COPY_FACTS = "host_copy_facts.parquet"
+HOST_STEP_THREADS = "host_step_threads.parquet"
 KERNELS_TABLE = "kernels.parquet"  # canonical kernel launches (docs/schema.md)
 MEMCPY_TABLE = "memcpy.parquet"  # canonical copies; written always, with no rows when the source has none
 INGEST_REPORT = "ingest.json"  # rows read / written / dropped per table; written last

@@ -49,7 +49,7 @@ def configure_ingest(p):
         "--api-calls",
         action="store_true",
         help="a capture with CUDA API calls and emit_nvtx ranges (gpuvar.demo.planted_host_pieces."
-        "write_scaled_host_export: 1.5 calls and 1.2 NVTX ranges per kernel, half as many copies) instead of the "
+        "gpuvar.demo.planted_host_scaled.write_scaled_host_export: 1.5 calls and 1.2 NVTX ranges per kernel, half as many copies) instead of the "
         "demo export; the references then read its host tables' columns too",
     )
     p.add_argument(
@@ -168,7 +168,7 @@ def run_ingest(args) -> int:
     if not source.exists():
         data.mkdir(parents=True, exist_ok=True)
         if kind == "host":
-            from gpuvar.demo.planted_host_pieces import write_scaled_host_export
+            from gpuvar.demo.planted_host_scaled import write_scaled_host_export
 
             write_scaled_host_export(source, args.rows, args.seed)
         else:

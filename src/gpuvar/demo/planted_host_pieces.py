@@ -49,16 +49,8 @@ Steps (the `steps` argument): "nvtx": a pushpop range "step N" on A's main threa
 both processes (B's iteration runs within A's: the in-memory ingest judges a step by the call's time alone);
 "sync": a cudaDeviceSynchronize call on A's main thread ends each iteration, no step ranges; "none": neither,
 the steps come from the repeating launch pattern of each (process, device).
-
-Rows are stored as nsys writes them: kernels and copies in GPU start order; CUDA API calls in per-thread buffers
-flushed in blocks of RUNTIME_BLOCK (each thread's rows in start order, the table as a whole not); NVTX events in
-start order (at an equal start the shorter range first, so a child precedes its parent). The kernel and memcpy
-tables are declared without NOT NULL, so that the dropped rows can be written. Same seed, same bytes. At the
-default 60 loops: 2,341 kernel rows, 120 copies, ~2,460 API calls, ~3,400 NVTX events.
-
-`write_scaled_host_export` writes a big, regular export of the same kind (two threads, emit_nvtx ranges, copies,
-the pattern of steps="none") fast enough for tens of millions of launches, for timing and memory measurements
-(2 M launches in ~14 s on the 2-core development machine, linear in the count).
+Rows are stored as nsys writes them (gpuvar.demo.planted_host_tables). Same seed, same bytes; at the default 60
+loops 2,341 kernel rows, 120 copies, ~2,460 API calls, ~3,400 NVTX events. planted_host_scaled writes a big one.
 """
 
 from __future__ import annotations
@@ -70,27 +62,48 @@ from pathlib import Path
 import numpy as np
 
 from gpuvar.demo.nsys_writer import (
-    COPY_MEM_KINDS,
-    GLOBAL_PID_HW,
     KERNEL_COLUMNS,
-    MEM_KIND,
     MEMCPY_COLUMNS,
-    MEMCPY_OPER,
-    PRODUCT_VERSION,
-    SCHEMA_VERSION,
     mangled_name,
+)
+from gpuvar.demo.planted_host_tables import (
+    API_NAMES,
+    COMPUTE_STREAM,
+    COPY_STREAM,
+    DEVICE_A,
+    DEVICE_B,
+    DEVICE_SYNC,
+    EVENT_RECORD,
+    GRAPH_LAUNCH,
+    GRAPH_STREAM,
+    IS_CAPTURING,
+    LAUNCH,
+    MEMCPY_ASYNC,
+    NVTX_COLUMNS,
+    NVTX_DOMAIN_CREATE,
+    NVTX_MARK,
+    NVTX_PUSHPOP,
+    NVTX_STARTEND,
+    PID_A,
+    PID_B,
+    RUNTIME_COLUMNS,
+    STREAM_B,
+    THREAD_NAMES,
+    TID_BACKWARD_A,
+    TID_MAIN_A,
+    TID_MAIN_B,
+    flushed_in_blocks,
+    global_id,
+    insert_rows,
+    memcpy_rows,
+    write_common,
 )
 from gpuvar.output import replacing
 
-PID_A, PID_B = 1001, 2002
-TID_MAIN_A, TID_BACKWARD_A, TID_MAIN_B = 1001, 1013, 2002
-DEVICE_A, DEVICE_B = 0, 1
-COMPUTE_STREAM, GRAPH_STREAM, COPY_STREAM, STREAM_B = 7, 13, 51, 21
 CORRELATION_BASE = 1_000  # both processes count from here: correlation ids repeat across processes
 MIN_LOOPS = 16
 STEP_MODES = ("nvtx", "sync", "none")
 RUNTIME_BLOCK = 48  # API calls per flushed per-thread buffer
-NVTX_PUSHPOP, NVTX_STARTEND, NVTX_MARK, NVTX_DOMAIN_CREATE = 59, 60, 34, 75
 NCCL_DOMAIN = 1
 # the traps' iterations (module docstring)
 DUPLICATE_ITERATION = 4
@@ -99,14 +112,6 @@ COPY_WITHOUT_CALL_ITERATION = 6
 KERNEL_WITHOUT_CALL_ITERATION = 7
 NULL_CORRELATION_ITERATION = 11
 NULL_END_ITERATION = 13
-# CUDA API names as the runtime table names them (StringIds)
-LAUNCH, MEMCPY_ASYNC, GRAPH_LAUNCH = "cudaLaunchKernel_v7000", "cudaMemcpyAsync_v3020", "cudaGraphLaunch_v10000"
-DEVICE_SYNC, IS_CAPTURING, EVENT_RECORD = (
-    "cudaDeviceSynchronize_v3020",
-    "cudaStreamIsCapturing_v10000",
-    "cudaEventRecord_v3020",
-)
-API_NAMES = (LAUNCH, MEMCPY_ASYNC, GRAPH_LAUNCH, DEVICE_SYNC, IS_CAPTURING, EVENT_RECORD)
 # the op that launches each kernel (outside the traps above); None: no op encloses its call
 KERNEL_OPS = {
     "gemm_tile64_kernel": "aten::addmm",
@@ -132,74 +137,8 @@ KERNEL_OPS = {
     "ncclDevKernel_AllReduce_Sum_f32": "ncclAllReduce",
     "b_scale_kernel": None,
 }
-THREAD_NAMES = {
-    (PID_A, TID_MAIN_A): "python3",
-    (PID_A, TID_BACKWARD_A): "pt_autograd_0",
-    (PID_B, TID_MAIN_B): "python3",
-}
-EVENT_TYPES = [
-    (NVTX_MARK, "NvtxMark", "NvtxMark"),
-    (NVTX_PUSHPOP, "NvtxPushPopRange", "NvtxPushPopRange"),
-    (NVTX_STARTEND, "NvtxStartEndRange", "NvtxStartEndRange"),
-    (NVTX_DOMAIN_CREATE, "NvtxDomainCreate", "NvtxDomainCreate"),
-]
-EVENT_CLASSES = [(0, "TRACE_PROCESS_EVENT_CUDA_RUNTIME", "CUDA runtime")]
-RUNTIME_COLUMNS = ("start", "end", "eventClass", "globalTid", "correlationId", "nameId", "returnValue", "callchainId")
-NVTX_COLUMNS = (
-    "start",
-    "end",
-    "eventType",
-    "rangeId",
-    "category",
-    "color",
-    "text",
-    "globalTid",
-    "endGlobalTid",
-    "textId",
-    "domainId",
-    "uint64Value",
-    "int64Value",
-    "doubleValue",
-    "uint32Value",
-    "int32Value",
-    "floatValue",
-    "jsonTextId",
-    "jsonText",
-    "binaryData",
-)
-NVTX_TYPES = {"text": "TEXT", "jsonText": "TEXT", "binaryData": "TEXT", "doubleValue": "REAL", "floatValue": "REAL"}
-SCHEMA = [
-    "CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT)",
-    "CREATE TABLE ENUM_CUDA_MEM_KIND (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT)",
-    "CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT)",
-    "CREATE TABLE ENUM_NSYS_EVENT_CLASS (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT)",
-    "CREATE TABLE META_DATA_EXPORT (name TEXT NOT NULL, value TEXT)",
-    "CREATE TABLE TARGET_INFO_CUDA_DEVICE (gpuId INTEGER, cudaId INTEGER, pid INTEGER, name TEXT)",
-    "CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT)",
-    "CREATE TABLE ThreadNames (nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER)",
-    "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (\n" + ",\n".join(f"    {c} INTEGER" for c in KERNEL_COLUMNS) + "\n)",
-    "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (\n" + ",\n".join(f"    {c} INTEGER" for c in MEMCPY_COLUMNS) + "\n)",
-    "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (\n"
-    + ",\n".join(
-        f"    {c} INTEGER{' NOT NULL' if c in ('start', 'end', 'eventClass', 'nameId', 'returnValue') else ''}"
-        for c in RUNTIME_COLUMNS
-    )
-    + "\n)",
-    "CREATE TABLE NVTX_EVENTS (\n"
-    + ",\n".join(
-        f"    {c} {NVTX_TYPES.get(c, 'INTEGER')}{' NOT NULL' if c in ('start', 'eventType') else ''}"
-        for c in NVTX_COLUMNS
-    )
-    + "\n)",
-]
 LAUNCH_LATENCY_NS = 3_000  # from a launch call's start to the earliest GPU start
 ITERATION_GAP_NS = 4_000
-
-
-def global_id(pid: int, tid: int = 0) -> int:
-    """nsys' serialised GlobalId: hardware/VM id above bit 48, pid in bits 24..47, tid below."""
-    return GLOBAL_PID_HW | (pid << 24) | tid
 
 
 @dataclass
@@ -583,48 +522,6 @@ def _kernel_rows(launches: list[_Launch], ids: dict[str, int]) -> list[tuple]:
     return rows
 
 
-def _memcpy_rows(launches: list[_Launch]) -> list[tuple]:
-    copies = sorted((x for x in launches if x.kind == "copy"), key=lambda x: (x.start, x.call.corr))
-    rows = []
-    for x in copies:
-        src, dst = COPY_MEM_KINDS[x.copy_kind]
-        values = {
-            "start": x.start,
-            "end": x.end,
-            "deviceId": x.device,
-            "contextId": 1,
-            "greenContextId": 0,
-            "streamId": x.stream,
-            "correlationId": x.call.corr,
-            "globalPid": global_id(x.call.pid),
-            "bytes": x.bytes,
-            "copyKind": x.copy_kind,
-            "srcKind": src,
-            "dstKind": dst,
-        }
-        rows.append(tuple(values.get(c) for c in MEMCPY_COLUMNS))
-    return rows
-
-
-def flushed_in_blocks(thread: np.ndarray, start: np.ndarray, end: np.ndarray, block: int) -> np.ndarray:
-    """Row order of API calls as nsys stores them: each thread's calls in start order, cut into buffers of `block`
-    calls, the buffers in the order they filled (their last call's end, then thread)."""
-    n = len(thread)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    order = np.lexsort((start, thread))
-    thread_sorted = thread[order]
-    first = np.ones(n, dtype=bool)
-    first[1:] = thread_sorted[1:] != thread_sorted[:-1]
-    position = np.arange(n)
-    in_thread = position - np.maximum.accumulate(np.where(first, position, 0))
-    new = first | (in_thread % block == 0)  # a buffer's first call
-    buffer = np.cumsum(new) - 1
-    last = np.append(np.flatnonzero(new)[1:] - 1, n - 1)  # each buffer's last call (its end is the latest)
-    flush = end[order][last][buffer]
-    return order[np.lexsort((position, thread_sorted, flush))]
-
-
 def _runtime_rows(calls: list[_Call], ids: dict[str, int]) -> list[tuple]:
     kept = [c for c in calls if c.recorded]
     thread = np.array([global_id(c.pid, c.tid) for c in kept], dtype=np.int64)
@@ -672,222 +569,12 @@ def write_planted_host_export(path: Path, loops: int = 60, seed: int = 0, steps:
         try:
             con.execute("PRAGMA journal_mode=OFF")
             con.execute("BEGIN")
-            _write_common(con, ids, path, f"loops={loops} seed={seed} steps={steps}")
-            _insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_COLUMNS, _kernel_rows(launches, ids))
-            _insert(con, "CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY_COLUMNS, _memcpy_rows(launches))
-            _insert(con, "CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME_COLUMNS, _runtime_rows(host.calls, ids))
-            _insert(con, "NVTX_EVENTS", NVTX_COLUMNS, _nvtx_rows(host, ids["ncclAllReduce"]))
+            write_common(con, ids, path, f"loops={loops} seed={seed} steps={steps}")
+            insert_rows(con, "CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_COLUMNS, _kernel_rows(launches, ids))
+            insert_rows(con, "CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY_COLUMNS, memcpy_rows(launches))
+            insert_rows(con, "CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME_COLUMNS, _runtime_rows(host.calls, ids))
+            insert_rows(con, "NVTX_EVENTS", NVTX_COLUMNS, _nvtx_rows(host, ids["ncclAllReduce"]))
             con.execute("COMMIT")
         finally:
             con.close()
     return path
-
-
-def _insert(con: sqlite3.Connection, table: str, columns, rows) -> None:
-    con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(columns))})", rows)
-
-
-def _write_common(con: sqlite3.Connection, ids: dict[str, int], path: Path, params: str) -> None:
-    """Schema, StringIds, the enums, metadata, devices, processes and thread names."""
-    for ddl in SCHEMA:
-        con.execute(ddl)
-    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, v) for v, i in ids.items()])
-    con.executemany("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)", MEMCPY_OPER)
-    con.executemany("INSERT INTO ENUM_CUDA_MEM_KIND VALUES (?, ?, ?)", MEM_KIND)
-    con.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?, ?)", EVENT_TYPES)
-    con.executemany("INSERT INTO ENUM_NSYS_EVENT_CLASS VALUES (?, ?, ?)", EVENT_CLASSES)
-    meta = [
-        ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
-        ("EXPORT_PRODUCT_VERSION", PRODUCT_VERSION),
-        ("EXPORT_SCHEMA_VERSION", SCHEMA_VERSION),
-        ("EXPORT_PARAM_OUTPUT_FILE", path.name),
-        ("GPUVAR_DEMO", params),
-    ]
-    con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", meta)
-    devices = [(DEVICE_A, DEVICE_A, PID_A, "H100"), (DEVICE_B, DEVICE_B, PID_B, "H100")]
-    con.executemany("INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (?, ?, ?, ?)", devices)
-    processes = [(global_id(pid), pid, "python3") for pid in (PID_A, PID_B)]
-    con.executemany("INSERT INTO PROCESSES VALUES (?, ?, ?)", processes)
-    threads = [(ids[name], 20, global_id(pid, tid)) for (pid, tid), name in THREAD_NAMES.items()]
-    con.executemany("INSERT INTO ThreadNames VALUES (?, ?, ?)", threads)
-
-
-# --- the scaled export -----------------------------------------------------------------------------------------
-# One iteration of the scaled loop: ten kernels, five copies, one API call each, twelve emit_nvtx ranges (ns from
-# the iteration's start). The main thread runs the forward and three copies while the backward thread runs its
-# three ops (the threads interleave); elementwise_kernel is launched outside any op. Calls are far enough apart
-# that the stream never queues: kernel rows in GPU start order are in call order.
-SCALED_KERNELS = (
-    "gemm_tile64_kernel",
-    "gemm_tile128_kernel",
-    "bias_act_kernel",
-    "relu_kernel",
-    "elementwise_kernel",
-    "gemm_dgrad_kernel",
-    "gemm_wgrad_kernel",
-    "accumulate_grad_kernel",
-)
-GEMM = -1  # the forward GEMM: gemm_tile64_kernel or gemm_tile128_kernel by the iteration's size
-# (offset, thread: 0 main / 1 backward, kernel name or 'HtoD'/'DtoH' for a copy), in time order
-SCALED_CALLS = (
-    (3_000, 0, GEMM),
-    (10_000, 0, "bias_act_kernel"),
-    (16_500, 0, "relu_kernel"),
-    (23_500, 0, "HtoD"),
-    (34_000, 0, GEMM),
-    (41_000, 0, "bias_act_kernel"),
-    (47_500, 0, "relu_kernel"),
-    (53_500, 0, "elementwise_kernel"),
-    (57_500, 1, "gemm_dgrad_kernel"),
-    (60_500, 0, "HtoD"),
-    (65_500, 1, "gemm_wgrad_kernel"),
-    (68_500, 0, "DtoH"),
-    (71_000, 0, "DtoH"),
-    (73_500, 1, "accumulate_grad_kernel"),
-    (76_000, 0, "DtoH"),
-)
-# (start, end, thread, op name, has a sequence number), in start order
-SCALED_RANGES = (
-    (0, 14_000, 0, "aten::linear", True),
-    (1_000, 9_000, 0, "aten::addmm", True),
-    (15_000, 21_000, 0, "aten::relu", True),
-    (22_000, 30_000, 0, "aten::copy_", False),
-    (31_000, 45_000, 0, "aten::linear", True),
-    (32_000, 40_000, 0, "aten::addmm", True),
-    (46_000, 52_000, 0, "aten::relu", True),
-    (56_000, 63_000, 1, "aten::mm", False),
-    (58_000, 66_000, 0, "aten::copy_", False),
-    (64_000, 71_000, 1, "aten::mm", False),
-    (67_000, 79_000, 0, "aten::copy_", False),
-    (72_000, 78_000, 1, "aten::add_", False),
-)
-SCALED_ITERATION_NS = 82_000
-SCALED_CHUNK_ITERATIONS = 100_000  # ~1 M kernel rows per chunk
-
-
-def write_scaled_host_export(path: Path, launches: int, seed: int = 0) -> Path:
-    """Write a big export of the scaled loop above: `launches` kernels (the last iteration cut where they reach the
-    count), half as many copies, one CUDA API call per kernel or copy, 1.2 NVTX ranges per kernel; process A's
-    two threads, no step markers (steps come from the repeating pattern). Written in chunks of ~1 M kernels with
-    journalling and syncing off; rows in the orders nsys writes them (module docstring). Same seed, same bytes."""
-    if launches < 1:
-        raise ValueError("launches must be at least 1")
-    path = Path(path)
-    ids = _strings("ncclAllReduce")
-    with replacing(path) as tmp:
-        con = sqlite3.connect(tmp, isolation_level=None)
-        try:
-            con.execute("PRAGMA journal_mode=OFF")
-            con.execute("PRAGMA synchronous=OFF")
-            con.execute("BEGIN")
-            _write_common(con, ids, path, f"scaled launches={launches} seed={seed}")
-            _write_scaled_rows(con, ids, launches, np.random.default_rng(seed))
-            con.execute("COMMIT")
-        finally:
-            con.close()
-    return path
-
-
-def _write_scaled_rows(con: sqlite3.Connection, ids: dict[str, int], launches: int, rng: np.random.Generator) -> None:
-    per_iteration = sum(1 for _, _, what in SCALED_CALLS if what not in ("HtoD", "DtoH"))
-    iterations = -(-launches // per_iteration)
-    call_offset = np.array([c[0] for c in SCALED_CALLS], np.int64)
-    call_thread = np.array([global_id(PID_A, (TID_MAIN_A, TID_BACKWARD_A)[c[1]]) for c in SCALED_CALLS], np.int64)
-    is_copy = np.array([c[2] in ("HtoD", "DtoH") for c in SCALED_CALLS])
-    copy_kind = np.array([1 if c[2] == "HtoD" else 2 for c in SCALED_CALLS], np.int64)[is_copy]
-    fixed_name = np.array([ids.get(c[2], 0) if c[2] != GEMM else 0 for c in SCALED_CALLS], np.int64)[~is_copy]
-    gemm = np.array([c[2] == GEMM for c in SCALED_CALLS])[~is_copy]
-    api = np.where(is_copy, ids[MEMCPY_ASYNC], ids[LAUNCH]).astype(np.int64)
-    r_start, r_end, r_thread, r_name, r_seq = (np.array(col) for col in zip(*SCALED_RANGES))
-    r_gtid = np.array([global_id(PID_A, (TID_MAIN_A, TID_BACKWARD_A)[t]) for t in r_thread], np.int64)
-    tile = np.array([ids["gemm_tile64_kernel"], ids["gemm_tile128_kernel"]], np.int64)
-    mangled = {ids[n]: ids[mangled_name(n)] for n in SCALED_KERNELS}
-    mangle = np.zeros(max(ids.values()) + 1, np.int64)
-    mangle[list(mangled)] = list(mangled.values())
-    gpid = global_id(PID_A)
-    k_sql = (
-        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?1, ?2, 0, 1, 0, 7, ?3, "
-        f"{gpid}, ?4, ?4, ?5, 0, 0, 32, ?6, 1, 1, 256, 1, 1, 0, 0, 0, 0, ?3, 32768, NULL, 0)"
-    )
-    m_sql = (
-        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?1, ?2, 0, 1, 0, 51, ?3, "
-        f"{gpid}, ?4, ?5, NULL, ?5, 3 - ?5, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
-    )  # srcKind/dstKind: pinned (1) -> device (2) for HtoD (copyKind 1), device -> pinned for DtoH (2)
-    r_sql = "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, ?, 0, NULL)"
-    n_sql = (
-        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES "
-        "(?1, ?2, 59, ?3 || coalesce(', seq = ' || ?4, '') || ', op_id = ' || ?5, ?6, 0)"
-    )
-    names = [str(n) for n in r_name]
-    t0, corr0, written = 1_000_000, CORRELATION_BASE, 0
-    for first in range(0, iterations, SCALED_CHUNK_ITERATIONS):
-        n = min(SCALED_CHUNK_ITERATIONS, iterations - first)
-        length = SCALED_ITERATION_NS + rng.integers(0, 3_000, n)
-        start_of = t0 + np.concatenate([[0], np.cumsum(length)[:-1]])
-        t0 = int(start_of[-1] + length[-1])
-        size = rng.integers(1, 9, n)
-        # API calls, in time order (iterations do not overlap, the pattern is in time order)
-        call_start = (start_of[:, None] + call_offset[None, :] + rng.integers(0, 400, (n, len(call_offset)))).ravel()
-        call_end = call_start + 1_000 + rng.integers(0, 2_000, call_start.shape)
-        corr = corr0 + np.arange(len(call_start), dtype=np.int64)
-        corr0 = int(corr[-1]) + 1
-        thread = np.tile(call_thread, n)
-        order = flushed_in_blocks(thread, call_start, call_end, 4 * RUNTIME_BLOCK)
-        con.executemany(
-            r_sql,
-            zip(
-                call_start[order].tolist(),
-                call_end[order].tolist(),
-                thread[order].tolist(),
-                corr[order].tolist(),
-                np.tile(api, n)[order].tolist(),
-            ),
-        )
-        # kernels: 2.5 us after their call, 0.6-1.6 us long (the stream never queues)
-        launch = np.tile(~is_copy, n)
-        k_start = call_start[launch] + 2_500
-        name = np.where(gemm[None, :], tile[(size >= 5).astype(int)][:, None], fixed_name[None, :]).ravel()
-        grid = np.where(gemm[None, :], 128 * size[:, None], 64).ravel()
-        keep = min(len(k_start), launches - written)
-        k_start, name, grid = k_start[:keep], name[:keep], grid[:keep]
-        k_end = k_start + 600 + rng.integers(0, 1_000, keep)
-        con.executemany(
-            k_sql,
-            zip(
-                k_start.tolist(),
-                k_end.tolist(),
-                corr[launch][:keep].tolist(),
-                name.tolist(),
-                mangle[name].tolist(),
-                grid.tolist(),
-            ),
-        )
-        written += keep
-        m_start = call_start[~launch] + 2_000
-        m_bytes = rng.integers(1 << 16, 1 << 22, len(m_start))
-        con.executemany(
-            m_sql,
-            zip(
-                m_start.tolist(),
-                (m_start + 500 + m_bytes // 20_000).tolist(),
-                corr[~launch].tolist(),
-                m_bytes.tolist(),
-                np.tile(copy_kind, n).tolist(),
-            ),
-        )
-        # emit_nvtx ranges: op_id numbers every range, seq the forward ones
-        op_id = 100 + (first + np.arange(n))[:, None] * len(r_start) + np.arange(len(r_start))[None, :]
-        seq_count = np.cumsum(r_seq)
-        seq = 10 + (first + np.arange(n))[:, None] * int(r_seq.sum()) + seq_count[None, :]
-        seq_values = np.where(r_seq[None, :], seq, -1).ravel().tolist()
-        con.executemany(
-            n_sql,
-            zip(
-                (start_of[:, None] + r_start[None, :]).ravel().tolist(),
-                (start_of[:, None] + r_end[None, :]).ravel().tolist(),
-                names * n,
-                [s if s >= 0 else None for s in seq_values],
-                op_id.ravel().tolist(),
-                np.tile(r_gtid, n).tolist(),
-            ),
-        )

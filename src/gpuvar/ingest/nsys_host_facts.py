@@ -8,7 +8,7 @@ timeline and every launch at once. Here SQLite's own sorter (which spills to tem
 in call order, and one sweep places and numbers them with a stack of open ranges per thread and counters per
 (step, thread, op) of the steps in play (gpuvar.ingest.step_store), which is what memory then follows. The facts
 of each launch go to scratch tables keyed by rowid, which gpuvar.ingest.nsys_pieces reads range by range when it
-writes a piece (or, in the workflow, to Parquet beside the raw tables: export_facts, ParquetFacts): the columns
+writes a piece (or, in the workflow, to Parquet beside the raw tables: gpuvar.ingest.nsys_host_parquet): the columns
 are the bytes the in-memory path writes (tests/test_nsys_host_pieces.py compares them file by file).
 
 The passes, each a query of the export, attached read-only to a scratch database in the pieces' temporary folder:
@@ -18,8 +18,8 @@ The passes, each a query of the export, attached read-only to a scratch database
     and the cudaDeviceSynchronize calls: both small, held;
  3. without step ranges or syncs, the iterations of the repeating launch pattern, found from the kernel names in
     call order per (process, device) (call_sites._sequence_order), kept in the scratch database by rowid;
- 4. the sweep: kernels and copies with their call, in (thread, call time, correlation id, rowid) order, beside the
-    NVTX push/pop ranges in (thread, start, longest first, rowid) order.
+ 4. the sweep (gpuvar.ingest.nsys_host_sweep): kernels and copies with their call, in (thread, call time,
+    correlation id, rowid) order, beside the NVTX push/pop ranges in (thread, start, longest first, rowid) order.
 Times, thread ids and correlation ids are taken through float64 as host_timeline.ints takes them
 (CAST(CAST(x AS REAL) AS INTEGER)): epoch nanoseconds beyond 2**53 round there, and the order must be the same.
 
@@ -31,9 +31,8 @@ does not redo), and a sweep that places another number of kernels than the plan 
 
 from __future__ import annotations
 
-import math
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,16 +41,12 @@ import pyarrow as pa
 
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_STEP, SYNC_NAME, _step_number
-from gpuvar.ingest.nsys_plan import NotInPieces, Plan, exact_ints, kept_kernels_sql, kept_rows
+from gpuvar.ingest.nsys_plan import NotInPieces, Plan, exact_ints, kept_kernels_sql
 from gpuvar.ingest.nsys_sources import ROWID
 from gpuvar.ingest.shapes import SIZE_COLUMNS
-from gpuvar.ingest.step_store import StepCounters, StepTotals
 
 FETCH_ROWS = 1 << 16
-KEEP_STEPS = 4096  # steps whose counters stay in memory (step_store.StepCounters)
 COPY_FACTS = ("__gpuvar_launch_op", "__gpuvar_step")  # a copy chunk's facts, appended to it (attach)
-KERNEL_FACTS_FILE, COPY_FACTS_FILE = "host_kernel_facts.parquet", "host_copy_facts.parquet"  # gpuvar read's
-STEP_THREADS_FILE = "host_step_threads.parquet"
 _PID = "16777215"  # nsys.PID_MASK
 
 
@@ -271,260 +266,6 @@ def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> 
     return iterations_note(found, int((position < 0).sum()))
 
 
-# --- 4. the sweep --------------------------------------------------------------------------------------------
-
-
-class _Ops:
-    """The NVTX push/pop ranges that are not step ranges, in (thread, start, longest first, rowid) order, read as
-    the sweep needs them: (thread, start, end, rowid, op code) with the op named as the reader names it
-    (emit_nvtx's suffix removed, shapes.NVTX_SUFFIX)."""
-
-    def __init__(self, con: sqlite3.Connection, head: nsys.ExportHead, codes: dict):
-        self.codes = codes  # op name -> code (None -> -1)
-        self.shapes: dict = {}  # (op name, dims text) -> size features
-        self.recorded = False  # a range recorded input shapes
-        self._chunks = iter(())
-        if _has_nvtx(head):
-            text, join = _nvtx_text(head)
-            rid = _rid(con, nsys.NVTX_TABLE)
-            maybe_step = f"({text} LIKE '%step%' OR {text} LIKE '%iter%')"  # (the step regex only on these)
-            maybe_step += f", {text} LIKE '%sizes%'"  # (and the shapes parser)
-            self._chunks = _rows(
-                con,
-                f"SELECT coalesce({_f64('n.globalTid')}, -1) AS th, {_f64('n.start')} AS s, {_f64('n.end')} AS e,"
-                f' n.{rid}, {text}, {maybe_step} FROM x."{nsys.NVTX_TABLE}" n {join}'
-                f" WHERE n.eventType = {NVTX_PUSHPOP} AND n.start IS NOT NULL AND n.end IS NOT NULL"
-                # a range around no API call on its thread is no launch's op: most emit_nvtx ranges (views,
-                # allocations) are left in SQLite, through the index on the calls' (thread, time)
-                f" AND EXISTS (SELECT 1 FROM calls c WHERE c.tid = coalesce({_f64('n.globalTid')}, -1)"
-                f" AND c.ts BETWEEN {_f64('n.start')} AND {_f64('n.end')})"
-                f" ORDER BY th, s, e DESC, n.{rid}",
-            )
-        self.rows: list = []
-        self.at = 0
-        self.load()
-
-    def _shape(self, text) -> tuple | None:
-        """The size features (shapes.SIZE_COLUMNS) of a range that records its input shapes, None otherwise."""
-        from gpuvar.ingest.shapes import nvtx_op_and_dims, op_shape_features
-
-        names, dims = nvtx_op_and_dims(np.array([text], dtype=object))
-        if dims[0] is None:
-            return None
-        self.recorded = True
-        key = (names[0], dims[0])
-        if key not in self.shapes:
-            features = op_shape_features(names, dims)
-            self.shapes[key] = tuple(float(v[0]) for v in features.values())
-        return self.shapes[key]
-
-    def load(self) -> bool:
-        """The next rows into self.rows (from self.at = 0); False at the end."""
-        from gpuvar.ingest.shapes import NVTX_SUFFIX
-
-        codes, strip = self.codes, NVTX_SUFFIX.sub
-        for rows in self._chunks:
-            kept = []
-            for thread, start, end, rowid, text, maybe_step, maybe_sizes in rows:
-                if maybe_step and _step_number(NVTX_STEP, text) is not None:
-                    continue  # a step range: not an op
-                if isinstance(text, str):
-                    name = strip("", text)
-                    code = codes.get(name)
-                    if code is None:
-                        code = codes[name] = len(codes) - 1
-                else:
-                    code = -1
-                kept.append((thread, start, end, rowid, code, self._shape(text) if maybe_sizes else None))
-            if kept:
-                self.rows, self.at = kept, 0
-                return True
-        self.rows, self.at = [], 0
-        return False
-
-
-@dataclass
-class _Sweep:
-    mode: str  # 'nvtx', 'sync' or 'iterations'
-    steps: pd.DataFrame | None
-    sync_starts: np.ndarray | None
-    sync_ends: np.ndarray | None
-    codes: dict = field(default_factory=lambda: {None: -1})
-    threads: dict = field(default_factory=dict)  # tid -> code
-    first_launch: dict = field(default_factory=dict)  # thread code -> (call time, tid) of its first launch by op
-    op_threads: dict = field(default_factory=dict)  # op code -> thread codes launching by it
-    instances: dict = field(default_factory=dict)  # op rowid -> [launches numbered, occurrence]
-    occurrences: StepCounters | None = None  # step -> {(thread, op code): instances numbered}
-    positions: StepCounters | None = None  # step -> {thread: launches without op numbered}
-    step_threads: StepTotals = field(default_factory=StepTotals)
-    shape_columns: set = field(default_factory=set)  # shapes.SIZE_COLUMNS with a value for some launch
-    steps_seen: StepTotals = field(default_factory=StepTotals)  # (its `seen`)
-    kernels: int = 0
-
-
-def _steps_of(sweep: _Sweep, hc: np.ndarray, ot: np.ndarray, gs: np.ndarray, it_step: np.ndarray) -> np.ndarray:
-    """The step of each launch (MISSING for none): call_sites._place (NVTX ranges), _sync_steps (segments between
-    cudaDeviceSynchronize calls, numbered from 0 once the lowest is known) or the iterations found."""
-    n = len(hc)
-    if sweep.mode == "nvtx":
-        steps = sweep.steps
-        starts, ends, numbers = (steps[c].to_numpy(np.int64) for c in ("start", "end", "number"))
-        ts = np.where(hc, ot, 0)
-        at = np.searchsorted(starts, ts, side="right") - 1
-        ok = hc & (at >= 0)
-        ok &= ends[np.maximum(at, 0)] >= ts
-        step = np.full(n, MISSING, np.int64)
-        step[ok] = numbers[at[ok]]
-        return step
-    if sweep.mode == "sync":
-        by_call = np.searchsorted(sweep.sync_starts, ot, side="left")
-        by_gpu = np.searchsorted(sweep.sync_ends, gs, side="left")
-        return np.where(hc, by_call, by_gpu).astype(np.int64)
-    return it_step
-
-
-def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> tuple[_Sweep, list]:
-    """Pass 4: every kept kernel's and copy's op, step and numbering into the scratch tables kfacts and mfacts;
-    returns the sweep's state and the op names by code."""
-    from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS, launch_threads_of
-
-    sweep = _Sweep(mode, steps, None, None)
-    sweep.occurrences = StepCounters(con, "occurrence_spill", KEEP_STEPS)
-    sweep.positions = StepCounters(con, "position_spill", KEEP_STEPS)
-    if mode == "sync":
-        sweep.sync_starts = np.sort(sync_frame["start"].to_numpy(np.int64))
-        sweep.sync_ends = np.sort(sync_frame["end"].to_numpy(np.int64))
-    launch = [c for c in LAUNCH_COLUMNS if c in head.k_cols]
-    it = mode == "iterations"
-    k_extra = [f"t.{c} AS {c}" for c in launch] + (["i.step AS its", "i.position AS itp"] if it else [])
-    kernels = _launch_select(con, head, nsys.KERNEL_TABLE, 0, k_extra)
-    if it:
-        kernels = kernels.replace(
-            " WHERE ", f" LEFT JOIN iters i ON i.rowid = t.{_rid(con, nsys.KERNEL_TABLE)} WHERE ", 1
-        )
-    parts = [kernels]
-    if head.m_cols is not None:
-        parts.append(
-            _launch_select(
-                con, head, nsys.MEMCPY_TABLE, 1, [f"NULL AS {c}" for c in launch + (["its", "itp"] if it else [])]
-            )
-        )
-    sql = " UNION ALL ".join(parts) + " ORDER BY th, ot, corr, kind, rid"
-    con.execute(
-        "CREATE TABLE kfacts (rowid INTEGER PRIMARY KEY, op INTEGER, has_op INTEGER, step INTEGER,"
-        " occurrence INTEGER, idx INTEGER, thread INTEGER)"
-    )
-    con.execute("CREATE TABLE mfacts (rowid INTEGER PRIMARY KEY, op INTEGER, step INTEGER)")
-    con.execute(f"CREATE TABLE kshapes (rowid INTEGER PRIMARY KEY, {', '.join(f'{c} REAL' for c in SIZE_COLUMNS)})")
-    ops = _Ops(con, head, sweep.codes)
-    stack: list = []
-    current = None
-    instances, occurrences, positions = sweep.instances, sweep.occurrences, sweep.positions
-    for rows in _rows(con, sql):
-        cols = list(zip(*rows))
-        kind = np.array(cols[0], np.int64)
-        rid, gs, corr = (np.array(c, np.int64) for c in cols[1:4])
-        hc = np.array(cols[4], bool)
-        ot, th = np.array(cols[5], np.int64), np.array(cols[6], np.int64)
-        it_step = _column(cols[7 + len(launch)]) if it else None
-        it_pos = _column(cols[8 + len(launch)]) if it else None
-        step = _steps_of(sweep, hc, ot, gs, it_step)
-        sweep.steps_seen.see(step[step != MISSING])
-        is_kernel = kind == 0
-        if launch and is_kernel.any():
-            frame = pd.DataFrame({name: pd.array(cols[7 + j], dtype="Int64") for j, name in enumerate(launch)})
-            threads = launch_threads_of(frame)
-            ok = is_kernel & (step != MISSING) & np.isfinite(threads)
-            sweep.step_threads.add(step[ok], threads[ok])
-        n = len(rows)
-        op_row, op_code, thread_code, shape = [-1] * n, [-1] * n, [-1] * n, [None] * n
-        occurrence, index = [MISSING] * n, [MISSING] * n
-        for i, (has_call, t, thread, s, copy) in enumerate(
-            zip(cols[4], ot.tolist(), th.tolist(), step.tolist(), cols[0])
-        ):
-            if thread != current:  # a thread's ranges and op instances are its own
-                current, stack = thread, []
-                instances.clear()
-                while (ops.at < len(ops.rows) or ops.load()) and ops.rows[ops.at][0] < thread:
-                    ops.at += 1
-            if not has_call:
-                top = None
-            else:
-                code = sweep.threads.setdefault(thread, len(sweep.threads)) if thread != -1 else -1
-                thread_code[i] = code
-                while stack and stack[-1][2] < t:  # ended ranges leave first: the stack holds open ones only
-                    stack.pop()
-                while (ops.at < len(ops.rows) or ops.load()) and (op := ops.rows[ops.at])[0] == thread and op[1] <= t:
-                    ops.at += 1
-                    if op[2] >= t:  # (one that ended already can be no later launch's op)
-                        stack.append(op)
-                top = stack[-1] if stack else None
-            if top is not None:
-                op_row[i], op_code[i] = top[3], top[4]
-                if not copy:
-                    shape[i] = top[5]
-            if copy or s == MISSING:
-                continue
-            if top is not None:  # numbered by op: the instance's launches, the op's instances in the step
-                instance = instances.get(top[3])
-                if instance is None:
-                    counts, key = occurrences.of(s), (code, top[4])
-                    number = counts.get(key, 0)
-                    counts[key] = number + 1
-                    instance = instances[top[3]] = [0, number, top[2]]
-                    sweep.op_threads.setdefault(top[4], set()).add(code)
-                    sweep.first_launch.setdefault(code, (t, thread))
-                index[i], occurrence[i] = instance[0], instance[1]
-                instance[0] += 1
-            elif mode != "iterations":  # the position among the step's launches without op on this thread
-                counts = positions.of(s)
-                index[i] = counts.get(thread_code[i], 0)
-                counts[thread_code[i]] = index[i] + 1
-        op_row, op_code, thread_code = (np.array(v, np.int64) for v in (op_row, op_code, thread_code))
-        occurrence, index = np.array(occurrence, np.int64), np.array(index, np.int64)
-        if it:
-            index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
-        if n and len(instances) >= FETCH_ROWS:
-            _prune(instances, stack, int(ot[-1]))
-        k = np.flatnonzero(is_kernel)
-        sweep.kernels += len(k)
-        con.executemany(
-            "INSERT INTO kfacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-            zip(
-                rid[k].tolist(),
-                op_code[k].tolist(),
-                (op_row[k] >= 0).tolist(),
-                step[k].tolist(),
-                occurrence[k].tolist(),
-                index[k].tolist(),
-                thread_code[k].tolist(),
-            ),
-        )
-        with_shape = [(r, *f) for r, f in zip(rid.tolist(), shape) if f is not None]
-        if with_shape:
-            con.executemany(f"INSERT INTO kshapes VALUES (?{', ?' * len(SIZE_COLUMNS)})", with_shape)
-            for j, name in enumerate(SIZE_COLUMNS):
-                if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
-                    sweep.shape_columns.add(name)
-        m = np.flatnonzero(~is_kernel)
-        if len(m):
-            con.executemany(
-                "INSERT INTO mfacts VALUES (?, ?, ?)", zip(rid[m].tolist(), op_code[m].tolist(), step[m].tolist())
-            )
-    names = [None] * (len(sweep.codes) - 1)
-    for name, code in sweep.codes.items():
-        if code >= 0:
-            names[code] = name
-    return sweep, names
-
-
-def _prune(instances: dict, stack: list, now: int) -> None:
-    """Forget the op instances that ended before `now` and are not open: no later launch can be theirs."""
-    open_ = {op[3] for op in stack}
-    for key in [k for k, v in instances.items() if v[2] < now and k not in open_]:
-        del instances[key]
-
-
 # --- the entry points -----------------------------------------------------------------------------------------
 
 
@@ -611,6 +352,8 @@ def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan | None) -> Ho
     sync_frame = syncs(con, head)
     mode = "nvtx" if steps is not None else "sync" if sync_frame is not None else "iterations"
     note = iterations_in_call_order(con, head) if mode == "iterations" else None
+    from gpuvar.ingest.nsys_host_sweep import sweep_launches
+
     sweep, names = sweep_launches(con, head, mode, steps, sync_frame)
     con.commit()
     kept = sum(p.kept for p in plan.pieces) if plan is not None else sweep.kernels
@@ -644,146 +387,3 @@ def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan | None) -> Ho
         shape_columns=tuple(c for c in SIZE_COLUMNS if c in sweep.shape_columns),
     )
     return scratch.facts
-
-
-# --- the workflow's two steps: facts found by `gpuvar read`, read back by `gpuvar normalize` -------------------
-
-
-def facts_to_json(facts: HostFacts) -> dict:
-    return {
-        "op_names": facts.op_names,
-        "ordinal": [[code, number] for code, number in sorted(facts.ordinal.items())],
-        "multi": sorted(facts.multi),
-        "how": facts.how,
-        "prefix": facts.prefix,
-        "step_base": facts.step_base,
-        "shape_columns": list(facts.shape_columns),
-    }
-
-
-def facts_from_json(entry: dict) -> HostFacts:
-    return HostFacts(
-        op_names=list(entry["op_names"]),
-        ordinal={int(code): int(number) for code, number in entry["ordinal"]},
-        multi={int(code) for code in entry["multi"]},
-        how=entry["how"],
-        prefix=entry["prefix"],
-        step_base=int(entry["step_base"]),
-        shape_columns=tuple(entry["shape_columns"]),
-    )
-
-
-def export_facts(scratch: Scratch, head: nsys.ExportHead, folder: Path) -> dict:
-    """The kernels' and copies' facts into Parquet files of `folder` in rowid order (the order of the raw tables
-    `gpuvar read` writes), each with the launch's GPU start (to check the alignment); raw.json's host_facts entry."""
-    import pyarrow.parquet as pq
-
-    shapes = scratch.facts.shape_columns
-    kernel_cols = ["rowid", "start", "op", "has_op", "step", "occurrence", "idx", "thread", *shapes]
-    queries = {
-        KERNEL_FACTS_FILE: (
-            kernel_cols,
-            f"SELECT f.rowid, t.start, f.op, f.has_op, f.step, f.occurrence, f.idx, f.thread"
-            f'{"".join(", s." + c for c in shapes)} FROM kfacts f JOIN x."{nsys.KERNEL_TABLE}" t ON t.rowid = f.rowid'
-            f"{' LEFT JOIN kshapes s ON s.rowid = f.rowid' if shapes else ''} ORDER BY f.rowid",
-        ),
-        COPY_FACTS_FILE: (
-            ["rowid", "start", "op", "step"],
-            f'SELECT f.rowid, t.start, f.op, f.step FROM mfacts f JOIN x."{nsys.MEMCPY_TABLE}" t'
-            f" ON t.{_rid(scratch.con, nsys.MEMCPY_TABLE)} = f.rowid"
-            " ORDER BY f.rowid",
-        ),
-    }
-    steps, sums, counts = scratch.facts.step_threads
-    pq.write_table(
-        pa.table({"step": pa.array(steps, pa.int64()), "threads": sums, "launches": counts}),
-        folder / STEP_THREADS_FILE,
-        compression="zstd",
-    )
-    for name, (columns, sql) in queries.items():
-        if name == COPY_FACTS_FILE and head.m_cols is None:
-            continue
-        types = [pa.float64() if c in shapes else pa.int64() for c in columns]
-        schema = pa.schema(list(zip(columns, types)))
-        with pq.ParquetWriter(folder / name, schema, compression="zstd") as writer:
-            for rows in _rows(scratch.con, sql):
-                values = list(zip(*rows))
-                writer.write_table(pa.table([pa.array(v, t) for v, t in zip(values, types)], schema=schema))
-    files = {"kernels": KERNEL_FACTS_FILE, "copies": COPY_FACTS_FILE, "step_threads": STEP_THREADS_FILE}
-    return files | {"summary": facts_to_json(scratch.facts)}
-
-
-class ParquetFacts:
-    """The facts `gpuvar read` stored beside the raw tables, read in order as `gpuvar normalize` takes the pieces
-    (the facts cover the kept rows in rowid order, the raw tables' order)."""
-
-    def __init__(self, folder: Path, entry: dict):
-        import pyarrow.parquet as pq
-
-        self.facts = facts_from_json(entry["summary"])
-        totals = pq.read_table(Path(folder) / entry["step_threads"])
-        threads = totals.column("threads").to_numpy().astype(np.float64)
-        self.facts.step_threads = (exact_ints(totals.column("step")), threads, exact_ints(totals.column("launches")))
-        kernels = pq.ParquetFile(Path(folder) / entry["kernels"])
-        self.kernel_rows = kernels.metadata.num_rows
-        self._kernels = _Sequential(kernels)
-        copies = Path(folder) / entry["copies"]
-        self._copies = _Sequential(pq.ParquetFile(copies)) if copies.exists() else None
-
-    def close(self) -> None:
-        pass
-
-    def check(self, plan: Plan) -> None:
-        """NotInPieces where the stored facts do not cover the kernels the plan keeps, one for one."""
-        kept = sum(p.kept for p in plan.pieces)
-        if self.kernel_rows != kept:
-            raise NotInPieces(f"`gpuvar read` stored facts of {self.kernel_rows} kernels where the plan keeps {kept}")
-
-    def piece_facts(self, piece, rowids: np.ndarray, starts: np.ndarray) -> tuple[dict, dict]:
-        part = self._kernels.take(len(rowids))
-        if not np.array_equal(part["start"], starts):
-            raise RuntimeError(f"the stored launch facts do not line up with the {len(rowids)} kernels of a piece")
-        names = {"op": "op", "has_op": "has_op", "step": "step", "occurrence": "occurrence", "idx": "index"}
-        facts = {target: part[source] for source, target in names.items()} | {"thread": part["thread"]}
-        return facts, {c: part[c] for c in self.facts.shape_columns}
-
-    def attach(self, chunk: pa.Table) -> pa.Table:
-        start, end = chunk.column("start"), chunk.column("end")
-        valid = ~(np.asarray(start.is_null()) | np.asarray(end.is_null()))
-        kept = kept_rows(exact_ints(start, 0), exact_ints(end, 0), valid)
-        part = self._copies.take(int(kept.sum()))
-        if not np.array_equal(part["start"], exact_ints(start, 0)[kept]):
-            raise RuntimeError("the stored copy facts do not line up with the copies")
-        op, step = np.full(len(kept), -1, np.int64), np.full(len(kept), MISSING, np.int64)
-        op[kept], step[kept] = part["op"], part["step"]
-        return chunk.append_column(COPY_FACTS[0], pa.array(op)).append_column(COPY_FACTS[1], pa.array(step))
-
-
-class _Sequential:
-    """A Parquet file's rows taken in order, n at a time, as numpy columns (nulls: MISSING for integers, NaN)."""
-
-    def __init__(self, file):
-        self._batches = file.iter_batches(batch_size=FETCH_ROWS)
-        self._buffer: pa.Table = file.schema_arrow.empty_table()
-
-    def take(self, n: int) -> dict[str, np.ndarray]:
-        parts, have = [self._buffer.slice(0, 0)], 0
-        while have < n:
-            if not self._buffer.num_rows:
-                batch = next(self._batches, None)
-                if batch is None:
-                    raise RuntimeError(f"the stored launch facts end {n - have} rows early")
-                self._buffer = pa.Table.from_batches([batch])
-            part = self._buffer.slice(0, n - have)
-            self._buffer = self._buffer.slice(part.num_rows)
-            parts.append(part)
-            have += part.num_rows
-        table = pa.concat_tables(parts)
-        out = {}
-        for name in table.column_names:
-            column = table.column(name)
-            if pa.types.is_floating(column.type):
-                out[name] = column.to_numpy().astype(np.float64)
-            else:
-                out[name] = exact_ints(column, MISSING)
-        return out

@@ -71,7 +71,8 @@ from gpuvar.ingest.context import (
 from gpuvar.ingest.corun import corun_columns, corun_note, set_columns
 from gpuvar.ingest.gpu_identity import Recorded, single_trace_gpus, single_trace_notes
 from gpuvar.ingest.host_timeline import MISSING
-from gpuvar.ingest.nsys_host_facts import COPY_FACTS, ParquetFacts, Scratch, has_launch_calls, host_facts
+from gpuvar.ingest.nsys_host_facts import COPY_FACTS, Scratch, has_launch_calls, host_facts
+from gpuvar.ingest.nsys_host_parquet import ParquetFacts
 from gpuvar.ingest.nsys_plan import (
     NotInPieces,
     PieceSettings,

@@ -135,7 +135,8 @@ def write_raw_in_ranges(path: Path, folder: Path, keep_vendor_columns: bool, ste
     rows per table."""
     import tempfile
 
-    from gpuvar.ingest.nsys_host_facts import NotInPieces, Scratch, export_facts, has_launch_calls, host_facts
+    from gpuvar.ingest.nsys_host_facts import NotInPieces, Scratch, has_launch_calls, host_facts
+    from gpuvar.ingest.nsys_host_parquet import export_facts
     from gpuvar.ingest.raw import table_file, write_manifest
 
     head = nsys.export_head(path, keep_vendor_columns)
