@@ -67,8 +67,13 @@ def test_locked_database_fails_promptly_or_reads(nsys_file, tmp_path):
 # The signal is sent from the main thread's table write (the other table is written in a worker thread at the same
 # time): a SIGINT sent from a worker thread reaches Python's handler only when the main thread next checks for
 # signals, and a CI run once finished the ingest first (exit 0, the interrupt lost: CPython, not gpuvar).
+# The child starts with Ctrl-C as a shell gives it to a command (Python's handler, the signal not blocked): in the
+# full suite the pytest worker that starts it may have inherited SIGINT ignored or blocked (its exit was 0 with the
+# signal never delivered, in CI only, after other tests had run in that worker).
 _INTERRUPT_AFTER_FIRST_TABLE = """
 import os, signal, sys, threading
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import gpuvar.canonical_io as ingest_module
 from gpuvar.cli import main
 original, calls = ingest_module.write_canonical, []
