@@ -184,3 +184,42 @@ def test_launches_match_the_first_of_repeated_calls_exactly(columns):
     assert _first_match(want, have).tolist() == expected
     assert _first_match([w[:0] for w in want], have).tolist() == []
     assert _first_match(want, [h[:0] for h in have]).tolist() == [-1] * 6
+
+
+def test_a_call_gets_the_innermost_op_open_around_it():
+    """The launching op by time (nsys NVTX ranges; Kineto ops without a matching External id): of the ops open
+    around the call on its thread (ranges closed at both ends), the one started last, the shorter one at an equal
+    start; an op that ended before the call is never its op, even under one still open."""
+    import numpy as np
+
+    from gpuvar.ingest.call_sites import _innermost
+
+    ops = pd.DataFrame(  # (row order is not the sweep's order)
+        {
+            "start": [10, 0, 0, 50, 60, 0, 80, 95],
+            "end": [20, 40, 100, 60, 70, 1000, 90, 100],
+            "thread": [1, 1, 1, 1, 1, 2, 1, 1],
+            "name": ["grandchild", "child", "parent", "sibling", "next", "other thread", "late", "last"],
+        }
+    )
+    queries = {  # (time, thread): the op expected, None for none
+        (0, 1): "child",  # equal starts: the shorter one is inside
+        (15, 1): "grandchild",
+        (20, 1): "grandchild",  # the range ends at the call's ns: still open
+        (30, 1): "child",  # the grandchild ended
+        (45, 1): "parent",
+        (60, 1): "next",  # the sibling ends at the ns the next op starts: the one started last
+        (75, 1): "parent",
+        (85, 1): "late",
+        (100, 1): "last",  # started after the call before, ends at this call's ns
+        (101, 1): None,
+        (-5, 1): None,
+        (5, 2): "other thread",
+        (5, 3): None,
+    }
+    keys = list(queries)[::-1]  # (queries in any order)
+    times = np.array([t for t, _ in keys], np.int64)
+    threads = np.array([th for _, th in keys], np.int64)
+    found = _innermost(ops, times, threads)
+    names = [ops["name"].iloc[i] if i >= 0 else None for i in found]
+    assert dict(zip(keys, names)) == queries

@@ -42,8 +42,11 @@ ITERATION_SOURCE = "the repeating launch pattern"
 def _innermost(ops: pd.DataFrame, times: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """Index (into ops) of the innermost op enclosing each (time, thread) query on that thread, -1 where none.
 
-    A sweep per thread: ops by (start, longest first) pushed on a stack, ended ones popped; the top of the stack
-    at a query is the innermost open op (for properly nested ranges, as profilers record them)."""
+    A sweep per thread, queries in time order: ops by (start, longest first) pushed on a stack; the answer is the
+    latest-pushed op still open around the query, the innermost for properly nested ranges (as profilers record
+    them). Ended ops leave the stack before new ones are pushed and an op already ended is never pushed, so with
+    nested ranges the stack holds the open ops only, not every op buried under an open one: the invariant of the
+    streamed sweep (gpuvar.ingest.nsys_host_sweep), with the same answers."""
     out = np.full(len(times), -1, dtype=np.int64)
     if not len(ops) or not len(times):
         return out
@@ -63,11 +66,12 @@ def _innermost(ops: pd.DataFrame, times: np.ndarray, threads: np.ndarray) -> np.
             current, stack = th, []
             while j < len(o_list) and othr[o_list[j]] < th:
                 j += 1
-        while j < len(o_list) and othr[o_list[j]] == th and starts[o_list[j]] <= t:
-            stack.append(o_list[j])
-            j += 1
-        while stack and ends[stack[-1]] < t:
+        while stack and ends[stack[-1]] < t:  # ended ops leave first: the stack holds open ones only
             stack.pop()
+        while j < len(o_list) and othr[o_list[j]] == th and starts[o_list[j]] <= t:
+            if ends[o_list[j]] >= t:  # (one that ended already can be no later query's op)
+                stack.append(o_list[j])
+            j += 1
         if stack:
             out[q] = stack[-1]
     return out
