@@ -107,7 +107,7 @@ def _kineto_host(raw) -> HostTimeline | None:
         o_start, o_end, o_null, o_thread = timed(cpu)
         name_codes, distinct = codes_of(cpu.column("name"))  # names matched once per distinct name
         o_names = np.array(distinct + [None], dtype=object)[name_codes]
-        numbers = [_step_number(PROFILER_STEP, n) for n in distinct] + [None]
+        numbers = [step_number(PROFILER_STEP, n) for n in distinct] + [None]
         step_no = np.array(numbers, dtype=object)[name_codes]
         marker = np.array([n is not None for n in numbers], dtype=bool)[name_codes]
         keep = ~o_null & ~marker
@@ -129,7 +129,11 @@ def _kineto_host(raw) -> HostTimeline | None:
     return HostTimeline(calls, ops, steps, syncs if len(syncs) else None, "ProfilerStep#N ranges", "cpu_op")
 
 
-def _step_number(pattern: re.Pattern, name) -> int | None:
+def step_number(pattern: re.Pattern, name) -> int | None:
+    """The step number a range's name gives under `pattern` (PROFILER_STEP, NVTX_STEP), None for a name that marks
+    no step (or is no string). One definition for every path that tells step ranges from ops: the in-memory host
+    timeline and the ingest in pieces (gpuvar.ingest.nsys_host_facts, nsys_host_sweep) must agree on which ranges
+    are steps, or the same export would get other steps and ops in pieces than in memory."""
     m = pattern.search(name) if isinstance(name, str) else None
     return int(m.group(1)) if m else None
 
@@ -171,7 +175,7 @@ def _nsys_host(raw) -> HostTimeline | None:
             text = np.array([t if t is not None else lookup.get(i) for t, i in zip(text, ids)], dtype=object)
         timed = (n_start != MISSING) & (n_end != MISSING)
         ranges = timed & np.isin(kind, (NVTX_PUSHPOP, NVTX_STARTEND))
-        step_no = np.array([_step_number(NVTX_STEP, t) if r else None for t, r in zip(text, ranges)], dtype=object)
+        step_no = np.array([step_number(NVTX_STEP, t) if r else None for t, r in zip(text, ranges)], dtype=object)
         marker = np.array([s is not None for s in step_no], dtype=bool)
         pushpop = timed & (kind == NVTX_PUSHPOP) & ~marker
         from gpuvar.ingest.shapes import nvtx_op_and_dims

@@ -40,7 +40,7 @@ import pandas as pd
 import pyarrow as pa
 
 from gpuvar.ingest import nsys
-from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_STEP, SYNC_NAME, _step_number
+from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_STEP, SYNC_NAME, step_number
 from gpuvar.ingest.nsys_plan import NotInPieces, Plan, exact_ints, kept_kernels_sql
 from gpuvar.ingest.nsys_sources import ROWID
 from gpuvar.ingest.shapes import SIZE_COLUMNS
@@ -168,7 +168,7 @@ def step_ranges(con: sqlite3.Connection, head: nsys.ExportHead) -> pd.DataFrame 
     found = []
     for rows in _rows(con, sql):
         for start, end, value in rows:
-            number = _step_number(NVTX_STEP, value)
+            number = step_number(NVTX_STEP, value)
             if number is not None:
                 found.append((start, end, number))
     if not found:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.ingest import nsys
-from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STEP, _step_number
+from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STEP, step_number
 from gpuvar.ingest.nsys_host_facts import (
     FETCH_ROWS,
     _column,
@@ -88,7 +88,7 @@ class _Ops:
         for rows in self._chunks:
             kept = []
             for thread, start, end, rowid, text, maybe_step, maybe_sizes in rows:
-                if maybe_step and _step_number(NVTX_STEP, text) is not None:
+                if maybe_step and step_number(NVTX_STEP, text) is not None:
                     continue  # a step range: not an op
                 if isinstance(text, str):
                     name = strip("", text)
