@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import real_file
+from ingest_compare import assert_same_as_memory
 
 from gpuvar.ingest import ingest
 from gpuvar.ingest.nsys_pieces import PieceSettings
@@ -209,15 +210,7 @@ def test_workflow_read_and_normalize_in_pieces_are_the_ingest_bytes(tmp_path, st
     pieces = normalize_folder(tmp_path / "raw", tmp_path / "pieces", pieces=PieceSettings(above=0, rows=60))
     whole = normalize_folder(tmp_path / "raw", tmp_path / "whole", pieces=IN_MEMORY)
     assert pieces["pieces"]["count"] >= 20 and "pieces" not in whole
-    for name in ("kernels.parquet", "memcpy.parquet"):
-        expected = (tmp_path / "memory" / name).read_bytes()
-        assert (tmp_path / "pieces" / name).read_bytes() == expected, name
-        assert (tmp_path / "whole" / name).read_bytes() == expected, name
-    memory = json.loads((tmp_path / "memory" / "ingest.json").read_text())
-    for report in (memory, pieces, whole):
-        report.pop("seconds")
-        report.pop("pieces", None)
-    assert pieces == whole == memory
+    assert_same_as_memory(tmp_path / "memory", {tmp_path / "pieces": pieces, tmp_path / "whole": whole})
 
 
 def test_stored_facts_that_do_not_cover_the_kernels_send_normalize_to_memory(tmp_path):

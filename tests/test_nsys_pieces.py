@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import real_file
+from ingest_compare import assert_same_as_memory
 
 from gpuvar.demo.planted_pieces import write_pieces_trap
 from gpuvar.ingest import ingest
@@ -132,16 +133,7 @@ def test_workflow_read_and_normalize_in_pieces_are_the_ingest_bytes(trap, tmp_pa
     assert pieces["pieces"]["count"] >= 15
     whole = normalize_folder(tmp_path / "raw", tmp_path / "whole", pieces=IN_MEMORY)
     assert "pieces" not in whole
-    for name in TABLES:
-        expected = (tmp_path / "memory" / name).read_bytes()
-        assert (tmp_path / "pieces" / name).read_bytes() == expected, name
-        assert (tmp_path / "whole" / name).read_bytes() == expected, name
-    memory = json.loads((tmp_path / "memory" / "ingest.json").read_text())
-    for report in (memory, pieces, whole):
-        report.pop("seconds")
-        report.pop("pieces", None)
-    memory["seconds"] = pieces["seconds"] = whole["seconds"] = None
-    assert pieces == whole == memory
+    assert_same_as_memory(tmp_path / "memory", {tmp_path / "pieces": pieces, tmp_path / "whole": whole})
 
 
 def test_sparse_and_extreme_rowids_in_pieces(trap, tmp_path):
