@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuvar.findings import labels, medians, sample, source
+from gpuvar.findings import group_steps, labels, medians, report, sample, source
 from gpuvar.findings.decompose import call_sites, groups_of
 from gpuvar.findings.run import analyse_dataset, write_dataset
 
@@ -45,14 +45,24 @@ def trace(tmp_path_factory):
 
 def _bounded(folder, out=None):
     """analyse_dataset with the cap and every buffer small, so each bounded path runs."""
-    saved = source.BATCH_ROWS, labels.MEMORY_ROWS, medians.COLLECT, sample.ROUND_ROWS
+    knobs = (
+        (source, "BATCH_ROWS", 333),
+        (labels, "MEMORY_ROWS", 500),
+        (medians, "COLLECT", 8),
+        (sample, "ROUND_ROWS", 2 * CAP),
+        (group_steps, "BUDGET", 1),  # a pass over the store per sampled group
+        (report, "BOOTSTRAP_DRAWS", 1000),  # resamples drawn in blocks
+    )
+    saved = [getattr(module, name) for module, name, _ in knobs]
     try:
-        source.BATCH_ROWS, labels.MEMORY_ROWS, medians.COLLECT, sample.ROUND_ROWS = 333, 500, 8, 2 * CAP
+        for module, name, value in knobs:
+            setattr(module, name, value)
         record, table, kept = analyse_dataset("planted", folder, cap=CAP)
         if out is not None:
             write_dataset(record, table, out, kept)
     finally:
-        source.BATCH_ROWS, labels.MEMORY_ROWS, medians.COLLECT, sample.ROUND_ROWS = saved
+        for (module, name, _), value in zip(knobs, saved, strict=True):
+            setattr(module, name, value)
     return record, table, kept
 
 
@@ -152,6 +162,38 @@ def test_a_sampled_findings_evidence_is_exact(runs):
         )
 
 
+def test_step_shares_by_op_are_the_covariances_of_the_step_table(runs, trace):
+    """Each op's share of the step time's variance is its time per (rank, step) against the step time, computed by
+    pandas on a (step, op) table of the trace, whole: the bounded run never builds that table."""
+    _, frame = trace
+    rows = frame[frame["duration"].notna() & frame["step"].notna()]
+    d = rows["duration"].astype(np.float64)
+    key = [rows["rank"], rows["step"]]
+    time, launches = d.groupby(key).sum(), d.groupby(key).size()
+    time = time[launches >= 0.5 * launches.median()]  # partial steps left out
+    per_op = d.groupby([*key, groups_of(rows).rename("group")]).sum().unstack(fill_value=0.0)
+    per_op = per_op.reindex(time.index).fillna(0.0)
+    centred = time.to_numpy() - time.mean()
+    expected = {op: (per_op[op] - per_op[op].mean()) @ centred / (centred @ centred) for op in per_op.columns}
+    for record, _, _ in runs[:2]:
+        ops = {o["group"]: o["share"] for o in record["step_level"]["ops"]}
+        assert ops.keys() == expected.keys()
+        for op, share in expected.items():
+            assert ops[op] == pytest.approx(share, abs=2e-6), op
+    assert sum(expected.values()) == pytest.approx(1.0)
+
+
+def test_bootstrap_in_blocks_draws_the_one_draws_numbers():
+    values = np.random.default_rng(1).lognormal(5, 1, 999)
+    whole = values[np.random.default_rng(7).integers(0, 999, size=(report.BOOTSTRAP, 999))].sum(axis=1)
+    for draws in (1, 999, 5000, 10**9):
+        saved, report.BOOTSTRAP_DRAWS = report.BOOTSTRAP_DRAWS, draws
+        try:
+            assert np.array_equal(report.bootstrap_sums(values, np.random.default_rng(7)), whole), draws
+        finally:
+            report.BOOTSTRAP_DRAWS = saved
+
+
 def test_time_above_median_is_the_tables_own(runs, trace):
     """Against pandas on the table: each group's time above its call sites' medians and its launches."""
     _, frame = trace
@@ -208,6 +250,7 @@ def test_exact_medians_by_refinement_equal_pandas(integral, monkeypatch):
         codes = unit[part]
         store.append(
             BatchLabels(np.arange(k), d[part], codes, codes % 4, codes, codes * 0, codes, np.zeros(k, bool)),
+            d[part] * np.nan,
             d[part] * np.nan,
         )
     assert store.file is not None  # spilled

@@ -64,9 +64,11 @@ def _stage(command: str, folder: Path, inputs, work, *args, **kwargs):
     from gpuvar.atomic import claimed
     from gpuvar.cli import stage_output
     from gpuvar.errors import GpuvarError
+    from gpuvar.heap import give_back
 
     with claimed(stage_output(command, folder, inputs)), contextlib.redirect_stdout(io.StringIO()):
         code = work(*args, **kwargs)
+    give_back()  # what the stage freed goes back before the next one, in this same process, peaks
     if isinstance(code, int) and code:
         raise GpuvarError(f"stage `gpuvar {command}` failed (exit {code})")
     return code

@@ -73,10 +73,15 @@ def whole_trace_memory():
 def give_back(libc=None) -> None:
     """Return freed memory to the system: what a stage of many small objects leaves resident (glibc keeps freed
     blocks in its arenas: 0.43 GB after the launch sweep of 20 M launches, gpuvar.ingest.nsys_host_facts) would
-    otherwise sit under the next stage's peak. gc first, then malloc_trim where the C library is glibc."""
+    otherwise sit under the next stage's peak. gc first, then malloc_trim where the C library is glibc, then Arrow's
+    own allocator (mimalloc here: it keeps the pages of freed record batches, such as the findings' rounds read back
+    from their spill files), where Arrow is loaded."""
     import gc
+    import sys
 
     gc.collect()
     libc = libc if libc is not None else _libc()
     if libc is not None:
         libc.malloc_trim(0)
+    if "pyarrow" in sys.modules:
+        sys.modules["pyarrow"].default_memory_pool().release_unused()

@@ -39,6 +39,7 @@ EXPLAINED_SHARE = 0.5
 PARTLY_SHARE = 0.1
 ALPHA = 0.01
 PERMUTATIONS = 199
+PERMUTED_VALUES = 1 << 22  # permuted targets held at a time (32 MiB; their centred copy as much again)
 FOLDS = 5
 MIN_ROWS = 20
 RESIDUAL_ROWS = 300  # HSIC on at most this many rows (quadratic cost)
@@ -131,7 +132,7 @@ def permutation_p(X: np.ndarray, y: np.ndarray, permutations: int, seed: int) ->
     observed = float(_r2_projection(Q, y[:, None])[0])
     rng = np.random.default_rng(seed)
     hits = 0
-    block = 50
+    block = max(1, min(50, PERMUTED_VALUES // max(len(y), 1)))  # a million steps: 4 permutations at a time
     done = 0
     while done < permutations:
         m = min(block, permutations - done)

@@ -33,18 +33,13 @@ def origins(summary) -> dict:
     return out
 
 
-def _recoverable_exact(summary, g: int, launches: int, seed: int) -> tuple[float, list]:
+def _recoverable_exact(summary, g: int, launches: int) -> tuple[float, list]:
     """Time above the call sites' medians of a sampled group and its interval, from per-cell and per-step sums."""
-    from gpuvar.findings.report import BOOTSTRAP
-
     cells = summary.cells_of(g)
     value = float(summary.cell_excess[cells].sum())
-    steps, per_step = summary.group_steps(g)
-    if summary.tally.group_steps[g] == launches and len(steps) >= 5:
-        rng = np.random.default_rng(seed)
-        sums = per_step[rng.integers(0, len(steps), size=(BOOTSTRAP, len(steps)))].sum(axis=1)
-        low, high = np.percentile(sums, [5, 95])
-        return value, [float(low), float(high)]
+    steps = summary.group_steps(g)  # its bootstrap drawn with the seed the summary was given
+    if summary.tally.group_steps[g] == launches and steps.interval is not None:
+        return value, list(steps.interval)
     mean = value / max(launches, 1)
     var = max(float(summary.cell_excess_sq[cells].sum()) / max(launches, 1) - mean**2, 0.0)
     half = Z90 * float(np.sqrt(launches * var))
@@ -78,9 +73,7 @@ def _evidence_exact(summary, g: int, origin: dict) -> dict:
             launch["from_step_start_ns"] = start - step_start
     out = {"slowest_launch": launch}
     if summary.tally.group_steps[g] > 0:
-        steps, per_step = summary.group_steps(g)
-        by_step = pd.Series(per_step, index=steps).sort_values(ascending=False, kind="stable")
-        out["steps_with_most_excess"] = [int(s) for s in by_step.index[:5]]
+        out["steps_with_most_excess"] = list(summary.group_steps(g).most_excess)
     return out
 
 
@@ -111,7 +104,7 @@ def group_entry(dec: Decomposition, summary, g: int, part: pd.DataFrame, seed: i
     s = call_sites(part).to_numpy()
     sampled = dec.sample is not None
     if sampled:
-        recoverable, interval = _recoverable_exact(summary, g, dec.launches, seed)
+        recoverable, interval = _recoverable_exact(summary, g, dec.launches)
     else:
         median = _medians(d, s)
         excess = np.maximum(d - median, 0.0)

@@ -7,7 +7,7 @@ of those four columns, so each combination is labelled once (by those same funct
 launches get integer codes: the group, the call site, the cell (the group's call site: what a median, a slope or
 a sample is per) and the kernel name, numbered in order of first appearance in the file.
 
-RowLabels keeps the codes, duration and step of every launch with a duration (28 bytes a launch) for the passes
+RowLabels keeps the codes, duration, step and rank of every launch with a duration (36 bytes a launch) for the passes
 that need them again (the exact medians, the time above them per call site and per step): in memory up to
 MEMORY_ROWS launches, beyond that in a temporary file read back one batch at a time, so memory stays bounded.
 """
@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 KEY_COLUMNS = ("kernel_name", "call_site", "launch_config", "launch_op")
-MEMORY_ROWS = 1 << 21  # 56 MiB
-ROW = np.dtype([("cell", "<i4"), ("site", "<i4"), ("name", "<i4"), ("d", "<f8"), ("step", "<f8")])
+MEMORY_ROWS = 1 << 21  # 72 MiB
+ROW = np.dtype([("cell", "<i4"), ("site", "<i4"), ("name", "<i4"), ("d", "<f8"), ("step", "<f8"), ("rank", "<f8")])
 
 
 class Codebook:
@@ -108,17 +108,18 @@ class Labeller:
 
 
 class RowLabels:
-    """Every labelled launch's (cell, site, kernel name, duration, step or NaN), batch by batch, in file order."""
+    """Every labelled launch's (cell, site, kernel name, duration, step or NaN, rank or NaN), batch by batch, in file
+    order."""
 
     def __init__(self):
         self.sizes: list[int] = []
         self.memory: list[np.ndarray] | None = []
         self.file = None
 
-    def append(self, labels: BatchLabels, step: np.ndarray) -> None:
+    def append(self, labels: BatchLabels, step: np.ndarray, rank: np.ndarray) -> None:
         rows = np.empty(len(labels.d), dtype=ROW)
         rows["cell"], rows["site"], rows["name"], rows["d"] = labels.cell, labels.site, labels.name, labels.d
-        rows["step"] = step
+        rows["step"], rows["rank"] = step, rank
         self.sizes.append(len(rows))
         if self.memory is not None and sum(self.sizes) > MEMORY_ROWS:
             handle, name = tempfile.mkstemp(prefix="gpuvar-findings-", suffix=".rows")

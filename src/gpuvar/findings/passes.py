@@ -16,6 +16,7 @@ from gpuvar.findings import sample as S
 from gpuvar.findings.decompose import Exact, fit_inputs
 from gpuvar.findings.source import source_of
 from gpuvar.findings.summary import summarise
+from gpuvar.heap import give_back
 
 
 class Passes:
@@ -25,7 +26,8 @@ class Passes:
         self.source = source_of(kernels)
         self.cap = S.FIT_CAP if cap is None else int(cap)
         self.seed = seed
-        self.summary = summarise(self.source, S.sampled_groups(self.cap))
+        self.summary = summarise(self.source, S.sampled_groups(self.cap), seed)
+        give_back()  # pass 1's batches, freed, would otherwise sit under the fits' rounds
         try:
             self.plan = S.plan(self.summary, self.cap, seed, round_rows)
             self.inputs = fit_inputs(self.summary.empty, dict(self.summary.tally.ranks))

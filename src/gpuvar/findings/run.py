@@ -56,6 +56,9 @@ def thresholds() -> dict:
     }
 
 
+FIGURE_COLUMNS = ("duration", "step", "call_site", "launch_config")  # and the finding's first driver
+
+
 class Kept:
     """The launches of the findings that can be on the page (the MAX_FINDINGS with most time above median so far),
     kept from the pass that fitted them for the evidence figures; and what the bench reports about the fits."""
@@ -68,7 +71,11 @@ class Kept:
         self.fit_cap = None
 
     def offer(self, entry: dict, part: pd.DataFrame) -> None:
-        self.parts[entry["group"]] = (entry["recoverable_ns"], part)
+        """Keep the columns its figure draws (gpuvar.findings.figures): a part has every column of the table, and
+        ten of them held the findings stage 0.3 GB above its rounds at 20 M launches."""
+        driver = [entry["drivers"][0]["feature"]] if entry.get("drivers") else []
+        columns = [c for c in dict.fromkeys([*FIGURE_COLUMNS, *driver]) if c in part.columns]
+        self.parts[entry["group"]] = (entry["recoverable_ns"], part[columns])
         if len(self.parts) > self.limit:
             worst = max(self.parts, key=lambda g: (-self.parts[g][0], g))
             del self.parts[worst]
@@ -140,6 +147,7 @@ def analyse_dataset(
     from gpuvar.findings.entries import assemble, group_entry, origins
     from gpuvar.findings.passes import Passes
     from gpuvar.findings.source import kernels_source
+    from gpuvar.heap import give_back
 
     source = kernels_source(ingest_dir)
     fmt, devices, notes = _ingest_facts(ingest_dir)
@@ -155,7 +163,8 @@ def analyse_dataset(
             listed.append(group_entry(dec, summary, g, part, seed, vendor, origin))
             if listed[-1][0] == "findings":
                 kept.offer(listed[-1][1], part)
-        step_record = summary.steps.record(seed, names=summary.groups)
+        give_back()  # the rounds' frames, freed, under the step level's fits
+        step_record = summary.steps.record(summary.step_launches, summary.groups, seed)
         record = assemble(
             name,
             summary,

@@ -30,7 +30,7 @@ import pandas as pd
 from gpuvar.findings.labels import ROW
 
 FIT_CAP = 20_000  # launches per group the model fits see (a stratified sample above it)
-ROUND_ROWS = 250_000  # launches gathered before the groups that hold them are fitted
+ROUND_ROWS = 125_000  # launches gathered before the groups that hold them are fitted (20 M launches: 0.25 GB a round)
 MIN_PER_SITE = 2  # launches each call site keeps in a sample, where the cap allows
 SAMPLE_STREAM = 38  # the sample's own random stream beside the fits' (issue 38)
 

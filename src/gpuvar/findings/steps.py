@@ -10,12 +10,17 @@ two ways:
                launch-level verdicts (gpuvar.causal.share_test), rows being steps;
   by op        each group's (op's) covariance with the step time over the step time's variance: exact shares
                that add up to 1 (a group whose time moves against the total has a negative share), so "aten::mm
-               31 %" means 31 % of the step time's variance is aten::mm's time moving with it.
+               31 %" means 31 % of the step time's variance is aten::mm's time moving with it. The centred step
+               times add up to zero, so a group's covariance is the sum over its launches of duration x (its
+               step's time - the mean): one pass over the launches once the step times are known, instead of a
+               table of time per (step, group), which holds a number per launch when steps are short.
 Steps with fewer than half the median number of launches are partial (the profiler's window cut them) and left
 out, counted.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -37,9 +42,10 @@ READS = ("step", "rank", "duration", "grid_size", "workgroup_size", *SIZE_SUMS, 
 
 class StepSums:
     """Per (rank, step) sums of the launches of one batch after another: what the step level needs, never the
-    launches. A trace read whole is one batch and its sums are the table's groupby sums themselves (nothing is
-    added twice), so the record is the one a whole-table computation gives, bit for bit; over several batches the
-    partial sums are added (exact for the integer durations, threads and counts of the canonical schema)."""
+    launches (the shares by op take a second pass over them, `record`'s `launches`). A trace read whole is one
+    batch and its sums are the table's groupby sums themselves (nothing is added twice), so the record is the one
+    a whole-table computation gives; over several batches the partial sums are added (exact for the integer
+    durations, threads and counts of the canonical schema)."""
 
     def __init__(self, columns: list[str]):
         self.columns = set(columns)
@@ -48,10 +54,9 @@ class StepSums:
         self.threads_known = True
         self.sizes_known: set[str] = set()
         self.parts: list[pd.DataFrame] = []
-        self.by_op: list[pd.Series] = []
 
-    def add(self, batch: pd.DataFrame, groups) -> None:
-        """Add one batch; `groups` gives each row's group (a string, or a code that `record` names)."""
+    def add(self, batch: pd.DataFrame) -> None:
+        """Add one batch."""
         if "step" not in self.columns:
             return
         d_all = pd.to_numeric(batch["duration"], errors="coerce")
@@ -86,35 +91,29 @@ class StepSums:
                     .sum()
                 )
         self.parts.append(pd.DataFrame(out))
-        g = pd.Series(np.asarray(groups)[keep], index=rows.index, name="group")
-        self.by_op.append(d.groupby([*by, g], sort=True, dropna=False).sum())
         if len(self.parts) > 8:  # bounded: the sums so far folded into one
-            self.parts, self.by_op = [_fold(self.parts)], [_fold(self.by_op)]
+            self.parts = [_fold(self.parts)]
 
-    def tables(self, key: list[str], names=None) -> tuple[pd.DataFrame, pd.Series]:
-        """(the step table by `key`, the time per key and group) over every batch so far."""
-        table, by_op = _fold(self.parts), _fold(self.by_op)
+    def table(self, key: list[str]) -> pd.DataFrame:
+        """The step table by `key` over every batch so far."""
+        table = _fold(self.parts)
         if "rank" in self.ranked_by:
             if "rank" in key:  # a launch without a rank is in no (rank, step) (groupby's dropna)
                 table = table[table.index.get_level_values("rank").notna()]
-                by_op = by_op[by_op.index.get_level_values("rank").notna()]
             else:
                 table = _fold([table], key)
-                by_op = _fold([by_op], [*key, "group"])
-        if names is not None:
-            frame = by_op.reset_index()
-            frame["group"] = [names[int(g)] for g in frame["group"]]
-            by_op = frame.groupby([*key, "group"], sort=True)[by_op.name].sum()
-        return table, by_op
+        return table
 
-    def record(self, seed: int = 0, names=None) -> dict | None:
-        """The step-level record (see the module docstring); None when the trace has no steps. `names`: the
-        group of each code, when `add` was given codes."""
+    def record(self, launches: Callable[[], Iterable[tuple]], names, seed: int = 0) -> dict | None:
+        """The step-level record (see the module docstring); None when the trace has no steps. `launches()`:
+        (group code, duration, step, rank) arrays of every launch with a duration, batch by batch (the rank all
+        NaN without ranks), the pass the shares by op take; `names`: the group of each code."""
         if not self.parts:
             return None
         key = ["rank", "step"] if len(self.ranks) > 1 else ["step"]
-        table, by_op = self.tables(key, names)
-        return _record(table, by_op, key, self, seed)
+        return _record(
+            self.table(key), key, self, seed, lambda index, centred: _op_time(index, centred, launches), names
+        )
 
 
 def _fold(parts: list, levels: list[str] | None = None):
@@ -150,11 +149,43 @@ def _with_squares(frame: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
 def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict | None:
     """The step-level record of a table in memory (see the module docstring); None when it has no steps."""
     sums = StepSums([str(c) for c in kernels.columns])
-    sums.add(kernels, groups.astype(str).to_numpy(dtype=object))
-    return sums.record(seed)
+    sums.add(kernels)
+    d = pd.to_numeric(kernels["duration"], errors="coerce").to_numpy(np.float64)
+    codes, names = pd.factorize(groups.astype(str).to_numpy(dtype=object))
+    floats = {
+        k: pd.to_numeric(kernels[k], errors="coerce").to_numpy(np.float64)
+        if k in kernels.columns
+        else np.full(len(d), np.nan)
+        for k in ("step", "rank")
+    }
+    has = ~np.isnan(d)
+    rows = (codes[has], d[has], floats["step"][has], floats["rank"][has])
+    return sums.record(lambda: [rows], list(names), seed)
 
 
-def _record(table: pd.DataFrame, by_op: pd.Series, key: list[str], sums: StepSums, seed: int) -> dict | None:
+def _op_time(index: pd.Index, centred: np.ndarray, launches) -> tuple[np.ndarray, np.ndarray]:
+    """(per group code: sum of duration x its step's centred time, whether any launch was in a step of `index`):
+    `centred` is 0 for the steps left out, so their launches count as seen and add nothing."""
+    total, seen = np.zeros(0), np.zeros(0, bool)
+    for group, d, step, rank in launches():
+        at = (
+            index.get_indexer(step)
+            if index.nlevels == 1
+            else index.get_indexer(pd.MultiIndex.from_arrays([rank, step]))
+        )
+        ok = at >= 0
+        if not ok.any():
+            continue
+        g = np.asarray(group)[ok].astype(np.int64)
+        size = max(len(total), int(g.max()) + 1)
+        total = np.r_[total, np.zeros(size - len(total))]
+        seen = np.r_[seen, np.zeros(size - len(seen), bool)]
+        total += np.bincount(g, weights=d[ok] * centred[at[ok]], minlength=size)
+        seen[g] = True
+    return total, seen
+
+
+def _record(table: pd.DataFrame, key: list[str], sums: StepSums, seed: int, op_time, names) -> dict | None:
     time, launches = table["time"], table["launches"]
     if time.empty:
         return None
@@ -199,11 +230,12 @@ def _record(table: pd.DataFrame, by_op: pd.Series, key: list[str], sums: StepSum
     record["size_features"] = [c for c in size.columns if np.ptp(size[c].to_numpy(np.float64)) > 0]
     record["context_features"] = [c for c in context.columns if np.ptp(context[c].to_numpy(np.float64)) > 0]
     record["at_median_size"] = _at_median_size(size, y) if s >= 0.5 else None
-    # by op: covariance shares
-    per_op = by_op.unstack(fill_value=0.0).reindex(full_index).fillna(0.0)
-    centred = y - y.mean()
+    # by op: covariance shares (module docstring)
+    centred = np.zeros(len(table))
+    centred[keep] = y - y.mean()
     var = float((centred**2).sum())
-    shares = {op: float((per_op[op].to_numpy() - per_op[op].mean()) @ centred) / var for op in per_op.columns}
+    total, seen = op_time(table.index, centred)
+    shares = {str(names[g]): float(total[g]) / var for g in np.flatnonzero(seen)}
     ordered = sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))
     record["ops"] = [{"group": op, "share": round(v, 6)} for op, v in ordered]
     record["slowest_steps"] = [

@@ -7,12 +7,14 @@ from per-unit sums merged batch by batch, in memory that grows with the call sit
 
   pass 1 (gpuvar.findings.tally, gpuvar.findings.steps.StepSums)   codes per launch (gpuvar.findings.labels),
          moments per (group, call site, kernel name), the step level's per-step sums, the slowest launch per
-         group; each labelled launch's codes, duration and step kept in a RowLabels store (spilled to a temporary
+         group; each labelled launch's codes, duration, step and rank kept in a RowLabels store (spilled to a temporary
          file beyond its memory budget)
   medians (gpuvar.findings.medians)   exact, by histogram refinement over the store: per cell (a group's call
          site) and per call site
-  pass 2 (over the store)   time above the medians per cell, per kernel name and per (group, step); per cell
-         the launches with a step and, for the cells of sampled groups, the distinct steps
+  pass 2 (over the store)   time above the medians per cell and per kernel name; per cell the launches with a
+         step
+  steps of the sampled groups (gpuvar.findings.group_steps)   per group its distinct steps, the steps with most
+         time above median and the interval over steps; per cell its distinct steps
 
 Sums of durations are exact in any order for the integer nanoseconds of the canonical schema, so a trace read in
 batches gives the numbers of a whole-table computation; sums of squares agree to rounding.
@@ -20,11 +22,13 @@ batches gives the numbers of a whole-table computation; sums of squares agree to
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from gpuvar.findings.group_steps import GroupSteps, group_step_facts
 from gpuvar.findings.labels import KEY_COLUMNS, Labeller, RowLabels
 from gpuvar.findings.medians import exact_medians
 from gpuvar.findings.steps import READS as STEP_READS
@@ -32,22 +36,6 @@ from gpuvar.findings.steps import StepSums
 from gpuvar.findings.tally import EVIDENCE_COLUMNS, Tally
 
 PASS_ONE = ("duration", *KEY_COLUMNS, *EVIDENCE_COLUMNS, *STEP_READS, "step_threads", "ctx_memset_active")
-
-
-class SparseSums:
-    """Sums per int64 key, merged batch by batch (keys sorted)."""
-
-    def __init__(self):
-        self.keys = np.zeros(0, np.int64)
-        self.sums = np.zeros(0)
-
-    def add(self, keys: np.ndarray, weights: np.ndarray | None = None) -> None:
-        if not len(keys):
-            return
-        w = np.ones(len(keys)) if weights is None else weights
-        k, inv = np.unique(np.concatenate([self.keys, keys]), return_inverse=True)
-        self.sums = np.bincount(inv, weights=np.concatenate([self.sums, w]), minlength=len(k))
-        self.keys = k
 
 
 @dataclass
@@ -69,13 +57,13 @@ class Summary:
     cell_median: np.ndarray
     site_median: np.ndarray
     step_values: np.ndarray  # every step value seen, sorted
-    store: RowLabels  # every labelled launch's codes, duration and step, batch by batch (closed by close())
+    store: RowLabels  # every labelled launch's codes, duration, step, rank, batch by batch (closed by close())
     cell_excess: np.ndarray = field(default_factory=lambda: np.zeros(0))
     cell_excess_sq: np.ndarray = field(default_factory=lambda: np.zeros(0))
     name_excess: np.ndarray = field(default_factory=lambda: np.zeros(0))
     cell_with_step: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cell_steps: dict[int, int] = field(default_factory=dict)  # cells of sampled groups: distinct steps
-    group_step: SparseSums = field(default_factory=SparseSums)  # excess per group * len(step_values) + step
+    sampled_steps: dict[int, GroupSteps] = field(default_factory=dict)  # sampled groups: what their steps say
 
     @property
     def groups(self) -> list[str]:
@@ -107,11 +95,15 @@ class Summary:
             counts[str(names[name])] = counts.get(str(names[name]), 0) + int(self.tally.triples.n[t])
         return [dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for c in out]
 
-    def group_steps(self, g: int) -> tuple[np.ndarray, np.ndarray]:
-        """(the steps of group g's launches, sorted; time above median per step)."""
-        width = len(self.step_values)
-        mine = (self.group_step.keys // max(width, 1)) == g
-        return self.step_values[self.group_step.keys[mine] % max(width, 1)], self.group_step.sums[mine]
+    def group_steps(self, g: int) -> GroupSteps:
+        """What the steps say about sampled group g (no steps: zero of them)."""
+        return self.sampled_steps.get(g, GroupSteps())
+
+    def step_launches(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """(group code, duration, step, rank) of every launch with a duration, batch by batch in file order (the
+        step level's second pass, gpuvar.findings.steps)."""
+        for rows in self.store:
+            yield self.cell_group[rows["cell"].astype(np.int64)], rows["d"], rows["step"], rows["rank"]
 
     def cell_of(self, g: int, site: int) -> int:
         return self.labels.cells.index[(g, site)]
@@ -120,10 +112,11 @@ class Summary:
         self.store.close()
 
 
-def summarise(source, sampled_groups=None) -> Summary:
-    """Pass 1, the exact medians and pass 2 over `source` (gpuvar.findings.source). `sampled_groups(launches per
-    group) -> group codes` names the groups whose cells' distinct steps pass 2 counts (the sampled ones). The
-    summary keeps its RowLabels store for the pass that gathers the fits' launches: close() it."""
+def summarise(source, sampled_groups=None, seed: int = 0) -> Summary:
+    """Pass 1, the exact medians, pass 2 and the sampled groups' steps over `source` (gpuvar.findings.source).
+    `sampled_groups(launches per group) -> group codes` names the groups above the fits' cap, whose steps are
+    summarised (their bootstrap seeded with `seed`). The summary keeps its RowLabels store for the passes that
+    gather the fits' launches and the step level's: close() it."""
     from gpuvar.findings.features import STEP_THREADS
 
     columns = list(source.columns)
@@ -136,22 +129,26 @@ def summarise(source, sampled_groups=None) -> Summary:
         for batch in source.batches(reads, categories=True):
             labels = labeller.label(batch)
             tally.add(batch, labels, len(labeller.triples), len(labeller.groups))
-            codes = np.full(len(batch), -1, np.int64)
-            codes[labels.pos] = labels.group
-            steps.add(batch, codes)
-            step = (
-                pd.to_numeric(batch["step"], errors="coerce").to_numpy(np.float64)[labels.pos]
-                if "step" in batch.columns
-                else np.full(len(labels.pos), np.nan)
-            )
-            store.append(labels, step)
+            steps.add(batch)
+            store.append(labels, _floats(batch, "step", labels.pos), _floats(batch, "rank", labels.pos))
             integral &= bool(np.all(labels.d == np.round(labels.d)) and np.all(np.abs(labels.d) < 2.0**62))
         summary = _moments(source, columns, labeller, tally, steps, store, integral)
-        _pass_two(summary, store, sampled_groups)
+        _pass_two(summary, store)
+        sampled = np.zeros(len(summary.groups), bool)
+        if sampled_groups is not None:
+            sampled[list(sampled_groups(summary.group_launches()))] = True
+        summary.sampled_steps, summary.cell_steps = group_step_facts(summary, store, sampled, seed)
     except BaseException:
         store.close()
         raise
     return summary
+
+
+def _floats(batch: pd.DataFrame, column: str, pos: np.ndarray) -> np.ndarray:
+    """The column at `pos` as float64 (NaN where missing or not a number; all NaN without the column)."""
+    if column not in batch.columns:
+        return np.full(len(pos), np.nan)
+    return pd.to_numeric(batch[column], errors="coerce").to_numpy(np.float64)[pos]
 
 
 def _moments(source, columns, labeller, tally, steps, store, integral) -> Summary:
@@ -187,18 +184,12 @@ def _moments(source, columns, labeller, tally, steps, store, integral) -> Summar
     )
 
 
-def _pass_two(summary: Summary, store: RowLabels, sampled_groups) -> None:
-    """Time above the medians per cell, kernel name and (group, step); launches with a step per cell; distinct
-    steps per cell of the sampled groups."""
+def _pass_two(summary: Summary, store: RowLabels) -> None:
+    """Time above the medians per cell and kernel name; launches with a step per cell."""
     n_cells, n_names = len(summary.cell_group), len(summary.labels.names)
-    width = max(len(summary.step_values), 1)
-    sampled = np.zeros(len(summary.groups), bool)
-    if sampled_groups is not None:
-        sampled[list(sampled_groups(summary.group_launches()))] = True
     summary.cell_excess, summary.cell_excess_sq = np.zeros(n_cells), np.zeros(n_cells)
     summary.name_excess = np.zeros(n_names)
     summary.cell_with_step = np.zeros(n_cells, np.int64)
-    pairs = SparseSums()
     for rows in store:
         cell, d = rows["cell"].astype(np.int64), rows["d"]
         x = np.maximum(d - summary.cell_median[cell], 0.0)
@@ -206,16 +197,4 @@ def _pass_two(summary: Summary, store: RowLabels, sampled_groups) -> None:
         summary.cell_excess_sq += np.bincount(cell, weights=x * x, minlength=n_cells)
         xs = np.maximum(d - summary.site_median[rows["site"]], 0.0)
         summary.name_excess += np.bincount(rows["name"], weights=xs, minlength=n_names)
-        known = ~np.isnan(rows["step"])
-        if not known.any():
-            continue
-        c = cell[known]
-        summary.cell_with_step += np.bincount(c, minlength=n_cells)
-        at = np.searchsorted(summary.step_values, rows["step"][known])
-        summary.group_step.add(summary.cell_group[c] * width + at, x[known])
-        mine = sampled[summary.cell_group[c]]
-        if mine.any():
-            pairs.add(np.unique(c[mine] * width + at[mine]))
-    if len(pairs.keys):
-        cells, counts = np.unique(pairs.keys // width, return_counts=True)
-        summary.cell_steps = dict(zip(cells.tolist(), counts.tolist(), strict=True))
+        summary.cell_with_step += np.bincount(cell[~np.isnan(rows["step"])], minlength=n_cells)
