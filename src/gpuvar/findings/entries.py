@@ -29,7 +29,7 @@ def origins(summary) -> dict:
         return {}
     out = {"trace": int(tally.trace_start)}
     if tally.step_values:
-        out["steps"] = dict(tally.step_starts)
+        out["steps"] = tally.step_starts  # .get((rank, step)) as a dict's
     return out
 
 

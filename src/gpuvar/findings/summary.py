@@ -34,7 +34,9 @@ from gpuvar.findings.medians import exact_medians
 from gpuvar.findings.steps import READS as STEP_READS
 from gpuvar.findings.steps import StepSums
 from gpuvar.findings.tally import EVIDENCE_COLUMNS, Tally
+from gpuvar.heap import give_back
 
+GIVE_BACK_EVERY = 64  # batches of pass 1 (4 M launches)
 PASS_ONE = ("duration", *KEY_COLUMNS, *EVIDENCE_COLUMNS, *STEP_READS, "step_threads", "ctx_memset_active")
 
 
@@ -126,7 +128,9 @@ def summarise(source, sampled_groups=None, seed: int = 0) -> Summary:
     steps = StepSums(columns)
     integral = True
     try:
-        for batch in source.batches(reads, categories=True):
+        for k, batch in enumerate(source.batches(reads, categories=True)):
+            if k % GIVE_BACK_EVERY == GIVE_BACK_EVERY - 1:
+                give_back()  # the batches' frames and the folds' copies, freed: fragments under the next fold
             labels = labeller.label(batch)
             tally.add(batch, labels, len(labeller.triples), len(labeller.groups))
             steps.add(batch)
@@ -179,7 +183,7 @@ def _moments(source, columns, labeller, tally, steps, store, integral) -> Summar
         cell_m2=m2,
         cell_median=medians["cell"],
         site_median=medians["site"],
-        step_values=np.array(sorted(tally.step_values), np.float64),
+        step_values=tally.step_values.values(),
         store=store,
     )
 

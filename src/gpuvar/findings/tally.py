@@ -9,7 +9,8 @@ names and steps, not launches:
   per group                 launches by an op, launches with a step, the longest launch (the first of equals, in
                             file order) with the columns its evidence shows, whether each context column a
                             prediction names (gpuvar.findings.predict.CONTEXT_COLUMNS) was ever non-zero
-  per (rank, step)          the first kernel's start (where a launch sits in its step); the trace's first start
+  per (rank, step)          the first kernel's start (where a launch sits in its step; gpuvar.findings.step_keys);
+                            the trace's first start
   per rank                  launches (the context's baseline rank is the commonest)
   per (step, rank)          threads launched, where the table has no step_threads column (older ingests)
 """
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.findings.labels import BatchLabels
+from gpuvar.findings.step_keys import StepStarts, StepValues, rank_key
 
 EVIDENCE_COLUMNS = ("kernel_name", "step", "launch_id", "rank", "start")
 
@@ -81,9 +83,9 @@ class Tally:
         self.group_steps = np.zeros(0, np.int64)
         self.slowest: dict[int, tuple[float, dict]] = {}
         self.trace_start: float | None = None
-        self.step_starts: dict = {}
+        self.step_starts = StepStarts()
         self.ranks: dict = {}
-        self.step_values: set = set()
+        self.step_values = StepValues()
         self.any_start = False
         self.thread_sums: dict | None = {} if need_threads else None
         self.step_threads_known = 0
@@ -103,7 +105,7 @@ class Tally:
             step = pd.to_numeric(rows["step"], errors="coerce")
             known = step.notna().to_numpy()
             self.group_steps += np.bincount(labels.group[known], minlength=n_groups)
-            self.step_values.update(np.unique(step[known].to_numpy()).tolist())
+            self.step_values.add(step[known].to_numpy(np.float64))
         self._slowest(rows, labels)
         self._loud(rows, labels, n_groups)
         self._origins(rows)
@@ -151,11 +153,10 @@ class Tally:
         rank = rows["rank"] if "rank" in rows.columns else pd.Series(None, index=rows.index)
         frame = pd.DataFrame({"rank": rank.where(rank.notna(), None), "step": rows["step"], "start": start})
         frame = frame[frame["step"].notna()]
-        for (r, s), v in frame.groupby(["rank", "step"], dropna=False)["start"].min().items():
-            if pd.isna(v):
-                continue
-            key = (r if pd.notna(r) else None, int(s))
-            self.step_starts[key] = min(self.step_starts.get(key, int(v)), int(v))
+        least = frame.groupby(["rank", "step"], dropna=False)["start"].min().dropna()
+        for r, per_rank in least.groupby(level="rank", dropna=False):
+            steps = per_rank.index.get_level_values("step").to_numpy().astype(np.int64)
+            self.step_starts.add(rank_key(r), steps, np.array([int(v) for v in per_rank.to_numpy()], np.int64))
 
     def _threads(self, batch: pd.DataFrame) -> None:
         """Threads per (step, rank) over every row (gpuvar.ingest.step_size.step_threads), when not stored."""
