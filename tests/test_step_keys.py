@@ -31,3 +31,36 @@ def test_the_answers_of_a_set_and_a_dict_across_folds(monkeypatch):
     assert values and len(values) == len(seen)
     assert np.array_equal(values.values(), np.array(seen, np.float64))
     assert not StepValues()
+
+
+def test_step_sums_in_runs_add_up_to_the_whole_tables():
+    """StepSums keeps runs of batches whose steps come in order and folds all of them when a batch goes back: any
+    batching gives the table of the whole trace read at once (integer sums: exact)."""
+    import pandas as pd
+
+    from gpuvar.findings.steps import StepSums
+
+    rng = np.random.default_rng(2)
+    n = 6_000
+    frame = pd.DataFrame(
+        {
+            "rank": np.repeat([0, 1, 0], n // 3),  # rank 0, rank 1, then rank 0 again: out of order
+            "step": np.r_[
+                np.sort(rng.integers(0, 500, n // 3)),
+                np.sort(rng.integers(0, 500, n // 3)),
+                np.sort(rng.integers(0, 500, n // 3)),
+            ],
+            "duration": rng.integers(1_000, 9_000, n),
+            "grid_size": rng.integers(1, 64, n),
+        }
+    )
+    whole = StepSums(list(frame.columns))
+    whole.add(frame)
+    cuts = np.sort(rng.choice(np.arange(1, n), 60, replace=False))
+    for order in (range(61), rng.permutation(61)):
+        batched = StepSums(list(frame.columns))
+        pieces = [frame.iloc[a:b] for a, b in zip(np.r_[0, cuts], np.r_[cuts, n], strict=True)]
+        for k in order:
+            batched.add(pieces[k])
+        for key in (["rank", "step"], ["step"]):
+            pd.testing.assert_frame_equal(batched.table(key), whole.table(key))
