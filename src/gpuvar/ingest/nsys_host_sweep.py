@@ -32,6 +32,7 @@ from gpuvar.ingest.shapes import SIZE_COLUMNS
 from gpuvar.ingest.step_store import StepCounters, StepTotals
 
 KEEP_STEPS = 4096  # steps whose counters stay in memory (step_store.StepCounters)
+TEXTS_KEPT = 1 << 16  # distinct range texts whose meaning _Ops.load keeps (then it starts again)
 
 # --- the sweep --------------------------------------------------------------------------------------------
 
@@ -64,6 +65,8 @@ class _Ops:
             )
         self.rows: list = []
         self.at = 0
+        self._by_text: dict = {}  # range text -> (op code, size features), () for a step range
+        self.done = False  # every range read
         self.load()
 
     def _shape(self, text) -> tuple | None:
@@ -81,27 +84,37 @@ class _Ops:
         return self.shapes[key]
 
     def load(self) -> bool:
-        """The next rows into self.rows (from self.at = 0); False at the end."""
+        """The next rows into self.rows (from self.at = 0); False at the end. What a range's text makes of it
+        (a step range, or its op code and size features) is worked out once per distinct text: emit_nvtx repeats
+        a few hundred texts over millions of ranges."""
         from gpuvar.ingest.shapes import NVTX_SUFFIX
 
-        codes, strip = self.codes, NVTX_SUFFIX.sub
+        codes, strip, by_text = self.codes, NVTX_SUFFIX.sub, self._by_text
         for rows in self._chunks:
             kept = []
+            append = kept.append
             for thread, start, end, rowid, text, maybe_step, maybe_sizes in rows:
-                if maybe_step and step_number(NVTX_STEP, text) is not None:
-                    continue  # a step range: not an op
-                if isinstance(text, str):
-                    name = strip("", text)
-                    code = codes.get(name)
-                    if code is None:
-                        code = codes[name] = len(codes) - 1
-                else:
-                    code = -1
-                kept.append((thread, start, end, rowid, code, self._shape(text) if maybe_sizes else None))
+                known = by_text.get(text)
+                if known is None:
+                    if len(by_text) >= TEXTS_KEPT:
+                        by_text.clear()
+                    if maybe_step and step_number(NVTX_STEP, text) is not None:
+                        known = by_text[text] = ()  # a step range: not an op
+                    else:
+                        if isinstance(text, str):
+                            name = strip("", text)
+                            code = codes.get(name)
+                            if code is None:
+                                code = codes[name] = len(codes) - 1
+                        else:
+                            code = -1
+                        known = by_text[text] = (code, self._shape(text) if maybe_sizes else None)
+                if known:
+                    append((thread, start, end, rowid, *known))
             if kept:
                 self.rows, self.at = kept, 0
                 return True
-        self.rows, self.at = [], 0
+        self.rows, self.at, self.done = [], 0, True
         return False
 
 
@@ -179,13 +192,11 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     con.execute("CREATE TABLE mfacts (rowid INTEGER PRIMARY KEY, op INTEGER, step INTEGER)")
     con.execute(f"CREATE TABLE kshapes (rowid INTEGER PRIMARY KEY, {', '.join(f'{c} REAL' for c in SIZE_COLUMNS)})")
     ops = _Ops(con, head, sweep.codes)
-    stack: list = []
-    current = None
-    instances, occurrences, positions = sweep.instances, sweep.occurrences, sweep.positions
+    walk = _Walk(sweep, ops, it)
     for rows in _rows(con, sql):
         cols = list(zip(*rows))
         kind = np.array(cols[0], np.int64)
-        rid, gs, corr = (np.array(c, np.int64) for c in cols[1:4])
+        rid, gs = np.array(cols[1], np.int64), np.array(cols[2], np.int64)
         hc = np.array(cols[4], bool)
         ot, th = np.array(cols[5], np.int64), np.array(cols[6], np.int64)
         it_step = _column(cols[7 + len(launch)]) if it else None
@@ -198,56 +209,13 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
             threads = launch_threads_of(frame)
             ok = is_kernel & (step != MISSING) & np.isfinite(threads)
             sweep.step_threads.add(step[ok], threads[ok])
-        n = len(rows)
-        op_row, op_code, thread_code, shape = [-1] * n, [-1] * n, [-1] * n, [None] * n
-        occurrence, index = [MISSING] * n, [MISSING] * n
-        for i, (has_call, t, thread, s, copy) in enumerate(
-            zip(cols[4], ot.tolist(), th.tolist(), step.tolist(), cols[0])
-        ):
-            if thread != current:  # a thread's ranges and op instances are its own
-                current, stack = thread, []
-                instances.clear()
-                while (ops.at < len(ops.rows) or ops.load()) and ops.rows[ops.at][0] < thread:
-                    ops.at += 1
-            if not has_call:
-                top = None
-            else:
-                code = sweep.threads.setdefault(thread, len(sweep.threads)) if thread != -1 else -1
-                thread_code[i] = code
-                while stack and stack[-1][2] < t:  # ended ranges leave first: the stack holds open ones only
-                    stack.pop()
-                while (ops.at < len(ops.rows) or ops.load()) and (op := ops.rows[ops.at])[0] == thread and op[1] <= t:
-                    ops.at += 1
-                    if op[2] >= t:  # (one that ended already can be no later launch's op)
-                        stack.append(op)
-                top = stack[-1] if stack else None
-            if top is not None:
-                op_row[i], op_code[i] = top[3], top[4]
-                if not copy:
-                    shape[i] = top[5]
-            if copy or s == MISSING:
-                continue
-            if top is not None:  # numbered by op: the instance's launches, the op's instances in the step
-                instance = instances.get(top[3])
-                if instance is None:
-                    counts, key = occurrences.of(s), (code, top[4])
-                    number = counts.get(key, 0)
-                    counts[key] = number + 1
-                    instance = instances[top[3]] = [0, number, top[2]]
-                    sweep.op_threads.setdefault(top[4], set()).add(code)
-                    sweep.first_launch.setdefault(code, (t, thread))
-                index[i], occurrence[i] = instance[0], instance[1]
-                instance[0] += 1
-            elif mode != "iterations":  # the position among the step's launches without op on this thread
-                counts = positions.of(s)
-                index[i] = counts.get(thread_code[i], 0)
-                counts[thread_code[i]] = index[i] + 1
-        op_row, op_code, thread_code = (np.array(v, np.int64) for v in (op_row, op_code, thread_code))
-        occurrence, index = np.array(occurrence, np.int64), np.array(index, np.int64)
+        batch = walk.batch(th, hc, ot, step, is_kernel)
+        op_row, op_code, thread_code = np.array(batch.op_row, np.int64), np.array(batch.op_code, np.int64), batch.thread
+        occurrence, index = np.array(batch.occurrence, np.int64), np.array(batch.index, np.int64)
         if it:
             index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
-        if n and len(instances) >= FETCH_ROWS:
-            _prune(instances, stack, int(ot[-1]))
+        if len(rows) and len(walk.instances) >= FETCH_ROWS:
+            _prune(walk.instances, walk.stack, int(ot[-1]))
         k = np.flatnonzero(is_kernel)
         sweep.kernels += len(k)
         con.executemany(
@@ -262,12 +230,14 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
                 thread_code[k].tolist(),
             ),
         )
-        with_shape = [(r, *f) for r, f in zip(rid.tolist(), shape) if f is not None]
-        if with_shape:
-            con.executemany(f"INSERT INTO kshapes VALUES (?{', ?' * len(SIZE_COLUMNS)})", with_shape)
-            for j, name in enumerate(SIZE_COLUMNS):
-                if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
-                    sweep.shape_columns.add(name)
+        if ops.recorded:
+            tops, rids = batch.tops, rid.tolist()
+            with_shape = [(rids[i], *tops[i][5]) for i in k.tolist() if tops[i] is not None and tops[i][5] is not None]
+            if with_shape:
+                con.executemany(f"INSERT INTO kshapes VALUES (?{', ?' * len(SIZE_COLUMNS)})", with_shape)
+                for j, name in enumerate(SIZE_COLUMNS):
+                    if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
+                        sweep.shape_columns.add(name)
         m = np.flatnonzero(~is_kernel)
         if len(m):
             con.executemany(
@@ -278,6 +248,122 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
         if code >= 0:
             names[code] = name
     return sweep, names
+
+
+@dataclass
+class _Batch:
+    """What the walk found for one batch of launches, per row (lists: filled one row at a time)."""
+
+    tops: list  # the launching op's range row of _Ops.rows, None for none
+    op_row: list  # its rowid, -1 for none
+    op_code: list  # its op code, -1 for none
+    thread: np.ndarray  # the launching thread's code, -1 without a call
+    occurrence: list  # the op instance's number among its (step, thread, op)'s, MISSING for none
+    index: list  # the launch's number in its op instance, or among its (step, thread)'s launches without op
+
+
+class _Walk:
+    """The stateful part of the sweep: per thread (the launches come thread after thread, in call order), the
+    stack of open op ranges, the op instances and the per-step counters.
+
+    Why in two loops per thread and batch: the innermost open range around a call needs the calls in order, but
+    nothing else does; the numbering then runs over the kernels with a step only. Both keep what they touch in
+    local variables: they are the only Python that runs per launch. The counters are keyed by the thread's code,
+    so a thread's counters are never asked for again once the sweep has left it (step_store.StepCounters.reset)."""
+
+    def __init__(self, sweep: _Sweep, ops: _Ops, iterations: bool):
+        self.sweep, self.ops, self.iterations = sweep, ops, iterations
+        self.instances = sweep.instances  # op rowid -> [launches numbered, occurrence, end]
+        self.stack: list = []
+        self.current = None
+
+    def batch(self, th: np.ndarray, hc: np.ndarray, ot: np.ndarray, step: np.ndarray, is_kernel: np.ndarray):
+        n = len(th)
+        out = _Batch([None] * n, [-1] * n, [-1] * n, np.full(n, -1, np.int64), [MISSING] * n, [MISSING] * n)
+        cuts = [0, *(np.flatnonzero(th[1:] != th[:-1]) + 1).tolist(), n]
+        ot_l, step_l = ot.tolist(), step.tolist()
+        numbered = is_kernel & (step != MISSING)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            thread = int(th[a])
+            if thread != self.current:  # a thread's ranges, op instances and counters are its own
+                self._switch(thread)
+            calls = (np.flatnonzero(hc[a:b]) + a).tolist()
+            code = -1
+            if calls and thread != -1:
+                code = self.sweep.threads.setdefault(thread, len(self.sweep.threads))
+            if calls:
+                out.thread[calls] = code
+                self._innermost(thread, calls, ot_l, out)
+            self._number(thread, code, (np.flatnonzero(numbered[a:b]) + a).tolist(), ot_l, step_l, out)
+        return out
+
+    def _switch(self, thread: int) -> None:
+        sweep, ops = self.sweep, self.ops
+        self.current, self.stack = thread, []
+        self.instances.clear()
+        sweep.occurrences.reset()
+        sweep.positions.reset()
+        while (ops.at < len(ops.rows) or ops.load()) and ops.rows[ops.at][0] < thread:
+            ops.at += 1
+
+    def _innermost(self, thread: int, calls: list, ot_l: list, out: _Batch) -> None:
+        """Each call's innermost open op range on its thread: the ranges that started by the call's time join
+        the stack (those that ended already cannot be this or any later call's op), the ended ones leave it."""
+        ops, stack = self.ops, self.stack
+        push, pop = stack.append, stack.pop
+        rows, at = ops.rows, ops.at
+        end = len(rows)
+        tops, op_row, op_code = out.tops, out.op_row, out.op_code
+        for i in calls:
+            t = ot_l[i]
+            while stack and stack[-1][2] < t:
+                pop()
+            while True:
+                if at >= end:
+                    ops.at = at
+                    if ops.done or not ops.load():
+                        rows, at, end = ops.rows, 0, 0
+                        break
+                    rows, at, end = ops.rows, 0, len(ops.rows)
+                op = rows[at]
+                if op[0] != thread or op[1] > t:
+                    break
+                at += 1
+                if op[2] >= t:
+                    push(op)
+            if stack:
+                top = tops[i] = stack[-1]
+                op_row[i], op_code[i] = top[3], top[4]
+        ops.at = at
+
+    def _number(self, thread: int, code: int, rows: list, ot_l: list, step_l: list, out: _Batch) -> None:
+        """The kernels with a step (in call order): by op, the instance's launches and the op's instances in the
+        step; without op, the position among the step's launches without op on this thread."""
+        sweep, instances, iterations = self.sweep, self.instances, self.iterations
+        occurrences, positions = sweep.occurrences, sweep.positions
+        tops, occurrence, index = out.tops, out.occurrence, out.index
+        last, counts = None, None
+        for i in rows:
+            top = tops[i]
+            if top is not None:
+                instance = instances.get(top[3])
+                if instance is None:
+                    s = step_l[i]
+                    per_op, key = occurrences.of(s), (code, top[4])
+                    number = per_op.get(key, 0)
+                    per_op[key] = number + 1
+                    instance = instances[top[3]] = [0, number, top[2]]
+                    sweep.op_threads.setdefault(top[4], set()).add(code)
+                    sweep.first_launch.setdefault(code, (ot_l[i], thread))
+                index[i], occurrence[i] = instance[0], instance[1]
+                instance[0] += 1
+            elif not iterations:
+                s = step_l[i]
+                if s != last:  # (the same step's counters as the launch before: no look-up)
+                    last, counts = s, positions.of(s)
+                number = counts.get(code, 0)
+                index[i] = number
+                counts[code] = number + 1
 
 
 def _prune(instances: dict, stack: list, now: int) -> None:

@@ -112,10 +112,25 @@ class StepCounters:
             counts = pickle.loads(row[0])
         self.recent[step] = counts
         if len(self.recent) > self.keep:
-            old, values = self.recent.popitem(last=False)
-            self.con.execute(f"INSERT OR REPLACE INTO {self.name} VALUES (?, ?)", (old, pickle.dumps(values)))
-            self.spilled.see(np.array([old], np.int64))
+            self._spill()
         return counts
+
+    def _spill(self) -> None:
+        """The least recently used half of the steps into the table, in one statement (a statement per step
+        cost more than the sweep's own work where steps are short)."""
+        recent, old = self.recent, []
+        while len(recent) > max(1, self.keep // 2):
+            step, values = recent.popitem(last=False)
+            old.append((step, pickle.dumps(values)))
+        self.con.executemany(f"INSERT OR REPLACE INTO {self.name} VALUES (?, ?)", old)
+        self.spilled.see(np.array([step for step, _ in old], np.int64))
+
+    def reset(self) -> None:
+        """Forget every counter, in memory and in the table: for a caller whose keys never come back (the sweep's
+        keys carry the thread, and the sweep leaves each thread for good)."""
+        self.recent.clear()
+        self.con.execute(f"DELETE FROM {self.name}")
+        self.spilled = StepTotals()
 
     def _was_spilled(self, step: int) -> bool:
         s = self.spilled
