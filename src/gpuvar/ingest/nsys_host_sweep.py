@@ -10,6 +10,7 @@ per-step counters of gpuvar.ingest.step_store. What it finds goes to the scratch
 from __future__ import annotations
 
 import math
+import re
 import sqlite3
 from dataclasses import dataclass, field
 
@@ -20,7 +21,6 @@ from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STEP, step_number
 from gpuvar.ingest.nsys_host_facts import (
     FETCH_ROWS,
-    _column,
     _f64,
     _has_nvtx,
     _launch_select,
@@ -28,11 +28,12 @@ from gpuvar.ingest.nsys_host_facts import (
     _rid,
     _rows,
 )
-from gpuvar.ingest.shapes import SIZE_COLUMNS
+from gpuvar.ingest.shapes import NVTX_SUFFIX, SIZE_COLUMNS
 from gpuvar.ingest.step_store import StepCounters, StepTotals
 
 KEEP_STEPS = 4096  # steps whose counters stay in memory (step_store.StepCounters)
-TEXTS_KEPT = 1 << 16  # distinct range texts whose meaning _Ops.load keeps (then it starts again)
+ODD = MISSING + 1  # a launch configuration value sweep_launches reads again (_launch_threads)
+_SUFFIX_AT = re.compile(NVTX_SUFFIX.pattern.removesuffix(".*$"))  # where shapes.NVTX_SUFFIX matches, without its tail
 
 # --- the sweep --------------------------------------------------------------------------------------------
 
@@ -65,7 +66,6 @@ class _Ops:
             )
         self.rows: list = []
         self.at = 0
-        self._by_text: dict = {}  # range text -> (op code, size features), () for a step range
         self.done = False  # every range read
         self.load()
 
@@ -84,33 +84,25 @@ class _Ops:
         return self.shapes[key]
 
     def load(self) -> bool:
-        """The next rows into self.rows (from self.at = 0); False at the end. What a range's text makes of it
-        (a step range, or its op code and size features) is worked out once per distinct text: emit_nvtx repeats
-        a few hundred texts over millions of ranges."""
-        from gpuvar.ingest.shapes import NVTX_SUFFIX
-
-        codes, strip, by_text = self.codes, NVTX_SUFFIX.sub, self._by_text
+        """The next rows into self.rows (from self.at = 0); False at the end."""
+        codes, strip, suffix_at = self.codes, NVTX_SUFFIX.sub, _SUFFIX_AT.match
         for rows in self._chunks:
             kept = []
             append = kept.append
             for thread, start, end, rowid, text, maybe_step, maybe_sizes in rows:
-                known = by_text.get(text)
-                if known is None:
-                    if len(by_text) >= TEXTS_KEPT:
-                        by_text.clear()
-                    if maybe_step and step_number(NVTX_STEP, text) is not None:
-                        known = by_text[text] = ()  # a step range: not an op
-                    else:
-                        if isinstance(text, str):
-                            name = strip("", text)
-                            code = codes.get(name)
-                            if code is None:
-                                code = codes[name] = len(codes) - 1
-                        else:
-                            code = -1
-                        known = by_text[text] = (code, self._shape(text) if maybe_sizes else None)
-                if known:
-                    append((thread, start, end, rowid, *known))
+                if maybe_step and step_number(NVTX_STEP, text) is not None:
+                    continue  # a step range: not an op
+                if isinstance(text, str):
+                    # NVTX_SUFFIX's leftmost match starts at a comma: where the first one starts the suffix
+                    # (emit_nvtx's ', seq = ...'), the name is what comes before it, without the regex's scan
+                    comma = text.find(",")
+                    name = text if comma < 0 else text[:comma] if suffix_at(text, comma) else strip("", text)
+                    code = codes.get(name)
+                    if code is None:
+                        code = codes[name] = len(codes) - 1
+                else:
+                    code = -1
+                append((thread, start, end, rowid, code, self._shape(text) if maybe_sizes else None))
             if kept:
                 self.rows, self.at = kept, 0
                 return True
@@ -161,7 +153,7 @@ def _steps_of(sweep: _Sweep, hc: np.ndarray, ot: np.ndarray, gs: np.ndarray, it_
 def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> tuple[_Sweep, list]:
     """Pass 4: every kept kernel's and copy's op, step and numbering into the scratch tables kfacts and mfacts;
     returns the sweep's state and the op names by code."""
-    from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS, launch_threads_of
+    from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS
 
     sweep = _Sweep(mode, steps, None, None)
     sweep.occurrences = StepCounters(con, "occurrence_spill", KEEP_STEPS)
@@ -171,7 +163,11 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
         sweep.sync_ends = np.sort(sync_frame["end"].to_numpy(np.int64))
     launch = [c for c in LAUNCH_COLUMNS if c in head.k_cols]
     it = mode == "iterations"
-    k_extra = [f"t.{c} AS {c}" for c in launch] + (["i.step AS its", "i.position AS itp"] if it else [])
+    # every value an integer (one numpy conversion per batch): a launch configuration value MISSING where NULL,
+    # ODD where it is no integer (or one of those two), for _launch_threads to read again
+    coded = "CASE typeof(t.{0}) WHEN 'integer' THEN max(t.{0}, {1}) WHEN 'null' THEN {2} ELSE {1} END AS {0}"
+    k_extra = [coded.format(c, ODD, MISSING) for c in launch]
+    k_extra += [f"coalesce(i.step, {MISSING}) AS its", f"coalesce(i.position, {MISSING}) AS itp"] * it
     kernels = _launch_select(con, head, nsys.KERNEL_TABLE, 0, k_extra)
     if it:
         kernels = kernels.replace(
@@ -180,11 +176,16 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     parts = [kernels]
     if head.m_cols is not None:
         parts.append(
-            _launch_select(
-                con, head, nsys.MEMCPY_TABLE, 1, [f"NULL AS {c}" for c in launch + (["its", "itp"] if it else [])]
-            )
+            _launch_select(con, head, nsys.MEMCPY_TABLE, 1, [f"{MISSING} AS {c}" for c in launch + ["its", "itp"] * it])
         )
-    sql = " UNION ALL ".join(parts) + " ORDER BY th, ot, corr, kind, rid"
+    # only what the sweep reads leaves SQLite (every value is a Python object to build): the kind and whether a
+    # call was found in one number, the GPU start only where cudaDeviceSynchronize segments need it
+    sync = mode == "sync"
+    extra = ["gs"] * sync + launch + ["its", "itp"] * it
+    sql = (
+        f"SELECT kind + 2 * hc, rid, ot, th{''.join(', ' + c for c in extra)}"
+        f" FROM ({' UNION ALL '.join(parts)}) ORDER BY th, ot, corr, kind, rid"
+    )
     con.execute(
         "CREATE TABLE kfacts (rowid INTEGER PRIMARY KEY, op INTEGER, has_op INTEGER, step INTEGER,"
         " occurrence INTEGER, idx INTEGER, thread INTEGER)"
@@ -193,20 +194,19 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     con.execute(f"CREATE TABLE kshapes (rowid INTEGER PRIMARY KEY, {', '.join(f'{c} REAL' for c in SIZE_COLUMNS)})")
     ops = _Ops(con, head, sweep.codes)
     walk = _Walk(sweep, ops, it)
+    at_launch = 4 + sync
     for rows in _rows(con, sql):
-        cols = list(zip(*rows))
-        kind = np.array(cols[0], np.int64)
-        rid, gs = np.array(cols[1], np.int64), np.array(cols[2], np.int64)
-        hc = np.array(cols[4], bool)
-        ot, th = np.array(cols[5], np.int64), np.array(cols[6], np.int64)
-        it_step = _column(cols[7 + len(launch)]) if it else None
-        it_pos = _column(cols[8 + len(launch)]) if it else None
+        cols = np.array(rows, np.int64).T  # (a column of a 2-d conversion: five times faster than one by one)
+        kh = cols[0]
+        is_kernel, hc = (kh & 1) == 0, kh >= 2
+        rid, ot, th = (np.ascontiguousarray(c) for c in cols[1:4])
+        gs = cols[4] if sync else None
+        it_step = cols[at_launch + len(launch)] if it else None
+        it_pos = cols[at_launch + len(launch) + 1] if it else None
         step = _steps_of(sweep, hc, ot, gs, it_step)
         sweep.steps_seen.see(step[step != MISSING])
-        is_kernel = kind == 0
         if launch and is_kernel.any():
-            frame = pd.DataFrame({name: pd.array(cols[7 + j], dtype="Int64") for j, name in enumerate(launch)})
-            threads = launch_threads_of(frame)
+            threads = _launch_threads(con, cols[at_launch : at_launch + len(launch)].T, rid, launch)
             ok = is_kernel & (step != MISSING) & np.isfinite(threads)
             sweep.step_threads.add(step[ok], threads[ok])
         batch = walk.batch(th, hc, ot, step, is_kernel)
@@ -216,7 +216,8 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
             index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
         if len(rows) and len(walk.instances) >= FETCH_ROWS:
             _prune(walk.instances, walk.stack, int(ot[-1]))
-        k = np.flatnonzero(is_kernel)
+        by_rowid = np.argsort(rid, kind="stable")  # (rows go in faster in the table's order)
+        k = by_rowid[is_kernel[by_rowid]]
         sweep.kernels += len(k)
         con.executemany(
             "INSERT INTO kfacts VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -238,7 +239,7 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
                 for j, name in enumerate(SIZE_COLUMNS):
                     if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
                         sweep.shape_columns.add(name)
-        m = np.flatnonzero(~is_kernel)
+        m = by_rowid[~is_kernel[by_rowid]]
         if len(m):
             con.executemany(
                 "INSERT INTO mfacts VALUES (?, ?, ?)", zip(rid[m].tolist(), op_code[m].tolist(), step[m].tolist())
@@ -276,6 +277,7 @@ class _Walk:
         self.instances = sweep.instances  # op rowid -> [launches numbered, occurrence, end]
         self.stack: list = []
         self.current = None
+        self.ops_seen: set = set()  # op codes the current thread has numbered an instance of
 
     def batch(self, th: np.ndarray, hc: np.ndarray, ot: np.ndarray, step: np.ndarray, is_kernel: np.ndarray):
         n = len(th)
@@ -299,7 +301,7 @@ class _Walk:
 
     def _switch(self, thread: int) -> None:
         sweep, ops = self.sweep, self.ops
-        self.current, self.stack = thread, []
+        self.current, self.stack, self.ops_seen = thread, [], set()
         self.instances.clear()
         sweep.occurrences.reset()
         sweep.positions.reset()
@@ -342,28 +344,82 @@ class _Walk:
         sweep, instances, iterations = self.sweep, self.instances, self.iterations
         occurrences, positions = sweep.occurrences, sweep.positions
         tops, occurrence, index = out.tops, out.occurrence, out.index
-        last, counts = None, None
+        per_op = counts = None
+        at_op = at_position = None  # the step of per_op, of counts (the launches of a step come together)
+        threads_of, ops_seen = sweep.op_threads, self.ops_seen
         for i in rows:
             top = tops[i]
             if top is not None:
                 instance = instances.get(top[3])
                 if instance is None:
                     s = step_l[i]
-                    per_op, key = occurrences.of(s), (code, top[4])
+                    if s != at_op:
+                        at_op, per_op = s, occurrences.of(s)
+                    op = top[4]
+                    key = (code, op)
                     number = per_op.get(key, 0)
                     per_op[key] = number + 1
                     instance = instances[top[3]] = [0, number, top[2]]
-                    sweep.op_threads.setdefault(top[4], set()).add(code)
-                    sweep.first_launch.setdefault(code, (ot_l[i], thread))
+                    if op not in ops_seen:  # (this thread's first instance of the op)
+                        ops_seen.add(op)
+                        threads_of.setdefault(op, set()).add(code)
+                        sweep.first_launch.setdefault(code, (ot_l[i], thread))
                 index[i], occurrence[i] = instance[0], instance[1]
                 instance[0] += 1
             elif not iterations:
                 s = step_l[i]
-                if s != last:  # (the same step's counters as the launch before: no look-up)
-                    last, counts = s, positions.of(s)
+                if s != at_position:
+                    at_position, counts = s, positions.of(s)
                 number = counts.get(code, 0)
                 index[i] = number
                 counts[code] = number + 1
+
+
+def _launch_threads(con, config: np.ndarray, rid: np.ndarray, names: list) -> np.ndarray:
+    """nsys_plan.launch_threads_of per row of the coded launch configuration columns (sweep_launches), worked out
+    once per distinct configuration (a trace repeats a few hundred over millions of launches); the rows with an
+    ODD value (no integer: never in a real export) from the export's own values, as the in-memory path reads them."""
+    from gpuvar.ingest.nsys_plan import launch_threads_of
+
+    threads = np.full(len(config), np.nan)
+    odd = (config == ODD).any(axis=1)
+    plain = np.flatnonzero(~odd)
+    distinct, inverse = _distinct_rows(config[plain])
+    frame = pd.DataFrame(
+        {
+            name: pd.arrays.IntegerArray(
+                np.where(distinct[:, j] == MISSING, 0, distinct[:, j]), distinct[:, j] == MISSING
+            )
+            for j, name in enumerate(names)
+        }
+    )
+    threads[plain] = launch_threads_of(frame)[inverse]
+    if odd.any():
+        at = np.flatnonzero(odd)
+        table, key = nsys.KERNEL_TABLE, _rid(con, nsys.KERNEL_TABLE)
+        found = {}
+        for lo in range(0, len(at), 500):
+            wanted = ", ".join(str(r) for r in rid[at[lo : lo + 500]].tolist())
+            for row in con.execute(f'SELECT {key}, {", ".join(names)} FROM x."{table}" WHERE {key} IN ({wanted})'):
+                found[row[0]] = row[1:]
+        raw = [found[r] for r in rid[at].tolist()]
+        frame = pd.DataFrame({name: pd.array([r[j] for r in raw], dtype="Int64") for j, name in enumerate(names)})
+        threads[at] = launch_threads_of(frame)
+    return threads
+
+
+def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows, each row's index among them) of a 2-d int64 array: by a hash of each row, checked (a
+    collision falls back to numpy's sort of whole rows, many times slower)."""
+    key = values[:, 0].copy()
+    for j in range(1, values.shape[1]):
+        key = key * np.int64(1_000_003) ^ values[:, j]
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    distinct = values[first]
+    if np.array_equal(distinct[inverse], values):
+        return distinct, inverse
+    distinct, inverse = np.unique(values, axis=0, return_inverse=True)
+    return distinct, inverse.reshape(-1)
 
 
 def _prune(instances: dict, stack: list, now: int) -> None:
