@@ -176,7 +176,10 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     parts = [kernels]
     if head.m_cols is not None:
         parts.append(
-            _launch_select(con, head, nsys.MEMCPY_TABLE, 1, [f"{MISSING} AS {c}" for c in launch + ["its", "itp"] * it])
+            # (a copy's launch configuration and position are never read: small integers are Python's cheapest)
+            _launch_select(
+                con, head, nsys.MEMCPY_TABLE, 1, [f"0 AS {c}" for c in launch] + [f"{MISSING} AS its", "0 AS itp"] * it
+            )
         )
     # only what the sweep reads leaves SQLite (every value is a Python object to build): the kind and whether a
     # call was found in one number, the GPU start only where cudaDeviceSynchronize segments need it
