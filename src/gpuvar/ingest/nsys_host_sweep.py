@@ -20,7 +20,6 @@ import pandas as pd
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STEP, step_number
 from gpuvar.ingest.nsys_host_facts import (
-    FETCH_ROWS,
     _f64,
     _has_nvtx,
     _launch_select,
@@ -217,8 +216,6 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
         occurrence, index = np.array(batch.occurrence, np.int64), np.array(batch.index, np.int64)
         if it:
             index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
-        if len(rows) and len(walk.instances) >= FETCH_ROWS:
-            _prune(walk.instances, walk.stack, int(ot[-1]))
         by_rowid = np.argsort(rid, kind="stable")  # (rows go in faster in the table's order)
         k = by_rowid[is_kernel[by_rowid]]
         sweep.kernels += len(k)
@@ -261,9 +258,10 @@ class _Batch:
     tops: list  # the launching op's range row of _Ops.rows, None for none
     op_row: list  # its rowid, -1 for none
     op_code: list  # its op code, -1 for none
+    op_end: list  # its end
     thread: np.ndarray  # the launching thread's code, -1 without a call
-    occurrence: list  # the op instance's number among its (step, thread, op)'s, MISSING for none
-    index: list  # the launch's number in its op instance, or among its (step, thread)'s launches without op
+    occurrence: np.ndarray  # the op instance's number among its (step, thread, op)'s, MISSING for none
+    index: np.ndarray  # the launch's number in its op instance, or among its (step, thread)'s launches without op
 
 
 class _Walk:
@@ -284,9 +282,10 @@ class _Walk:
 
     def batch(self, th: np.ndarray, hc: np.ndarray, ot: np.ndarray, step: np.ndarray, is_kernel: np.ndarray):
         n = len(th)
-        out = _Batch([None] * n, [-1] * n, [-1] * n, np.full(n, -1, np.int64), [MISSING] * n, [MISSING] * n)
+        missing = np.full(n, MISSING, np.int64)
+        out = _Batch([None] * n, [-1] * n, [-1] * n, [0] * n, np.full(n, -1, np.int64), missing, missing.copy())
         cuts = [0, *(np.flatnonzero(th[1:] != th[:-1]) + 1).tolist(), n]
-        ot_l, step_l = ot.tolist(), step.tolist()
+        ot_l = ot.tolist()
         numbered = is_kernel & (step != MISSING)
         for a, b in zip(cuts[:-1], cuts[1:]):
             thread = int(th[a])
@@ -299,7 +298,11 @@ class _Walk:
             if calls:
                 out.thread[calls] = code
                 self._innermost(thread, calls, ot_l, out)
-            self._number(thread, code, (np.flatnonzero(numbered[a:b]) + a).tolist(), ot_l, step_l, out)
+            rows = np.flatnonzero(numbered[a:b])
+            if len(rows):
+                op = [np.array(v[a:b], np.int64)[rows] for v in (out.op_row, out.op_code, out.op_end)]
+                self._number(thread, code, rows + a, op, ot, step, out, int(ot[b - 1]))
+            self._forget(int(ot[b - 1]))
         return out
 
     def _switch(self, thread: int) -> None:
@@ -318,7 +321,7 @@ class _Walk:
         push, pop = stack.append, stack.pop
         rows, at = ops.rows, ops.at
         end = len(rows)
-        tops, op_row, op_code = out.tops, out.op_row, out.op_code
+        tops, op_row, op_code, op_end = out.tops, out.op_row, out.op_code, out.op_end
         for i in calls:
             t = ot_l[i]
             while stack and stack[-1][2] < t:
@@ -338,44 +341,95 @@ class _Walk:
                     push(op)
             if stack:
                 top = tops[i] = stack[-1]
-                op_row[i], op_code[i] = top[3], top[4]
+                op_row[i], op_code[i], op_end[i] = top[3], top[4], top[2]
         ops.at = at
 
-    def _number(self, thread: int, code: int, rows: list, ot_l: list, step_l: list, out: _Batch) -> None:
-        """The kernels with a step (in call order): by op, the instance's launches and the op's instances in the
-        step; without op, the position among the step's launches without op on this thread."""
-        sweep, instances, iterations = self.sweep, self.instances, self.iterations
-        occurrences, positions = sweep.occurrences, sweep.positions
-        tops, occurrence, index = out.tops, out.occurrence, out.index
-        per_op = counts = None
-        at_op = at_position = None  # the step of per_op, of counts (the launches of a step come together)
-        threads_of, ops_seen = sweep.op_threads, self.ops_seen
-        for i in rows:
-            top = tops[i]
-            if top is not None:
-                instance = instances.get(top[3])
-                if instance is None:
-                    s = step_l[i]
-                    if s != at_op:
-                        at_op, per_op = s, occurrences.of(s)
-                    op = top[4]
-                    key = (code, op)
-                    number = per_op.get(key, 0)
-                    per_op[key] = number + 1
-                    instance = instances[top[3]] = [0, number, top[2]]
-                    if op not in ops_seen:  # (this thread's first instance of the op)
-                        ops_seen.add(op)
-                        threads_of.setdefault(op, set()).add(code)
-                        sweep.first_launch.setdefault(code, (ot_l[i], thread))
-                index[i], occurrence[i] = instance[0], instance[1]
-                instance[0] += 1
-            elif not iterations:
-                s = step_l[i]
-                if s != at_position:
-                    at_position, counts = s, positions.of(s)
-                number = counts.get(code, 0)
-                index[i] = number
-                counts[code] = number + 1
+    def _number(self, thread: int, code: int, rows: np.ndarray, op: list, ot, step, out: _Batch, now: int) -> None:
+        """The kernels with a step of one thread in a batch (rows, in call order; op: their op's rowid, code and
+        end): by op, the instance's launches and the op's instances in the step; without op, the position among
+        the step's launches without op on this thread. Counted with numpy within the batch, on top of the counts
+        carried from before it (the open instances; the per-step counters, one look-up per step and op)."""
+        op_row, op_code, op_end = op
+        by_op = op_row >= 0
+        if by_op.any():
+            args = (rows[by_op], op_row[by_op], op_code[by_op], op_end[by_op], ot, step, out, now)
+            self._number_by_op(thread, code, *args)
+        if not self.iterations and not by_op.all():
+            rows = rows[~by_op]
+            steps = step[rows]
+            groups, first, inverse, within = _groups(steps)
+            carried = np.empty(len(groups), np.int64)
+            positions = self.sweep.positions
+            for j, (s, n) in enumerate(zip(steps[first].tolist(), np.bincount(inverse).tolist())):
+                counts = positions.of(s)
+                carried[j] = counts.get(code, 0)
+                counts[code] = carried[j] + n
+            out.index[rows] = carried[inverse] + within
+
+    def _number_by_op(self, thread, code, rows, op_row, op_code, op_end, ot, step, out: _Batch, now: int) -> None:
+        sweep, instances = self.sweep, self.instances
+        keys, first, inverse, within = _groups(op_row)  # the instances, in order of their first launch here
+        count = np.bincount(inverse)
+        before = np.zeros(len(keys), np.int64)  # launches numbered before this batch
+        occurrence = np.full(len(keys), MISSING, np.int64)
+        new = np.ones(len(keys), bool)
+        if instances:
+            for j in np.flatnonzero(np.isin(keys, np.fromiter(instances, np.int64, len(instances)))).tolist():
+                before[j], occurrence[j], _ = instances[int(keys[j])]
+                new[j] = False
+        fresh = np.flatnonzero(new)
+        if len(fresh):  # a new instance's number among its (step, thread, op)'s
+            at = first[fresh]
+            steps, ops = step[rows[at]], op_code[at]
+            pairs, pair_first, pair_of, pair_within = _groups(steps, ops)
+            carried = np.empty(len(pairs), np.int64)
+            occurrences, at_step, per_op = sweep.occurrences, None, None
+            for j, (s, o, n) in enumerate(
+                zip(steps[pair_first].tolist(), ops[pair_first].tolist(), np.bincount(pair_of).tolist())
+            ):
+                if s != at_step:
+                    at_step, per_op = s, occurrences.of(s)
+                carried[j] = per_op.get((code, o), 0)
+                per_op[(code, o)] = carried[j] + n
+            occurrence[fresh] = carried[pair_of] + pair_within
+            for o in np.unique(ops).tolist():
+                if o not in self.ops_seen:  # (this thread's first instance of the op)
+                    self.ops_seen.add(o)
+                    sweep.op_threads.setdefault(o, set()).add(code)
+            sweep.first_launch.setdefault(code, (int(ot[rows[at[0]]]), thread))
+        out.index[rows] = before[inverse] + within
+        out.occurrence[rows] = occurrence[inverse]
+        end = op_end[first]
+        for j in np.flatnonzero(end >= now).tolist():  # kept: the instances a later launch can still be in
+            instances[int(keys[j])] = (int(before[j] + count[j]), int(occurrence[j]), int(end[j]))
+
+    def _forget(self, now: int) -> None:
+        """Forget the op instances that ended before `now`: no later launch of this thread can be theirs."""
+        instances = self.instances
+        for key in [k for k, v in instances.items() if v[2] < now]:
+            del instances[key]
+
+
+def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows grouped by their keys, groups in order of their first row: (the groups' first rows' keys (first key),
+    each group's first row, each row's group, each row's number within its group in row order)."""
+    n = len(keys[0])
+    order = np.lexsort(keys[::-1])  # stable: rows of a group stay in row order
+    sorted_keys = [k[order] for k in keys]
+    starts = np.ones(n, bool)
+    starts[1:] = np.any([k[1:] != k[:-1] for k in sorted_keys], axis=0)
+    group_sorted = np.cumsum(starts) - 1
+    first_sorted = np.flatnonzero(starts)
+    first = order[first_sorted]
+    rank = np.argsort(first, kind="stable")  # groups renumbered by their first row
+    renumber = np.empty(len(first), np.int64)
+    renumber[rank] = np.arange(len(first))
+    group = np.empty(n, np.int64)
+    group[order] = renumber[group_sorted]
+    within = np.empty(n, np.int64)
+    within[order] = np.arange(n) - first_sorted[group_sorted]
+    first = first[rank]
+    return keys[0][first], first, group, within
 
 
 def _launch_threads(con, config: np.ndarray, rid: np.ndarray, names: list) -> np.ndarray:
@@ -423,10 +477,3 @@ def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return distinct, inverse
     distinct, inverse = np.unique(values, axis=0, return_inverse=True)
     return distinct, inverse.reshape(-1)
-
-
-def _prune(instances: dict, stack: list, now: int) -> None:
-    """Forget the op instances that ended before `now` and are not open: no later launch can be theirs."""
-    open_ = {op[3] for op in stack}
-    for key in [k for k, v in instances.items() if v[2] < now and k not in open_]:
-        del instances[key]
