@@ -9,9 +9,11 @@ per-step counters of gpuvar.ingest.step_store. What it finds goes to the scratch
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,6 +130,20 @@ class _Sweep:
     kernels: int = 0
 
 
+@contextmanager
+def _no_cycle_collection():
+    """CPython's cycle collector off for the block. Why: the sweep makes tens of millions of short-lived rows and
+    tuples, none in a reference cycle, and each full collection walks every live container (11 of them at 2 M
+    launches, ~1 s of 25); the collector is put back as it was, even when the sweep fails."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _steps_of(sweep: _Sweep, hc: np.ndarray, ot: np.ndarray, gs: np.ndarray, it_step: np.ndarray) -> np.ndarray:
     """The step of each launch (MISSING for none): call_sites._place (NVTX ranges), _sync_steps (segments between
     cudaDeviceSynchronize calls, numbered from 0 once the lowest is known) or the iterations found."""
@@ -197,53 +213,60 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     ops = _Ops(con, head, sweep.codes)
     walk = _Walk(sweep, ops, it)
     at_launch = 4 + sync
-    for rows in _rows(con, sql):
-        cols = np.array(rows, np.int64).T  # (a column of a 2-d conversion: five times faster than one by one)
-        kh = cols[0]
-        is_kernel, hc = (kh & 1) == 0, kh >= 2
-        rid, ot, th = (np.ascontiguousarray(c) for c in cols[1:4])
-        gs = cols[4] if sync else None
-        it_step = cols[at_launch + len(launch)] if it else None
-        it_pos = cols[at_launch + len(launch) + 1] if it else None
-        step = _steps_of(sweep, hc, ot, gs, it_step)
-        sweep.steps_seen.see(step[step != MISSING])
-        if launch and is_kernel.any():
-            threads = _launch_threads(con, cols[at_launch : at_launch + len(launch)].T, rid, launch)
-            ok = is_kernel & (step != MISSING) & np.isfinite(threads)
-            sweep.step_threads.add(step[ok], threads[ok])
-        batch = walk.batch(th, hc, ot, step, is_kernel)
-        op_row, op_code, thread_code = np.array(batch.op_row, np.int64), np.array(batch.op_code, np.int64), batch.thread
-        occurrence, index = np.array(batch.occurrence, np.int64), np.array(batch.index, np.int64)
-        if it:
-            index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
-        by_rowid = np.argsort(rid, kind="stable")  # (rows go in faster in the table's order)
-        k = by_rowid[is_kernel[by_rowid]]
-        sweep.kernels += len(k)
-        con.executemany(
-            "INSERT INTO kfacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-            zip(
-                rid[k].tolist(),
-                op_code[k].tolist(),
-                (op_row[k] >= 0).tolist(),
-                step[k].tolist(),
-                occurrence[k].tolist(),
-                index[k].tolist(),
-                thread_code[k].tolist(),
-            ),
-        )
-        if ops.recorded:
-            tops, rids = batch.tops, rid.tolist()
-            with_shape = [(rids[i], *tops[i][5]) for i in k.tolist() if tops[i] is not None and tops[i][5] is not None]
-            if with_shape:
-                con.executemany(f"INSERT INTO kshapes VALUES (?{', ?' * len(SIZE_COLUMNS)})", with_shape)
-                for j, name in enumerate(SIZE_COLUMNS):
-                    if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
-                        sweep.shape_columns.add(name)
-        m = by_rowid[~is_kernel[by_rowid]]
-        if len(m):
-            con.executemany(
-                "INSERT INTO mfacts VALUES (?, ?, ?)", zip(rid[m].tolist(), op_code[m].tolist(), step[m].tolist())
+    with _no_cycle_collection():
+        for rows in _rows(con, sql):
+            cols = np.array(rows, np.int64).T  # (a column of a 2-d conversion: five times faster than one by one)
+            kh = cols[0]
+            is_kernel, hc = (kh & 1) == 0, kh >= 2
+            rid, ot, th = (np.ascontiguousarray(c) for c in cols[1:4])
+            gs = cols[4] if sync else None
+            it_step = cols[at_launch + len(launch)] if it else None
+            it_pos = cols[at_launch + len(launch) + 1] if it else None
+            step = _steps_of(sweep, hc, ot, gs, it_step)
+            sweep.steps_seen.see(step[step != MISSING])
+            if launch and is_kernel.any():
+                threads = _launch_threads(con, cols[at_launch : at_launch + len(launch)].T, rid, launch)
+                ok = is_kernel & (step != MISSING) & np.isfinite(threads)
+                sweep.step_threads.add(step[ok], threads[ok])
+            batch = walk.batch(th, hc, ot, step, is_kernel)
+            op_row, op_code, thread_code = (
+                np.array(batch.op_row, np.int64),
+                np.array(batch.op_code, np.int64),
+                batch.thread,
             )
+            occurrence, index = np.array(batch.occurrence, np.int64), np.array(batch.index, np.int64)
+            if it:
+                index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
+            by_rowid = np.argsort(rid, kind="stable")  # (rows go in faster in the table's order)
+            k = by_rowid[is_kernel[by_rowid]]
+            sweep.kernels += len(k)
+            con.executemany(
+                "INSERT INTO kfacts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                zip(
+                    rid[k].tolist(),
+                    op_code[k].tolist(),
+                    (op_row[k] >= 0).tolist(),
+                    step[k].tolist(),
+                    occurrence[k].tolist(),
+                    index[k].tolist(),
+                    thread_code[k].tolist(),
+                ),
+            )
+            if ops.recorded:
+                tops, rids = batch.tops, rid.tolist()
+                with_shape = [
+                    (rids[i], *tops[i][5]) for i in k.tolist() if tops[i] is not None and tops[i][5] is not None
+                ]
+                if with_shape:
+                    con.executemany(f"INSERT INTO kshapes VALUES (?{', ?' * len(SIZE_COLUMNS)})", with_shape)
+                    for j, name in enumerate(SIZE_COLUMNS):
+                        if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
+                            sweep.shape_columns.add(name)
+            m = by_rowid[~is_kernel[by_rowid]]
+            if len(m):
+                con.executemany(
+                    "INSERT INTO mfacts VALUES (?, ?, ?)", zip(rid[m].tolist(), op_code[m].tolist(), step[m].tolist())
+                )
     names = [None] * (len(sweep.codes) - 1)
     for name, code in sweep.codes.items():
         if code >= 0:
