@@ -291,10 +291,11 @@ class _Walk:
     """The stateful part of the sweep: per thread (the launches come thread after thread, in call order), the
     stack of open op ranges, the op instances and the per-step counters.
 
-    Why in two loops per thread and batch: the innermost open range around a call needs the calls in order, but
-    nothing else does; the numbering then runs over the kernels with a step only. Both keep what they touch in
-    local variables: they are the only Python that runs per launch. The counters are keyed by the thread's code,
-    so a thread's counters are never asked for again once the sweep has left it (step_store.StepCounters.reset)."""
+    Why in two steps per thread and batch: the innermost open range around a call needs the calls in order, one
+    at a time (the only Python loop per launch, kept lean: local variables, no tuple built); the numbering does
+    not, and runs with numpy over the kernels with a step, on top of the counts carried from earlier batches (the
+    instances still open, the per-step counters). The counters are keyed by the thread's code, so a thread's
+    counters are never asked for again once the sweep has left it (step_store.StepCounters.reset)."""
 
     def __init__(self, sweep: _Sweep, ops: _Ops, iterations: bool):
         self.sweep, self.ops, self.iterations = sweep, ops, iterations
