@@ -143,6 +143,19 @@ def test_step_numbers_that_come_back_continue_their_counts_after_a_spill(tmp_pat
     _same_report(memory, pieces)
 
 
+def test_launch_configurations_whose_hashes_collide_stay_apart():
+    """The sweep works each step's threads out once per distinct launch configuration, found by a hash of the
+    configuration: two configurations with one hash must still get their own threads."""
+    import numpy as np
+
+    from gpuvar.ingest.nsys_host_sweep import _distinct_rows
+
+    rows = np.array([[0, 1_000_003], [1, 0], [0, 1_000_003], [7, 7]], np.int64)  # the first two: one hash
+    distinct, inverse = _distinct_rows(rows)
+    assert len(distinct) == 3
+    assert np.array_equal(distinct[inverse], rows)
+
+
 def test_launches_on_two_threads_keep_their_thread_in_the_call_site(tmp_path):
     """Ops launched from two threads (the main and the autograd thread) get '@t{n}' in every piece, numbered by
     the threads' first launch over the whole trace."""

@@ -19,6 +19,26 @@ def test_counters_of_a_step_that_comes_back_are_read_back():
     assert len(counters.recent) <= 3
 
 
+def test_counters_agree_with_a_dict_over_many_spills_and_returns():
+    """Steps that leave memory many at a time (dense numbers and numbers too big for arrays), come back out of
+    order, leave again and are reset: every count is what one dict of everything gives."""
+    rng = np.random.default_rng(7)
+    con = sqlite3.connect(":memory:")
+    counters = StepCounters(con, "spill", keep=8)
+    for reset in range(2):
+        expected: dict = {}
+        for step in rng.choice(np.r_[np.arange(40), DENSE_STEPS + np.arange(10), -3], 3000).tolist():
+            key = ("op", int(rng.integers(3)))
+            counts = counters.of(step)
+            counts[key] = counts.get(key, 0) + 1
+            expected.setdefault(step, {})
+            expected[step][key] = expected[step].get(key, 0) + 1
+            assert len(counters.recent) <= 8
+        assert {s: dict(counters.of(s)) for s in expected} == expected
+        counters.reset()
+    assert counters.of(3) == {}
+
+
 def test_totals_dense_and_sparse_agree():
     rng = np.random.default_rng(4)
     steps = rng.integers(0, 50, 1000)

@@ -9,8 +9,11 @@ per-step counters of gpuvar.ingest.step_store. What it finds goes to the scratch
 
 from __future__ import annotations
 
+import gc
 import math
+import re
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,8 +22,6 @@ import pandas as pd
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STEP, step_number
 from gpuvar.ingest.nsys_host_facts import (
-    FETCH_ROWS,
-    _column,
     _f64,
     _has_nvtx,
     _launch_select,
@@ -28,10 +29,12 @@ from gpuvar.ingest.nsys_host_facts import (
     _rid,
     _rows,
 )
-from gpuvar.ingest.shapes import SIZE_COLUMNS
+from gpuvar.ingest.shapes import NVTX_SUFFIX, SIZE_COLUMNS
 from gpuvar.ingest.step_store import StepCounters, StepTotals
 
 KEEP_STEPS = 4096  # steps whose counters stay in memory (step_store.StepCounters)
+ODD = MISSING + 1  # a launch configuration value sweep_launches reads again (_launch_threads)
+_SUFFIX_AT = re.compile(NVTX_SUFFIX.pattern.removesuffix(".*$"))  # where shapes.NVTX_SUFFIX matches, without its tail
 
 # --- the sweep --------------------------------------------------------------------------------------------
 
@@ -64,6 +67,7 @@ class _Ops:
             )
         self.rows: list = []
         self.at = 0
+        self.done = False  # every range read
         self.load()
 
     def _shape(self, text) -> tuple | None:
@@ -82,26 +86,28 @@ class _Ops:
 
     def load(self) -> bool:
         """The next rows into self.rows (from self.at = 0); False at the end."""
-        from gpuvar.ingest.shapes import NVTX_SUFFIX
-
-        codes, strip = self.codes, NVTX_SUFFIX.sub
+        codes, strip, suffix_at = self.codes, NVTX_SUFFIX.sub, _SUFFIX_AT.match
         for rows in self._chunks:
             kept = []
+            append = kept.append
             for thread, start, end, rowid, text, maybe_step, maybe_sizes in rows:
                 if maybe_step and step_number(NVTX_STEP, text) is not None:
                     continue  # a step range: not an op
                 if isinstance(text, str):
-                    name = strip("", text)
+                    # NVTX_SUFFIX's leftmost match starts at a comma: where the first one starts the suffix
+                    # (emit_nvtx's ', seq = ...'), the name is what comes before it, without the regex's scan
+                    comma = text.find(",")
+                    name = text if comma < 0 else text[:comma] if suffix_at(text, comma) else strip("", text)
                     code = codes.get(name)
                     if code is None:
                         code = codes[name] = len(codes) - 1
                 else:
                     code = -1
-                kept.append((thread, start, end, rowid, code, self._shape(text) if maybe_sizes else None))
+                append((thread, start, end, rowid, code, self._shape(text) if maybe_sizes else None))
             if kept:
                 self.rows, self.at = kept, 0
                 return True
-        self.rows, self.at = [], 0
+        self.rows, self.at, self.done = [], 0, True
         return False
 
 
@@ -122,6 +128,20 @@ class _Sweep:
     shape_columns: set = field(default_factory=set)  # shapes.SIZE_COLUMNS with a value for some launch
     steps_seen: StepTotals = field(default_factory=StepTotals)  # (its `seen`)
     kernels: int = 0
+
+
+@contextmanager
+def _no_cycle_collection():
+    """CPython's cycle collector off for the block. Why: the sweep makes tens of millions of short-lived rows and
+    tuples, none in a reference cycle, and each full collection walks every live container (11 of them at 2 M
+    launches, ~1 s of 25); the collector is put back as it was, even when the sweep fails."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _steps_of(sweep: _Sweep, hc: np.ndarray, ot: np.ndarray, gs: np.ndarray, it_step: np.ndarray) -> np.ndarray:
@@ -148,7 +168,7 @@ def _steps_of(sweep: _Sweep, hc: np.ndarray, ot: np.ndarray, gs: np.ndarray, it_
 def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> tuple[_Sweep, list]:
     """Pass 4: every kept kernel's and copy's op, step and numbering into the scratch tables kfacts and mfacts;
     returns the sweep's state and the op names by code."""
-    from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS, launch_threads_of
+    from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS
 
     sweep = _Sweep(mode, steps, None, None)
     sweep.occurrences = StepCounters(con, "occurrence_spill", KEEP_STEPS)
@@ -158,7 +178,11 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
         sweep.sync_ends = np.sort(sync_frame["end"].to_numpy(np.int64))
     launch = [c for c in LAUNCH_COLUMNS if c in head.k_cols]
     it = mode == "iterations"
-    k_extra = [f"t.{c} AS {c}" for c in launch] + (["i.step AS its", "i.position AS itp"] if it else [])
+    # every value an integer (one numpy conversion per batch): a launch configuration value MISSING where NULL,
+    # ODD where it is no integer (or one of those two), for _launch_threads to read again
+    coded = "CASE typeof(t.{0}) WHEN 'integer' THEN max(t.{0}, {1}) WHEN 'null' THEN {2} ELSE {1} END AS {0}"
+    k_extra = [coded.format(c, ODD, MISSING) for c in launch]
+    k_extra += [f"coalesce(i.step, {MISSING}) AS its", f"coalesce(i.position, {MISSING}) AS itp"] * it
     kernels = _launch_select(con, head, nsys.KERNEL_TABLE, 0, k_extra)
     if it:
         kernels = kernels.replace(
@@ -167,11 +191,19 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     parts = [kernels]
     if head.m_cols is not None:
         parts.append(
+            # (a copy's launch configuration and position are never read: small integers are Python's cheapest)
             _launch_select(
-                con, head, nsys.MEMCPY_TABLE, 1, [f"NULL AS {c}" for c in launch + (["its", "itp"] if it else [])]
+                con, head, nsys.MEMCPY_TABLE, 1, [f"0 AS {c}" for c in launch] + [f"{MISSING} AS its", "0 AS itp"] * it
             )
         )
-    sql = " UNION ALL ".join(parts) + " ORDER BY th, ot, corr, kind, rid"
+    # only what the sweep reads leaves SQLite (every value is a Python object to build): the kind and whether a
+    # call was found in one number, the GPU start only where cudaDeviceSynchronize segments need it
+    sync = mode == "sync"
+    extra = ["gs"] * sync + launch + ["its", "itp"] * it
+    sql = (
+        f"SELECT kind + 2 * hc, rid, ot, th{''.join(', ' + c for c in extra)}"
+        f" FROM ({' UNION ALL '.join(parts)}) ORDER BY th, ot, corr, kind, rid"
+    )
     con.execute(
         "CREATE TABLE kfacts (rowid INTEGER PRIMARY KEY, op INTEGER, has_op INTEGER, step INTEGER,"
         " occurrence INTEGER, idx INTEGER, thread INTEGER)"
@@ -179,100 +211,62 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     con.execute("CREATE TABLE mfacts (rowid INTEGER PRIMARY KEY, op INTEGER, step INTEGER)")
     con.execute(f"CREATE TABLE kshapes (rowid INTEGER PRIMARY KEY, {', '.join(f'{c} REAL' for c in SIZE_COLUMNS)})")
     ops = _Ops(con, head, sweep.codes)
-    stack: list = []
-    current = None
-    instances, occurrences, positions = sweep.instances, sweep.occurrences, sweep.positions
-    for rows in _rows(con, sql):
-        cols = list(zip(*rows))
-        kind = np.array(cols[0], np.int64)
-        rid, gs, corr = (np.array(c, np.int64) for c in cols[1:4])
-        hc = np.array(cols[4], bool)
-        ot, th = np.array(cols[5], np.int64), np.array(cols[6], np.int64)
-        it_step = _column(cols[7 + len(launch)]) if it else None
-        it_pos = _column(cols[8 + len(launch)]) if it else None
-        step = _steps_of(sweep, hc, ot, gs, it_step)
-        sweep.steps_seen.see(step[step != MISSING])
-        is_kernel = kind == 0
-        if launch and is_kernel.any():
-            frame = pd.DataFrame({name: pd.array(cols[7 + j], dtype="Int64") for j, name in enumerate(launch)})
-            threads = launch_threads_of(frame)
-            ok = is_kernel & (step != MISSING) & np.isfinite(threads)
-            sweep.step_threads.add(step[ok], threads[ok])
-        n = len(rows)
-        op_row, op_code, thread_code, shape = [-1] * n, [-1] * n, [-1] * n, [None] * n
-        occurrence, index = [MISSING] * n, [MISSING] * n
-        for i, (has_call, t, thread, s, copy) in enumerate(
-            zip(cols[4], ot.tolist(), th.tolist(), step.tolist(), cols[0])
-        ):
-            if thread != current:  # a thread's ranges and op instances are its own
-                current, stack = thread, []
-                instances.clear()
-                while (ops.at < len(ops.rows) or ops.load()) and ops.rows[ops.at][0] < thread:
-                    ops.at += 1
-            if not has_call:
-                top = None
-            else:
-                code = sweep.threads.setdefault(thread, len(sweep.threads)) if thread != -1 else -1
-                thread_code[i] = code
-                while stack and stack[-1][2] < t:  # ended ranges leave first: the stack holds open ones only
-                    stack.pop()
-                while (ops.at < len(ops.rows) or ops.load()) and (op := ops.rows[ops.at])[0] == thread and op[1] <= t:
-                    ops.at += 1
-                    if op[2] >= t:  # (one that ended already can be no later launch's op)
-                        stack.append(op)
-                top = stack[-1] if stack else None
-            if top is not None:
-                op_row[i], op_code[i] = top[3], top[4]
-                if not copy:
-                    shape[i] = top[5]
-            if copy or s == MISSING:
-                continue
-            if top is not None:  # numbered by op: the instance's launches, the op's instances in the step
-                instance = instances.get(top[3])
-                if instance is None:
-                    counts, key = occurrences.of(s), (code, top[4])
-                    number = counts.get(key, 0)
-                    counts[key] = number + 1
-                    instance = instances[top[3]] = [0, number, top[2]]
-                    sweep.op_threads.setdefault(top[4], set()).add(code)
-                    sweep.first_launch.setdefault(code, (t, thread))
-                index[i], occurrence[i] = instance[0], instance[1]
-                instance[0] += 1
-            elif mode != "iterations":  # the position among the step's launches without op on this thread
-                counts = positions.of(s)
-                index[i] = counts.get(thread_code[i], 0)
-                counts[thread_code[i]] = index[i] + 1
-        op_row, op_code, thread_code = (np.array(v, np.int64) for v in (op_row, op_code, thread_code))
-        occurrence, index = np.array(occurrence, np.int64), np.array(index, np.int64)
-        if it:
-            index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
-        if n and len(instances) >= FETCH_ROWS:
-            _prune(instances, stack, int(ot[-1]))
-        k = np.flatnonzero(is_kernel)
-        sweep.kernels += len(k)
-        con.executemany(
-            "INSERT INTO kfacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-            zip(
-                rid[k].tolist(),
-                op_code[k].tolist(),
-                (op_row[k] >= 0).tolist(),
-                step[k].tolist(),
-                occurrence[k].tolist(),
-                index[k].tolist(),
-                thread_code[k].tolist(),
-            ),
-        )
-        with_shape = [(r, *f) for r, f in zip(rid.tolist(), shape) if f is not None]
-        if with_shape:
-            con.executemany(f"INSERT INTO kshapes VALUES (?{', ?' * len(SIZE_COLUMNS)})", with_shape)
-            for j, name in enumerate(SIZE_COLUMNS):
-                if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
-                    sweep.shape_columns.add(name)
-        m = np.flatnonzero(~is_kernel)
-        if len(m):
-            con.executemany(
-                "INSERT INTO mfacts VALUES (?, ?, ?)", zip(rid[m].tolist(), op_code[m].tolist(), step[m].tolist())
+    walk = _Walk(sweep, ops, it)
+    at_launch = 4 + sync
+    with _no_cycle_collection():
+        for rows in _rows(con, sql):
+            cols = np.array(rows, np.int64).T  # (a column of a 2-d conversion: five times faster than one by one)
+            kh = cols[0]
+            is_kernel, hc = (kh & 1) == 0, kh >= 2
+            rid, ot, th = (np.ascontiguousarray(c) for c in cols[1:4])
+            gs = cols[4] if sync else None
+            it_step = cols[at_launch + len(launch)] if it else None
+            it_pos = cols[at_launch + len(launch) + 1] if it else None
+            step = _steps_of(sweep, hc, ot, gs, it_step)
+            sweep.steps_seen.see(step[step != MISSING])
+            if launch and is_kernel.any():
+                threads = _launch_threads(con, cols[at_launch : at_launch + len(launch)].T, rid, launch)
+                ok = is_kernel & (step != MISSING) & np.isfinite(threads)
+                sweep.step_threads.add(step[ok], threads[ok])
+            batch = walk.batch(th, hc, ot, step, is_kernel)
+            op_row, op_code, thread_code = (
+                np.array(batch.op_row, np.int64),
+                np.array(batch.op_code, np.int64),
+                batch.thread,
             )
+            occurrence, index = np.array(batch.occurrence, np.int64), np.array(batch.index, np.int64)
+            if it:
+                index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
+            by_rowid = np.argsort(rid, kind="stable")  # (rows go in faster in the table's order)
+            k = by_rowid[is_kernel[by_rowid]]
+            sweep.kernels += len(k)
+            con.executemany(
+                "INSERT INTO kfacts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                zip(
+                    rid[k].tolist(),
+                    op_code[k].tolist(),
+                    (op_row[k] >= 0).tolist(),
+                    step[k].tolist(),
+                    occurrence[k].tolist(),
+                    index[k].tolist(),
+                    thread_code[k].tolist(),
+                ),
+            )
+            if ops.recorded:
+                tops, rids = batch.tops, rid.tolist()
+                with_shape = [
+                    (rids[i], *tops[i][5]) for i in k.tolist() if tops[i] is not None and tops[i][5] is not None
+                ]
+                if with_shape:
+                    con.executemany(f"INSERT INTO kshapes VALUES (?{', ?' * len(SIZE_COLUMNS)})", with_shape)
+                    for j, name in enumerate(SIZE_COLUMNS):
+                        if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
+                            sweep.shape_columns.add(name)
+            m = by_rowid[~is_kernel[by_rowid]]
+            if len(m):
+                con.executemany(
+                    "INSERT INTO mfacts VALUES (?, ?, ?)", zip(rid[m].tolist(), op_code[m].tolist(), step[m].tolist())
+                )
     names = [None] * (len(sweep.codes) - 1)
     for name, code in sweep.codes.items():
         if code >= 0:
@@ -280,8 +274,230 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     return sweep, names
 
 
-def _prune(instances: dict, stack: list, now: int) -> None:
-    """Forget the op instances that ended before `now` and are not open: no later launch can be theirs."""
-    open_ = {op[3] for op in stack}
-    for key in [k for k, v in instances.items() if v[2] < now and k not in open_]:
-        del instances[key]
+@dataclass
+class _Batch:
+    """What the walk found for one batch of launches, per row (lists: filled one row at a time)."""
+
+    tops: list  # the launching op's range row of _Ops.rows, None for none
+    op_row: list  # its rowid, -1 for none
+    op_code: list  # its op code, -1 for none
+    op_end: list  # its end
+    thread: np.ndarray  # the launching thread's code, -1 without a call
+    occurrence: np.ndarray  # the op instance's number among its (step, thread, op)'s, MISSING for none
+    index: np.ndarray  # the launch's number in its op instance, or among its (step, thread)'s launches without op
+
+
+class _Walk:
+    """The stateful part of the sweep: per thread (the launches come thread after thread, in call order), the
+    stack of open op ranges, the op instances and the per-step counters.
+
+    Why in two steps per thread and batch: the innermost open range around a call needs the calls in order, one
+    at a time (the only Python loop per launch, kept lean: local variables, no tuple built); the numbering does
+    not, and runs with numpy over the kernels with a step, on top of the counts carried from earlier batches (the
+    instances still open, the per-step counters). The counters are keyed by the thread's code, so a thread's
+    counters are never asked for again once the sweep has left it (step_store.StepCounters.reset)."""
+
+    def __init__(self, sweep: _Sweep, ops: _Ops, iterations: bool):
+        self.sweep, self.ops, self.iterations = sweep, ops, iterations
+        self.instances = sweep.instances  # op rowid -> [launches numbered, occurrence, end]
+        self.stack: list = []
+        self.current = None
+        self.ops_seen: set = set()  # op codes the current thread has numbered an instance of
+
+    def batch(self, th: np.ndarray, hc: np.ndarray, ot: np.ndarray, step: np.ndarray, is_kernel: np.ndarray):
+        n = len(th)
+        missing = np.full(n, MISSING, np.int64)
+        out = _Batch([None] * n, [-1] * n, [-1] * n, [0] * n, np.full(n, -1, np.int64), missing, missing.copy())
+        cuts = [0, *(np.flatnonzero(th[1:] != th[:-1]) + 1).tolist(), n]
+        ot_l = ot.tolist()
+        numbered = is_kernel & (step != MISSING)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            thread = int(th[a])
+            if thread != self.current:  # a thread's ranges, op instances and counters are its own
+                self._switch(thread)
+            calls = (np.flatnonzero(hc[a:b]) + a).tolist()
+            code = -1
+            if calls and thread != -1:
+                code = self.sweep.threads.setdefault(thread, len(self.sweep.threads))
+            if calls:
+                out.thread[calls] = code
+                self._innermost(thread, calls, ot_l, out)
+            rows = np.flatnonzero(numbered[a:b])
+            if len(rows):
+                op = [np.array(v[a:b], np.int64)[rows] for v in (out.op_row, out.op_code, out.op_end)]
+                self._number(thread, code, rows + a, op, ot, step, out, int(ot[b - 1]))
+            self._forget(int(ot[b - 1]))
+        return out
+
+    def _switch(self, thread: int) -> None:
+        sweep, ops = self.sweep, self.ops
+        self.current, self.stack, self.ops_seen = thread, [], set()
+        self.instances.clear()
+        sweep.occurrences.reset()
+        sweep.positions.reset()
+        while (ops.at < len(ops.rows) or ops.load()) and ops.rows[ops.at][0] < thread:
+            ops.at += 1
+
+    def _innermost(self, thread: int, calls: list, ot_l: list, out: _Batch) -> None:
+        """Each call's innermost open op range on its thread: the ranges that started by the call's time join
+        the stack (those that ended already cannot be this or any later call's op), the ended ones leave it."""
+        ops, stack = self.ops, self.stack
+        push, pop = stack.append, stack.pop
+        rows, at = ops.rows, ops.at
+        end = len(rows)
+        tops, op_row, op_code, op_end = out.tops, out.op_row, out.op_code, out.op_end
+        for i in calls:
+            t = ot_l[i]
+            while stack and stack[-1][2] < t:
+                pop()
+            while True:
+                if at >= end:
+                    ops.at = at
+                    if ops.done or not ops.load():
+                        rows, at, end = ops.rows, 0, 0
+                        break
+                    rows, at, end = ops.rows, 0, len(ops.rows)
+                op = rows[at]
+                if op[0] != thread or op[1] > t:
+                    break
+                at += 1
+                if op[2] >= t:
+                    push(op)
+            if stack:
+                top = tops[i] = stack[-1]
+                op_row[i], op_code[i], op_end[i] = top[3], top[4], top[2]
+        ops.at = at
+
+    def _number(self, thread: int, code: int, rows: np.ndarray, op: list, ot, step, out: _Batch, now: int) -> None:
+        """The kernels with a step of one thread in a batch (rows, in call order; op: their op's rowid, code and
+        end): by op, the instance's launches and the op's instances in the step; without op, the position among
+        the step's launches without op on this thread. Counted with numpy within the batch, on top of the counts
+        carried from before it (the open instances; the per-step counters, one look-up per step and op)."""
+        op_row, op_code, op_end = op
+        by_op = op_row >= 0
+        if by_op.any():
+            args = (rows[by_op], op_row[by_op], op_code[by_op], op_end[by_op], ot, step, out, now)
+            self._number_by_op(thread, code, *args)
+        if not self.iterations and not by_op.all():
+            rows = rows[~by_op]
+            steps = step[rows]
+            groups, first, inverse, within = _groups(steps)
+            carried = np.empty(len(groups), np.int64)
+            positions = self.sweep.positions
+            for j, (s, n) in enumerate(zip(steps[first].tolist(), np.bincount(inverse).tolist())):
+                counts = positions.of(s)
+                carried[j] = counts.get(code, 0)
+                counts[code] = carried[j] + n
+            out.index[rows] = carried[inverse] + within
+
+    def _number_by_op(self, thread, code, rows, op_row, op_code, op_end, ot, step, out: _Batch, now: int) -> None:
+        sweep, instances = self.sweep, self.instances
+        keys, first, inverse, within = _groups(op_row)  # the instances, in order of their first launch here
+        count = np.bincount(inverse)
+        before = np.zeros(len(keys), np.int64)  # launches numbered before this batch
+        occurrence = np.full(len(keys), MISSING, np.int64)
+        new = np.ones(len(keys), bool)
+        if instances:
+            for j in np.flatnonzero(np.isin(keys, np.fromiter(instances, np.int64, len(instances)))).tolist():
+                before[j], occurrence[j], _ = instances[int(keys[j])]
+                new[j] = False
+        fresh = np.flatnonzero(new)
+        if len(fresh):  # a new instance's number among its (step, thread, op)'s
+            at = first[fresh]
+            steps, ops = step[rows[at]], op_code[at]
+            pairs, pair_first, pair_of, pair_within = _groups(steps, ops)
+            carried = np.empty(len(pairs), np.int64)
+            occurrences, at_step, per_op = sweep.occurrences, None, None
+            for j, (s, o, n) in enumerate(
+                zip(steps[pair_first].tolist(), ops[pair_first].tolist(), np.bincount(pair_of).tolist())
+            ):
+                if s != at_step:
+                    at_step, per_op = s, occurrences.of(s)
+                carried[j] = per_op.get((code, o), 0)
+                per_op[(code, o)] = carried[j] + n
+            occurrence[fresh] = carried[pair_of] + pair_within
+            for o in np.unique(ops).tolist():
+                if o not in self.ops_seen:  # (this thread's first instance of the op)
+                    self.ops_seen.add(o)
+                    sweep.op_threads.setdefault(o, set()).add(code)
+            sweep.first_launch.setdefault(code, (int(ot[rows[at[0]]]), thread))
+        out.index[rows] = before[inverse] + within
+        out.occurrence[rows] = occurrence[inverse]
+        end = op_end[first]
+        for j in np.flatnonzero(end >= now).tolist():  # kept: the instances a later launch can still be in
+            instances[int(keys[j])] = (int(before[j] + count[j]), int(occurrence[j]), int(end[j]))
+
+    def _forget(self, now: int) -> None:
+        """Forget the op instances that ended before `now`: no later launch of this thread can be theirs."""
+        instances = self.instances
+        for key in [k for k, v in instances.items() if v[2] < now]:
+            del instances[key]
+
+
+def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows grouped by their keys, groups in order of their first row: (the groups' first rows' keys (first key),
+    each group's first row, each row's group, each row's number within its group in row order)."""
+    n = len(keys[0])
+    order = np.lexsort(keys[::-1])  # stable: rows of a group stay in row order
+    sorted_keys = [k[order] for k in keys]
+    starts = np.ones(n, bool)
+    starts[1:] = np.any([k[1:] != k[:-1] for k in sorted_keys], axis=0)
+    group_sorted = np.cumsum(starts) - 1
+    first_sorted = np.flatnonzero(starts)
+    first = order[first_sorted]
+    rank = np.argsort(first, kind="stable")  # groups renumbered by their first row
+    renumber = np.empty(len(first), np.int64)
+    renumber[rank] = np.arange(len(first))
+    group = np.empty(n, np.int64)
+    group[order] = renumber[group_sorted]
+    within = np.empty(n, np.int64)
+    within[order] = np.arange(n) - first_sorted[group_sorted]
+    first = first[rank]
+    return keys[0][first], first, group, within
+
+
+def _launch_threads(con, config: np.ndarray, rid: np.ndarray, names: list) -> np.ndarray:
+    """nsys_plan.launch_threads_of per row of the coded launch configuration columns (sweep_launches), worked out
+    once per distinct configuration (a trace repeats a few hundred over millions of launches); the rows with an
+    ODD value (no integer: never in a real export) from the export's own values, as the in-memory path reads them."""
+    from gpuvar.ingest.nsys_plan import launch_threads_of
+
+    threads = np.full(len(config), np.nan)
+    odd = (config == ODD).any(axis=1)
+    plain = np.flatnonzero(~odd)
+    distinct, inverse = _distinct_rows(config[plain])
+    frame = pd.DataFrame(
+        {
+            name: pd.arrays.IntegerArray(
+                np.where(distinct[:, j] == MISSING, 0, distinct[:, j]), distinct[:, j] == MISSING
+            )
+            for j, name in enumerate(names)
+        }
+    )
+    threads[plain] = launch_threads_of(frame)[inverse]
+    if odd.any():
+        at = np.flatnonzero(odd)
+        table, key = nsys.KERNEL_TABLE, _rid(con, nsys.KERNEL_TABLE)
+        found = {}
+        for lo in range(0, len(at), 500):
+            wanted = ", ".join(str(r) for r in rid[at[lo : lo + 500]].tolist())
+            for row in con.execute(f'SELECT {key}, {", ".join(names)} FROM x."{table}" WHERE {key} IN ({wanted})'):
+                found[row[0]] = row[1:]
+        raw = [found[r] for r in rid[at].tolist()]
+        frame = pd.DataFrame({name: pd.array([r[j] for r in raw], dtype="Int64") for j, name in enumerate(names)})
+        threads[at] = launch_threads_of(frame)
+    return threads
+
+
+def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows, each row's index among them) of a 2-d int64 array: by a hash of each row, checked (a
+    collision falls back to numpy's sort of whole rows, many times slower)."""
+    key = values[:, 0].copy()
+    for j in range(1, values.shape[1]):
+        key = key * np.int64(1_000_003) ^ values[:, j]
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    distinct = values[first]
+    if np.array_equal(distinct[inverse], values):
+        return distinct, inverse
+    distinct, inverse = np.unique(values, axis=0, return_inverse=True)
+    return distinct, inverse.reshape(-1)

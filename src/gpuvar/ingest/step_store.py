@@ -10,7 +10,7 @@ comes back later, as per-epoch step ranges do, continues its counts), so counts 
     arrays indexed by the step (steps are counts from 0 here: iterations, cudaDeviceSynchronize segments, and the
     numbers in NVTX step ranges), or a dict where the numbers are too sparse for arrays;
   * StepCounters: the counters of the steps used last in memory; the others pickled into a table of the scratch
-    database and read back if their step comes back.
+    database, many steps a row, and read back if their step comes back.
 """
 
 from __future__ import annotations
@@ -92,13 +92,20 @@ class StepTotals:
 
 
 class StepCounters:
-    """Counters keyed by (step, key): the recently used steps' in memory, the rest in the scratch table `name`."""
+    """Counters keyed by (step, key): the recently used steps' in memory, the rest in the scratch table `name`.
+
+    The steps leave memory half of them at a time, pickled together as one row of the table (a row per step cost
+    more than the sweep's own numbering where steps are short: 200 k iterations at 2 M launches); which row holds
+    a step's latest counts is kept per step (_StepIndex: 4 bytes a step), and the last row read back is kept, as
+    the steps that come back (per-epoch step numbers) come back together."""
 
     def __init__(self, con: sqlite3.Connection, name: str, keep: int = 4096):
         self.con, self.name, self.keep = con, name, keep
         self.recent: OrderedDict = OrderedDict()  # step -> {key: count}
-        self.spilled = StepTotals()  # (its `seen`: the steps stored in the table)
-        con.execute(f"CREATE TABLE {name} (step INTEGER PRIMARY KEY, counts BLOB NOT NULL)")
+        self.where = _StepIndex()  # step -> the row of the table with its latest counts
+        self.rows = 0  # rows written
+        self.read: tuple = (None, {})  # (row, {step: counts}) read back last
+        con.execute(f"CREATE TABLE {name} (batch INTEGER PRIMARY KEY, counts BLOB NOT NULL)")
 
     def of(self, step: int) -> dict:
         """The counters of `step` (a dict the caller updates)."""
@@ -106,19 +113,57 @@ class StepCounters:
         if counts is not None:
             self.recent.move_to_end(step)
             return counts
-        counts = {}
-        if self._was_spilled(step):
-            row = self.con.execute(f"SELECT counts FROM {self.name} WHERE step = ?", (step,)).fetchone()
-            counts = pickle.loads(row[0])
+        row = self.where.get(step)
+        if row >= 0:
+            if self.read[0] != row:
+                blob = self.con.execute(f"SELECT counts FROM {self.name} WHERE batch = ?", (row,)).fetchone()[0]
+                self.read = (row, pickle.loads(blob))
+            counts = self.read[1].pop(step)  # (in memory again: that copy is stale from now on)
+            self.where.set(np.array([step], np.int64), -1)
+        else:
+            counts = {}
         self.recent[step] = counts
         if len(self.recent) > self.keep:
-            old, values = self.recent.popitem(last=False)
-            self.con.execute(f"INSERT OR REPLACE INTO {self.name} VALUES (?, ?)", (old, pickle.dumps(values)))
-            self.spilled.see(np.array([old], np.int64))
+            self._spill()
         return counts
 
-    def _was_spilled(self, step: int) -> bool:
-        s = self.spilled
-        if s.sparse is not None:
-            return step in s.sparse
-        return 0 <= step < len(s.seen) and bool(s.seen[step])
+    def _spill(self) -> None:
+        """The least recently used half of the steps into one row of the table."""
+        recent, old = self.recent, {}
+        while len(recent) > max(1, self.keep // 2):
+            step, values = recent.popitem(last=False)
+            old[step] = values
+        self.con.execute(f"INSERT INTO {self.name} VALUES (?, ?)", (self.rows, pickle.dumps(old)))
+        self.where.set(np.fromiter(old, np.int64, len(old)), self.rows)
+        self.rows += 1
+
+    def reset(self) -> None:
+        """Forget every counter, in memory and in the table: for a caller whose keys never come back (the sweep's
+        keys carry the thread, and the sweep leaves each thread for good)."""
+        self.recent.clear()
+        self.con.execute(f"DELETE FROM {self.name}")
+        self.where, self.read = _StepIndex(), (None, {})
+
+
+class _StepIndex:
+    """An int per step (-1 for none): in an array for steps 0 <= step < DENSE_STEPS, else in a dict."""
+
+    def __init__(self):
+        self.dense = np.zeros(0, np.int32)  # value + 1 (0: none)
+        self.sparse: dict = {}
+
+    def get(self, step: int) -> int:
+        if 0 <= step < len(self.dense):
+            return int(self.dense[step]) - 1
+        return self.sparse.get(step, -1)
+
+    def set(self, steps: np.ndarray, value: int) -> None:
+        inside = (steps >= 0) & (steps < DENSE_STEPS)
+        dense = steps[inside]
+        if len(dense):
+            top = int(dense.max()) + 1
+            if top > len(self.dense):
+                self.dense = np.pad(self.dense, (0, max(top, 2 * len(self.dense)) - len(self.dense)))
+            self.dense[dense] = value + 1
+        for step in steps[~inside].tolist():
+            self.sparse[step] = value
