@@ -21,6 +21,7 @@ import numpy as np
 
 BUDGET = 64 << 20  # bytes of per-step arrays held at a time
 MOST_EXCESS = 5  # steps listed as those with most time above median
+_ONES = np.array([bin(k).count("1") for k in range(256)], np.uint8)  # set bits per byte (numpy 1.26 has no popcount)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def group_step_facts(summary, store, sampled: np.ndarray, seed: int) -> tuple[di
         sums, seen, bits = _accumulate(summary, store, chunk, cells, width)
         for row, g in enumerate(chunk):
             facts[g] = _facts(summary.step_values, sums[row], seen[row], seed)
-        counts = np.bitwise_count(bits).sum(axis=1)
+        counts = _ONES[bits].sum(axis=1, dtype=np.int64)
         cell_steps.update({int(c): int(k) for c, k in zip(cells, counts, strict=True) if k > 0})
     return facts, dict(sorted(cell_steps.items()))
 
