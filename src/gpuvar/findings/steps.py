@@ -180,17 +180,18 @@ def step_level(kernels: pd.DataFrame, groups: pd.Series, seed: int = 0) -> dict 
     """The step-level record of a table in memory (see the module docstring); None when it has no steps."""
     sums = StepSums([str(c) for c in kernels.columns])
     sums.add(kernels)
-    d = pd.to_numeric(kernels["duration"], errors="coerce").to_numpy(np.float64)
     codes, names = pd.factorize(groups.astype(str).to_numpy(dtype=object))
-    floats = {
-        k: pd.to_numeric(kernels[k], errors="coerce").to_numpy(np.float64)
-        if k in kernels.columns
-        else np.full(len(d), np.nan)
-        for k in ("step", "rank")
-    }
-    has = ~np.isnan(d)
-    rows = (codes[has], d[has], floats["step"][has], floats["rank"][has])
-    return sums.record(lambda: [rows], list(names), seed)
+    has = np.flatnonzero(~np.isnan(floats_at(kernels, "duration", np.arange(len(kernels)))))
+    rows = tuple(floats_at(kernels, k, has) for k in ("duration", "step", "rank"))
+    return sums.record(lambda: [(codes[has], *rows)], list(names), seed)
+
+
+def floats_at(frame: pd.DataFrame, column: str, pos: np.ndarray) -> np.ndarray:
+    """The column at `pos` as float64 (NaN where missing or not a number; all NaN without the column): the
+    launches' duration, step and rank as the shares by op read them."""
+    if column not in frame.columns:
+        return np.full(len(pos), np.nan)
+    return pd.to_numeric(frame[column], errors="coerce").to_numpy(np.float64)[pos]
 
 
 def _op_time(index: pd.Index, centred: np.ndarray, launches) -> tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,7 @@ from gpuvar.findings.group_steps import GroupSteps, group_step_facts
 from gpuvar.findings.labels import KEY_COLUMNS, Labeller, RowLabels
 from gpuvar.findings.medians import exact_medians
 from gpuvar.findings.steps import READS as STEP_READS
-from gpuvar.findings.steps import StepSums
+from gpuvar.findings.steps import StepSums, floats_at
 from gpuvar.findings.tally import EVIDENCE_COLUMNS, Tally
 from gpuvar.heap import give_back
 
@@ -134,7 +134,7 @@ def summarise(source, sampled_groups=None, seed: int = 0) -> Summary:
             labels = labeller.label(batch)
             tally.add(batch, labels, len(labeller.triples), len(labeller.groups))
             steps.add(batch)
-            store.append(labels, _floats(batch, "step", labels.pos), _floats(batch, "rank", labels.pos))
+            store.append(labels, floats_at(batch, "step", labels.pos), floats_at(batch, "rank", labels.pos))
             integral &= bool(np.all(labels.d == np.round(labels.d)) and np.all(np.abs(labels.d) < 2.0**62))
         summary = _moments(source, columns, labeller, tally, steps, store, integral)
         _pass_two(summary, store)
@@ -146,13 +146,6 @@ def summarise(source, sampled_groups=None, seed: int = 0) -> Summary:
         store.close()
         raise
     return summary
-
-
-def _floats(batch: pd.DataFrame, column: str, pos: np.ndarray) -> np.ndarray:
-    """The column at `pos` as float64 (NaN where missing or not a number; all NaN without the column)."""
-    if column not in batch.columns:
-        return np.full(len(pos), np.nan)
-    return pd.to_numeric(batch[column], errors="coerce").to_numpy(np.float64)[pos]
 
 
 def _moments(source, columns, labeller, tally, steps, store, integral) -> Summary:
