@@ -46,27 +46,27 @@ class StepStarts:
         runs = self.ranks.setdefault(rank, [])
         runs.append(_least(np.asarray(steps, np.int64), np.asarray(starts, np.int64)))
         if len(runs) > FOLD:
-            runs[:] = [_least(*(np.concatenate(parts) for parts in zip(*runs, strict=True)))]
+            self._folded(rank)
 
     def get(self, key, default=None):
         if key is None:  # a launch without a step
             return default
         rank, step = key
-        runs = self.ranks.get(rank)
-        if not runs:
+        if not self.ranks.get(rank):
             return default
-        if len(runs) > 1:
-            runs[:] = [_least(*(np.concatenate(parts) for parts in zip(*runs, strict=True)))]
-        steps, starts = runs[0]
+        steps, starts = self._folded(rank)
         at = int(np.searchsorted(steps, step))
         return int(starts[at]) if at < len(steps) and steps[at] == step else default
 
     def __len__(self) -> int:
         return sum(len(self._folded(rank)[0]) for rank in self.ranks)
 
-    def _folded(self, rank):
-        self.get((rank, 0))
-        return self.ranks[rank][0]
+    def _folded(self, rank) -> tuple[np.ndarray, np.ndarray]:
+        """The rank's runs folded into one (kept so), its (steps, starts)."""
+        runs = self.ranks[rank]
+        if len(runs) > 1:
+            runs[:] = [_least(*(np.concatenate(parts) for parts in zip(*runs, strict=True)))]
+        return runs[0]
 
 
 def _least(steps: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
