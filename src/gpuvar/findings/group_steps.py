@@ -80,12 +80,13 @@ def _accumulate(summary, store, chunk: list[int], cells: np.ndarray, width: int)
     bits = np.zeros(len(cells) * row_bytes, np.uint8)
     for rows in store:
         cell = rows["cell"].astype(np.int64)
-        mine = (local[summary.cell_group[cell]] >= 0) & ~np.isnan(rows["step"])
+        row = local[summary.cell_group[cell]]
+        mine = (row >= 0) & ~np.isnan(rows["step"])
         if not mine.any():
             continue
         cell, d = cell[mine], rows["d"][mine]
         at = np.searchsorted(summary.step_values, rows["step"][mine])
-        flat = local[summary.cell_group[cell]] * width + at
+        flat = row[mine] * width + at
         np.add.at(sums, flat, np.maximum(d - summary.cell_median[cell], 0.0))
         seen[flat] = True
         np.bitwise_or.at(bits, cell_row[cell] * row_bytes + (at >> 3), np.left_shift(1, at & 7).astype(np.uint8))
