@@ -153,13 +153,31 @@ def cv_r2(groups: SlopeGroups, X: np.ndarray, y: np.ndarray, folds: np.ndarray, 
     return float(min(1.0, max(0.0, 1.0 - error / total)))
 
 
+_UNIT_BITS = 53  # Generator.random draws k / 2**53 with an integer k < 2**53: k is that draw, exactly
+_KEY_SITES = 1 << (64 - _UNIT_BITS)  # call sites one uint64 key holds above the draw
+
+
 def within_permutations(groups: SlopeGroups, site_codes_sorted: np.ndarray, y: np.ndarray, count: int, rng):
-    """`count` copies of y (sorted rows) each permuted within its call site (columns of a 2-D array)."""
+    """`count` copies of y (sorted rows) each permuted within its call site (columns of a 2-D array).
+
+    Each copy's order is the rows sorted by (call site, a uniform draw), ties by row, as
+    `np.lexsort((rng.random(n), sites))` gives it. Why not lexsort: it was most of the findings' time (two merge
+    sorts of every row per copy, 200 copies per test). The rows are put in call-site order once; each copy then
+    sorts one uint64 key per row, the site's rank in the high bits and the draw's integer k (draw = k / 2**53,
+    exact) in the low 53: the same order, ties included, 3x faster. More call sites than the high bits hold: lexsort."""
     n = len(y)
     base = np.argsort(site_codes_sorted, kind="stable")
+    in_site_order = site_codes_sorted[base]
+    site_rank = np.r_[0, np.cumsum(in_site_order[1:] != in_site_order[:-1])] if n else np.zeros(0, np.int64)
+    keyed = n == 0 or site_rank[-1] < _KEY_SITES
+    high = site_rank.astype(np.uint64) << np.uint64(_UNIT_BITS)
     out = np.empty((n, count))
     for c in range(count):
-        shuffled = np.lexsort((rng.random(n), site_codes_sorted))
+        draws = rng.random(n)
+        if keyed:
+            shuffled = base[np.argsort(high | (draws[base] * 2.0**_UNIT_BITS).astype(np.uint64), kind="stable")]
+        else:
+            shuffled = np.lexsort((draws, site_codes_sorted))
         column = np.empty(n)
         column[base] = y[shuffled]
         out[:, c] = column

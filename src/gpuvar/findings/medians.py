@@ -116,9 +116,12 @@ def _one_pass(store, partitions, t: _Targets, integral: bool) -> None:
             inside = (k >= t.lo[tk]) & (k <= t.hi[tk])
             k, tk = k[inside], tk[inside]
             g = wanted[tk]
-            if g.any():
-                for target_id in np.unique(tk[g]):
-                    t.gathered[target_id].append(k[g][tk[g] == target_id])
+            if g.any():  # each target's keys in row order, targets in ascending order
+                order = np.argsort(tk[g], kind="stable")
+                gathered_keys, gathered_targets = k[g][order], tk[g][order]
+                starts = np.flatnonzero(np.r_[True, gathered_targets[1:] != gathered_targets[:-1]])
+                for start, end in zip(starts, np.r_[starts[1:], len(order)]):
+                    t.gathered[gathered_targets[start]].append(gathered_keys[start:end])
             s = split_mask[tk]
             if s.any():
                 ks, ts = k[s], tk[s]

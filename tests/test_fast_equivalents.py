@@ -1,0 +1,86 @@
+"""The findings' faster computations give exactly what their plain definitions give.
+
+Why: the permutation p-values, the prediction models and the medians are printed on the findings page and
+checked by `gpuvar verify`; a faster form that drifted by one ulp would change the bytes a user compares across
+runs. Each test states the plain definition and compares on seeded data with the traps (ties, -0.0, call sites
+beyond what a packed key holds, values spread over many quantile bins)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuvar.causal.within_site import within_permutations
+from gpuvar.findings.predict import MAX_BINS, _bins, _site_rows
+
+
+def _lexsort_permutations(sites, y, count, rng):
+    n = len(y)
+    base = np.argsort(sites, kind="stable")
+    out = np.empty((n, count))
+    for c in range(count):
+        shuffled = np.lexsort((rng.random(n), sites))
+        column = np.empty(n)
+        column[base] = y[shuffled]
+        out[:, c] = column
+    return out
+
+
+@pytest.mark.parametrize("n_sites", [1, 3, 700, 2047, 2048, 2049, 6000])
+def test_permutations_within_call_sites_are_lexsorts_of_the_draws(n_sites):
+    rng = np.random.default_rng(n_sites)
+    for trial in range(6):
+        n = int(rng.integers(0, 8000))
+        sites = rng.integers(-3, n_sites, n) if trial % 2 else np.sort(rng.integers(0, n_sites, n))
+        y = rng.random(n)
+        expected = _lexsort_permutations(sites, y, 5, np.random.default_rng(trial))
+        got = within_permutations(None, sites, y, 5, np.random.default_rng(trial))
+        assert np.array_equal(expected, got)
+
+
+def test_a_permutation_keeps_each_call_sites_values():
+    rng = np.random.default_rng(0)
+    sites = rng.integers(0, 40, 3000)
+    y = rng.random(3000)
+    permuted = within_permutations(None, sites, y, 3, np.random.default_rng(1))
+    for c in range(3):
+        assert not np.array_equal(permuted[:, c], y)
+        for s in np.unique(sites):
+            assert np.array_equal(np.sort(permuted[sites == s, c]), np.sort(y[sites == s]))
+
+
+def _pandas_bins(x, d):
+    frame = pd.DataFrame({"x": x, "d": d})
+    if frame["x"].nunique() > MAX_BINS:
+        edges = np.unique(np.quantile(x, np.linspace(0, 1, MAX_BINS + 1)))
+        frame["bin"] = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
+        frame["x"] = frame.groupby("bin")["x"].transform("median")
+    g = frame.groupby("x", sort=True)["d"]
+    mean, count = g.mean(), g.size()
+    m2 = g.apply(lambda v: float(((v - v.mean()) ** 2).sum()))
+    return [{"x": float(v), "n": int(count[v]), "mean": float(mean[v]), "m2": float(m2[v])} for v in mean.index]
+
+
+def test_prediction_bins_are_the_pandas_groupby_definition_to_the_bit():
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(2, 2500))
+        distinct = int(rng.choice([1, 2, 30, MAX_BINS, MAX_BINS + 1, 400]))
+        x = rng.integers(0, distinct, n).astype(float) * float(rng.choice([1.0, 0.1, 1e9, -1.0]))
+        if trial % 5 == 0:
+            x[rng.random(n) < 0.2] = -0.0
+        d = rng.lognormal(10, rng.uniform(0.01, 3), n) * float(rng.choice([1.0, 1e-3, 1e7]))
+        if trial % 3 == 0:
+            d = np.round(d)
+        assert repr(_bins(x, d)) == repr(_pandas_bins(x, d))
+
+
+def test_site_rows_are_each_sites_rows_in_row_order_sites_sorted():
+    rng = np.random.default_rng(3)
+    sites = np.array([f"op{i}|site{j}" for i, j in rng.integers(0, 30, (5000, 2))], dtype=object)
+    rows = _site_rows(sites)
+    assert list(rows) == sorted(set(sites))
+    for site, members in rows.items():
+        assert np.array_equal(members, np.flatnonzero(sites == site))
+    assert _site_rows(np.array([], dtype=object)) == {}
