@@ -37,8 +37,8 @@ def _recoverable_exact(summary, g: int, launches: int) -> tuple[float, list]:
     """Time above the call sites' medians of a sampled group and its interval, from per-cell and per-step sums."""
     cells = summary.cells_of(g)
     value = float(summary.cell_excess[cells].sum())
-    steps = summary.group_steps(g)  # its bootstrap drawn with the seed the summary was given
-    if summary.tally.group_steps[g] == launches and steps.interval is not None:
+    steps = summary.sampled_group_steps(g)  # its bootstrap drawn with the seed the summary was given
+    if summary.tally.launches_with_step[g] == launches and steps.interval is not None:
         return value, list(steps.interval)
     mean = value / max(launches, 1)
     var = max(float(summary.cell_excess_sq[cells].sum()) / max(launches, 1) - mean**2, 0.0)
@@ -72,8 +72,8 @@ def _evidence_exact(summary, g: int, origin: dict) -> dict:
         if step_start is not None:
             launch["from_step_start_ns"] = start - step_start
     out = {"slowest_launch": launch}
-    if summary.tally.group_steps[g] > 0:
-        out["steps_with_most_excess"] = list(summary.group_steps(g).most_excess)
+    if summary.tally.launches_with_step[g] > 0:
+        out["steps_with_most_excess"] = list(summary.sampled_group_steps(g).most_excess)
     return out
 
 

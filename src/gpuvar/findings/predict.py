@@ -99,7 +99,7 @@ class Scale:
             steps[site] = summary.cell_steps.get(int(c)) if known else None
         loud = {column for column, seen in summary.tally.loud.items() if len(seen) > g and seen[g]}
         observed = {"time_per_launch_ns": round(dec.mean_ns, 3), "cv_within_call_site": round(dec.cv_within, 6)}
-        return cls(launches, steps, loud, observed, summary.group_steps(g).steps)
+        return cls(launches, steps, loud, observed, summary.sampled_group_steps(g).steps)
 
     def factor(self, site: str, fitted: int) -> float:
         """Launches of the call site per launch of its sample."""

@@ -97,7 +97,7 @@ class Summary:
             counts[str(names[name])] = counts.get(str(names[name]), 0) + int(self.tally.triples.n[t])
         return [dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for c in out]
 
-    def group_steps(self, g: int) -> GroupSteps:
+    def sampled_group_steps(self, g: int) -> GroupSteps:
         """What the steps say about sampled group g (no steps: zero of them)."""
         return self.sampled_steps.get(g, GroupSteps())
 

@@ -80,7 +80,7 @@ class Tally:
         self.columns = set(columns)
         self.triples = Moments()
         self.group_op = np.zeros(0, np.int64)
-        self.group_steps = np.zeros(0, np.int64)
+        self.launches_with_step = np.zeros(0, np.int64)  # per group: its launches that have a step
         self.slowest: dict[int, tuple[float, dict]] = {}
         self.trace_start: float | None = None
         self.step_starts = StepStarts()
@@ -98,13 +98,13 @@ class Tally:
         grow = n_groups - len(self.group_op)
         if grow > 0:
             self.group_op = np.r_[self.group_op, np.zeros(grow, np.int64)]
-            self.group_steps = np.r_[self.group_steps, np.zeros(grow, np.int64)]
+            self.launches_with_step = np.r_[self.launches_with_step, np.zeros(grow, np.int64)]
         self.group_op += np.bincount(labels.group[labels.is_op], minlength=n_groups)
         rows = batch.iloc[labels.pos]
         if "step" in self.columns:
             step = pd.to_numeric(rows["step"], errors="coerce")
             known = step.notna().to_numpy()
-            self.group_steps += np.bincount(labels.group[known], minlength=n_groups)
+            self.launches_with_step += np.bincount(labels.group[known], minlength=n_groups)
             self.step_values.add(step[known].to_numpy(np.float64))
         self._slowest(rows, labels)
         self._loud(rows, labels, n_groups)

@@ -22,6 +22,8 @@ The passes, each a query of the export, attached read-only to a scratch database
     correlation id, rowid) order, beside the NVTX push/pop ranges in (thread, start, longest first, rowid) order.
 Times, thread ids and correlation ids are taken through float64 as host_timeline.ints takes them
 (CAST(CAST(x AS REAL) AS INTEGER)): epoch nanoseconds beyond 2**53 round there, and the order must be the same.
+That read, the launches' select, the NVTX text and the rowid are spelled once for every pass in
+gpuvar.ingest.nsys_host_sql.
 
 Ranges that record input shapes (emit_nvtx(record_shapes=True)) give each launch its op's size features
 (gpuvar.ingest.shapes) in the sweep, kept in the scratch table kshapes. Left to the in-memory path (NotInPieces):
@@ -41,18 +43,20 @@ import pyarrow as pa
 
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_STEP, SYNC_NAME, step_number
+from gpuvar.ingest.nsys_host_sql import (
+    PID_MASK_SQL,
+    export_rowid,
+    fetch_batches,
+    has_nvtx_ranges,
+    launches_with_calls_sql,
+    nvtx_text_sql,
+    through_float64,
+)
 from gpuvar.ingest.nsys_plan import NotInPieces, Plan, exact_ints, kept_kernels_sql
 from gpuvar.ingest.nsys_sources import ROWID
 from gpuvar.ingest.shapes import SIZE_COLUMNS
 
-FETCH_ROWS = 1 << 16
 COPY_FACTS = ("__gpuvar_launch_op", "__gpuvar_step")  # a copy chunk's facts, appended to it (attach)
-_PID = "16777215"  # nsys.PID_MASK
-
-
-def _f64(expr: str) -> str:
-    """expr as host_timeline.ints reads it: through float64."""
-    return f"CAST(CAST({expr} AS REAL) AS INTEGER)"
 
 
 @dataclass
@@ -81,27 +85,6 @@ def open_scratch(export: Path, folder: Path) -> sqlite3.Connection:
     return con
 
 
-def _rid(con: sqlite3.Connection, table: str) -> str:
-    """The name that selects the export table's real rowid (nsys_sqlite.rowid_name, on the attached export)."""
-    from gpuvar.ingest.nsys_sqlite import ROWID_ALIASES
-
-    columns = {r[1].lower() for r in con.execute(f'PRAGMA x.table_info("{table}")')}
-    alias = next((a for a in ROWID_ALIASES if a not in columns), None)
-    if alias is None:
-        raise NotInPieces(f"{table} has no rowid that a column does not shadow")
-    return alias
-
-
-def _rows(con: sqlite3.Connection, sql: str, params=()):
-    """The rows of a query in lists of up to FETCH_ROWS tuples."""
-    cursor = con.execute(sql, params)
-    while True:
-        rows = cursor.fetchmany(FETCH_ROWS)
-        if not rows:
-            return
-        yield rows
-
-
 def _column(values, fill: int = MISSING) -> np.ndarray:
     return np.fromiter((fill if v is None else v for v in values), np.int64, len(values))
 
@@ -111,62 +94,34 @@ def _column(values, fill: int = MISSING) -> np.ndarray:
 
 def copy_calls(con: sqlite3.Connection, head: nsys.ExportHead) -> None:
     """The calls table: each (process, correlation id)'s first call, with its start and thread."""
-    tid = _f64("globalTid")
+    tid, corr = through_float64("globalTid"), through_float64("correlationId")
     con.execute(
         "CREATE TABLE calls (pid INTEGER NOT NULL, corr INTEGER NOT NULL, ts INTEGER NOT NULL, tid INTEGER NOT NULL,"
         " PRIMARY KEY (pid, corr)) WITHOUT ROWID"
     )
     con.execute(
-        f"INSERT OR IGNORE INTO calls SELECT coalesce(({tid} >> 24) & {_PID}, {_PID}), {_f64('correlationId')},"
-        f' {_f64("start")}, coalesce({tid}, -1) FROM x."{nsys.RUNTIME_TABLE}"'
-        f" WHERE start IS NOT NULL AND {_f64('correlationId')} >= 0 ORDER BY 1, 2, {_rid(con, nsys.RUNTIME_TABLE)}"
+        f"INSERT OR IGNORE INTO calls SELECT coalesce(({tid} >> 24) & {PID_MASK_SQL}, {PID_MASK_SQL}), {corr},"
+        f' {through_float64("start")}, coalesce({tid}, -1) FROM x."{nsys.RUNTIME_TABLE}"'
+        f" WHERE start IS NOT NULL AND {corr} >= 0 ORDER BY 1, 2, {export_rowid(con, nsys.RUNTIME_TABLE)}"
     )
     con.execute("CREATE INDEX calls_by_thread ON calls (tid, ts)")
-
-
-def _launch_select(con, head: nsys.ExportHead, table: str, kind: int, extra: list[str]) -> str:
-    """One table's launches (those the reader keeps) with their call: kind, rowid, GPU start, correlation id (-1
-    for none), whether a call was found, call time (else GPU start), thread (-1 for none), extra columns."""
-    columns = head.k_cols if table == nsys.KERNEL_TABLE else head.m_cols
-    pid = f"coalesce(({_f64('t.globalPid')} >> 24) & {_PID}, -1)" if "globalPid" in columns else "-1"
-    corr = f"coalesce({_f64('t.correlationId')}, -1)" if "correlationId" in columns else "-1"
-    join = f"LEFT JOIN calls c ON c.pid = {pid} AND c.corr = {corr} AND {corr} >= 0"
-    gs = _f64("t.start")
-    return (
-        f"SELECT {kind} AS kind, t.{_rid(con, table)} AS rid, {gs} AS gs, {corr} AS corr, c.ts IS NOT NULL AS hc,"
-        f" coalesce(c.ts, {gs}) AS ot, coalesce(c.tid, -1) AS th{''.join(', ' + e for e in extra)}"
-        f' FROM x."{table}" t {join} WHERE {kept_kernels_sql("t")}'
-    )
 
 
 # --- 2. step ranges and syncs --------------------------------------------------------------------------------
 
 
-def _nvtx_text(head: nsys.ExportHead) -> tuple[str, str]:
-    """(the NVTX text expression, the join it needs): text, else StringIds' value for textId."""
-    columns = head.tables.get(nsys.NVTX_TABLE, [])
-    text = "n.text" if "text" in columns else "NULL"
-    if "textId" in columns and "StringIds" in head.tables:
-        return f"coalesce({text}, s.value)", "LEFT JOIN x.StringIds s ON s.id = n.textId"
-    return text, ""
-
-
-def _has_nvtx(head: nsys.ExportHead) -> bool:
-    return nsys.HOST_COLUMNS[nsys.NVTX_TABLE][1] <= set(head.tables.get(nsys.NVTX_TABLE, ()))
-
-
 def step_ranges(con: sqlite3.Connection, head: nsys.ExportHead) -> pd.DataFrame | None:
     """The NVTX step ranges (start, end, number), sorted as call_sites._place sorts them, None without any."""
-    if not _has_nvtx(head):
+    if not has_nvtx_ranges(head):
         return None
-    text, join = _nvtx_text(head)
+    text, join = nvtx_text_sql(head)
     sql = (
-        f'SELECT {_f64("n.start")}, {_f64("n.end")}, {text} FROM x."{nsys.NVTX_TABLE}" n {join}'
+        f'SELECT {through_float64("n.start")}, {through_float64("n.end")}, {text} FROM x."{nsys.NVTX_TABLE}" n {join}'
         f" WHERE n.start IS NOT NULL AND n.end IS NOT NULL AND n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND})"
-        f" AND ({text} LIKE '%step%' OR {text} LIKE '%iter%') ORDER BY n.{_rid(con, nsys.NVTX_TABLE)}"
+        f" AND ({text} LIKE '%step%' OR {text} LIKE '%iter%') ORDER BY n.{export_rowid(con, nsys.NVTX_TABLE)}"
     )
     found = []
-    for rows in _rows(con, sql):
+    for rows in fetch_batches(con, sql):
         for start, end, value in rows:
             number = step_number(NVTX_STEP, value)
             if number is not None:
@@ -188,10 +143,10 @@ def syncs(con: sqlite3.Connection, head: nsys.ExportHead) -> pd.DataFrame | None
     ]
     if not ids:
         return None
-    end = _f64("end") if "end" in head.tables[nsys.RUNTIME_TABLE] else _f64("start")
+    end = through_float64("end") if "end" in head.tables[nsys.RUNTIME_TABLE] else through_float64("start")
     rows = con.execute(
-        f'SELECT {_f64("start")}, {end} FROM x."{nsys.RUNTIME_TABLE}" WHERE start IS NOT NULL'
-        f" AND {_f64('nameId')} IN ({', '.join(str(int(i)) for i in ids)})"
+        f'SELECT {through_float64("start")}, {end} FROM x."{nsys.RUNTIME_TABLE}" WHERE start IS NOT NULL'
+        f" AND {through_float64('nameId')} IN ({', '.join(str(int(i)) for i in ids)})"
     ).fetchall()
     if not rows:
         return None
@@ -211,9 +166,9 @@ def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> 
     con.execute("CREATE TABLE iters (rowid INTEGER PRIMARY KEY, step INTEGER NOT NULL, position INTEGER NOT NULL)")
     name_col = "demangledName" if "demangledName" in head.k_cols else "shortName"
     cols = head.k_cols
-    pid = f"coalesce(({_f64('t.globalPid')} >> 24) & {_PID}, -1)" if "globalPid" in cols else "-1"
+    pid = f"coalesce(({through_float64('t.globalPid')} >> 24) & {PID_MASK_SQL}, -1)" if "globalPid" in cols else "-1"
     device = "coalesce(t.deviceId, -1)" if "deviceId" in cols else "-1"
-    select = _launch_select(
+    select = launches_with_calls_sql(
         con, head, nsys.KERNEL_TABLE, 0, [f"{pid} AS pid", f"{device} AS dev", f"t.{name_col} AS nm"]
     )
     # launch_id is the rank by (GPU start, correlation id, row): call_sites._sequence_order's second key
@@ -224,7 +179,7 @@ def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> 
     n = con.execute(f'SELECT count(*) FROM x."{nsys.KERNEL_TABLE}" t WHERE {kept_kernels_sql("t")}').fetchone()[0]
     rowid, code = np.empty(n, np.int64), np.empty(n, np.uint16)
     bounds, last, at = [], None, 0  # (first, end) of each (process, device) sequence: contiguous in this order
-    for rows in _rows(con, sql):
+    for rows in fetch_batches(con, sql):
         rid, pids, devs, ids = zip(*rows)
         if at + len(rid) > n:
             raise NotInPieces("the kernel table changed while it was read")

@@ -15,7 +15,8 @@ import pyarrow as pa
 
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING
-from gpuvar.ingest.nsys_host_facts import COPY_FACTS, FETCH_ROWS, HostFacts, Scratch, _rid, _rows
+from gpuvar.ingest.nsys_host_facts import COPY_FACTS, HostFacts, Scratch
+from gpuvar.ingest.nsys_host_sql import FETCH_ROWS, export_rowid, fetch_batches
 from gpuvar.ingest.nsys_plan import NotInPieces, Plan, exact_ints, kept_rows
 from gpuvar.layout import HOST_COPY_FACTS, HOST_KERNEL_FACTS, HOST_STEP_THREADS
 
@@ -61,7 +62,7 @@ def export_facts(scratch: Scratch, head: nsys.ExportHead, folder: Path) -> dict:
         HOST_COPY_FACTS: (
             ["rowid", "start", "op", "step"],
             f'SELECT f.rowid, t.start, f.op, f.step FROM mfacts f JOIN x."{nsys.MEMCPY_TABLE}" t'
-            f" ON t.{_rid(scratch.con, nsys.MEMCPY_TABLE)} = f.rowid"
+            f" ON t.{export_rowid(scratch.con, nsys.MEMCPY_TABLE)} = f.rowid"
             " ORDER BY f.rowid",
         ),
     }
@@ -77,7 +78,7 @@ def export_facts(scratch: Scratch, head: nsys.ExportHead, folder: Path) -> dict:
         types = [pa.float64() if c in shapes else pa.int64() for c in columns]
         schema = pa.schema(list(zip(columns, types)))
         with pq.ParquetWriter(folder / name, schema, compression="zstd") as writer:
-            for rows in _rows(scratch.con, sql):
+            for rows in fetch_batches(scratch.con, sql):
                 values = list(zip(*rows))
                 writer.write_table(pa.table([pa.array(v, t) for v, t in zip(values, types)], schema=schema))
     files = {"kernels": HOST_KERNEL_FACTS, "copies": HOST_COPY_FACTS, "step_threads": HOST_STEP_THREADS}

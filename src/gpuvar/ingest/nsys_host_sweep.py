@@ -20,15 +20,8 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.ingest import nsys
+from gpuvar.ingest import nsys_host_sql as host_sql
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STEP, step_number
-from gpuvar.ingest.nsys_host_facts import (
-    _f64,
-    _has_nvtx,
-    _launch_select,
-    _nvtx_text,
-    _rid,
-    _rows,
-)
 from gpuvar.ingest.shapes import NVTX_SUFFIX, SIZE_COLUMNS
 from gpuvar.ingest.step_store import StepCounters, StepTotals
 
@@ -49,20 +42,21 @@ class _Ops:
         self.shapes: dict = {}  # (op name, dims text) -> size features
         self.recorded = False  # a range recorded input shapes
         self._chunks = iter(())
-        if _has_nvtx(head):
-            text, join = _nvtx_text(head)
-            rid = _rid(con, nsys.NVTX_TABLE)
+        if host_sql.has_nvtx_ranges(head):
+            text, join = host_sql.nvtx_text_sql(head)
+            rid = host_sql.export_rowid(con, nsys.NVTX_TABLE)
             maybe_step = f"({text} LIKE '%step%' OR {text} LIKE '%iter%')"  # (the step regex only on these)
             maybe_step += f", {text} LIKE '%sizes%'"  # (and the shapes parser)
-            self._chunks = _rows(
+            tid, start, end = (host_sql.through_float64(f"n.{c}") for c in ("globalTid", "start", "end"))
+            self._chunks = host_sql.fetch_batches(
                 con,
-                f"SELECT coalesce({_f64('n.globalTid')}, -1) AS th, {_f64('n.start')} AS s, {_f64('n.end')} AS e,"
+                f"SELECT coalesce({tid}, -1) AS th, {start} AS s, {end} AS e,"
                 f' n.{rid}, {text}, {maybe_step} FROM x."{nsys.NVTX_TABLE}" n {join}'
                 f" WHERE n.eventType = {NVTX_PUSHPOP} AND n.start IS NOT NULL AND n.end IS NOT NULL"
                 # a range around no API call on its thread is no launch's op: most emit_nvtx ranges (views,
                 # allocations) are left in SQLite, through the index on the calls' (thread, time)
-                f" AND EXISTS (SELECT 1 FROM calls c WHERE c.tid = coalesce({_f64('n.globalTid')}, -1)"
-                f" AND c.ts BETWEEN {_f64('n.start')} AND {_f64('n.end')})"
+                f" AND EXISTS (SELECT 1 FROM calls c WHERE c.tid = coalesce({tid}, -1)"
+                f" AND c.ts BETWEEN {start} AND {end})"
                 f" ORDER BY th, s, e DESC, n.{rid}",
             )
         self.rows: list = []
@@ -183,16 +177,16 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     coded = "CASE typeof(t.{0}) WHEN 'integer' THEN max(t.{0}, {1}) WHEN 'null' THEN {2} ELSE {1} END AS {0}"
     k_extra = [coded.format(c, ODD, MISSING) for c in launch]
     k_extra += [f"coalesce(i.step, {MISSING}) AS its", f"coalesce(i.position, {MISSING}) AS itp"] * it
-    kernels = _launch_select(con, head, nsys.KERNEL_TABLE, 0, k_extra)
+    kernels = host_sql.launches_with_calls_sql(con, head, nsys.KERNEL_TABLE, 0, k_extra)
     if it:
         kernels = kernels.replace(
-            " WHERE ", f" LEFT JOIN iters i ON i.rowid = t.{_rid(con, nsys.KERNEL_TABLE)} WHERE ", 1
+            " WHERE ", f" LEFT JOIN iters i ON i.rowid = t.{host_sql.export_rowid(con, nsys.KERNEL_TABLE)} WHERE ", 1
         )
     parts = [kernels]
     if head.m_cols is not None:
         parts.append(
             # (a copy's launch configuration and position are never read: small integers are Python's cheapest)
-            _launch_select(
+            host_sql.launches_with_calls_sql(
                 con, head, nsys.MEMCPY_TABLE, 1, [f"0 AS {c}" for c in launch] + [f"{MISSING} AS its", "0 AS itp"] * it
             )
         )
@@ -214,7 +208,7 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     walk = _Walk(sweep, ops, it)
     at_launch = 4 + sync
     with _no_cycle_collection():
-        for rows in _rows(con, sql):
+        for rows in host_sql.fetch_batches(con, sql):
             cols = np.array(rows, np.int64).T  # (a column of a 2-d conversion: five times faster than one by one)
             kh = cols[0]
             is_kernel, hc = (kh & 1) == 0, kh >= 2
@@ -477,7 +471,7 @@ def _launch_threads(con, config: np.ndarray, rid: np.ndarray, names: list) -> np
     threads[plain] = launch_threads_of(frame)[inverse]
     if odd.any():
         at = np.flatnonzero(odd)
-        table, key = nsys.KERNEL_TABLE, _rid(con, nsys.KERNEL_TABLE)
+        table, key = nsys.KERNEL_TABLE, host_sql.export_rowid(con, nsys.KERNEL_TABLE)
         found = {}
         for lo in range(0, len(at), 500):
             wanted = ", ".join(str(r) for r in rid[at[lo : lo + 500]].tolist())
