@@ -84,3 +84,17 @@ def test_site_rows_are_each_sites_rows_in_row_order_sites_sorted():
     for site, members in rows.items():
         assert np.array_equal(members, np.flatnonzero(sites == site))
     assert _site_rows(np.array([], dtype=object)) == {}
+
+
+def test_union_of_intervals_counts_each_covered_nanosecond_once():
+    from gpuvar.ranks.analyze import union_ns
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(0, 40))
+        start = rng.integers(0, 500, n)
+        end = start + rng.integers(0, int(rng.choice([3, 40, 400])), n)
+        covered = np.zeros(1000, bool)
+        for s, e in zip(start, end):
+            covered[s:e] = True
+        assert union_ns(start, end) == int(covered.sum())

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.gpu_identity import Recorded
@@ -79,6 +80,15 @@ def _frame(table, columns: list[str], source) -> pd.DataFrame:
         if c not in frame.columns:
             frame[c] = None
     return frame[columns].copy()
+
+
+def _read_columns(path: Path, columns: list[str], only: dict) -> pd.DataFrame:
+    """The columns _frame keeps (and the optional ones) of a canonical table, as far as it has them. Why not the
+    whole table: a canonical kernels table has ~54 columns and the rank analysis reads 7-11; at 256 ranks the
+    whole tables were most of the analysis's time."""
+    names = set(pq.read_schema(path).names)
+    wanted = [c for c in dict.fromkeys(columns + OPTIONAL_KERNEL_COLUMNS) if c in names]
+    return pd.read_parquet(path, columns=wanted, **only)
 
 
 def _rank_of(kernels: pd.DataFrame, position: int) -> int:
@@ -170,9 +180,9 @@ def ingest_part(folder: str | Path, position: int, many: bool, ranks: list[int] 
     if not path.is_file():
         raise InputError(folder, "not an ingest folder (no kernels.parquet); run `gpuvar ingest` first")
     only = {"filters": [("rank", "in", list(ranks))]} if ranks is not None else {}
-    k = _frame(pd.read_parquet(path, **only), KERNEL_COLUMNS, path)
+    k = _frame(_read_columns(path, KERNEL_COLUMNS, only), KERNEL_COLUMNS, path)
     m_path = folder / MEMCPY_TABLE
-    m = _frame(pd.read_parquet(m_path, **only) if m_path.is_file() else None, COPY_COLUMNS, m_path)
+    m = _frame(_read_columns(m_path, COPY_COLUMNS, only) if m_path.is_file() else None, COPY_COLUMNS, m_path)
     if many:
         rank = _rank_of(k, position)
         k, m = _assign_rank(k, rank), _assign_rank(m, rank)
