@@ -91,7 +91,9 @@ def test_bench_binning_polars_agrees_with_gpuvar(tmp_path, run_cli):
         assert out["gpuvar_runs_s"] == [out["gpuvar_s"]] and out["polars_runs_s"] == [out["polars_s"]]
         assert out["gpuvar_fixed_s"] < out["gpuvar_s"] and out["sample_bins"] == 0
     if "duckdb" in engines:  # run as often as the others, its fastest run reported
-        assert out["duckdb_runs_s"] == [out["duckdb_s"]]
+        assert out["duckdb_runs_s"] == [out["duckdb_s"]] and out["duckdb_job_runs_s"] == [out["duckdb_job_s"]]
+        assert out["duckdb_same_top_k"] is True  # the whole job: the same top-k bins and rows as gpuvar's
+        assert out["duckdb_job_s"] >= out["duckdb_s"]
 
 
 @pytest.mark.mpi
