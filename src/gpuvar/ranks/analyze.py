@@ -33,8 +33,10 @@ def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     s, e = start[order], end[order]
     reach = np.maximum.accumulate(e)
     new = np.r_[True, s[1:] > reach[:-1]]  # an interval starting after everything before it: a new block
-    last = np.r_[np.flatnonzero(new)[1:] - 1, len(s) - 1]  # each block's last interval: reach is its end, as
-    return int((reach[last] - s[new]).sum())  # reach never decreases (a groupby max per block was most of the time)
+    # reach never decreases, so a block ends at its last interval's reach (a groupby max per block was most of
+    # the rank analysis' time)
+    last = np.r_[np.flatnonzero(new)[1:] - 1, len(s) - 1]
+    return int((reach[last] - s[new]).sum())
 
 
 def _launches(data: RankInput) -> pd.DataFrame:
