@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from gpuvar.causal.within_site import within_permutations
-from gpuvar.findings.predict import MAX_BINS, _bins, _site_rows
+from gpuvar.findings.predict import MAX_BINS, _bins, _bins_by_site, _site_rows
 
 
 def _lexsort_permutations(sites, y, count, rng):
@@ -98,3 +98,22 @@ def test_union_of_intervals_counts_each_covered_nanosecond_once():
         for s, e in zip(start, end):
             covered[s:e] = True
         assert union_ns(start, end) == int(covered.sum())
+
+
+def test_bins_of_all_call_sites_at_once_are_each_sites_bins_to_the_bit():
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        n = int(rng.integers(2, 6000))
+        site_of_row = rng.integers(0, int(rng.choice([1, 5, 80, 700])), n)
+        distinct = rng.choice([1, 3, MAX_BINS, MAX_BINS + 1, 300], size=site_of_row.max() + 1)
+        x = (rng.random(n) * distinct[site_of_row]).astype(np.int64).astype(float) * float(rng.choice([1.0, 0.5, 1e6]))
+        x[rng.random(n) < 0.1] = -0.0  # 0.0 and -0.0 in one bin: its value is the site's first one, as pandas keeps
+        d = rng.lognormal(8, rng.uniform(0.05, 2), n)
+        if trial % 4 == 0:
+            d = np.round(d)
+        fitted = {f"site{s}": np.flatnonzero(site_of_row == s) for s in np.unique(site_of_row)}
+        fitted = {k: v for k, v in fitted.items() if len(v) >= 2}
+        together = _bins_by_site(x, d, fitted)
+        assert set(together) == set(fitted)
+        for site, rows in fitted.items():
+            assert repr(together[site]) == repr(_bins(x[rows], d[rows])), site
