@@ -26,7 +26,7 @@ def test_the_answers_of_a_set_and_a_dict_across_folds(monkeypatch):
     for key, first in truth.items():
         assert starts.get(key) == first
     assert starts.get((0, -1)) is None and starts.get((7, 5), "none") == "none"
-    assert starts.get(None) is None  # a launch without a step (gpuvar.findings.report._step_of)
+    assert starts.get(None) is None  # a launch without a step (gpuvar.findings.report.step_of)
     seen = sorted({s for _, s in truth})
     assert values and len(values) == len(seen)
     assert np.array_equal(values.values(), np.array(seen, np.float64))

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from gpuvar.output import replacing
 
 ROW_GROUP_ROWS = 1 << 18
-_DELTA_COLUMNS = ("start", "end", "duration", "launch_id", "correlation_id")
+DELTA_COLUMNS = ("start", "end", "duration", "launch_id", "correlation_id")
 METADATA_KEY = b"gpuvar"
 
 
@@ -99,7 +99,7 @@ def _with_metadata(table: pa.Table, metadata: dict | None) -> pa.Table:
 
 def _options(table: pa.Table) -> dict:
     """The writer options of a canonical table: zstd, delta encoding for the integer time columns, dictionaries."""
-    delta = [c for c in _DELTA_COLUMNS if c in table.column_names and pa.types.is_integer(table.schema.field(c).type)]
+    delta = [c for c in DELTA_COLUMNS if c in table.column_names and pa.types.is_integer(table.schema.field(c).type)]
     return {
         "compression": "zstd",
         "column_encoding": {c: "DELTA_BINARY_PACKED" for c in delta},

@@ -51,7 +51,7 @@ FEATURE_ALLOWED = "a column name: a letter or '_', then letters, digits, space a
 MAX_SEED = 2**32 - 1
 
 
-def _not_bool(v):
+def not_bool(v):
     """YAML `true` is not a number (pydantic would read it as 1)."""
     if isinstance(v, bool):
         raise ValueError("must be a number, not true/false")
@@ -71,9 +71,9 @@ def _feature_names(v):
     return v
 
 
-Int = Annotated[int, BeforeValidator(_not_bool)]
-Float = Annotated[float, BeforeValidator(_not_bool), AllowInfNan(False)]
-Seed = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=MAX_SEED)]
+Int = Annotated[int, BeforeValidator(not_bool)]
+Float = Annotated[float, BeforeValidator(not_bool), AllowInfNan(False)]
+Seed = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=MAX_SEED)]
 Features = Annotated[Literal["auto"] | list[str], BeforeValidator(_feature_names)]
 
 

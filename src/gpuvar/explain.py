@@ -117,11 +117,6 @@ def check_inputs(traces: list[Path], fmt: str) -> list[str]:
     return found
 
 
-def _one_or_all(files: list):
-    """One trace's files as gpuvar.ingest.ingest takes them: one path, or the list (a trace and its passes)."""
-    return files[0] if len(files) == 1 else list(files)
-
-
 def run(args) -> int:
     import logging
 
@@ -160,6 +155,7 @@ def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple
     from gpuvar.config import Binning, Causal
     from gpuvar.findings.run import analyse_dataset, write_dataset
     from gpuvar.ingest import ingest as ingest_trace
+    from gpuvar.ingest.cli import one_or_all
     from gpuvar.ingest.counter_passes import group_files
     from gpuvar.ingest.merge import merge
     from gpuvar.ranks.section import rank_section
@@ -171,12 +167,12 @@ def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple
     parts = []
     if len(ranks) == 1:
         _progress(f"ingest {', '.join(map(str, ranks[0]))}", t0)
-        _stage("ingest", ingest, ranks[0], ingest_trace, _one_or_all(ranks[0]), ingest, args.format)
+        _stage("ingest", ingest, ranks[0], ingest_trace, one_or_all(ranks[0]), ingest, args.format)
     else:
         for k, files in enumerate(ranks):
             _progress(f"ingest rank file {k}: {', '.join(map(str, files))}", t0)
             part = ingest / EXPLAIN_RANK_INGEST / str(k)  # the workflow's layout (layout.RANK_INGEST_DIR)
-            _stage("ingest", part, files, ingest_trace, _one_or_all(files), part, args.format)
+            _stage("ingest", part, files, ingest_trace, one_or_all(files), part, args.format)
             parts.append(part)
         _progress(f"merge {len(parts)} ranks", t0)
         _stage("ingest-merge", ingest, parts, merge, parts, ingest)

@@ -203,9 +203,9 @@ def _kind(field) -> tuple[str, list | None]:
 
     from pydantic.functional_validators import BeforeValidator
 
-    from gpuvar.config import _not_bool
+    from gpuvar.config import not_bool
 
-    extra = [m for m in field.metadata if isinstance(m, BeforeValidator) and m.func is not _not_bool]
+    extra = [m for m in field.metadata if isinstance(m, BeforeValidator) and m.func is not not_bool]
     if extra:
         return "other", None
     if get_origin(field.annotation) is Literal:

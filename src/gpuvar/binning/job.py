@@ -247,12 +247,12 @@ def run_rank(opts: BinOptions, comm=None) -> int:
         log.debug("rank %d: error: %s", rank, exc, exc_info=True)  # the traceback, with -v only
         sys.stderr.flush()
         time.sleep(0.5)  # let mpiexec/srun forward the message before Abort tears the job's I/O down
-        _silence_stderr()  # the MPI library's own "Abort(1) on node N ..." would be a second line
+        silence_stderr()  # the MPI library's own "Abort(1) on node N ..." would be a second line
         comm.Abort(1)
         return 1
 
 
-def _silence_stderr() -> None:
+def silence_stderr() -> None:
     """Point this process's stderr at /dev/null once its one-line error is out (and -v's traceback, if asked)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stderr.fileno())

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpuvar.canonical_io import _DELTA_COLUMNS, METADATA_KEY, ROW_GROUP_ROWS
+from gpuvar.canonical_io import DELTA_COLUMNS, METADATA_KEY, ROW_GROUP_ROWS
 from gpuvar.demo import synth
 from gpuvar.errors import GpuvarError
 from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
@@ -101,7 +101,7 @@ def _shift(table: pa.Table, offset: int) -> pa.Table:
 
 def _writer(path: Path, schema: pa.Schema, meta: dict) -> pq.ParquetWriter:
     schema = schema.with_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True).encode()})
-    delta = [c for c in _DELTA_COLUMNS if c in schema.names]
+    delta = [c for c in DELTA_COLUMNS if c in schema.names]
     return pq.ParquetWriter(
         path,
         schema,

@@ -134,7 +134,7 @@ def _events(n: int, rng: np.random.Generator, rank: int, device: int, t0: int, f
 
 
 @contextlib.contextmanager
-def _gzip_text(path: Path):
+def gzip_text(path: Path):
     """Text into a gzip file whose header holds no time stamp (mtime=0) and no file name, so the same trace
     is the same bytes on every run (gzip.open stores the current time)."""
     with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, filename="", mtime=0) as gz:
@@ -146,7 +146,7 @@ def write_kineto_demo(path, kernels: int, seed: int = 0, rank: int | None = None
     """Write a Kineto trace of `kernels` kernel events (gzip when the name ends in .gz); returns a summary."""
     path = Path(path)
     device = 0 if rank is None else rank
-    opener = _gzip_text if path.suffix == ".gz" else (lambda p: open(p, "w", encoding="utf-8", newline="\n"))
+    opener = gzip_text if path.suffix == ".gz" else (lambda p: open(p, "w", encoding="utf-8", newline="\n"))
     with replacing(path) as tmp:
         counts = {"kernel": 0, "gpu_memcpy": 0, "gpu_memset": 0}
         with opener(tmp) as fh:

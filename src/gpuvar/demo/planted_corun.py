@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuvar.demo.kineto_writer import _gzip_text
+from gpuvar.demo.kineto_writer import gzip_text
 
 STEPS = 120
 STEP_NS = 2_000_000
@@ -186,7 +186,7 @@ def write_corun(outdir: str | Path, gpus: str = "shared", steps: int = STEPS, se
     files = []
     for rank, (device, host) in enumerate(place):
         path = outdir / f"rank{rank}.pt.trace.json.gz"
-        with _gzip_text(path) as fh:
+        with gzip_text(path) as fh:
             fh.write(_header(rank, listed, host))
             fh.write(",\n".join(_rank_events(t[t["rank"] == rank], rank, device)))
             fh.write('\n  ],\n  "traceName": "gpuvar-planted-corun"\n}\n')

@@ -472,7 +472,7 @@ def _plant_iteration_traps(i: int, calls: list[_Call]) -> None:
         _named(calls, "bias_act_kernel")[0].trap = "duplicate"
 
 
-def _strings(nccl: str) -> dict[str, int]:
+def string_ids(nccl: str) -> dict[str, int]:
     """StringIds: kernel names and their mangled forms, API names, thread names, NCCL's registered string."""
     values = [nccl, *API_NAMES, *sorted(set(THREAD_NAMES.values()))]
     for name in KERNEL_OPS:
@@ -561,7 +561,7 @@ def write_planted_host_export(path: Path, loops: int = 60, seed: int = 0, steps:
     if loops < MIN_LOOPS:
         raise ValueError(f"loops must be at least {MIN_LOOPS} (the traps sit in iterations up to 13)")
     rng = np.random.default_rng(seed)
-    ids = _strings("ncclAllReduce")
+    ids = string_ids("ncclAllReduce")
     host, launches = _simulate(loops, rng, steps, ids["ncclAllReduce"])
     path = Path(path)
     with replacing(path) as tmp:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuvar.demo.nsys_writer import mangled_name
-from gpuvar.demo.planted_host_pieces import CORRELATION_BASE, RUNTIME_BLOCK, _strings
+from gpuvar.demo.planted_host_pieces import CORRELATION_BASE, RUNTIME_BLOCK, string_ids
 from gpuvar.demo.planted_host_tables import (
     LAUNCH,
     MEMCPY_ASYNC,
@@ -88,7 +88,7 @@ def write_scaled_host_export(path: Path, launches: int, seed: int = 0) -> Path:
     if launches < 1:
         raise ValueError("launches must be at least 1")
     path = Path(path)
-    ids = _strings("ncclAllReduce")
+    ids = string_ids("ncclAllReduce")
     with replacing(path) as tmp:
         con = sqlite3.connect(tmp, isolation_level=None)
         try:

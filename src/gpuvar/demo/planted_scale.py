@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuvar.demo.kineto_writer import _gzip_text
+from gpuvar.demo.kineto_writer import gzip_text
 from gpuvar.output import replacing, write_text
 
 SIZE_UNIT = 256
@@ -163,7 +163,7 @@ def write_rank(path: Path, rank: int, ranks: int, steps: int, blocks: int, seed:
     per_step = blocks * len(OPS)
     ext = corr = 0
     launches = 0
-    with replacing(path) as tmp, _gzip_text(tmp) as fh:
+    with replacing(path) as tmp, gzip_text(tmp) as fh:
         fh.write(_header(rank, ranks))
         first = True
         for s in range(steps):

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuvar.demo.kineto_writer import _gzip_text
+from gpuvar.demo.kineto_writer import gzip_text
 from gpuvar.output import replacing
 
 D_MODEL, HEADS, HEAD_DIM, D_MLP = 768, 12, 64, 3072
@@ -299,7 +299,7 @@ def write_planted_shapes(folder, steps: int = 60, seed: int = 0) -> dict:
         events.extend(body)
     trace = folder / TRACE_NAME
     with replacing(trace) as tmp:
-        with _gzip_text(tmp) as fh:
+        with gzip_text(tmp) as fh:
             fh.write(_header())
             fh.write(",\n".join(events))
             fh.write('\n  ],\n  "traceName": "gpuvar-planted-shapes"\n}\n')

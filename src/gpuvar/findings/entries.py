@@ -48,7 +48,7 @@ def _recoverable_exact(summary, g: int, launches: int) -> tuple[float, list]:
 
 def _evidence_exact(summary, g: int, origin: dict) -> dict:
     """The evidence of a sampled group (gpuvar.findings.report._evidence's fields) from pass 1 and pass 2."""
-    from gpuvar.findings.report import _step_of
+    from gpuvar.findings.report import step_of
 
     duration, fields = summary.tally.slowest[g]
     median = float(summary.cell_median[summary.cell_of(g, fields["site"])])
@@ -68,7 +68,7 @@ def _evidence_exact(summary, g: int, origin: dict) -> dict:
         launch["start_ns"] = start
         if origin.get("trace") is not None:
             launch["from_trace_start_ns"] = start - origin["trace"]
-        step_start = origin.get("steps", {}).get(_step_of(pd.Series(fields)))
+        step_start = origin.get("steps", {}).get(step_of(pd.Series(fields)))
         if step_start is not None:
             launch["from_step_start_ns"] = start - step_start
     out = {"slowest_launch": launch}

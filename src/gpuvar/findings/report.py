@@ -218,7 +218,7 @@ def _evidence(part: pd.DataFrame, sites: np.ndarray, d: np.ndarray, median: np.n
         launch["start_ns"] = start
         if origin.get("trace") is not None:
             launch["from_trace_start_ns"] = start - origin["trace"]
-        step_start = origin.get("steps", {}).get(_step_of(row))
+        step_start = origin.get("steps", {}).get(step_of(row))
         if step_start is not None:
             launch["from_step_start_ns"] = start - step_start
     out = {"slowest_launch": launch}
@@ -229,7 +229,7 @@ def _evidence(part: pd.DataFrame, sites: np.ndarray, d: np.ndarray, median: np.n
     return out
 
 
-def _step_of(row) -> tuple | None:
+def step_of(row) -> tuple | None:
     if "step" not in row.index or pd.isna(row["step"]):
         return None
     rank = row["rank"] if "rank" in row.index and pd.notna(row["rank"]) else None

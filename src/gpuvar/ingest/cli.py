@@ -23,7 +23,7 @@ def add_source_arguments(p, output_help: str) -> None:
     add_options(p, (ConfigOption("--keep-vendor-columns", "ingest", "keep_vendor_columns"),))
 
 
-def _one_or_all(sources: list[str]):
+def one_or_all(sources: list[str]):
     """The source as read_source takes it: one path, or the list of one trace's files."""
     return sources[0] if len(sources) == 1 else sources
 
@@ -35,6 +35,6 @@ def configure(p):
 def run(args) -> int:
     from gpuvar.ingest import ingest
 
-    report = ingest(_one_or_all(args.source), args.output, args.format, keep_vendor_columns=args.keep_vendor_columns)
+    report = ingest(one_or_all(args.source), args.output, args.format, keep_vendor_columns=args.keep_vendor_columns)
     print(json.dumps({"format": report["format"], "tables": report["tables"]}, sort_keys=True))
     return 0

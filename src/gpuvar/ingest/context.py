@@ -79,7 +79,7 @@ def _timed(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return start, end, device, ok_s & ok_e & ok_d & (end >= start)
 
 
-def _codes(*columns: pd.Series | np.ndarray) -> np.ndarray:
+def group_codes(*columns: pd.Series | np.ndarray) -> np.ndarray:
     """Distinct int64 codes of the combined values of equal-length columns (a null is a value of its own);
     dense again only when the mixed-radix product grows past 2**31 (keys multiply codes by a time span)."""
     code = np.zeros(len(columns[0]), np.int64)
@@ -94,7 +94,7 @@ def _codes(*columns: pd.Series | np.ndarray) -> np.ndarray:
     return code
 
 
-class _Keys:
+class TimelineKeys:
     """Times of both tables mapped into one order-preserving int64 space `span` wide, so that a (group, time)
     pair is the single sortable key group * span + time. Relative ns when that fits, else the dense rank of
     every time (same order, so the same overlaps)."""
@@ -124,7 +124,7 @@ class _Keys:
         return group * self.span + self.time(t)
 
 
-def _overlaps(keys: _Keys, qg, qs, qe, ig, ia, ib, weight=None):
+def overlaps(keys: TimelineKeys, qg, qs, qe, ig, ia, ib, weight=None):
     """For each query interval [qs, qe) of group qg: how many intervals [ia, ib) of the same group overlap it
     (ia < qe and ib > qs), and the sum of their weights. #{a < e} - #{b <= s} counts exactly those when s < e
     (an interval ending by s started before e); a zero-length query (s == e) also subtracted the zero-length
@@ -207,15 +207,15 @@ def context_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> dict[
     # (empty parts left out, as pandas did before deprecating it: they do not decide the dtype)
     parts = [p for p in parts if len(p)] or parts[:1]
     rank_all = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    group_all = _codes(pd.Series(rank_all).reset_index(drop=True), dev_all)
+    group_all = group_codes(pd.Series(rank_all).reset_index(drop=True), dev_all)
     kg, mg = group_all[: len(kv)], group_all[len(kv) :]
 
     stream = kernels["stream_id"] if "stream_id" in kernels.columns else pd.Series(np.full(n, np.nan))
     s_ok = stream.notna().to_numpy()[kv]
-    ks = _codes(pd.Series(kg), stream.iloc[kv].reset_index(drop=True))  # (rank, device, stream)
+    ks = group_codes(pd.Series(kg), stream.iloc[kv].reset_index(drop=True))  # (rank, device, stream)
 
     times = [start[kv], end[kv]] + ([m_start[mv], m_end[mv]] if memcpy is not None else [])
-    keys = _Keys(times, int(max(group_all.max(initial=0), ks.max(initial=0))) + 1)
+    keys = TimelineKeys(times, int(max(group_all.max(initial=0), ks.max(initial=0))) + 1)
     # kernels in timeline order from here on: sorted queries make searchsorted walk its arrays in order
     # (several times faster at 1 M rows than random probes); `place` scatters back to table order
     p = np.argsort(keys.key(kg, start[kv]), kind="stable")
@@ -231,10 +231,10 @@ def context_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> dict[
     if memcpy is not None:
         ms, me, mk = m_start[mv], m_end[mv], is_memset[mv]
         copy = ~mk
-        count, nbytes = _overlaps(keys, kg, s, e, mg[copy], ms[copy], me[copy], m_bytes[mv][copy])
+        count, nbytes = overlaps(keys, kg, s, e, mg[copy], ms[copy], me[copy], m_bytes[mv][copy])
         out["ctx_copy_active"] = place((count > 0).astype(np.float64))
         out["ctx_copy_bytes"] = place(nbytes)
-        count, _ = _overlaps(keys, kg, s, e, mg[mk], ms[mk], me[mk])
+        count, _ = overlaps(keys, kg, s, e, mg[mk], ms[mk], me[mk])
         out["ctx_memset_active"] = place((count > 0).astype(np.float64))
 
     # other streams = every kernel of the device minus those of the kernel's own stream (itself included in
@@ -242,9 +242,9 @@ def context_columns(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> dict[
     # `order` (stream, then start) sorts the same-stream queries and finds each kernel's predecessor.
     order = np.argsort(keys.key(ks, s), kind="stable")
     known = np.flatnonzero(s_ok)
-    all_streams, _ = _overlaps(keys, kg, s, e, kg[known], s[known], e[known])
+    all_streams, _ = overlaps(keys, kg, s, e, kg[known], s[known], e[known])
     same_stream = np.empty_like(all_streams)
-    same_stream[order], _ = _overlaps(keys, ks[order], s[order], e[order], ks[known], s[known], e[known])
+    same_stream[order], _ = overlaps(keys, ks[order], s[order], e[order], ks[known], s[known], e[known])
     concurrent = (all_streams - same_stream).astype(np.float64)
     concurrent[~s_ok] = np.nan
     out["ctx_kernels_concurrent"] = place(concurrent)
@@ -275,10 +275,10 @@ def step_offsets(kernels: pd.DataFrame) -> dict[str, np.ndarray]:
     start, _, device, valid = _timed(kernels)
     kv = np.flatnonzero(valid)
     rank = kernels["rank"] if "rank" in kernels.columns else pd.Series(np.full(len(kernels), np.nan))
-    group = _codes(rank.iloc[kv].reset_index(drop=True), device[kv])  # (rank, device)
+    group = group_codes(rank.iloc[kv].reset_index(drop=True), device[kv])  # (rank, device)
     step = kernels["step"].iloc[kv].reset_index(drop=True)
     s = start[kv]
-    first = pd.Series(s).groupby(_codes(pd.Series(group), step)).transform("min").to_numpy()
+    first = pd.Series(s).groupby(group_codes(pd.Series(group), step)).transform("min").to_numpy()
     offset = (s - first).astype(np.float64)
     offset[~step.notna().to_numpy()] = np.nan
     col = np.full(len(kernels), np.nan)

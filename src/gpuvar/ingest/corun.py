@@ -56,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpuvar.ingest.context import _Keys, _overlaps, arrow_floats
+from gpuvar.ingest.context import TimelineKeys, arrow_floats, overlaps
 
 COLUMNS = ("ctx_other_process_kernels", "ctx_other_process_overlap")
 
@@ -82,9 +82,9 @@ def _corun(s: np.ndarray, e: np.ndarray, gpu: np.ndarray, process: np.ndarray) -
     pairs = pd.MultiIndex.from_arrays([g, process])
     gp, uniq = pd.factorize(pairs, sort=True)  # (gpu, process) pairs sorted by gpu, then process
     gp = gp.astype(np.int64)
-    keys = _Keys([s, e], len(uniq) + 1)
-    on_gpu, _ = _overlaps(keys, g, s, e, g, s, e)
-    own, _ = _overlaps(keys, gp, s, e, gp, s, e)
+    keys = TimelineKeys([s, e], len(uniq) + 1)
+    on_gpu, _ = overlaps(keys, g, s, e, g, s, e)
+    own, _ = overlaps(keys, gp, s, e, gp, s, e)
     count = (on_gpu - own).astype(np.float64)
 
     # the others of each (gpu, process) pair: every kernel of the gpu, replicated to each other process of it
@@ -103,7 +103,7 @@ def _corun(s: np.ndarray, e: np.ndarray, gpu: np.ndarray, process: np.ndarray) -
     return count, np.clip(share, 0.0, 1.0)
 
 
-def _covered(keys: _Keys, ig, ia, ib, qg, qs, qe) -> np.ndarray:
+def _covered(keys: TimelineKeys, ig, ia, ib, qg, qs, qe) -> np.ndarray:
     """Length of [qs, qe) covered by the union of the intervals [ia, ib) of the same group (ns)."""
     if len(ia) == 0:
         return np.zeros(len(qs))

@@ -78,7 +78,7 @@ def _with_corun(table: pa.Table, reports: list[dict], ranks: list[int], unknown_
     import numpy as np
     import pandas as pd
 
-    from gpuvar.ingest.context import _codes
+    from gpuvar.ingest.context import group_codes
     from gpuvar.ingest.corun import COLUMNS, corun_columns, set_columns
     from gpuvar.ingest.gpu_identity import Recorded, merged_gpus
 
@@ -87,7 +87,7 @@ def _with_corun(table: pa.Table, reports: list[dict], ranks: list[int], unknown_
     if not {"start", "end", "device_id"} <= set(names) or not frame["start"].notna().any():
         return table, []  # no timeline (Nsight Compute): nothing ran "at the same time"
     pid = frame["process_id"] if "process_id" in frame.columns else pd.Series(np.full(len(frame), np.nan))
-    process = _codes(frame["rank"], pid)  # a process: (rank, process id), a null process id a value of its own
+    process = group_codes(frame["rank"], pid)  # a process: (rank, process id), a null process id a value of its own
     if len(np.unique(process)) < 2:
         return table, []
     position = {rank: i for i, rank in enumerate(ranks)}

@@ -18,7 +18,7 @@ def run(args) -> int:
 
     from gpuvar.atomic import staged_folder
     from gpuvar.ingest import read_source, reader_for
-    from gpuvar.ingest.cli import _one_or_all
+    from gpuvar.ingest.cli import one_or_all
     from gpuvar.ingest.nsys_pieces import PieceSettings, plan_reason
     from gpuvar.ingest.raw import RAW_MANIFEST, ReadOptions, write_raw
 
@@ -36,7 +36,7 @@ def run(args) -> int:
                 tables = write_raw_in_ranges(source, tmp, args.keep_vendor_columns, PieceSettings().rows)
             print(json.dumps({"format": fmt, "raw_tables": tables, "manifest": str(output / RAW_MANIFEST)}))
             return 0
-    raw = read_source(_one_or_all(args.source), fmt, ReadOptions(args.keep_vendor_columns, output.parent))
+    raw = read_source(one_or_all(args.source), fmt, ReadOptions(args.keep_vendor_columns, output.parent))
     with staged_folder(output, replace=True) as tmp:  # the folder appears complete or not at all
         write_raw(raw, tmp)
     tables = {name: table.num_rows for name, table in raw.tables.items()}

@@ -39,7 +39,7 @@ def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((reach[last] - s[new]).sum())
 
 
-def _launches(data: RankInput) -> pd.DataFrame:
+def launches_of(data: RankInput) -> pd.DataFrame:
     k = data.kernels.assign(kind="kernel")
     m = data.copies.assign(kind="copy")
     both = pd.concat([k, m], ignore_index=True)
@@ -91,7 +91,7 @@ class LocalSteps:
 
 
 def local_steps(launches: pd.DataFrame, collectives: pd.DataFrame) -> LocalSteps:
-    """The per-rank part of the analysis, from `_launches` and the collectives' (rank, seq, start): nothing here
+    """The per-rank part of the analysis, from `launches_of` and the collectives' (rank, seq, start): nothing here
     depends on another rank's launches or on the collectives' ends."""
     steps = step_rows(launches)
     col = collective_steps(collectives, launches)
@@ -132,7 +132,7 @@ def _pre_idle(steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
 def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
     """The whole analysis in one process, every launch in memory (`gpuvar ranks` runs gpuvar.ranks.job instead:
     the same functions rank by rank, byte-identical outputs)."""
-    local = local_steps(_launches(data), data.collectives)
+    local = local_steps(launches_of(data), data.collectives)
 
     def explain(steps: pd.DataFrame, straggler: int) -> dict:
         return lateness(steps, data, straggler, sharing(data.kernels, straggler), seed)

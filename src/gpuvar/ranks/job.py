@@ -39,7 +39,7 @@ import pandas as pd
 
 from gpuvar.errors import InputError, describe
 from gpuvar.layout import KERNELS_TABLE
-from gpuvar.ranks.analyze import LocalSteps, _launches, combine, local_steps
+from gpuvar.ranks.analyze import LocalSteps, combine, launches_of, local_steps
 from gpuvar.ranks.load import (
     NCCL_KERNEL,
     RankInput,
@@ -145,7 +145,7 @@ def summarize(unit: Unit) -> Summary:
     """Read one unit, reduce it to its Summary, drop its launches."""
     k, m, part = load(unit)
     data = RankInput(k, m, pd.DataFrame(), {}, "")
-    launches = _launches(data)
+    launches = launches_of(data)
     nccl = _nccl_rows(k)
     other, error = None, None
     if part is not None:
@@ -419,7 +419,7 @@ def run(inputs: list[str], traces: bool, output: str, seed: int = 0, comm=None) 
     any other exception aborts the whole job at once with one line from the failing process (as `gpuvar bin`)."""
     import sys
 
-    from gpuvar.binning.job import Agreed, _silence_stderr, settle, world
+    from gpuvar.binning.job import Agreed, settle, silence_stderr, world
 
     comm = comm or world()
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -432,6 +432,6 @@ def run(inputs: list[str], traces: bool, output: str, seed: int = 0, comm=None) 
             raise
         print(f"gpuvar ranks: rank {rank}: error: {describe(exc)}", file=sys.stderr, flush=True)
         time.sleep(0.5)  # let mpiexec/srun forward the line before Abort tears the job's I/O down
-        _silence_stderr()
+        silence_stderr()
         comm.Abort(1)
         return None
