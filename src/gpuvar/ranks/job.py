@@ -41,7 +41,6 @@ from gpuvar.errors import InputError, describe
 from gpuvar.layout import KERNELS_TABLE
 from gpuvar.ranks.analyze import LocalSteps, combine, launches_of, local_steps
 from gpuvar.ranks.load import (
-    NCCL_KERNEL,
     RankInput,
     _sequence,
     _span,
@@ -51,6 +50,7 @@ from gpuvar.ranks.load import (
     drop_bad,
     host_collectives,
     ingest_part,
+    is_nccl,
     nccl_collectives,
     trace_part,
 )
@@ -127,9 +127,7 @@ def load(unit: Unit):
 
 
 def _nccl_rows(kernels: pd.DataFrame) -> pd.DataFrame:
-    codes, distinct = pd.factorize(kernels["kernel_name"])  # each distinct name matched once (~100, not 100 k)
-    named = np.append(pd.Series(distinct, dtype=object).astype(str).str.match(NCCL_KERNEL).to_numpy(bool), False)
-    hit = kernels[named[codes]]  # (a missing name, code -1, picks the False appended)
+    hit = kernels[is_nccl(kernels["kernel_name"])]
     return hit[["rank", "start", "end", "kernel_name"]].reset_index(drop=True)
 
 

@@ -212,13 +212,22 @@ def from_ingest(folders: list[str | Path]) -> RankInput:
     return check_one_job(data)
 
 
+def is_nccl(names: pd.Series) -> np.ndarray:
+    """Which launches are NCCL kernels (NCCL_KERNEL on the name as text; a missing name is not), each distinct
+    name matched once: a trace has ~100 names, not 100 k launches to run a regex on."""
+    codes, distinct = pd.factorize(names)
+    named = pd.Series(distinct, dtype=object).astype(str).str.match(NCCL_KERNEL).to_numpy(bool)
+    return np.append(named, False)[codes]  # (a missing name, code -1, picks the False appended)
+
+
 def nccl_collectives(kernels: pd.DataFrame, dropped: dict | None = None) -> pd.DataFrame:
     """The ranks' NCCL kernels as collectives; `end` - `start` is the wait: the kernel's time minus the shortest
     rank's for the same collective (matched by order on each rank). Bad records are dropped (drop_bad) and
     counted in `dropped`."""
-    names = kernels["kernel_name"].astype(str)
-    hit = kernels[names.str.match(NCCL_KERNEL)]
-    frame = pd.DataFrame({"rank": hit["rank"], "start": hit["start"], "end": hit["end"], "name": names[hit.index]})
+    hit = kernels[is_nccl(kernels["kernel_name"])]
+    frame = pd.DataFrame(
+        {"rank": hit["rank"], "start": hit["start"], "end": hit["end"], "name": hit["kernel_name"].astype(str)}
+    )
     out = _sequence(drop_bad(frame, {} if dropped is None else dropped))
     if out.empty:
         return out
