@@ -89,14 +89,14 @@ def group_entry(dec: Decomposition, summary, g: int, part: pd.DataFrame, seed: i
     from gpuvar.findings.predict import Scale, finding_prediction
     from gpuvar.findings.report import (
         MIN_RECOVERABLE_SHARE,
-        _evidence,
-        _headline,
-        _medians,
-        _recoverable,
-        _what_to_fix,
         category_of,
         display_name,
+        evidence_of,
+        headline_of,
         percent,
+        recoverable_time,
+        site_medians,
+        what_to_fix,
     )
 
     total_ns = summary.tally.total
@@ -106,11 +106,11 @@ def group_entry(dec: Decomposition, summary, g: int, part: pd.DataFrame, seed: i
     if sampled:
         recoverable, interval = _recoverable_exact(summary, g, dec.launches)
     else:
-        median = _medians(d, s)
+        median = site_medians(d, s)
         excess = np.maximum(d - median, 0.0)
         steps = pd.to_numeric(part["step"], errors="coerce") if "step" in part.columns else None
         step_values = steps.to_numpy() if steps is not None and steps.notna().all() else None
-        recoverable, interval = _recoverable(excess, step_values, seed)
+        recoverable, interval = recoverable_time(excess, step_values, seed)
     is_op = bool(summary.tally.group_op[g] == dec.launches)
     name = display_name(dec.group, is_op, dec.kernels)
     category = category_of(dec)
@@ -152,20 +152,20 @@ def group_entry(dec: Decomposition, summary, g: int, part: pd.DataFrame, seed: i
             .sum()
             .sort_values(ascending=False, kind="stable")
         )
-        evidence = _evidence(part, s, d, median, origin)
+        evidence = evidence_of(part, s, d, median, origin)
     entry = dec.record() | {
         "kernel": next(iter(dec.kernels)),
         "short_name": name,
         "is_op": is_op,
         "category": category,
         "collective": collective,
-        "headline": _headline(dec, name),
+        "headline": headline_of(dec, name),
         "recoverable_ns": round(recoverable, 3),
         "recoverable_interval_ns": [round(v, 3) for v in interval],
         "recoverable_share_of_kernel_time": round(recoverable / total_ns, 6) if total_ns > 0 else 0.0,
         "top_call_sites": [{"call_site": str(k), "excess_ns": round(float(v), 3)} for k, v in site_excess[:3].items()],
         "advice": key,
-        "verify": A.check_text(key, _what_to_fix(top), vendor, percent(dec.cv_within), remain),
+        "verify": A.check_text(key, what_to_fix(top), vendor, percent(dec.cv_within), remain),
         "evidence": evidence,
     }
     entry["prediction"] = finding_prediction(entry, part, s, Scale.of(summary, g, dec) if sampled else None)

@@ -146,7 +146,7 @@ def bootstrap_sums(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return sums
 
 
-def _recoverable(excess: np.ndarray, steps: np.ndarray | None, seed: int) -> tuple[float, list]:
+def recoverable_time(excess: np.ndarray, steps: np.ndarray | None, seed: int) -> tuple[float, list]:
     """(time above the call sites' medians, [5 %, 95 %] bootstrap interval over steps, else launches)."""
     value = float(excess.sum())
     rng = np.random.default_rng(seed)
@@ -175,7 +175,8 @@ def category_of(dec: Decomposition) -> str:
     return "unexplained"
 
 
-def _headline(dec: Decomposition, name: str) -> str:
+def headline_of(dec: Decomposition, name: str) -> str:
+    """The finding's one line: its verdict and what explains how much of it (or how much it varies, unexplained)."""
     v = dec.verdict
     if v.verdict == NOT_EXPLAINED:
         return f"{name}: varies {percent(dec.cv_within)} (CV within call sites), not explained by recorded features"
@@ -183,7 +184,7 @@ def _headline(dec: Decomposition, name: str) -> str:
     return f"{name}: {v.verdict} {percent(v.share)} by {drivers}"
 
 
-def _what_to_fix(top) -> str | None:
+def what_to_fix(top) -> str | None:
     """What a re-run would hold constant: one input size where the driver is the step's work, an input shape or
     the library's variant (none of which a user sets directly), else the driver itself."""
     if top is None:
@@ -193,11 +194,12 @@ def _what_to_fix(top) -> str | None:
     return f"{top.feature} fixed"
 
 
-def _medians(d: np.ndarray, sites: np.ndarray) -> np.ndarray:
+def site_medians(d: np.ndarray, sites: np.ndarray) -> np.ndarray:
+    """Each launch's call-site median duration (what its excess is measured from)."""
     return pd.Series(d).groupby(sites).transform("median").to_numpy()
 
 
-def _evidence(part: pd.DataFrame, sites: np.ndarray, d: np.ndarray, median: np.ndarray, origin: dict) -> dict:
+def evidence_of(part: pd.DataFrame, sites: np.ndarray, d: np.ndarray, median: np.ndarray, origin: dict) -> dict:
     """Where to look: the longest launch (with its ratio to its call site's median), its time from the trace's
     start and from its step's start (and the profiler's own timestamp), and the steps with most excess."""
     worst = int(np.argmax(d))

@@ -42,8 +42,6 @@ from gpuvar.layout import KERNELS_TABLE
 from gpuvar.ranks.analyze import LocalSteps, combine, launches_of, local_steps
 from gpuvar.ranks.load import (
     RankInput,
-    _sequence,
-    _span,
     check_one_job,
     collective_label,
     copy_round_trips,
@@ -52,6 +50,8 @@ from gpuvar.ranks.load import (
     ingest_part,
     is_nccl,
     nccl_collectives,
+    numbered_collectives,
+    rank_spans,
     trace_part,
 )
 
@@ -135,7 +135,7 @@ def _as_collectives(nccl: pd.DataFrame) -> pd.DataFrame:
     """A unit's NCCL kernels as collectives with their seq (ends as recorded: only starts matter locally). The
     bad records gpuvar.ranks.load.drop_bad leaves out are left out here too, so the seq numbers are the job's:
     they are per rank, and a unit holds every record of its ranks."""
-    return _sequence(drop_bad(pd.DataFrame({"rank": nccl["rank"], "start": nccl["start"], "end": nccl["end"],
+    return numbered_collectives(drop_bad(pd.DataFrame({"rank": nccl["rank"], "start": nccl["start"], "end": nccl["end"],
                                             "name": nccl["kernel_name"].astype(str)}), {}))  # fmt: skip
 
 
@@ -156,14 +156,14 @@ def summarize(unit: Unit) -> Summary:
     if other is None:
         local_other = None
     else:  # host ops are dropped and counted as gpuvar.ranks.load.from_traces does (copy round trips are not)
-        local_other = local_steps(launches, _sequence(drop_bad(other, {}) if part is not None else other))
+        local_other = local_steps(launches, numbered_collectives(drop_bad(other, {}) if part is not None else other))
     return Summary(
         unit=unit,
         kernels=len(k),
         copies=len(m),
         kernel_ranks=sorted(int(r) for r in k["rank"].dropna().unique()),
         has_step=bool(k["step"].notna().any()),
-        span=_span(k, m) if len(k) or len(m) else {},
+        span=rank_spans(k, m) if len(k) or len(m) else {},
         nccl=nccl,
         other=other,
         other_error=error,
@@ -202,9 +202,9 @@ class Decided:
 
 
 def _job_span(summaries: list[Summary], collectives: pd.DataFrame) -> dict[int, tuple[int, int]]:
-    """Each rank's first to last launch or collective, as gpuvar.ranks.load's _span over all of them."""
+    """Each rank's first to last launch or collective, as gpuvar.ranks.load's rank_spans over all of them."""
     span: dict[int, tuple[int, int]] = {}
-    pieces = [s.span for s in summaries] + ([_span(collectives)] if len(collectives) else [])
+    pieces = [s.span for s in summaries] + ([rank_spans(collectives)] if len(collectives) else [])
     for piece in pieces:
         for r, (a, b) in piece.items():
             span[r] = (min(span[r][0], a), max(span[r][1], b)) if r in span else (a, b)
@@ -235,7 +235,7 @@ def decide(summaries: list[Summary], traces: bool, sources: list[str]) -> Decide
             if failed:
                 raise failed[0].other_error
             dropped = {}
-            hosts = _sequence(drop_bad(pd.concat([s.other for s in summaries], ignore_index=True), dropped))
+            hosts = numbered_collectives(drop_bad(pd.concat([s.other for s in summaries], ignore_index=True), dropped))
             local, collectives, label = [s.local_other for s in summaries], hosts, collective_label("host ops ", hosts)
     else:
         if len(sources) > 1 and len({r for s in summaries for r in s.kernel_ranks}) < len(sources):
@@ -246,7 +246,7 @@ def decide(summaries: list[Summary], traces: bool, sources: list[str]) -> Decide
             local, collectives, label = [s.local_nccl for s in summaries], nccl, "NCCL kernels"
         else:
             dropped = {}
-            trips = _sequence(_concat([s.other for s in summaries]))
+            trips = numbered_collectives(_concat([s.other for s in summaries]))
             local, collectives, label = [s.local_other for s in summaries], trips, "copies"
     empty = pd.DataFrame({"rank": [], "step": [], "start": [], "end": []})
     span = _job_span(summaries, collectives)

@@ -110,7 +110,8 @@ def _check(kernels: pd.DataFrame, sources: list[str]) -> None:
         raise InputError(where, "no step is known (no ProfilerStep#N and no cudaDeviceSynchronize): cannot align ranks")
 
 
-def _span(*frames: pd.DataFrame) -> dict[int, tuple[int, int]]:
+def rank_spans(*frames: pd.DataFrame) -> dict[int, tuple[int, int]]:
+    """Each rank's profiled time over these frames (rank, start, end): its first start to its last end."""
     both = pd.concat([f[["rank", "start", "end"]] for f in frames if not f.empty])
     g = both.groupby("rank")
     return {int(r): (int(a), int(b)) for r, a, b in zip(g.size().index, g["start"].min(), g["end"].max())}
@@ -205,10 +206,10 @@ def from_ingest(folders: list[str | Path]) -> RankInput:
     dropped: dict[str, dict[str, int]] = {}
     nccl = nccl_collectives(kernels, dropped)
     if not nccl.empty:
-        data = RankInput(kernels, copies, nccl, _span(kernels, copies, nccl), "NCCL kernels", sources, dropped)
+        data = RankInput(kernels, copies, nccl, rank_spans(kernels, copies, nccl), "NCCL kernels", sources, dropped)
     else:
         trips = copy_round_trips(copies)
-        data = RankInput(kernels, copies, trips, _span(kernels, copies, trips), "copies", sources)
+        data = RankInput(kernels, copies, trips, rank_spans(kernels, copies, trips), "copies", sources)
     return check_one_job(data)
 
 
@@ -228,7 +229,7 @@ def nccl_collectives(kernels: pd.DataFrame, dropped: dict | None = None) -> pd.D
     frame = pd.DataFrame(
         {"rank": hit["rank"], "start": hit["start"], "end": hit["end"], "name": hit["kernel_name"].astype(str)}
     )
-    out = _sequence(drop_bad(frame, {} if dropped is None else dropped))
+    out = numbered_collectives(drop_bad(frame, {} if dropped is None else dropped))
     if out.empty:
         return out
     duration = out["end"] - out["start"]
@@ -248,10 +249,12 @@ def copy_round_trips(copies: pd.DataFrame) -> pd.DataFrame:
                 rows.append((int(rank), int(end[i]), int(start[i + 1]), "DtoH..HtoD"))
                 break
     out = pd.DataFrame(rows, columns=["rank", "start", "end", "name"])
-    return _sequence(out)
+    return numbered_collectives(out)
 
 
-def _sequence(collectives: pd.DataFrame) -> pd.DataFrame:
+def numbered_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
+    """The collectives with each rank's own sequence number (seq, by start): how the ranks' records of one
+    collective are matched."""
     collectives = collectives.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
     collectives["seq"] = collectives.groupby("rank").cumcount()
     return collectives[["rank", "seq", "start", "end", "name"]]
@@ -327,8 +330,8 @@ def from_traces(paths: list[str | Path]) -> RankInput:
     if set(collectives["rank"]) != ranks:  # not every rank runs NCCL: the host ops of the backend
         dropped = {}
         hosts = [host_collectives(ops, path, rank) for ops, path, rank in host_ops]
-        collectives, what = _sequence(drop_bad(pd.concat(hosts, ignore_index=True), dropped)), "host ops "
-    span = _span(kernels, copies, collectives)
+        collectives, what = numbered_collectives(drop_bad(pd.concat(hosts, ignore_index=True), dropped)), "host ops "
+    span = rank_spans(kernels, copies, collectives)
     label = collective_label(what, collectives)
     return check_one_job(RankInput(kernels, copies, collectives, span, label, sources, dropped, gpu_notes=gpu_notes))
 
