@@ -85,27 +85,21 @@ def _bins_by_site(x: np.ndarray, d: np.ndarray, fitted: dict) -> dict:
     rows = np.concatenate([fitted[site] for site in sites])
     label = np.repeat(np.arange(len(sites)), [len(fitted[site]) for site in sites])
     xs, ds = x[rows], d[rows]
-    order = np.lexsort((xs, label))  # (site, value); equal values (0.0, -0.0 too) in row order
+    order = np.lexsort((xs, label))  # (site, value), stable: a bin's rows in row order (0.0 and -0.0 one bin)
     xo, lo = xs[order], label[order]
-    first = np.flatnonzero(np.r_[True, (lo[1:] != lo[:-1]) | (xo[1:] != xo[:-1])])  # each bin's first row
-    values_per_site = np.bincount(lo[first], minlength=len(sites))
-    out = {site: _bins(xs[label == i], ds[label == i]) for i, site in enumerate(sites) if values_per_site[i] > MAX_BINS}
+    starts = np.r_[True, (lo[1:] != lo[:-1]) | (xo[1:] != xo[:-1])]
+    first = np.flatnonzero(starts)  # each bin's first row
+    quantiles = np.bincount(lo[first], minlength=len(sites)) > MAX_BINS  # sites binned by quantile, one by one
+    out = {site: _bins(x[fitted[site]], d[fitted[site]]) if quantiles[i] else [] for i, site in enumerate(sites)}
     bin_of = np.empty(len(rows), np.int64)
-    bin_of[order] = np.cumsum(np.r_[True, (lo[1:] != lo[:-1]) | (xo[1:] != xo[:-1])]) - 1
+    bin_of[order] = np.cumsum(starts) - 1
     mean = pd.Series(ds).groupby(bin_of, sort=True).mean().to_numpy()
-    ends = np.r_[first[1:], len(order)]
-    for i, site in enumerate(sites):
-        if site in out:
-            continue
-        out[site] = []
-    for b, (start, end) in enumerate(zip(first, ends)):
-        site = sites[lo[start]]
-        if values_per_site[lo[start]] > MAX_BINS:
-            continue
-        members = np.sort(order[start:end])
-        out[site].append(
-            {"x": float(xo[start]), "n": int(end - start), "mean": float(mean[b]), "m2": _sum_of_squares(ds[members])}
-        )
+    for b, (start, end) in enumerate(zip(first, np.r_[first[1:], len(order)])):
+        if not quantiles[lo[start]]:
+            out[sites[lo[start]]].append(
+                {"x": float(xo[start]), "n": int(end - start), "mean": float(mean[b]),
+                 "m2": _sum_of_squares(ds[order[start:end]])}
+            )  # fmt: skip
     return out
 
 
@@ -318,8 +312,9 @@ def _site_rows(sites: np.ndarray) -> dict:
     """Each call site (sorted) -> its rows, in row order. Why: a mask `sites == site` per call site compared every
     row's text with every call site's, the most of a prediction's time at ~700 call sites."""
     values, inverse = np.unique(sites, return_inverse=True)
-    order = np.argsort(inverse.reshape(-1), kind="stable")
-    bounds = np.searchsorted(inverse.reshape(-1)[order], np.arange(len(values) + 1))
+    inverse = inverse.reshape(-1)  # (numpy 2.0 and 2.1 gave it the input's shape)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(values) + 1))
     return {site: order[bounds[i] : bounds[i + 1]] for i, site in enumerate(values.tolist())}
 
 
