@@ -131,7 +131,16 @@ def test_outputs_are_byte_identical_on_rerun(tmp_path):
     assert main(["ranks", *map(str, folders), "-o", str(a)]) == 0
     assert main(["ranks", *map(str, folders), "-o", str(b)]) == 0
     names = sorted(p.name for p in a.iterdir())
-    assert names == [OUTPUT_MARKER, "ranks.html", "ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
+    assert names == [
+        OUTPUT_MARKER,
+        "call_sites.csv",
+        "ranks.html",
+        "ranks.json",
+        "ranks.md",
+        "skew.png",
+        "steps.csv",
+        "timeline.png",
+    ]
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 

@@ -20,7 +20,7 @@ from gpuvar.ranks.report import write_outputs
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 GLOO = Path("../shared/data/real/pytorch-kineto-trace/h100-2rank-gloo")
 GLOO_TRACES = [GLOO / "rank0.pt.trace.json.gz", GLOO / "rank1.pt.trace.json.gz"]
-OUTPUTS = ["ranks.html", "ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
+OUTPUTS = ["call_sites.csv", "ranks.html", "ranks.json", "ranks.md", "skew.png", "steps.csv", "timeline.png"]
 
 
 def _mpi(processes: int, *args: str) -> subprocess.CompletedProcess:

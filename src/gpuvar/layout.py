@@ -48,6 +48,7 @@ CAUSAL_GRAPH = "graph.graphml"  # the graph with its labels (networkx GraphML)
 FIGURE_INDEX = "index.csv"  # `gpuvar plot causal`: one row per drawn group and its files
 RANKS_PAGE_HTML = "ranks.html"  # ranks.md rendered, figures embedded
 RANKS_STEPS = "steps.csv"  # the rank analysis per rank and step
+RANKS_SITES = "call_sites.csv"  # every call site run by two ranks or more: its variance between ranks
 COMPARE_PAGE = "compare.md"  # the comparison as a page
 
 # --- sub-folders of `gpuvar explain`'s output (the workflow's stages, one folder each) -----------------------

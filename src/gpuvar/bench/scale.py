@@ -242,7 +242,11 @@ def run_scale(args) -> int:
         timed("ingest", ingest)
         timed("binning", binning)
         timed("ranks", ranks)
-        straggler_named = json.loads((out / EXPLAIN_RANKS / RANKS_RECORD).read_text())["straggler"]
+        ranks_record = json.loads((out / EXPLAIN_RANKS / RANKS_RECORD).read_text())
+        straggler_named = ranks_record["straggler"]
+        gemm_sites = [
+            s for s in ranks_record.get("call_sites_across_ranks", []) if s["call_site"].startswith("aten::mm")
+        ]
         timed("findings", findings)
         total_wall = time.perf_counter() - t_all
         explained = {r: size_explained(out / EXPLAIN_FINDINGS / f"rank{r}") for r in analysed}
@@ -277,6 +281,9 @@ def run_scale(args) -> int:
             "ranks_analysed": len(explained),
             "ranks_with_size_driver_explained": {op: sum(e[op] for e in explained.values()) for op in SIZE_OPS},
             "straggler_size_driver_explained": explained.get(truth["straggler"]),
+            # the call sites across ranks (gpuvar.ranks.sites): the straggler's GEMMs, on more data, are slower
+            "gemm_sites_shown": len(gemm_sites),
+            "gemm_sites_slowest_on_straggler": sum(s["slowest_rank"] == truth["straggler"] for s in gemm_sites),
         },
     }
     print(json.dumps(result, sort_keys=True))

@@ -8,7 +8,7 @@ across ranks by order (every rank of a process group issues them in the same ord
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,7 @@ import pandas as pd
 from gpuvar.ranks.gpus import sharing
 from gpuvar.ranks.lateness import lateness, median_pace, sentence
 from gpuvar.ranks.load import RankInput
+from gpuvar.ranks.sites import across_ranks, site_moments, site_records
 
 
 @dataclass
@@ -23,6 +24,7 @@ class RankAnalysis:
     steps: pd.DataFrame  # one row per (step, rank)
     summary: dict
     findings: list[str]
+    sites: pd.DataFrame = field(default_factory=pd.DataFrame)  # call sites across ranks (gpuvar.ranks.sites)
 
 
 def union_ns(start: np.ndarray, end: np.ndarray) -> int:
@@ -137,14 +139,15 @@ def analyze(data: RankInput, seed: int = 0) -> RankAnalysis:
     def explain(steps: pd.DataFrame, straggler: int) -> dict:
         return lateness(steps, data, straggler, sharing(data.kernels, straggler), seed)
 
-    return combine(local, data, explain, seed)
+    return combine(local, data, explain, seed, site_moments(data.kernels))
 
 
-def combine(local: LocalSteps, data: RankInput, explain, seed: int = 0) -> RankAnalysis:
+def combine(local: LocalSteps, data: RankInput, explain, seed: int = 0, moments=None) -> RankAnalysis:
     """Every rank's LocalSteps with what concerns all ranks: the collectives (their waits), each rank's span, the
     dropped collectives and the job checks of `data` (its launches are not read here, gpuvar.ranks.job passes
     none): arrivals, lateness, waits, the straggler; `explain(steps, straggler)` gives the straggler's driver
-    record (gpuvar.ranks.lateness), its median pace is computed from the step table."""
+    record (gpuvar.ranks.lateness), its median pace is computed from the step table. moments: every rank's
+    per-call-site moments (gpuvar.ranks.sites.site_moments), for the call sites across ranks."""
     ranks = local.ranks
     if len(ranks) < 2:
         summary = {"ranks": ranks, "result": "one rank: nothing to compare"}
@@ -206,7 +209,10 @@ def combine(local: LocalSteps, data: RankInput, explain, seed: int = 0) -> RankA
         "warnings": list(data.warnings),
         "clocks_agree": data.clocks_agree,
     }
-    return RankAnalysis(steps.drop(columns=["wait_in_step_ns"]), summary, summary["warnings"] + _sentences(summary))
+    sites = across_ranks(moments if moments is not None else site_moments(pd.DataFrame()))
+    summary["call_sites_across_ranks"] = site_records(sites)
+    findings = summary["warnings"] + _sentences(summary)
+    return RankAnalysis(steps.drop(columns=["wait_in_step_ns"]), summary, findings, sites)
 
 
 def _waits(col: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

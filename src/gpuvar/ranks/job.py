@@ -54,6 +54,7 @@ from gpuvar.ranks.load import (
     rank_spans,
     trace_part,
 )
+from gpuvar.ranks.sites import site_moments
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class Summary:
     rank: int | None = None  # a trace's rank
     recorded: object = None  # a trace's gpuvar.ingest.gpu_identity.Recorded
     devices: dict[str, list[int]] = field(default_factory=dict)  # kernels / launches: distinct device ids
+    sites: pd.DataFrame | None = None  # per (rank, call site) moments (gpuvar.ranks.sites.site_moments)
 
 
 def plan_units(inputs: list[str], traces: bool, size: int) -> list[Unit]:
@@ -172,6 +174,7 @@ def summarize(unit: Unit) -> Summary:
         rank=part.rank if part is not None else None,
         recorded=part.recorded if part is not None else None,
         devices={"kernels": _devices(k), "launches": sorted(set(_devices(k)) | set(_devices(m)))},
+        sites=site_moments(k),
     )
 
 
@@ -368,7 +371,8 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm) -> di
 
     def analyse():
         decided = decide([s for part in gathered for s in part], traces, sources)
-        result = combine(decided.local, decided.data, _explainer(decided, held, seed), seed)
+        moments = _concat([s.sites for s in decided.summaries])
+        result = combine(decided.local, decided.data, _explainer(decided, held, seed), seed, moments)
         return decided, result
 
     decided, result = together(comm, analyse, root=0) or (None, None)

@@ -1,4 +1,4 @@
-"""Outputs of `gpuvar ranks`: ranks.json, steps.csv, ranks.md (and ranks.html, the page with its figures embedded,
+"""Outputs of `gpuvar ranks`: ranks.json, steps.csv, call_sites.csv, ranks.md (and ranks.html, the page with its figures embedded,
 for the report), timeline.png, skew.png (byte-identical on rerun)."""
 
 from __future__ import annotations
@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuvar.atomic import staged_folder
-from gpuvar.layout import RANKS_PAGE, RANKS_PAGE_HTML, RANKS_RECORD, RANKS_STEPS
+from gpuvar.layout import RANKS_PAGE, RANKS_PAGE_HTML, RANKS_RECORD, RANKS_SITES, RANKS_STEPS
 from gpuvar.markdown_html import render_html
 from gpuvar.output import write_csv, write_json, write_text
 from gpuvar.plots import style
 from gpuvar.ranks.analyze import RankAnalysis
 from gpuvar.ranks.load import RankInput
+from gpuvar.ranks.sites import page_lines
 from gpuvar.text_safety import md_code, md_text
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -50,6 +51,7 @@ def _page(result: RankAnalysis) -> str:
             if s["driver"].get("host_stalls"):
                 stalls = ", ".join(f"step {x['step']} ({x['gap_ns'] / 1e6:.1f} ms)" for x in s["driver"]["host_stalls"])
                 lines += ["", f"Host stalls left out of the split: {stalls}."]
+        lines += page_lines(s.get("call_sites_across_ranks", []))
         lines += [
             "",
             "## Figures",
@@ -146,6 +148,8 @@ def write_outputs(result: RankAnalysis, data: RankInput, out: str | Path) -> Pat
         record = dict(result.summary, findings=result.findings, sources=data.sources)
         if not result.steps.empty:
             write_csv(result.steps, tmp / RANKS_STEPS)
+        if not result.sites.empty:
+            write_csv(result.sites, tmp / RANKS_SITES)
             _timeline(result, data, tmp / "timeline")
             _skew(result, tmp / "skew")
         write_pages(_page(result), tmp)

@@ -1,0 +1,175 @@
+"""Call sites across ranks: how much of each call site's launch-time variance lies between the ranks that run it.
+
+Why: the straggler analysis (gpuvar.ranks.lateness) explains one rank's lateness. A performance engineer with a
+multi-rank job also asks the converse per call site: does this GEMM vary because one rank runs it slower (a slow or
+throttled GPU, a rank with more work) or within every rank (sizes, contention)? The two call for different fixes.
+
+Per call site, the sum of squared deviations of its launches' durations splits exactly into a part between ranks
+(each rank's launch count times its mean's squared distance from the call site's mean) and a part within ranks
+(the one-way ANOVA decomposition). `between_share` is the first over the total: 1 when every rank runs the call
+site at its own constant speed, 0 when all ranks have the same mean. No p-value is given: a rank's launches follow
+each other in time and are not independent draws, so an F-test would overstate the evidence; the share and the
+slowest rank's mean against the median rank's say how large the difference is.
+
+What travels in the MPI job (gpuvar.ranks.job): each unit's per-(rank, call site) moments (launches, summed
+duration, the sum of squares about the rank's own mean), a few rows per call site and rank, never launches. The
+moments of a rank come from its rows in file order by the same arithmetic whichever process reads them, and the
+combination runs on sorted rows, so call_sites.csv is the same bytes for any number of processes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gpuvar.text_safety import md_code
+
+MOMENT_COLUMNS = ["rank", "call_site", "launches", "sum_ns", "m2"]
+TOP_SITES = 10  # call sites shown on ranks.md and in ranks.json (call_sites.csv has every one)
+MIN_LAUNCHES_PER_RANK = 5  # a rank with fewer launches of a call site says little about its speed there
+
+
+def site_moments(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, call site), in that order: launches, summed duration (exact integer ns) and m2, the sum of
+    squared deviations from the rank's own mean, added in the rows' order. Launches without a call site, a rank
+    or both times are left out."""
+    needed = {"rank", "call_site", "start", "end"}
+    if kernels.empty or not needed <= set(kernels.columns):
+        return _empty()
+    rank = pd.to_numeric(kernels["rank"], errors="coerce").to_numpy(np.float64)
+    start = pd.to_numeric(kernels["start"], errors="coerce").to_numpy(np.float64)
+    end = pd.to_numeric(kernels["end"], errors="coerce").to_numpy(np.float64)
+    site = kernels["call_site"]
+    ok = np.isfinite(rank) & np.isfinite(start) & np.isfinite(end) & site.notna().to_numpy()
+    if not ok.any():
+        return _empty()
+    rows = np.flatnonzero(ok)
+    codes, names = pd.factorize(site.iloc[rows].astype(str), sort=True)
+    ranks = rank[rows].astype(np.int64)
+    duration = pd.to_numeric(kernels["end"].iloc[rows]).to_numpy(np.int64) - pd.to_numeric(
+        kernels["start"].iloc[rows]
+    ).to_numpy(np.int64)
+    order = np.lexsort((codes, ranks))  # by rank, then call site; rows keep their file order inside each pair
+    ranks, codes, duration = ranks[order], codes[order], duration[order]
+    first = np.flatnonzero(np.r_[True, (ranks[1:] != ranks[:-1]) | (codes[1:] != codes[:-1])])
+    launches = np.diff(np.r_[first, len(order)])
+    sums = np.add.reduceat(duration, first)
+    means = sums / launches
+    deviation = duration - np.repeat(means, launches)
+    m2 = np.add.reduceat(deviation * deviation, first)
+    return pd.DataFrame(
+        {
+            "rank": ranks[first],
+            "call_site": np.asarray(names, dtype=object)[codes[first]],
+            "launches": launches.astype(np.int64),
+            "sum_ns": sums.astype(np.int64),
+            "m2": m2.astype(np.float64),
+        }
+    )
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object if c == "call_site" else np.int64) for c in MOMENT_COLUMNS}).astype(
+        {"m2": np.float64}
+    )
+
+
+def across_ranks(moments: pd.DataFrame) -> pd.DataFrame:
+    """One row per call site run by two ranks or more, most variance first (the total sum of squares, ns²):
+    launches, ranks, mean and sd of a launch (ns), between_share, the slowest rank (highest mean; ties: the lower
+    rank), its mean, the median of the ranks' means and the slowest over that median. Ranks with fewer than
+    MIN_LAUNCHES_PER_RANK launches of a call site are left out of its row (`ranks_left_out` counts them)."""
+    columns = [
+        "call_site",
+        "launches",
+        "ranks",
+        "mean_ns",
+        "sd_ns",
+        "between_share",
+        "slowest_rank",
+        "slowest_rank_mean_ns",
+        "median_rank_mean_ns",
+        "slowest_over_median",
+        "ranks_left_out",
+    ]
+    if moments.empty:
+        return pd.DataFrame({c: [] for c in columns})
+    m = moments.sort_values(["call_site", "rank"], kind="stable").reset_index(drop=True)
+    rows = []
+    for site, group in m.groupby("call_site", sort=True):
+        enough = group[group["launches"] >= MIN_LAUNCHES_PER_RANK]
+        if len(enough) < 2:
+            continue
+        n = enough["launches"].to_numpy(np.int64)
+        total_ns = int(enough["sum_ns"].sum())
+        count = int(n.sum())
+        grand = total_ns / count
+        rank_means = enough["sum_ns"].to_numpy(np.float64) / n
+        within = float(enough["m2"].sum())
+        between = float((n * (rank_means - grand) ** 2).sum())
+        total = within + between
+        slow = int(np.argmax(rank_means))  # (the first maximum: ranks are sorted)
+        median = float(np.median(rank_means))
+        rows.append(
+            {
+                "call_site": site,
+                "launches": count,
+                "ranks": len(enough),
+                "mean_ns": grand,
+                "sd_ns": float(np.sqrt(total / count)),
+                "between_share": between / total if total > 0 else 0.0,
+                "slowest_rank": int(enough["rank"].iloc[slow]),
+                "slowest_rank_mean_ns": float(rank_means[slow]),
+                "median_rank_mean_ns": median,
+                "slowest_over_median": float(rank_means[slow] / median) if median > 0 else float("nan"),
+                "ranks_left_out": int(len(group) - len(enough)),
+                "_total": total,
+            }
+        )
+    if not rows:
+        return pd.DataFrame({c: [] for c in columns})
+    table = pd.DataFrame(rows).sort_values(["_total", "call_site"], ascending=[False, True], kind="stable")
+    return table.drop(columns=["_total"]).reset_index(drop=True)[columns]
+
+
+def site_records(table: pd.DataFrame, top: int = TOP_SITES) -> list[dict]:
+    """The first `top` rows of across_ranks as JSON records (ranks.json), numbers rounded as the page shows them."""
+    out = []
+    for row in table.head(top).itertuples(index=False):
+        out.append(
+            {
+                "call_site": row.call_site,
+                "launches": int(row.launches),
+                "ranks": int(row.ranks),
+                "mean_ns": round(float(row.mean_ns), 1),
+                "sd_ns": round(float(row.sd_ns), 1),
+                "between_share": round(float(row.between_share), 6),
+                "slowest_rank": int(row.slowest_rank),
+                "slowest_over_median": round(float(row.slowest_over_median), 6),
+            }
+        )
+    return out
+
+
+def page_lines(records: list[dict]) -> list[str]:
+    """The ranks.md section: the call sites with most launch-time variance, and how much of it is between ranks."""
+    if not records:
+        return []
+    lines = [
+        "",
+        "## Call sites across ranks",
+        "",
+        "The call sites whose launch times vary most, and the share of that variance between ranks (which rank",
+        "ran the launch) rather than within them (docs/ranks.md; every call site: call_sites.csv). A collective's",
+        "launches include its wait: there the straggler is the fastest rank, not the slowest.",
+        "",
+        "| call site | launches | ranks | mean | sd | between ranks | slowest rank (x median rank's mean) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        lines.append(
+            f"| {md_code(r['call_site'])} | {r['launches']} | {r['ranks']} | {r['mean_ns'] / 1e3:.1f} µs "
+            f"| {r['sd_ns'] / 1e3:.1f} µs | {100 * r['between_share']:.1f} % "
+            f"| {r['slowest_rank']} ({r['slowest_over_median']:.2f}x) |"
+        )
+    return lines

@@ -1,0 +1,85 @@
+"""Call sites across ranks (gpuvar.ranks.sites): planted jobs where the variance lies between ranks, within them, or
+both; the decomposition is exact, and the moments a process sends per rank give what all ranks at once give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuvar.ranks.sites import MIN_LAUNCHES_PER_RANK, across_ranks, page_lines, site_moments, site_records
+
+
+def _launches(durations: dict[tuple[int, str], np.ndarray]) -> pd.DataFrame:
+    """Kernel rows (rank, call_site, start, end) with the given durations, interleaved in time as a job's are."""
+    frames = []
+    for (rank, site), d in durations.items():
+        start = np.arange(len(d), dtype=np.int64) * 10_000_000
+        frames.append(pd.DataFrame({"rank": rank, "call_site": site, "start": start, "end": start + d}))
+    return pd.concat(frames, ignore_index=True).sample(frac=1.0, random_state=0).reset_index(drop=True)
+
+
+def test_a_slow_rank_is_named_and_carries_the_variance_between_ranks():
+    rng = np.random.default_rng(0)
+    durations = {(r, "aten::mm#0.0"): rng.normal(100_000, 500, 200).astype(np.int64) for r in range(6)}
+    durations[(4, "aten::mm#0.0")] += 30_000  # rank 4: a throttled GPU
+    durations.update({(r, "aten::add#0.0"): rng.normal(10_000, 3_000, 200).astype(np.int64) for r in range(6)})
+    table = across_ranks(site_moments(_launches(durations)))
+    mm = table.set_index("call_site").loc["aten::mm#0.0"]
+    assert mm["slowest_rank"] == 4 and mm["between_share"] > 0.95
+    assert mm["slowest_over_median"] == pytest.approx(1.3, rel=0.01)
+    add = table.set_index("call_site").loc["aten::add#0.0"]  # the same distribution on every rank
+    assert add["between_share"] < 0.05
+    assert list(table["call_site"]) == ["aten::mm#0.0", "aten::add#0.0"]  # most variance first
+
+
+def test_the_split_is_exact_and_the_sd_is_the_call_sites_own():
+    rng = np.random.default_rng(1)
+    durations = {(r, "k#0"): rng.integers(1_000, 90_000, 50 + 7 * r) for r in range(5)}
+    row = across_ranks(site_moments(_launches(durations))).iloc[0]
+    everything = np.concatenate(list(durations.values())).astype(np.float64)
+    assert row["launches"] == len(everything) and row["ranks"] == 5
+    assert row["mean_ns"] == pytest.approx(everything.mean(), rel=1e-12)
+    assert row["sd_ns"] == pytest.approx(everything.std(), rel=1e-12)
+    means = np.array([d.mean() for d in durations.values()])
+    counts = np.array([len(d) for d in durations.values()])
+    between = (counts * (means - everything.mean()) ** 2).sum() / ((everything - everything.mean()) ** 2).sum()
+    assert row["between_share"] == pytest.approx(between, rel=1e-10)
+
+
+def test_ranks_with_too_few_launches_and_single_rank_call_sites_are_left_out():
+    durations = {
+        (0, "a"): np.full(20, 100),
+        (1, "a"): np.full(20, 300),
+        (2, "a"): np.full(MIN_LAUNCHES_PER_RANK - 1, 9),
+    }
+    durations[(0, "only-rank-0")] = np.arange(20)
+    launches = _launches(durations)
+    first = launches.index[(launches["rank"] == 0) & (launches["call_site"] == "a")][0]
+    launches.loc[first, "call_site"] = None  # a launch without a call site is not counted
+    table = across_ranks(site_moments(launches))
+    assert list(table["call_site"]) == ["a"]
+    row = table.iloc[0]
+    assert row["ranks"] == 2 and row["ranks_left_out"] == 1 and row["slowest_rank"] == 1
+    assert row["between_share"] == 1.0  # each rank constant: all the variance is between them
+    assert row["launches"] == 39
+
+
+def test_moments_sent_rank_by_rank_give_the_same_bytes_as_all_ranks_at_once():
+    """What gpuvar.ranks.job relies on: a process computes each of its ranks' moments alone."""
+    rng = np.random.default_rng(2)
+    durations = {(r, f"op#{s}"): rng.integers(1, 10**7, 300) for r in range(4) for s in range(3)}
+    launches = _launches(durations)
+    whole = across_ranks(site_moments(launches))
+    parts = pd.concat([site_moments(launches[launches["rank"] == r]) for r in (2, 0, 3, 1)], ignore_index=True)
+    assert across_ranks(parts).to_csv() == whole.to_csv()
+
+
+def test_the_page_shows_the_records_and_no_table_without_any():
+    rng = np.random.default_rng(3)
+    durations = {(r, "x|y"): rng.integers(1_000, 2_000, 30) + 500 * r for r in range(3)}
+    records = site_records(across_ranks(site_moments(_launches(durations))))
+    lines = page_lines(records)
+    assert lines[1] == "## Call sites across ranks" and "| 2 (" in lines[-1]
+    assert "x\\|y" in lines[-1] or "`x|y`" in lines[-1]  # a table cell, whatever the name holds
+    assert page_lines([]) == [] and across_ranks(site_moments(pd.DataFrame())).empty
