@@ -7,7 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuvar.ranks.sites import MIN_LAUNCHES_PER_RANK, across_ranks, page_lines, site_moments, site_records
+from gpuvar.ranks.sites import (
+    MIN_LAUNCHES_PER_RANK,
+    across_ranks,
+    page_lines,
+    site_moments,
+    site_records,
+    sites_sentence,
+)
 
 
 def _launches(durations: dict[tuple[int, str], np.ndarray]) -> pd.DataFrame:
@@ -83,3 +90,21 @@ def test_the_page_shows_the_records_and_no_table_without_any():
     assert lines[1] == "## Call sites across ranks" and "| 2 (" in lines[-1]
     assert "x\\|y" in lines[-1] or "`x|y`" in lines[-1]  # a table cell, whatever the name holds
     assert page_lines([]) == [] and across_ranks(site_moments(pd.DataFrame())).empty
+
+
+def _record(site: str, rank: int, ratio: float, share: float) -> dict:
+    return {"call_site": site, "slowest_rank": rank, "slowest_over_median": ratio, "between_share": share}
+
+
+def test_the_finding_names_the_rank_slowest_at_most_call_sites_and_leaves_collectives_aside():
+    records = [_record("nccl:all_reduce#0.0", 1, 1.3, 0.9)]  # a collective: slowest on the ranks that wait
+    records += [_record(f"aten::mm#{i}.0", 7, 2.0 + i / 100, 0.3) for i in range(4)] + [
+        _record("aten::add#0.0", 2, 1.0, 0.0)
+    ]
+    line = sites_sentence(records)
+    assert line.startswith("rank 7 is the slowest rank at 4 of the 5 call sites") and "2.01x" in line
+    within = [_record("a", 0, 1.5, 0.1), _record("b", 1, 1.02, 0.6)]  # neither both large and between ranks
+    assert sites_sentence(within).endswith("at most 60 % of their variance lies between ranks (call_sites.csv)")
+    mixed = [_record("a", 0, 1.5, 0.4), _record("b", 1, 1.3, 0.5), _record("c", 2, 1.0, 0.0), _record("d", 3, 1.0, 0.0)]
+    assert sites_sentence(mixed).startswith("call sites slower on one rank: a on rank 0 (1.50x, 40 %")
+    assert sites_sentence(records[:1]) is None and sites_sentence([]) is None

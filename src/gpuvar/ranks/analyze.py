@@ -16,7 +16,7 @@ import pandas as pd
 from gpuvar.ranks.gpus import sharing
 from gpuvar.ranks.lateness import lateness, median_pace, sentence
 from gpuvar.ranks.load import RankInput
-from gpuvar.ranks.sites import across_ranks, site_moments, site_records
+from gpuvar.ranks.sites import across_ranks, site_moments, site_records, sites_sentence
 
 
 @dataclass
@@ -212,6 +212,8 @@ def combine(local: LocalSteps, data: RankInput, explain, seed: int = 0, moments=
     sites = across_ranks(moments if moments is not None else site_moments(pd.DataFrame()))
     summary["call_sites_across_ranks"] = site_records(sites)
     findings = summary["warnings"] + _sentences(summary)
+    if summary["collectives_compared"] and sites_sentence(summary["call_sites_across_ranks"]):
+        findings.append(sites_sentence(summary["call_sites_across_ranks"]))
     return RankAnalysis(steps.drop(columns=["wait_in_step_ns"]), summary, findings, sites)
 
 

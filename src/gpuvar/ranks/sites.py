@@ -27,6 +27,9 @@ from gpuvar.text_safety import md_code
 MOMENT_COLUMNS = ["rank", "call_site", "launches", "sum_ns", "m2"]
 TOP_SITES = 10  # call sites shown on ranks.md and in ranks.json (call_sites.csv has every one)
 MIN_LAUNCHES_PER_RANK = 5  # a rank with fewer launches of a call site says little about its speed there
+# a call site worth a sentence: this much of its variance between ranks, its slowest rank this much above the median
+SENTENCE_BETWEEN_SHARE = 0.2
+SENTENCE_SLOWER = 1.1
 
 
 def site_moments(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -149,6 +152,44 @@ def site_records(table: pd.DataFrame, top: int = TOP_SITES) -> list[dict]:
             }
         )
     return out
+
+
+def sites_sentence(records: list[dict]) -> str | None:
+    """The finding of the call sites across ranks, from the shown records less the collectives' own call sites
+    (their launches include the wait): one rank slowest at most of them, else the call sites that run slower on
+    one rank, else that they vary within ranks. None without a call site run by two ranks."""
+    from gpuvar.ranks.load import COLLECTIVE_TIERS
+
+    prefixes = tuple(p for tier in COLLECTIVE_TIERS for p in tier)
+    sites = [r for r in records if not r["call_site"].startswith(prefixes)]
+    if not sites:
+        return None
+    slower = [
+        r for r in sites if r["between_share"] >= SENTENCE_BETWEEN_SHARE and r["slowest_over_median"] >= SENTENCE_SLOWER
+    ]
+    if not slower:
+        most = max(r["between_share"] for r in sites)
+        return (
+            "the call sites with most launch-time variance (collectives aside) vary within ranks: at most "
+            f"{100 * most:.0f} % of their variance lies between ranks (call_sites.csv)"
+        )
+    ranks = [r["slowest_rank"] for r in slower]
+    rank = max(sorted(set(ranks)), key=ranks.count)  # (ties: the lower rank)
+    mine = [r for r in slower if r["slowest_rank"] == rank]
+    if 2 * len(mine) >= len(sites):
+        ratio = float(np.median([r["slowest_over_median"] for r in mine]))
+        share = float(np.median([r["between_share"] for r in mine]))
+        return (
+            f"rank {rank} is the slowest rank at {len(mine)} of the {len(sites)} call sites with most launch-time "
+            f"variance (collectives aside): a median {ratio:.2f}x the median rank's mean, {100 * share:.0f} % of "
+            "their variance between ranks (call_sites.csv)"
+        )
+    shown = ", ".join(
+        f"{r['call_site']} on rank {r['slowest_rank']} ({r['slowest_over_median']:.2f}x, "
+        f"{100 * r['between_share']:.0f} % of its variance between ranks)"
+        for r in slower[:3]
+    )
+    return f"call sites slower on one rank: {shown} (call_sites.csv)"
 
 
 def page_lines(records: list[dict]) -> list[str]:
