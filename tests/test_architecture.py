@@ -41,6 +41,7 @@ def test_every_path_the_page_names_exists():
         "findings.md",
         "decomposition.csv",
         "steps.csv",
+        "call_sites.csv",
     )  # written by a run, named by gpuvar.layout (test below)
     missing = [
         p
@@ -77,4 +78,5 @@ def test_artifact_names_match_the_module():
         assert f"`{getattr(layout, name)}`" in DOC, name
     assert f"`{layout.RAW_FOLDER}/`" in DOC and "`raw.json`" in DOC
     assert f"`{layout.CHECKS_TABLE}`" in DOC
+    assert f"`{layout.RANKS_SITES}`" in DOC
     assert f"`{layout.ALL_GROUP}`" in DOC
