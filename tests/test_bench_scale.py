@@ -25,6 +25,7 @@ def test_scale_bench_recovers_the_planted_truth_and_no_process_holds_every_launc
     assert truth["ranks_with_size_driver_explained"] == {"aten::add": 8, "aten::mm": 8}
     # the call sites across ranks: the straggler (more data per step) runs every GEMM call site shown slowest
     assert truth["gemm_sites_shown"] >= 5 and truth["gemm_sites_slowest_on_straggler"] == truth["gemm_sites_shown"]
+    assert truth["sites_finding_names_straggler"]
     assert set(out["stages"]) == {"ingest", "binning", "ranks", "findings"}
     for name, stage in out["stages"].items():
         assert stage["wall_s"] > 0 and stage["launches_per_s"] > 0, name

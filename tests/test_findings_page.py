@@ -11,7 +11,8 @@ import re
 import pytest
 
 from gpuvar.demo.planted_findings import LONGEST_NS, PAGE_OPS, page_traps
-from gpuvar.findings.report import MAX_FINDINGS, duration_text
+from gpuvar.findings.report import MAX_FINDINGS
+from gpuvar.units import duration_text
 
 
 @pytest.fixture(scope="module")

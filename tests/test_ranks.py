@@ -171,3 +171,23 @@ def test_median_pace_counterfactual_matches_the_planted_arrivals(tmp_path):
     lo, hi = paced["others_wait_less_per_step_ns"]["interval"]
     assert lo <= paced["others_wait_less_per_step_ns"]["value"] <= hi
     assert any(f.startswith("if rank 1 kept its median pace") for f in result.findings)
+
+
+def test_waits_of_many_ranks_are_two_findings_not_one_per_rank():
+    """A 256-rank job gave 256 'rank N waits ...' findings. Beyond WAIT_LINES_MAX ranks the straggler keeps its own
+    line and the others are one line with their range and median; up to it, one line per rank as before."""
+    from gpuvar.ranks.analyze import WAIT_LINES_MAX, wait_lines
+
+    def per_rank(n: int, straggler: int) -> dict:
+        per = {str(r): {"wait_share": 0.30 + r / 1000, "wait_ns": 3e8, "profiled_ns": 1e9} for r in range(n)}
+        per[str(straggler)]["wait_share"] = 0.05
+        return per
+
+    many = wait_lines(list(range(40)), per_rank(40, 17), 17)
+    assert many == [
+        "rank 17, the straggler, waits 5 % of its time in collectives (300 ms of 1000 ms)",
+        "the other 39 ranks wait 30–34 % of their time in collectives (median 32 %; every rank's wait: "
+        "ranks.json per_rank)",
+    ]
+    few = wait_lines(list(range(WAIT_LINES_MAX)), per_rank(WAIT_LINES_MAX, 3), 3)
+    assert len(few) == WAIT_LINES_MAX and few[3].startswith("rank 3 waits 5 % of its time in collectives")

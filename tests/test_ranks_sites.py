@@ -11,6 +11,7 @@ from gpuvar.ranks.sites import (
     MIN_LAUNCHES_PER_RANK,
     across_ranks,
     page_lines,
+    robust_z,
     site_moments,
     site_records,
     sites_sentence,
@@ -108,3 +109,45 @@ def test_the_finding_names_the_rank_slowest_at_most_call_sites_and_leaves_collec
     mixed = [_record("a", 0, 1.5, 0.4), _record("b", 1, 1.3, 0.5), _record("c", 2, 1.0, 0.0), _record("d", 3, 1.0, 0.0)]
     assert sites_sentence(mixed).startswith("call sites slower on one rank: a on rank 0 (1.50x, 40 %")
     assert sites_sentence(records[:1]) is None and sites_sentence([]) is None
+
+
+def _many_ranks(ranks: int, slow: int | None, factor: float, seed: int) -> pd.DataFrame:
+    """A GEMM whose size varies per step on every rank (a wide spread within ranks), `slow` running it `factor`
+    slower: the planted job of gpuvar bench scale in miniature."""
+    rng = np.random.default_rng(seed)
+    durations = {}
+    for r in range(ranks):
+        d = rng.integers(1, 9, 100) * 20_000 + rng.normal(0, 2_000, 100)
+        durations[(r, "aten::mm#0.0")] = (d * (factor if r == slow else 1.0)).astype(np.int64)
+        durations[(r, "aten::add#0.0")] = (rng.integers(1, 9, 100) * 5_000).astype(np.int64)
+    return _launches(durations)
+
+
+def test_one_slow_rank_among_many_is_named_though_it_carries_little_of_the_variance():
+    """At 64 ranks one rank 1.5x slower holds ~3 % of the variance (the sizes vary within every rank), under the
+    share's 20 %: its mean stands out among the ranks' means, and the finding names it."""
+    records = site_records(across_ranks(site_moments(_many_ranks(64, slow=37, factor=1.5, seed=4))))
+    mm = next(r for r in records if r["call_site"] == "aten::mm#0.0")
+    assert mm["slowest_rank"] == 37 and mm["between_share"] < 0.2 and mm["slowest_robust_z"] > 5
+    line = sites_sentence(records)
+    assert line.startswith("rank 37 is the slowest rank at 1 of the 2 call sites") and "modified z-score" in line
+    assert "| 37 (1.46x, z 9.4) |" in "".join(page_lines(records))
+
+
+def test_many_ranks_alike_give_no_slow_rank():
+    """The null case: 64 ranks drawing their sizes from the same distribution. Some rank is always the slowest, and
+    by chance its mean can be 10 % above the median rank's (100 steps a rank), but it is no outlier among the ranks'
+    means: no call site is said to be slower on one rank."""
+    for seed in range(5):
+        records = site_records(across_ranks(site_moments(_many_ranks(64, slow=None, factor=1.0, seed=seed))))
+        assert all(r["slowest_robust_z"] < 3.5 and r["between_share"] < 0.05 for r in records)
+        assert sites_sentence(records).startswith("the call sites with most launch-time variance")
+
+
+def test_the_modified_z_score():
+    means = np.array([10.0, 11.0, 12.0, 13.0, 40.0])
+    assert robust_z(means, 4) == pytest.approx(0.6745 * (40 - 12) / 1.0)
+    assert np.isnan(robust_z(means[:2], 1))  # two ranks: neither is the odd one out
+    flat = np.array([5.0, 5.0, 5.0, 5.0, 9.0])  # the MAD is 0: the mean absolute deviation stands in
+    assert robust_z(flat, 4) == pytest.approx(4 / (1.253314 * 0.8))
+    assert robust_z(np.full(4, 7.0), 0) == 0.0

@@ -1,5 +1,5 @@
-"""Bin-width parsing, shared by the config model and the MPI binning job (which must not import pydantic:
-every rank pays its start-up)."""
+"""Units shared across stages: bin-width parsing (the config model and the MPI binning job, which must not import
+pydantic: every rank pays its start-up) and durations as the pages print them (findings, ranks, verify)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,19 @@ def format_bin_width(text: str | int | float) -> str:
     """The bin width validated and as one shell-safe token: '10 ms' -> '10ms', 50 -> '50'."""
     parse_bin_width(text)
     return "".join(str(text).split())
+
+
+def three_digits(x: float) -> str:
+    """x to three significant digits (trailing zeros dropped), or its whole part where that would take
+    exponent notation (3833.1 -> 3833, 999.6 -> 1000, 0.1142 -> 0.114)."""
+    text = f"{x:.3g}"
+    return f"{x:.0f}" if "e" in text else text
+
+
+def duration_text(ns: float) -> str:
+    """A duration a reader takes in at a glance: µs below 0.1 ms, ms below 1 s, else s; three significant
+    digits, never exponent notation (a launch 3.8 s into a trace read '3.83e+03 ms')."""
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{three_digits(ns / 1e9)} s"
+    return f"{three_digits(ns / 1e6)} ms" if a >= 1e5 else f"{three_digits(ns / 1e3)} µs"

@@ -284,6 +284,10 @@ def run_scale(args) -> int:
             # the call sites across ranks (gpuvar.ranks.sites): the straggler's GEMMs, on more data, are slower
             "gemm_sites_shown": len(gemm_sites),
             "gemm_sites_slowest_on_straggler": sum(s["slowest_rank"] == truth["straggler"] for s in gemm_sites),
+            # ... and the rank analysis says so in one finding, at any number of ranks
+            "sites_finding_names_straggler": any(
+                f.startswith(f"rank {truth['straggler']} is the slowest rank at ") for f in ranks_record["findings"]
+            ),
         },
     }
     print(json.dumps(result, sort_keys=True))

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from gpuvar.causal.share_test import MIN_ROWS
 from gpuvar.findings.decompose import STABLE_CV
-from gpuvar.findings.report import MAX_KERNEL_ROWS, MIN_RECOVERABLE_SHARE, duration_text, percent, short_name
+from gpuvar.findings.report import MAX_KERNEL_ROWS, MIN_RECOVERABLE_SHARE, percent, short_name
 from gpuvar.findings.steps import headline as step_headline
 from gpuvar.text_safety import md_code, md_text
 from gpuvar.text_safety import plain as plain_text
+from gpuvar.units import duration_text
 
 # names from a trace (kernels, ops, datasets) pass through gpuvar.text_safety: no Markdown structure, no escapes
 safe, code, plain = md_text, md_code, plain_text

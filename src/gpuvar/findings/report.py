@@ -109,22 +109,6 @@ def percent(x: float | None) -> str:
     return f"{100 * x:.0f} %" if abs(x) >= 0.01 or x == 0 else f"{100 * x:.1f} %"
 
 
-def _three_digits(x: float) -> str:
-    """x to three significant digits (trailing zeros dropped), or its whole part where that would take
-    exponent notation (3833.1 -> 3833, 999.6 -> 1000, 0.1142 -> 0.114)."""
-    text = f"{x:.3g}"
-    return f"{x:.0f}" if "e" in text else text
-
-
-def duration_text(ns: float) -> str:
-    """A duration a reader takes in at a glance: µs below 0.1 ms, ms below 1 s, else s; three significant
-    digits, never exponent notation (a launch 3.8 s into a trace read '3.83e+03 ms')."""
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{_three_digits(ns / 1e9)} s"
-    return f"{_three_digits(ns / 1e6)} ms" if a >= 1e5 else f"{_three_digits(ns / 1e3)} µs"
-
-
 def _sign(s: int) -> str:
     return "+" if s > 0 else "−"
 

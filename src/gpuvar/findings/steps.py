@@ -306,7 +306,8 @@ def _plain(key):
 
 def headline(record: dict | None, short=lambda s: s) -> str | None:
     """'step GPU time 6.4–28.7 ms (median 14 ms, CV 37 %); 100 % follows problem size; aten::mm 31 %, ...'."""
-    from gpuvar.findings.report import duration_text, percent
+    from gpuvar.findings.report import percent
+    from gpuvar.units import duration_text
 
     if record is None:
         return None

@@ -219,7 +219,8 @@ def verify_dataset(
 def render(record: dict, rerun: str) -> str:
     """verify.md: per finding, what was predicted, what the re-run measured, and the verdict."""
     from gpuvar.findings.page import code, safe
-    from gpuvar.findings.report import duration_text, percent
+    from gpuvar.findings.report import percent
+    from gpuvar.units import duration_text
 
     c = record["counts"]
     lines = [

@@ -17,6 +17,9 @@ from gpuvar.ranks.gpus import sharing
 from gpuvar.ranks.lateness import lateness, median_pace, sentence
 from gpuvar.ranks.load import RankInput
 from gpuvar.ranks.sites import across_ranks, site_moments, site_records, sites_sentence
+from gpuvar.units import duration_text
+
+WAIT_LINES_MAX = 8  # ranks whose waits are one finding each; beyond, the straggler's and the others' range
 
 
 @dataclass
@@ -236,6 +239,32 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f} %"
 
 
+def wait_lines(ranks: list, per: dict, straggler: int) -> list[str]:
+    """Each rank's wait in collectives, one line per rank up to WAIT_LINES_MAX ranks. Beyond, the straggler's line
+    and one line for the others' range: a findings list of 256 wait lines hides what matters (every rank's share
+    stays in ranks.json's per_rank)."""
+
+    def line(r: int, label: str = "") -> str:
+        return (
+            f"rank {r}{label} waits {_pct(per[str(r)]['wait_share'])} of its time in collectives "
+            f"({per[str(r)]['wait_ns'] / 1e6:.0f} ms of {per[str(r)]['profiled_ns'] / 1e6:.0f} ms)"
+        )
+
+    if len(ranks) <= WAIT_LINES_MAX:
+        return [line(r) for r in ranks]
+    others = [per[str(r)]["wait_share"] for r in ranks if r != straggler]
+    shares = [x for x in others if x is not None]
+    out = [line(straggler, ", the straggler,")]
+    if shares:
+        low, high, median = 100 * min(shares), 100 * max(shares), 100 * float(np.median(shares))
+        unknown = f"; {len(others) - len(shares)} with no profiled span" if len(shares) < len(others) else ""
+        out.append(
+            f"the other {len(others)} ranks wait {low:.0f}–{high:.0f} % of their time in collectives (median "
+            f"{median:.0f} %{unknown}; every rank's wait: ranks.json per_rank)"
+        )
+    return out
+
+
 def _sentences(summary: dict) -> list[str]:
     ranks, per, s = summary["ranks"], summary["per_rank"], summary["straggler"]
     n = summary["collectives_compared"]
@@ -245,11 +274,7 @@ def _sentences(summary: dict) -> list[str]:
     out = []
     if summary.get("clocks_agree", True):  # else the arrival order is not known (the warning says why)
         out.append(f"rank {s} is last in {_pct(me['last_share'])} of steps ({me['last_steps']} of {n})")
-    for r in ranks:
-        out.append(
-            f"rank {r} waits {_pct(per[str(r)]['wait_share'])} of its time in collectives "
-            f"({per[str(r)]['wait_ns'] / 1e6:.0f} ms of {per[str(r)]['profiled_ns'] / 1e6:.0f} ms)"
-        )
+    out += wait_lines(ranks, per, s)
     line = sentence(s, summary["driver"])
     if line:
         out.append(line)
@@ -257,8 +282,8 @@ def _sentences(summary: dict) -> list[str]:
     if paced:
         w = paced["others_wait_less_per_step_ns"]
         out.append(
-            f"if rank {s} kept its median pace, the other ranks would wait {w['value'] / 1e6:.3g} ms less per step "
-            f"(90 % interval {w['interval'][0] / 1e6:.3g}–{w['interval'][1] / 1e6:.3g} ms; "
-            f"{paced['others_wait_less_over_the_run_ns'] / 1e6:.3g} ms over {paced['steps']} steps)"
+            f"if rank {s} kept its median pace, the other ranks would wait {duration_text(w['value'])} less per step "
+            f"(90 % interval {duration_text(w['interval'][0])}–{duration_text(w['interval'][1])}; "
+            f"{duration_text(paced['others_wait_less_over_the_run_ns'])} over {paced['steps']} steps)"
         )
     return out

@@ -11,6 +11,12 @@ site at its own constant speed, 0 when all ranks have the same mean. No p-value 
 each other in time and are not independent draws, so an F-test would overstate the evidence; the share and the
 slowest rank's mean against the median rank's say how large the difference is.
 
+The share shrinks with the number of ranks: one slow rank among 256 holds 1/256 of the launches, so even at 1.9x the
+median rank it carries ~2 % of the variance when sizes vary within every rank. Whether the slowest rank stands out
+is asked of the ranks' means instead: `slowest_robust_z` is its modified z-score among them (Iglewicz and Hoaglin:
+0.6745 (mean - median) / MAD, with 1.2533 times the mean absolute deviation in the MAD's place when the MAD is 0;
+3.5 and above is their outlier rule). It needs three ranks or more (NaN with two: neither is the odd one out).
+
 What travels in the MPI job (gpuvar.ranks.job): each unit's per-(rank, call site) moments (launches, summed
 duration, the sum of squares about the rank's own mean), a few rows per call site and rank, never launches. The
 moments of a rank come from its rows in file order by the same arithmetic whichever process reads them, and the
@@ -30,6 +36,7 @@ MIN_LAUNCHES_PER_RANK = 5  # a rank with fewer launches of a call site says litt
 # a call site worth a sentence: this much of its variance between ranks, its slowest rank this much above the median
 SENTENCE_BETWEEN_SHARE = 0.2
 SENTENCE_SLOWER = 1.1
+SENTENCE_OUTLIER_Z = 3.5  # ... or its mean this far out among the ranks' means (slowest_robust_z)
 
 
 def site_moments(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -93,6 +100,7 @@ def across_ranks(moments: pd.DataFrame) -> pd.DataFrame:
         "slowest_rank_mean_ns",
         "median_rank_mean_ns",
         "slowest_over_median",
+        "slowest_robust_z",
         "ranks_left_out",
     ]
     if moments.empty:
@@ -125,6 +133,7 @@ def across_ranks(moments: pd.DataFrame) -> pd.DataFrame:
                 "slowest_rank_mean_ns": float(rank_means[slow]),
                 "median_rank_mean_ns": median,
                 "slowest_over_median": float(rank_means[slow] / median) if median > 0 else float("nan"),
+                "slowest_robust_z": robust_z(rank_means, slow),
                 "ranks_left_out": int(len(group) - len(enough)),
                 "_total": total,
             }
@@ -133,6 +142,19 @@ def across_ranks(moments: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({c: [] for c in columns})
     table = pd.DataFrame(rows).sort_values(["_total", "call_site"], ascending=[False, True], kind="stable")
     return table.drop(columns=["_total"]).reset_index(drop=True)[columns]
+
+
+def robust_z(means: np.ndarray, at: int) -> float:
+    """The modified z-score of means[at] among `means` (Iglewicz and Hoaglin); NaN below three values."""
+    if len(means) < 3:
+        return float("nan")
+    median = float(np.median(means))
+    deviation = np.abs(means - median)
+    mad = float(np.median(deviation))
+    if mad > 0:
+        return 0.6745 * (float(means[at]) - median) / mad
+    mean_ad = float(deviation.mean())  # most ranks at the median: the mean absolute deviation stands in
+    return (float(means[at]) - median) / (1.253314 * mean_ad) if mean_ad > 0 else 0.0
 
 
 def site_records(table: pd.DataFrame, top: int = TOP_SITES) -> list[dict]:
@@ -149,24 +171,39 @@ def site_records(table: pd.DataFrame, top: int = TOP_SITES) -> list[dict]:
                 "between_share": round(float(row.between_share), 6),
                 "slowest_rank": int(row.slowest_rank),
                 "slowest_over_median": round(float(row.slowest_over_median), 6),
+                "slowest_robust_z": None if np.isnan(row.slowest_robust_z) else round(float(row.slowest_robust_z), 3),
             }
         )
     return out
 
 
+def stands_out(record: dict) -> bool:
+    """A call site slower on its slowest rank: SENTENCE_SLOWER above the median rank's mean, and either
+    SENTENCE_BETWEEN_SHARE of its variance between ranks or an outlier among the ranks' means (SENTENCE_OUTLIER_Z:
+    what one slow rank among many shows)."""
+    z = record.get("slowest_robust_z")
+    return record["slowest_over_median"] >= SENTENCE_SLOWER and (
+        record["between_share"] >= SENTENCE_BETWEEN_SHARE or (z is not None and z >= SENTENCE_OUTLIER_Z)
+    )
+
+
+def _z_text(values: list) -> str:
+    """', modified z-score Z among the ranks' means' for the median of the values given, '' without any."""
+    values = [v for v in values if v is not None]
+    return f", modified z-score {float(np.median(values)):.1f} among the ranks' means" if values else ""
+
+
 def sites_sentence(records: list[dict]) -> str | None:
     """The finding of the call sites across ranks, from the shown records less the collectives' own call sites
     (their launches include the wait): one rank slowest at most of them, else the call sites that run slower on
-    one rank, else that they vary within ranks. None without a call site run by two ranks."""
+    one rank (stands_out), else that they vary within ranks. None without a call site run by two ranks."""
     from gpuvar.ranks.load import COLLECTIVE_TIERS
 
     prefixes = tuple(p for tier in COLLECTIVE_TIERS for p in tier)
     sites = [r for r in records if not r["call_site"].startswith(prefixes)]
     if not sites:
         return None
-    slower = [
-        r for r in sites if r["between_share"] >= SENTENCE_BETWEEN_SHARE and r["slowest_over_median"] >= SENTENCE_SLOWER
-    ]
+    slower = [r for r in sites if stands_out(r)]
     if not slower:
         most = max(r["between_share"] for r in sites)
         return (
@@ -182,11 +219,12 @@ def sites_sentence(records: list[dict]) -> str | None:
         return (
             f"rank {rank} is the slowest rank at {len(mine)} of the {len(sites)} call sites with most launch-time "
             f"variance (collectives aside): a median {ratio:.2f}x the median rank's mean, {100 * share:.0f} % of "
-            "their variance between ranks (call_sites.csv)"
+            f"their variance between ranks{_z_text([r.get('slowest_robust_z') for r in mine])} (call_sites.csv)"
         )
     shown = ", ".join(
         f"{r['call_site']} on rank {r['slowest_rank']} ({r['slowest_over_median']:.2f}x, "
-        f"{100 * r['between_share']:.0f} % of its variance between ranks)"
+        f"{100 * r['between_share']:.0f} % of its variance between ranks"
+        f"{_z_text([r.get('slowest_robust_z')])})"
         for r in slower[:3]
     )
     return f"call sites slower on one rank: {shown} (call_sites.csv)"
@@ -201,16 +239,19 @@ def page_lines(records: list[dict]) -> list[str]:
         "## Call sites across ranks",
         "",
         "The call sites whose launch times vary most, and the share of that variance between ranks (which rank",
-        "ran the launch) rather than within them (docs/ranks.md; every call site: call_sites.csv). A collective's",
-        "launches include its wait: there the straggler is the fastest rank, not the slowest.",
+        "ran the launch) rather than within them (docs/ranks.md; every call site: call_sites.csv). The slowest",
+        "rank's modified z-score among the ranks' means says whether it stands out (3.5 and above) even where one",
+        "rank among many carries little of the variance. A collective's launches include its wait: there the",
+        "straggler is the fastest rank, not the slowest.",
         "",
-        "| call site | launches | ranks | mean | sd | between ranks | slowest rank (x median rank's mean) |",
+        "| call site | launches | ranks | mean | sd | between ranks | slowest rank (x median rank's mean, z) |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in records:
+        z = r.get("slowest_robust_z")
         lines.append(
             f"| {md_code(r['call_site'])} | {r['launches']} | {r['ranks']} | {r['mean_ns'] / 1e3:.1f} µs "
             f"| {r['sd_ns'] / 1e3:.1f} µs | {100 * r['between_share']:.1f} % "
-            f"| {r['slowest_rank']} ({r['slowest_over_median']:.2f}x) |"
+            f"| {r['slowest_rank']} ({r['slowest_over_median']:.2f}x{'' if z is None else f', z {z:.1f}'}) |"
         )
     return lines
