@@ -191,3 +191,17 @@ def test_waits_of_many_ranks_are_two_findings_not_one_per_rank():
     ]
     few = wait_lines(list(range(WAIT_LINES_MAX)), per_rank(WAIT_LINES_MAX, 3), 3)
     assert len(few) == WAIT_LINES_MAX and few[3].startswith("rank 3 waits 5 % of its time in collectives")
+
+
+def test_the_figures_of_many_ranks_draw_the_straggler_and_the_extremes():
+    """The first 16 of 256 ranks left the straggler out of timeline.png and skew.png."""
+    from gpuvar.ranks.report import MAX_TIMELINE_RANKS, drawn_ranks
+
+    ranks = list(range(256))
+    per = {str(r): {"wait_share": 0.4 + (r % 7) / 100} for r in ranks}
+    per["226"]["wait_share"], per["3"]["wait_share"] = 0.08, 0.9  # the straggler waits least, rank 3 most
+    drawn = drawn_ranks({"ranks": ranks, "straggler": 226, "per_rank": per})
+    assert len(drawn) == MAX_TIMELINE_RANKS == len(set(drawn)) and drawn == sorted(drawn)
+    assert {226, 3, 0, 255} <= set(drawn)  # the straggler, the most waiting, and the spread's two ends
+    assert max(b - a for a, b in zip(drawn, drawn[1:])) <= 2 * 256 // (MAX_TIMELINE_RANKS - 2)  # evenly spaced
+    assert drawn_ranks({"ranks": ranks[:5], "straggler": 1, "per_rank": {}}) == [0, 1, 2, 3, 4]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from gpuvar.atomic import staged_folder
 from gpuvar.layout import RANKS_PAGE, RANKS_PAGE_HTML, RANKS_RECORD, RANKS_SITES, RANKS_STEPS
 from gpuvar.markdown_html import render_html
@@ -64,11 +66,41 @@ def _page(result: RankAnalysis) -> str:
     return "\n".join(lines) + "\n"
 
 
+def drawn_ranks(summary: dict, limit: int = MAX_TIMELINE_RANKS) -> list[int]:
+    """The ranks both figures draw, in rank order: every rank up to `limit`; beyond, the straggler, the ranks that
+    wait least and most in collectives, and the others evenly spaced by rank. Why: the first 16 of a 256-rank job
+    left the straggler (rank 226) out of both figures."""
+    ranks = list(summary["ranks"])
+    if len(ranks) <= limit:
+        return ranks
+    per = summary.get("per_rank", {})
+    chosen = {summary["straggler"]} if summary.get("straggler") in ranks else set()
+    waits = [(per[str(r)]["wait_share"], r) for r in ranks if per.get(str(r), {}).get("wait_share") is not None]
+    if waits:
+        chosen |= {min(waits)[1], max(waits)[1]}
+    others = [r for r in ranks if r not in chosen]
+    spaced = np.linspace(0, len(others) - 1, limit - len(chosen)).round().astype(int)  # (steps >= 1: distinct)
+    return sorted(chosen | {others[i] for i in spaced})
+
+
+def _not_drawn(summary: dict, drawn: list[int]) -> str:
+    hidden = len(summary["ranks"]) - len(drawn)
+    if not hidden:
+        return ""
+    return f"{hidden} ranks not drawn (drawn: the straggler, the ranks waiting least and most, others evenly spaced)"
+
+
+def _label(summary: dict, r: int) -> str:
+    """'rank R', the straggler marked where it is one of three ranks or more (of two, the page's first line names
+    it)."""
+    return f"rank {r} (straggler)" if r == summary.get("straggler") and len(summary["ranks"]) > 2 else f"rank {r}"
+
+
 def timeline_window(result: RankAnalysis) -> tuple[list, list[int]]:
-    """(the steps, the ranks) timeline.png draws: TIMELINE_STEPS steps around the latest arrival, the first
-    MAX_TIMELINE_RANKS ranks; only their launches are needed (gpuvar.ranks.job gathers just these)."""
+    """(the steps, the ranks) timeline.png draws: TIMELINE_STEPS steps around the latest arrival, the ranks of
+    drawn_ranks; only their launches are needed (gpuvar.ranks.job gathers just these)."""
     steps = result.steps
-    ranks = result.summary["ranks"][:MAX_TIMELINE_RANKS]
+    ranks = drawn_ranks(result.summary)
     lateness = steps.groupby("step")["late_ns"].max().fillna(0)
     lateness = lateness[lateness.index > lateness.index.min()]  # the start-up step dwarfs the rest
     centre = int(lateness.idxmax()) if len(lateness) else int(steps["step"].min())
@@ -110,29 +142,42 @@ def _timeline(result: RankAnalysis, data: RankInput, stem: Path) -> None:
             facecolors="#d62728",
             label="wait (in collective)" if y == 0 else None,
         )
-    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.set_yticks(range(len(ranks)), [_label(result.summary, r) for r in ranks])
     ax.set_xlabel("ms from the first shown step's start")
     ax.set_title(f"steps {shown[0]}-{shown[-1]} (around the step with the latest arrival)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), fontsize=7, ncol=3, frameon=False)
-    hidden = len(result.summary["ranks"]) - len(ranks)
-    style.footnote(fig, [f"{hidden} ranks not drawn" if hidden else ""])
+    # the legend a fixed distance under the axes (-0.35 of their height at two ranks): a fraction of a 16-rank
+    # figure's height left 3 inches of white under it
+    below = -0.35 * 1.7 / (0.6 + 0.55 * len(ranks))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, below), fontsize=7, ncol=3, frameon=False)
+    style.footnote(fig, [_not_drawn(result.summary, ranks)])
     style.save_figure(fig, stem, formats=("png",))
 
 
 def _skew(result: RankAnalysis, stem: Path) -> None:
     steps = result.steps
-    ranks = result.summary["ranks"]
+    ranks = drawn_ranks(result.summary)
     fig = style.figure(8, 3.2)
     ax = fig.add_subplot(111)
-    for i, r in enumerate(ranks[:MAX_TIMELINE_RANKS]):
+    straggler = result.summary.get("straggler")
+    many = len(ranks) > len(COLOURS)  # colours would repeat: the straggler in red, the others grey
+    others = sum(r != straggler for r in ranks)
+    for i, r in enumerate(ranks):
         mine = steps[(steps["rank"] == r) & steps["late_ns"].notna()]
-        ax.plot(mine["step"], mine["late_ns"] / 1e6, ".", ms=3, color=COLOURS[i % len(COLOURS)], label=f"rank {r}")
+        if not many:
+            colour, size, label = COLOURS[i % len(COLOURS)], 3, _label(result.summary, r)
+        elif r == straggler:
+            colour, size, label = "#d62728", 4, _label(result.summary, r)
+        else:
+            first = r == next(x for x in ranks if x != straggler)
+            colour, size, label = "#999999", 3, f"{others} other ranks" if first else None
+        ax.plot(
+            mine["step"], mine["late_ns"] / 1e6, ".", ms=size, color=colour, label=label, zorder=3 if size > 3 else 2
+        )
     ax.set_yscale("symlog", linthresh=0.1)
     ax.set_xlabel("step")
     ax.set_ylabel("arrival after the first rank (ms)")
     ax.legend(fontsize=7)
-    hidden = len(ranks) - min(len(ranks), MAX_TIMELINE_RANKS)
-    style.footnote(fig, ["symlog scale: linear below 0.1 ms", f"{hidden} ranks not drawn" if hidden else ""])
+    style.footnote(fig, ["symlog scale: linear below 0.1 ms", _not_drawn(result.summary, ranks)])
     style.save_figure(fig, stem, formats=("png",))
 
 
