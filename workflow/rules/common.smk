@@ -16,6 +16,7 @@ from gpuvar.targets import TARGETS
 from gpuvar.workflow.env import put_own_bin_first_on_path
 from gpuvar.workflow.failures import print_failed_jobs
 from gpuvar.workflow.launcher import mpi_launcher
+from gpuvar.workflow.memory import merge_mb
 from gpuvar.workflow.registry import build_registry, names_regex, print_run_summary
 from gpuvar.workflow.site import note_placeholders, refuse_placeholders
 
