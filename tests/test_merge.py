@@ -136,3 +136,28 @@ def test_dry_run_plans_one_ingest_job_per_rank_file(tmp_path):
     assert jobs == {"ingest_rank": "2", "normalize_rank": "2", "merge_ranks": "1"}
     for rank, source in enumerate(ranks[0]["source"]):
         assert f"input: {source}\n    output: results/ingest/{ranks[0]['name']}/ranks/{rank}/raw" in text
+
+
+def test_merged_rows_keep_the_order_of_the_sort_then_the_writers_sort(tmp_path):
+    """The merge takes the rows once, column by column (gpuvar.ingest.merge._merged), in the order the table sorted
+    by (start, rank, launch id) and then by write_canonical's stable (start, launch id) had: three copies of one
+    export tie on every start, so the rank decides, after the launch id."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = []
+    for i in range(3):
+        ingest(real_file(NSYS), tmp_path / f"p{i}")
+        parts.append(tmp_path / f"p{i}")
+    merge(parts, tmp_path / "merged")
+    got = pq.read_table(tmp_path / "merged" / "kernels.parquet")
+    tables = []
+    for i, part in enumerate(parts):
+        table = pq.read_table(part / "kernels.parquet")
+        tables.append(table.set_column(table.column_names.index("rank"), "rank", pa.array([i] * table.num_rows)))
+    whole = pa.concat_tables(tables)
+    first = [(c, "ascending", "at_end") for c in ("start", "rank", "launch_id")]
+    whole = whole.take(pc.sort_indices(whole, sort_keys=first))
+    whole = whole.take(pc.sort_indices(whole, sort_keys=[(c, "ascending", "at_end") for c in ("start", "launch_id")]))
+    for column in ("start", "rank", "launch_id", "kernel_name", "end"):
+        assert got.column(column).to_pylist() == whole.column(column).to_pylist(), column

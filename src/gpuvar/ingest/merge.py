@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from gpuvar import __version__
 from gpuvar.atomic import staged_folder
-from gpuvar.canonical_io import write_canonical
+from gpuvar.canonical_io import canonical_order, write_canonical
 from gpuvar.errors import InputError
 from gpuvar.ingest.gpu_identity import UNKNOWN_GPU_DEFAULT
 from gpuvar.layout import INGEST_REPORT, MEMCPY_TABLE, table_file
@@ -29,8 +29,9 @@ from gpuvar.schema import empty_memcpy
 TABLES = ("kernels", "memcpy")
 
 
-def _part(folder: Path) -> tuple[dict, dict[str, pa.Table]]:
-    """A finished ingest folder: (its ingest.json, {table name: Arrow table})."""
+def _part(folder: Path) -> tuple[dict, pa.Table]:
+    """A finished ingest folder: (its ingest.json, its kernels table). The copies are read when they are merged:
+    the kernels of every rank and their merged copy are the peak, the copies need not sit beside them."""
     marker = folder / INGEST_REPORT
     try:
         report = json.loads(marker.read_text())
@@ -38,16 +39,16 @@ def _part(folder: Path) -> tuple[dict, dict[str, pa.Table]]:
         raise InputError(folder, f"not a finished ingest (no readable ingest.json: {exc.strerror})") from None
     except json.JSONDecodeError as exc:
         raise InputError(marker, f"not valid JSON ({exc.msg})") from None
-    tables = {}
-    for name in TABLES:
-        if name in report.get("tables", {}):
-            try:
-                tables[name] = pq.read_table(folder / table_file(name))
-            except (OSError, pa.ArrowInvalid) as exc:
-                raise InputError(folder / table_file(name), f"cannot read ({exc})") from None
-    if "kernels" not in tables:
+    if "kernels" not in report.get("tables", {}):
         raise InputError(folder, "ingest has no kernels table")
-    return report, tables
+    return report, _read(folder, "kernels")
+
+
+def _read(folder: Path, name: str) -> pa.Table:
+    try:
+        return pq.read_table(folder / table_file(name))
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(folder / table_file(name), f"cannot read ({exc})") from None
 
 
 def _recorded_rank(table: pa.Table) -> int | None:
@@ -68,35 +69,64 @@ def _with_rank(table: pa.Table, rank: int) -> pa.Table:
     return table.append_column("rank", column)
 
 
-def _sorted(table: pa.Table) -> pa.Table:
-    keys = [(c, "ascending", "at_end") for c in ("start", "rank", "launch_id") if c in table.column_names]
-    return table.take(pc.sort_indices(table, sort_keys=keys)) if table.num_rows else table
+def _merged(pieces: list[pa.Table], corun=None) -> tuple[pa.Table, list[str]]:
+    """The parts as one table, in the rows and with the columns the merge always wrote: sorted by (start, rank,
+    launch id), the co-running columns (corun: a function of the light columns in that order, returning (arrays,
+    notes)) set, then in write_canonical's order. Built a column at a time, each column of the parts let go once
+    it is taken, so the peak is about the parts once, not the parts and their sorted copy (and that copy sorted
+    again while written): 32 ranks x 100 k Kineto launches, 6.05 -> 3.4 GB. `pieces` is emptied."""
+    combined = pa.concat_tables(pieces, promote_options="permissive")
+    pieces.clear()
+    keys = [(c, "ascending", "at_end") for c in ("start", "rank", "launch_id") if c in combined.column_names]
+    order = pc.sort_indices(combined.select([k for k, _, _ in keys]), sort_keys=keys) if combined.num_rows else None
+
+    def in_order(names: list[str]) -> pa.Table:
+        light = combined.select(names)
+        return light.take(order) if order is not None else light
+
+    arrays, notes = corun(in_order, combined.column_names) if corun is not None else ({}, [])
+    second = canonical_order(in_order([c for c in ("start", "launch_id") if c in combined.column_names]))
+    final = order if second is None else second if order is None else order.take(second)
+    schema, columns = combined.schema, []
+    for name in combined.column_names:
+        column = combined.column(name)
+        combined = combined.drop_columns([name])  # (the parts' buffers of this column go with it)
+        columns.append(column.take(final) if final is not None else column)
+        del column
+    table = pa.Table.from_arrays(columns, schema=schema)
+    del columns
+    if arrays:
+        from gpuvar.ingest.corun import set_columns
+
+        table = set_columns(table, {n: v.take(second) if second is not None else v for n, v in arrays.items()})
+    return table, notes
 
 
-def _with_corun(table: pa.Table, reports: list[dict], ranks: list[int], unknown_gpu: str) -> tuple[pa.Table, list]:
-    """The merged kernels with the co-running columns (when they hold two or more processes) and the notes."""
+def _corun(in_order, available: list[str], reports: list[dict], ranks: list[int], unknown_gpu: str):
+    """(arrays, notes): the co-running columns of the merged kernels (when they hold two or more processes) and
+    the notes; in_order(names) gives those of the `available` columns sorted as _merged sorts them first."""
     import numpy as np
     import pandas as pd
 
     from gpuvar.ingest.context import group_codes
-    from gpuvar.ingest.corun import COLUMNS, corun_columns, set_columns
+    from gpuvar.ingest.corun import COLUMNS, corun_columns
     from gpuvar.ingest.gpu_identity import Recorded, merged_gpus
 
-    names = [c for c in ("start", "end", "device_id", "rank", "process_id") if c in table.column_names]
-    frame = table.select(names).to_pandas()
+    names = [c for c in ("start", "end", "device_id", "rank", "process_id") if c in available]
+    frame = in_order(names).to_pandas()
     if not {"start", "end", "device_id"} <= set(names) or not frame["start"].notna().any():
-        return table, []  # no timeline (Nsight Compute): nothing ran "at the same time"
+        return {}, []  # no timeline (Nsight Compute): nothing ran "at the same time"
     pid = frame["process_id"] if "process_id" in frame.columns else pd.Series(np.full(len(frame), np.nan))
     process = group_codes(frame["rank"], pid)  # a process: (rank, process id), a null process id a value of its own
     if len(np.unique(process)) < 2:
-        return table, []
+        return {}, []
     position = {rank: i for i, rank in enumerate(ranks)}
     part = frame["rank"].map(position).to_numpy(dtype=np.int64)
     recorded = [Recorded.from_report(r) for r in reports]
     gpu, notes = merged_gpus(recorded, part, frame["device_id"], ranks, unknown_gpu, process=pid)
     columns = corun_columns(frame, gpu, process)
     # the parts' own columns (null, or one trace's processes) are replaced: these see every process
-    table = set_columns(table, {n: pa.array(columns[n], type=pa.float64(), from_pandas=True) for n in COLUMNS})
+    arrays = {n: pa.array(columns[n], type=pa.float64(), from_pandas=True) for n in COLUMNS}
     count = columns[COLUMNS[0]]
     known = ~np.isnan(count)
     notes.append(
@@ -104,7 +134,7 @@ def _with_corun(table: pa.Table, reports: list[dict], ranks: list[int], unknown_
         f"on their GPU (ctx_other_process_kernels > 0); {int((~known).sum())} have no known physical GPU or "
         "timeline (NaN)"
     )
-    return table, notes
+    return arrays, notes
 
 
 def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = UNKNOWN_GPU_DEFAULT) -> dict:
@@ -115,8 +145,8 @@ def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = UNKNOW
     output = Path(output)
     if not parts:
         raise InputError(output, "nothing to merge: no ingest folders given")
-    loaded = [(Path(p), *_part(Path(p))) for p in parts]
-    recorded = [_recorded_rank(tables["kernels"]) for _, _, tables in loaded]
+    loaded = [(Path(p), *_part(Path(p))) for p in parts]  # (folder, report, kernels)
+    recorded = [_recorded_rank(kernels) for _, _, kernels in loaded]
     from_file = None not in recorded and len(set(recorded)) == len(recorded)
     ranks = recorded if from_file else list(range(len(loaded)))
     notes = [
@@ -167,33 +197,49 @@ def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = UNKNOW
             formats[0] if len(set(formats)) == 1 else "mixed: " + ", ".join(sorted(set(map(str, formats))))
         )
         meta = {"source": summary["source"], "format": summary["format"], "merged": True}
+        reports = [r for _, r, _ in loaded]
+        folders = [f for f, _, _ in loaded]
+        kernels = [_with_rank(k, rank) for (_, _, k), rank in zip(loaded, ranks)]
+        loaded = None  # (the parts' kernels are held once, in `kernels`, which _merged empties)
         for name in TABLES:
-            pieces = [_with_rank(tables[name], rank) for (_, _, tables), rank in zip(loaded, ranks) if name in tables]
+            if name == "kernels":
+                pieces = kernels
+            else:  # read now: they need not sit beside the kernels
+                pieces = [
+                    _with_rank(_read(folder, name), rank)
+                    for folder, report, rank in zip(folders, reports, ranks)
+                    if name in report.get("tables", {})
+                ]
             if not pieces:  # no file had copies: the table is written all the same, with no rows
                 write_canonical(empty_memcpy(), dest / MEMCPY_TABLE, meta)
                 continue
             try:
-                table = _sorted(pa.concat_tables(pieces, promote_options="permissive"))
+                corun = (
+                    (lambda in_order, names: _corun(in_order, names, reports, ranks, unknown_gpu))
+                    if name == "kernels"
+                    else None
+                )
+                table, corun_notes = _merged(pieces, corun)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 raise InputError(output, f"cannot merge the {name} tables: {exc}") from None
-            if name == "kernels":
-                table, corun_notes = _with_corun(table, [r for _, r, _ in loaded], ranks, unknown_gpu)
-                notes.extend(corun_notes)
-            write_canonical(table, dest / table_file(name), meta)
+            notes.extend(corun_notes)
+            write_canonical(table, dest / table_file(name), meta, in_order=True)
+            written, width = table.num_rows, table.num_columns
+            table = None  # (the merged kernels need not sit beside the copies)
             dropped = Counter()
             rows_read = 0
-            for (_, report, _), _rank in zip(loaded, ranks):
+            for report in reports:
                 part = report.get("tables", {}).get(name)
                 if part:
                     rows_read += part["rows_read"]
                     dropped.update(part.get("dropped", {}))
-            balanced = rows_read == table.num_rows + sum(dropped.values())
+            balanced = rows_read == written + sum(dropped.values())
             summary["tables"][name] = {
                 "rows_read": rows_read,
-                "rows_written": table.num_rows,
+                "rows_written": written,
                 "dropped": dict(sorted(dropped.items())),
                 "balanced": balanced,
-                "columns": table.num_columns,
+                "columns": width,
             }
             if not balanced:
                 raise InputError(output, f"accounting error merging {name}: rows read {rows_read} != written + dropped")

@@ -2,10 +2,10 @@
 
 Why: on Slurm a job past its request is killed (OUT_OF_MEMORY), and the executor asks for `mem_mb`. Most jobs
 hold a bounded amount whatever the trace (ingest in pieces, binning and findings in batches), but merge_ranks
-(`gpuvar ingest-merge`) still holds every rank's rows at once, with their sorted copy: measured 6.05 GB peak for
-32 ranks of 100 k Kineto launches (3.2 M rows, 54 columns, 14 s), ~1.9 KB a row. Its old constant 4000 MB fitted
-~2 M launches; a 256-rank job of 100 k launches each needs ~49 GB there, so it asks for that instead of failing
-after its ranks were ingested.
+(`gpuvar ingest-merge`) still holds every rank's rows at once: measured 3.40 GB peak for 32 ranks of 100 k Kineto
+launches (3.2 M rows, 54 columns, 3.3 s; 6.05 GB before it took the rows a column at a time), ~1.06 KB a row. Its
+old constant 4000 MB fitted ~3 M launches; a 256-rank job of 100 k launches each needs ~28 GB there, so it asks
+for that instead of failing after its ranks were ingested.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import math
 from pathlib import Path
 
-MERGE_BYTES_PER_ROW = 2048  # measured 1.9 KB (above), rounded up
+MERGE_BYTES_PER_ROW = 1280  # measured 1.06 KB (above), with a margin
 MERGE_BASE_MB = 1000  # the interpreter, pyarrow and pandas, the reports
 FLOOR_MB = 4000  # default-resources' mem_mb in profiles/slurm: never ask for less than a plain job
 
