@@ -4,7 +4,8 @@ that each stage can be read, tested and changed knowing only what lies beneath i
 Layers, lowest first; a module imports only from its own layer and the layers below it:
 
   0 foundation  the package root (`__version__`), errors, units, text_safety, canonical_io, layout, output, atomic,
-                schema, config, options, targets, kernel_names, markdown_html: shared by every stage, knowing none
+                schema, config, options, targets, kernel_names, markdown_html, heap, blas_kernels: shared by every
+                stage, knowing none
   1 ingest      profiler files -> canonical tables
   2 binning     canonical tables -> bins and the rows of the most variable ones
   3 causal      rows -> causal graphs and their verdicts; the share statistics every analysis uses
@@ -52,6 +53,7 @@ LAYERS = (
             "kernel_names",
             "markdown_html",
             "heap",
+            "blas_kernels",
         },
     ),
     ("ingest", {"ingest"}),
