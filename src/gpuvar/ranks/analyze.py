@@ -239,10 +239,10 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f} %"
 
 
-def wait_lines(ranks: list, per: dict, straggler: int) -> list[str]:
+def wait_lines(ranks: list, per: dict, straggler: int | None) -> list[str]:
     """Each rank's wait in collectives, one line per rank up to WAIT_LINES_MAX ranks. Beyond, the straggler's line
-    and one line for the others' range: a findings list of 256 wait lines hides what matters (every rank's share
-    stays in ranks.json's per_rank)."""
+    and one line for the others' range (straggler None: where the arrival order is not known, one line for all): a
+    findings list of 256 wait lines hides what matters (every rank's share stays in ranks.json's per_rank)."""
 
     def line(r: int, label: str = "") -> str:
         return (
@@ -254,12 +254,13 @@ def wait_lines(ranks: list, per: dict, straggler: int) -> list[str]:
         return [line(r) for r in ranks]
     others = [per[str(r)]["wait_share"] for r in ranks if r != straggler]
     shares = [x for x in others if x is not None]
-    out = [line(straggler, ", the straggler,")]
+    out = [line(straggler, ", the straggler,")] if straggler is not None else []
     if shares:
         low, high, median = 100 * min(shares), 100 * max(shares), 100 * float(np.median(shares))
         unknown = f"; {len(others) - len(shares)} with no profiled span" if len(shares) < len(others) else ""
+        who = f"the other {len(others)} ranks" if straggler is not None else f"the {len(others)} ranks"
         out.append(
-            f"the other {len(others)} ranks wait {low:.0f}–{high:.0f} % of their time in collectives (median "
+            f"{who} wait {low:.0f}–{high:.0f} % of their time in collectives (median "
             f"{median:.0f} %{unknown}; every rank's wait: ranks.json per_rank)"
         )
     return out
@@ -271,9 +272,11 @@ def _sentences(summary: dict) -> list[str]:
     if n == 0:
         return ["no collective is seen on every rank: lateness cannot be compared"]
     me = per[str(s)]
-    out = []
-    if summary.get("clocks_agree", True):  # else the arrival order is not known (the warning says why)
-        out.append(f"rank {s} is last in {_pct(me['last_share'])} of steps ({me['last_steps']} of {n})")
+    if not summary.get("clocks_agree", True):
+        # the arrival order is not known (the warning says why): no rank is the straggler, so neither what makes
+        # it late nor what the others would save if it kept pace is stated; each rank's own wait still holds
+        return wait_lines(ranks, per, None)
+    out = [f"rank {s} is last in {_pct(me['last_share'])} of steps ({me['last_steps']} of {n})"]
     out += wait_lines(ranks, per, s)
     line = sentence(s, summary["driver"])
     if line:

@@ -92,8 +92,9 @@ def _not_drawn(summary: dict, drawn: list[int]) -> str:
 
 def _label(summary: dict, r: int) -> str:
     """'rank R', the straggler marked where it is one of three ranks or more (of two, the page's first line names
-    it)."""
-    return f"rank {r} (straggler)" if r == summary.get("straggler") and len(summary["ranks"]) > 2 else f"rank {r}"
+    it) and the ranks' clocks agree (else no rank is called late)."""
+    named = summary.get("clocks_agree", True) and len(summary["ranks"]) > 2
+    return f"rank {r} (straggler)" if named and r == summary.get("straggler") else f"rank {r}"
 
 
 def timeline_window(result: RankAnalysis) -> tuple[list, list[int]]:
