@@ -89,3 +89,27 @@ def test_no_library_warning_reaches_the_console(trace, tmp_path, run_cli):
     result = run_cli("explain", str(real_file(trace)), "-o", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Warning" not in result.stderr and "Warning" not in result.stdout, result.stderr[-2000:]
+
+
+def test_the_step_headline_says_which_op_offsets_shares_above_100_percent():
+    """On a straggler rank its collective waits less as its GEMMs grow: a negative covariance share, and the GEMMs'
+    share passes 100 %. The headline names the op that offsets it instead of leaving '105 %' unexplained."""
+    from gpuvar.findings.steps import headline
+
+    record = {
+        "gpu_time_ns": {"min": 1.43e8, "max": 2.01e8, "median": 1.43e8, "p95": 2.01e8, "cv": 0.14},
+        "steps": 100,
+        "shares": {"size": 0.99, "context": 0.0, "unexplained": 0.01},
+        "ops": [
+            {"group": "aten::mm", "share": 1.05},
+            {"group": "aten::add", "share": 0.42},
+            {"group": "aten::copy_", "share": -0.01},
+            {"group": "c10d::allreduce_", "share": -0.47},
+        ],
+    }
+    line = headline(record)
+    assert line.endswith(
+        "carried by aten::mm 105 %, aten::add 42 %, offset by c10d::allreduce_ -47 % (its time falls as the step's rises)"
+    )
+    record["ops"] = record["ops"][:3]
+    assert "offset" not in headline(record)  # -1 %: noise, not said

@@ -335,4 +335,11 @@ def headline(record: dict | None, short=lambda s: s) -> str | None:
     ops = [o for o in record["ops"] if o["share"] >= 0.05][:TOP_OPS]
     if ops:
         text += "; carried by " + ", ".join(f"{o.get('name', short(o['group']))} {percent(o['share'])}" for o in ops)
+    # covariance shares add up to 100 %: an op whose time falls as the step's rises (a collective on the late rank
+    # waits less) takes a negative share, and the others then pass 100 % ('aten::mm 105 %'): said, not left a puzzle
+    against = [o for o in record["ops"] if o["share"] <= -0.05][-TOP_OPS:][::-1]
+    if ops and against:
+        names = ", ".join(f"{o.get('name', short(o['group']))} {percent(o['share'])}" for o in against)
+        whose = "its time falls" if len(against) == 1 else "their time falls"
+        text += f", offset by {names} ({whose} as the step's rises)"
     return text
