@@ -332,14 +332,17 @@ def headline(record: dict | None, short=lambda s: s) -> str | None:
             f"; at its median size ({at['feature']}) a step takes {duration_text(at['step_time_ns'])} "
             f"({duration_text(at['interval_ns'][0])}–{duration_text(at['interval_ns'][1])})"
         )
+
+    def shares(chosen: list[dict]) -> str:
+        return ", ".join(f"{o.get('name', short(o['group']))} {percent(o['share'])}" for o in chosen)
+
     ops = [o for o in record["ops"] if o["share"] >= 0.05][:TOP_OPS]
     if ops:
-        text += "; carried by " + ", ".join(f"{o.get('name', short(o['group']))} {percent(o['share'])}" for o in ops)
+        text += "; carried by " + shares(ops)
     # covariance shares add up to 100 %: an op whose time falls as the step's rises (a collective on the late rank
     # waits less) takes a negative share, and the others then pass 100 % ('aten::mm 105 %'): said, not left a puzzle
     against = [o for o in record["ops"] if o["share"] <= -0.05][-TOP_OPS:][::-1]
     if ops and against:
-        names = ", ".join(f"{o.get('name', short(o['group']))} {percent(o['share'])}" for o in against)
         whose = "its time falls" if len(against) == 1 else "their time falls"
-        text += f", offset by {names} ({whose} as the step's rises)"
+        text += f", offset by {shares(against)} ({whose} as the step's rises)"
     return text

@@ -162,6 +162,7 @@ def _skew(result: RankAnalysis, stem: Path) -> None:
     straggler = result.summary.get("straggler")
     many = len(ranks) > len(COLOURS)  # colours would repeat: the straggler in red, the others grey
     others = sum(r != straggler for r in ranks)
+    first_other = next((r for r in ranks if r != straggler), None)  # (the one grey rank that carries the label)
     for i, r in enumerate(ranks):
         mine = steps[(steps["rank"] == r) & steps["late_ns"].notna()]
         if not many:
@@ -169,8 +170,7 @@ def _skew(result: RankAnalysis, stem: Path) -> None:
         elif r == straggler:
             colour, size, label = "#d62728", 4, _label(result.summary, r)
         else:
-            first = r == next(x for x in ranks if x != straggler)
-            colour, size, label = "#999999", 3, f"{others} other ranks" if first else None
+            colour, size, label = "#999999", 3, f"{others} other ranks" if r == first_other else None
         ax.plot(
             mine["step"], mine["late_ns"] / 1e6, ".", ms=size, color=colour, label=label, zorder=3 if size > 3 else 2
         )
