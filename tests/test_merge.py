@@ -161,3 +161,98 @@ def test_merged_rows_keep_the_order_of_the_sort_then_the_writers_sort(tmp_path):
     whole = whole.take(pc.sort_indices(whole, sort_keys=[(c, "ascending", "at_end") for c in ("start", "launch_id")]))
     for column in ("start", "rank", "launch_id", "kernel_name", "end"):
         assert got.column(column).to_pylist() == whole.column(column).to_pylist(), column
+
+
+GLOO = "pytorch-kineto-trace/h100-2rank-gloo"
+NCU = "ncu-csv/roofline-profiler-rtx5070"
+
+
+def _same_files(a: Path, b: Path) -> None:
+    for name in ("kernels.parquet", "memcpy.parquet"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    left, right = (json.loads((f / "ingest.json").read_text()) for f in (a, b))
+    assert left == right
+
+
+def _both_ways(parts, tmp_path, whole_again: bool = False, **streamed) -> tuple[Path, Path]:
+    """Merge `parts` in memory and by the k-way merge; the files must be the same. whole_again: the second merge
+    is expected to fall back to the whole-table merge; otherwise it must not."""
+    from gpuvar.ingest import merge as merging
+
+    merge(parts, tmp_path / "whole", in_memory=True)
+    calls = []
+    whole_merge = merging._merged
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(merging, "_merged", lambda *a: calls.append(1) or whole_merge(*a))
+        merge(parts, tmp_path / "streamed", **streamed)
+    assert bool(calls) == whole_again
+    _same_files(tmp_path / "whole", tmp_path / "streamed")
+    return tmp_path / "whole", tmp_path / "streamed"
+
+
+@pytest.mark.parametrize("fan_in", [2, 16])
+def test_the_k_way_merge_writes_the_whole_table_merges_bytes(kineto_pair, tmp_path, monkeypatch, fan_in):
+    """The merge of the ranks holds a few rows of each part (gpuvar.ingest.merge_rows), not every part at once; the
+    merged files are the bytes the whole-table merge wrote. Small reads and output chunks cross the parts' and the
+    row groups' boundaries, fan_in 2 merges the 4 parts through a level of scratch files, which are removed."""
+    from gpuvar.ingest import merge_rows
+
+    monkeypatch.setattr(merge_rows, "READ_BATCH_ROWS", 7)
+    monkeypatch.setattr(merge_rows, "ROW_GROUP_ROWS", 333)
+    _, parts = kineto_pair
+    four = parts + parts  # the same two ranks again: rank = position, rows tie on start across copies
+    whole, streamed = _both_ways(four, tmp_path, fan_in=fan_in)
+    assert sorted(p.name for p in streamed.iterdir()) == ["ingest.json", "kernels.parquet", "memcpy.parquet"]
+    assert pq.read_metadata(streamed / "kernels.parquet").num_rows == sum(
+        pq.read_metadata(p / "kernels.parquet").num_rows for p in four
+    )
+
+
+def test_the_k_way_merge_of_real_ranks_sets_the_co_running_columns(tmp_path):
+    """The real gloo pair (both ranks on one H100): the co-running columns are computed over both ranks and set on
+    the merged rows, the same bytes as the whole-table merge."""
+    parts = []
+    for rank in (0, 1):
+        ingest(real_file(f"{GLOO}/rank{rank}.pt.trace.json.gz"), tmp_path / f"part{rank}")
+        parts.append(tmp_path / f"part{rank}")
+    _, streamed = _both_ways(parts, tmp_path)
+    overlap = pq.read_table(streamed / "kernels.parquet", columns=["ctx_other_process_kernels"]).column(0)
+    assert overlap.null_count < len(overlap) and max(overlap.to_pylist()) > 0
+
+
+def test_the_k_way_merge_of_parts_without_a_timeline_or_with_other_columns(tmp_path):
+    """Nsight Compute parts (no start time: merged by launch id) and parts whose columns differ (a counter one part
+    lacks, a column of another type) merge as the permissive concatenation did."""
+    import pyarrow as pa
+
+    parts = []
+    for i, name in enumerate(("gemm_naive.csv", "saxpy.csv", "gemm_tiled.csv")):
+        ingest(real_file(f"{NCU}/{name}"), tmp_path / f"ncu{i}")
+        parts.append(tmp_path / f"ncu{i}")
+    _both_ways(parts, tmp_path / "ncu")
+    nsys = []
+    for i in range(3):
+        ingest(real_file(NSYS), tmp_path / f"nsys{i}")
+        nsys.append(tmp_path / f"nsys{i}")
+    path = nsys[1] / "kernels.parquet"
+    table = pq.read_table(path)
+    table = table.append_column("my_counter", pa.array(range(table.num_rows), pa.int32()))
+    pq.write_table(table.drop_columns(["kernel_short_name"]), path)
+    _both_ways(nsys, tmp_path / "nsys")
+    merged = pq.read_table(tmp_path / "nsys" / "streamed" / "kernels.parquet")
+    ranks = merged.column("rank").to_pylist()
+    counters = merged.column("my_counter").to_pylist()
+    assert all((c is None) == (r != 1) for c, r in zip(counters, ranks))
+
+
+def test_a_part_out_of_order_is_merged_whole(tmp_path):
+    """A part whose rows are not in start order (not written by gpuvar's ingest) cannot be merged a few rows at a
+    time; the merge takes it whole and writes the same bytes."""
+    parts = []
+    for i in range(2):
+        ingest(real_file(NSYS), tmp_path / f"p{i}")
+        parts.append(tmp_path / f"p{i}")
+    path = parts[0] / "kernels.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.take(list(range(table.num_rows))[::-1]), path)
+    _both_ways(parts, tmp_path, whole_again=True)

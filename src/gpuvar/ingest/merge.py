@@ -10,9 +10,11 @@ start time (then rank and launch id); ingest.json accounts per file and in total
 from __future__ import annotations
 
 import json
+import tempfile
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -21,7 +23,9 @@ from gpuvar import __version__
 from gpuvar.atomic import staged_folder
 from gpuvar.canonical_io import canonical_order, write_canonical
 from gpuvar.errors import InputError
+from gpuvar.ingest.corun import set_columns
 from gpuvar.ingest.gpu_identity import UNKNOWN_GPU_DEFAULT
+from gpuvar.ingest.merge_rows import FAN_IN, in_part_order, label_type, write_merged
 from gpuvar.layout import INGEST_REPORT, MEMCPY_TABLE, table_file
 from gpuvar.output import write_json
 from gpuvar.schema import empty_memcpy
@@ -29,9 +33,9 @@ from gpuvar.schema import empty_memcpy
 TABLES = ("kernels", "memcpy")
 
 
-def _part(folder: Path) -> tuple[dict, pa.Table]:
-    """A finished ingest folder: (its ingest.json, its kernels table). The copies are read when they are merged:
-    the kernels of every rank and their merged copy are the peak, the copies need not sit beside them."""
+def _part(folder: Path) -> tuple[dict, int | None]:
+    """A finished ingest folder: (its ingest.json, the single rank its kernels record or None). The tables are read
+    when they are merged, a few rows at a time (merge_rows)."""
     marker = folder / INGEST_REPORT
     try:
         report = json.loads(marker.read_text())
@@ -41,14 +45,18 @@ def _part(folder: Path) -> tuple[dict, pa.Table]:
         raise InputError(marker, f"not valid JSON ({exc.msg})") from None
     if "kernels" not in report.get("tables", {}):
         raise InputError(folder, "ingest has no kernels table")
-    return report, _read(folder, "kernels")
+    return report, _recorded_rank(_read(folder, "kernels", columns=["rank"]))
 
 
-def _read(folder: Path, name: str) -> pa.Table:
+def _read(folder: Path, name: str, columns: list[str] | None = None) -> pa.Table:
+    """A table of an ingest folder (of `columns` that it has, if given)."""
+    path = folder / table_file(name)
     try:
-        return pq.read_table(folder / table_file(name))
+        if columns is not None:
+            columns = [c for c in columns if c in pq.read_schema(path).names]
+        return pq.read_table(path, columns=columns)
     except (OSError, pa.ArrowInvalid) as exc:
-        raise InputError(folder / table_file(name), f"cannot read ({exc})") from None
+        raise InputError(path, f"cannot read ({exc})") from None
 
 
 def _recorded_rank(table: pa.Table) -> int | None:
@@ -69,14 +77,12 @@ def _with_rank(table: pa.Table, rank: int) -> pa.Table:
     return table.append_column("rank", column)
 
 
-def _merged(pieces: list[pa.Table], corun=None) -> tuple[pa.Table, list[str]]:
-    """The parts as one table, in the rows and with the columns the merge always wrote: sorted by (start, rank,
-    launch id), the co-running columns (corun: a function of the light columns in that order, returning (arrays,
-    notes)) set, then in write_canonical's order. Built a column at a time, each column of the parts let go once
-    it is taken, so the peak is about the parts once, not the parts and their sorted copy (and that copy sorted
-    again while written): 32 ranks x 100 k Kineto launches, 6.05 -> 3.4 GB. `pieces` is emptied."""
-    combined = pa.concat_tables(pieces, promote_options="permissive")
-    pieces.clear()
+def _ordering(combined: pa.Table, corun=None) -> tuple:
+    """(final, second, arrays, notes) of the merged rows: final, the rows' positions in `combined` (the parts
+    concatenated; None: as they are) sorted by (start, rank, launch id) and then by write_canonical's stable
+    (start, launch id); second, that second sort alone; the co-running columns (corun: a function of the light
+    columns in the first sort's order, returning (arrays, notes)) in that order. Only the key and light columns
+    of `combined` are read."""
     keys = [(c, "ascending", "at_end") for c in ("start", "rank", "launch_id") if c in combined.column_names]
     order = pc.sort_indices(combined.select([k for k, _, _ in keys]), sort_keys=keys) if combined.num_rows else None
 
@@ -87,6 +93,17 @@ def _merged(pieces: list[pa.Table], corun=None) -> tuple[pa.Table, list[str]]:
     arrays, notes = corun(in_order, combined.column_names) if corun is not None else ({}, [])
     second = canonical_order(in_order([c for c in ("start", "launch_id") if c in combined.column_names]))
     final = order if second is None else second if order is None else order.take(second)
+    return final, second, arrays, notes
+
+
+def _merged(pieces: list[pa.Table], corun=None) -> tuple[pa.Table, list[str]]:
+    """The parts as one table, in memory, in _ordering's rows, the co-running columns set. Built a column at a
+    time, each column of the parts let go once it is taken (the peak is about the parts once). `pieces` is
+    emptied. The k-way merge (_streamed) writes the same bytes holding a few rows of each part; this is the
+    reference it is tested against, and what merges parts whose rows are not in merged order within themselves."""
+    combined = pa.concat_tables(pieces, promote_options="permissive")
+    pieces.clear()
+    final, second, arrays, notes = _ordering(combined, corun)
     schema, columns = combined.schema, []
     for name in combined.column_names:
         column = combined.column(name)
@@ -96,10 +113,51 @@ def _merged(pieces: list[pa.Table], corun=None) -> tuple[pa.Table, list[str]]:
     table = pa.Table.from_arrays(columns, schema=schema)
     del columns
     if arrays:
-        from gpuvar.ingest.corun import set_columns
-
         table = set_columns(table, {n: v.take(second) if second is not None else v for n, v in arrays.items()})
     return table, notes
+
+
+LIGHT = ("start", "launch_id", "end", "device_id", "process_id")  # the sort's keys and the co-running inputs
+
+
+def _streamed(parts: list[tuple[Path, int]], path: Path, meta: dict, corun, fan_in: int) -> tuple | None:
+    """Write the merged table of `parts` ((file, rank)) to `path` by a k-way merge of the files (merge_rows),
+    reading whole only the LIGHT columns; (rows, columns, notes), or None where a part's rows are not in merged
+    order within it (nothing is written then)."""
+    schemas = [_with_rank_field(pq.read_schema(file)) for file, _ in parts]
+    schema = pa.unify_schemas(schemas, promote_options="permissive")
+    light = pa.concat_tables(
+        [
+            _with_rank(pq.read_table(file, columns=[c for c in LIGHT if c in s.names]), rank)
+            for (file, rank), s in zip(parts, schemas)
+        ],
+        promote_options="permissive",
+    )
+    light = light.select([n for n in schema.names if n in light.column_names])
+    final, second, arrays, notes = _ordering(light, corun)
+    rows = light.num_rows
+    del light
+    rows_from = np.arange(rows) if final is None else final.to_numpy()
+    offsets = np.cumsum([pq.ParquetFile(file).metadata.num_rows for file, _ in parts])
+    labels = np.searchsorted(offsets, rows_from, side="right").astype(label_type(len(parts)))
+    if not in_part_order(labels, rows_from):
+        return None
+    del rows_from, final
+    arrays = {n: v.take(second) if second is not None else v for n, v in arrays.items()}
+
+    def with_arrays(table: pa.Table, first: int) -> pa.Table:
+        return set_columns(table, {n: v.slice(first, table.num_rows) for n, v in arrays.items()})
+
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".merge-scratch-") as scratch:
+        write_merged(parts, labels, schema, path, meta, Path(scratch), with_arrays if arrays else None, fan_in)
+    width = len(schema) + sum(n not in schema.names for n in arrays)
+    return rows, width, notes
+
+
+def _with_rank_field(schema: pa.Schema) -> pa.Schema:
+    if "rank" in schema.names:
+        return schema.set(schema.get_field_index("rank"), pa.field("rank", pa.int64()))
+    return schema.append(pa.field("rank", pa.int64()))
 
 
 def _corun(in_order, available: list[str], reports: list[dict], ranks: list[int], unknown_gpu: str):
@@ -137,16 +195,24 @@ def _corun(in_order, available: list[str], reports: list[dict], ranks: list[int]
     return arrays, notes
 
 
-def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = UNKNOWN_GPU_DEFAULT) -> dict:
+def merge(
+    parts: list[str | Path],
+    output: str | Path,
+    unknown_gpu: str = UNKNOWN_GPU_DEFAULT,
+    in_memory: bool = False,
+    fan_in: int = FAN_IN,
+) -> dict:
     """Merge ingest folders `parts` (in rank/file order) into `output`; returns the merged ingest.json.
 
     unknown_gpu: whether ranks that record the same device index and no GPU UUID or host share a GPU
-    ("auto", "shared", "separate": gpuvar.ingest.gpu_identity)."""
+    ("auto", "shared", "separate": gpuvar.ingest.gpu_identity). The tables are written by a k-way merge of the
+    parts' files, `fan_in` open at once (merge_rows); in_memory: by the whole-table merge instead (the same bytes,
+    every part held at once: the reference the tests hold the k-way merge to)."""
     output = Path(output)
     if not parts:
         raise InputError(output, "nothing to merge: no ingest folders given")
-    loaded = [(Path(p), *_part(Path(p))) for p in parts]  # (folder, report, kernels)
-    recorded = [_recorded_rank(kernels) for _, _, kernels in loaded]
+    loaded = [(Path(p), *_part(Path(p))) for p in parts]  # (folder, report, recorded rank)
+    recorded = [rank for _, _, rank in loaded]
     from_file = None not in recorded and len(set(recorded)) == len(recorded)
     ranks = recorded if from_file else list(range(len(loaded)))
     notes = [
@@ -199,33 +265,28 @@ def merge(parts: list[str | Path], output: str | Path, unknown_gpu: str = UNKNOW
         meta = {"source": summary["source"], "format": summary["format"], "merged": True}
         reports = [r for _, r, _ in loaded]
         folders = [f for f, _, _ in loaded]
-        kernels = [_with_rank(k, rank) for (_, _, k), rank in zip(loaded, ranks)]
-        loaded = None  # (the parts' kernels are held once, in `kernels`, which _merged empties)
         for name in TABLES:
-            if name == "kernels":
-                pieces = kernels
-            else:  # read now: they need not sit beside the kernels
-                pieces = [
-                    _with_rank(_read(folder, name), rank)
-                    for folder, report, rank in zip(folders, reports, ranks)
-                    if name in report.get("tables", {})
-                ]
-            if not pieces:  # no file had copies: the table is written all the same, with no rows
+            held = [(f / table_file(name), rank) for f, r, rank in zip(folders, reports, ranks) if name in r["tables"]]
+            if not held:  # no file had copies: the table is written all the same, with no rows
                 write_canonical(empty_memcpy(), dest / MEMCPY_TABLE, meta)
                 continue
+            corun = (
+                (lambda in_order, names: _corun(in_order, names, reports, ranks, unknown_gpu))
+                if name == "kernels"
+                else None
+            )
             try:
-                corun = (
-                    (lambda in_order, names: _corun(in_order, names, reports, ranks, unknown_gpu))
-                    if name == "kernels"
-                    else None
-                )
-                table, corun_notes = _merged(pieces, corun)
+                done = None if in_memory else _streamed(held, dest / table_file(name), meta, corun, fan_in)
+                if done is None:
+                    pieces = [_with_rank(_read(file.parent, name), rank) for file, rank in held]
+                    table, corun_notes = _merged(pieces, corun)
+                    write_canonical(table, dest / table_file(name), meta, in_order=True)
+                    done = table.num_rows, table.num_columns, corun_notes
+                    table = None  # (the merged kernels need not sit beside the copies)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 raise InputError(output, f"cannot merge the {name} tables: {exc}") from None
+            written, width, corun_notes = done
             notes.extend(corun_notes)
-            write_canonical(table, dest / table_file(name), meta, in_order=True)
-            written, width = table.num_rows, table.num_columns
-            table = None  # (the merged kernels need not sit beside the copies)
             dropped = Counter()
             rows_read = 0
             for report in reports:
