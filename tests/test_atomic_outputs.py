@@ -240,8 +240,11 @@ def test_ingest_merge_disk_full_on_the_second_table_leaves_nothing(ingested, tmp
 
     out = tmp_path / "merged"
     parts = [shutil.copytree(ingested, out / "ranks" / str(k)) for k in range(2)]
-    for nth, failing in ((2, "memcpy.parquet"), (3, "ingest.json")):  # write_table: kernels, then memcpy
-        target = "pyarrow.parquet.write_table" if failing.endswith(".parquet") else "pathlib.Path.write_text"
+    # the k-way merge writes each table a row group at a time (ParquetWriter.write_table): kernels, then memcpy
+    for nth, failing in ((2, "memcpy.parquet"), (3, "ingest.json")):
+        target = (
+            "pyarrow.parquet.ParquetWriter.write_table" if failing.endswith(".parquet") else "pathlib.Path.write_text"
+        )
         proc = _disk_full(target, nth if failing.endswith(".parquet") else 1, "ingest-merge", *parts, "-o", out)
         _one_line_naming(proc, out)
         assert sorted(p.name for p in out.iterdir()) == ["ranks"], failing

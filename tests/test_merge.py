@@ -174,17 +174,17 @@ def _same_files(a: Path, b: Path) -> None:
     assert left == right
 
 
-def _both_ways(parts, tmp_path, whole_again: bool = False, **streamed) -> tuple[Path, Path]:
+def _both_ways(parts, tmp_path, whole_again: bool = False, fan_in: int = 16, **both) -> tuple[Path, Path]:
     """Merge `parts` in memory and by the k-way merge; the files must be the same. whole_again: the second merge
     is expected to fall back to the whole-table merge; otherwise it must not."""
     from gpuvar.ingest import merge as merging
 
-    merge(parts, tmp_path / "whole", in_memory=True)
+    merge(parts, tmp_path / "whole", in_memory=True, **both)
     calls = []
     whole_merge = merging._merged
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(merging, "_merged", lambda *a: calls.append(1) or whole_merge(*a))
-        merge(parts, tmp_path / "streamed", **streamed)
+        merge(parts, tmp_path / "streamed", fan_in=fan_in, **both)
     assert bool(calls) == whole_again
     _same_files(tmp_path / "whole", tmp_path / "streamed")
     return tmp_path / "whole", tmp_path / "streamed"
@@ -198,7 +198,8 @@ def test_the_k_way_merge_writes_the_whole_table_merges_bytes(kineto_pair, tmp_pa
     from gpuvar.ingest import merge_rows
 
     monkeypatch.setattr(merge_rows, "READ_BATCH_ROWS", 7)
-    monkeypatch.setattr(merge_rows, "ROW_GROUP_ROWS", 333)
+    monkeypatch.setattr(merge_rows, "KEY_BATCH_ROWS", 5)
+    monkeypatch.setattr(merge_rows, "MERGE_ROWS", 333)
     _, parts = kineto_pair
     four = parts + parts  # the same two ranks again: rank = position, rows tie on start across copies
     whole, streamed = _both_ways(four, tmp_path, fan_in=fan_in)
@@ -208,9 +209,14 @@ def test_the_k_way_merge_writes_the_whole_table_merges_bytes(kineto_pair, tmp_pa
     )
 
 
-def test_the_k_way_merge_of_real_ranks_sets_the_co_running_columns(tmp_path):
-    """The real gloo pair (both ranks on one H100): the co-running columns are computed over both ranks and set on
+@pytest.mark.parametrize("keys", [3, 8192])
+def test_the_k_way_merge_of_real_ranks_sets_the_co_running_columns(tmp_path, monkeypatch, keys):
+    """The real gloo pair (both ranks on one H100): the co-running columns are computed over both ranks, over a
+    window of the merged rows (gpuvar.ingest.merge_corun; 3 keys read at a time: hundreds of windows), and set on
     the merged rows, the same bytes as the whole-table merge."""
+    from gpuvar.ingest import merge_rows
+
+    monkeypatch.setattr(merge_rows, "KEY_BATCH_ROWS", keys)
     parts = []
     for rank in (0, 1):
         ingest(real_file(f"{GLOO}/rank{rank}.pt.trace.json.gz"), tmp_path / f"part{rank}")
@@ -256,3 +262,73 @@ def test_a_part_out_of_order_is_merged_whole(tmp_path):
     table = pq.read_table(path)
     pq.write_table(table.take(list(range(table.num_rows))[::-1]), path)
     _both_ways(parts, tmp_path, whole_again=True)
+
+
+def _planted_intervals(part: Path, seed: int) -> None:
+    """Rewrite a part's times: short kernels, some running through a large share of the trace, zero-length ones,
+    starts tying with other ranks' (a 50 ns grid), a few null ends; one process on device 0."""
+    import numpy as np
+    import pyarrow as pa
+
+    from gpuvar.canonical_io import write_canonical
+
+    path = part / "kernels.parquet"
+    table = pq.read_table(path)
+    rng = np.random.default_rng(seed)
+    n = table.num_rows
+    start = np.sort(rng.integers(0, n * 20, n)) * 50
+    length = rng.choice([0, 50, 400, 3000, 200_000, 2_000_000], n, p=[0.05, 0.4, 0.3, 0.2, 0.04, 0.01])
+    end = pa.array(start + length, mask=rng.random(n) < 0.01)
+    columns = {"start": pa.array(start), "end": end, "device_id": pa.array(np.zeros(n, np.int64))}
+    columns["process_id"] = pa.array(np.full(n, 1000 + seed, np.int64))
+    for name, values in columns.items():
+        table = table.set_column(table.column_names.index(name), name, values)
+    write_canonical(table, path, json.loads(table.schema.metadata[b"gpuvar"]))
+
+
+@pytest.mark.parametrize("fan_in", [2, 16])
+def test_the_co_running_window_on_planted_long_and_tied_kernels(kineto_pair, tmp_path, monkeypatch, fan_in):
+    """The sliding window of the co-running columns (gpuvar.ingest.merge_corun) on planted times that strain it:
+    kernels 40x to 400x the usual length overlapping hundreds of later ones, zero-length kernels, starts tying
+    across ranks, null ends; 3 keys read at a time; fan_in 2 reads the last level's ranks back from scratch files.
+    The files are the whole-table merge's bytes, and the columns see the other ranks' kernels."""
+    import shutil
+
+    from gpuvar.ingest import merge_rows
+
+    monkeypatch.setattr(merge_rows, "KEY_BATCH_ROWS", 3)
+    _, pair = kineto_pair
+    parts = []
+    for i in range(3):
+        parts.append(Path(shutil.copytree(pair[i % 2], tmp_path / f"p{i}")))
+        _planted_intervals(parts[-1], seed=i)
+    _, streamed = _both_ways(parts, tmp_path, fan_in=fan_in, unknown_gpu="shared")
+    merged = pq.read_table(streamed / "kernels.parquet", columns=["ctx_other_process_kernels"]).column(0)
+    assert max(merged.to_pylist(), key=lambda v: v or 0) > 10
+
+
+def test_rows_tying_across_ranks_follow_the_rank_not_the_file_order(kineto_pair, tmp_path, monkeypatch):
+    """The files given as rank 1 then rank 0 (their recorded ranks), every row tying with the other rank's on
+    (start, launch id): the whole-table merge put rank 0's row first, and so does the k-way merge."""
+    import shutil
+
+    import numpy as np
+    import pyarrow as pa
+
+    from gpuvar.canonical_io import write_canonical
+    from gpuvar.ingest import merge_rows
+
+    monkeypatch.setattr(merge_rows, "KEY_BATCH_ROWS", 3)
+    _, pair = kineto_pair
+    parts = []
+    for source in reversed(pair):
+        parts.append(Path(shutil.copytree(source, tmp_path / source.name)))
+        path = parts[-1] / "kernels.parquet"
+        table = pq.read_table(path)
+        n = table.num_rows
+        for name, values in {"start": np.arange(n) * 100, "launch_id": np.arange(n)}.items():
+            table = table.set_column(table.column_names.index(name), name, pa.array(values))
+        write_canonical(table, path, json.loads(table.schema.metadata[b"gpuvar"]))
+    _, streamed = _both_ways(parts, tmp_path)
+    merged = pq.read_table(streamed / "kernels.parquet", columns=["launch_id", "rank"])
+    assert merged.column("rank").to_pylist()[:4] == [0, 1, 0, 1]

@@ -64,13 +64,17 @@ COLUMNS = ("ctx_other_process_kernels", "ctx_other_process_overlap")
 def corun_columns(kernels: pd.DataFrame, gpu: np.ndarray, process: np.ndarray) -> dict[str, np.ndarray]:
     """The two columns of the module docstring for `kernels` (start, end), given each row's physical-GPU and
     process codes (int64, -1 unknown)."""
-    n = len(kernels)
     start = kernels["start"].to_numpy(dtype=np.int64, na_value=0)
     end = kernels["end"].to_numpy(dtype=np.int64, na_value=0)
     timed = kernels["start"].notna().to_numpy() & kernels["end"].notna().to_numpy() & (end >= start)
+    return corun_arrays(start, end, timed, gpu, process)
+
+
+def corun_arrays(start, end, timed, gpu, process) -> dict[str, np.ndarray]:
+    """corun_columns of int64 start and end times, `timed` where both are known and end >= start."""
     gpu, process = np.asarray(gpu, np.int64), np.asarray(process, np.int64)
     rows = np.flatnonzero(timed & (gpu >= 0) & (process >= 0))
-    count_col, share_col = np.full(n, np.nan), np.full(n, np.nan)
+    count_col, share_col = np.full(len(start), np.nan), np.full(len(start), np.nan)
     if len(rows):
         count, share = _corun(start[rows], end[rows], gpu[rows], process[rows])
         count_col[rows], share_col[rows] = count, share

@@ -118,40 +118,64 @@ def merged_gpus(
 
     part: each row's file (index into `recorded` and `ranks`); device: the rows' device_id; process: their
     process_id (for renumbered Nsight Systems processes), if any."""
-    if unknown_gpu not in UNKNOWN_GPU_MODES:
-        raise ValueError(f"unknown_gpu must be one of {', '.join(UNKNOWN_GPU_MODES)}, not {unknown_gpu!r}")
     dev, _ = _device_codes(device)
     part = np.asarray(part, np.int64)
     pairs = pd.DataFrame({"part": part, "device": dev}).drop_duplicates()
     combos = sorted((int(p), int(d)) for p, d in zip(pairs["part"], pairs["device"]) if d >= 0)
-    key: dict[tuple[int, int], str | None] = {}
-    notes: list[str] = []
-    if combos and all(d in recorded[p].uuids for p, d in combos):
-        key = {(p, d): "uuid " + recorded[p].uuids[d] for p, d in combos}
-        notes.append("physical GPU of a launch = the GPU UUID its file records")
-    elif combos and all(recorded[p].host for p, _ in combos):
-        key = {(p, d): f"host {recorded[p].host} device {d}" for p, d in combos}
-        notes.append("physical GPU of a launch = its file's host and the device id (no GPU UUID in every file)")
-    else:
-        key, more = _by_index(recorded, combos, ranks, unknown_gpu)
-        notes.extend(more)
-    codes = {k: i for i, k in enumerate(sorted({v for v in key.values() if v is not None}))}
-    table = np.full((len(recorded), int(dev.max(initial=-1)) + 2), -1, np.int64)
-    for (p, d), k in key.items():
-        if k is not None:
-            table[p, d] = codes[k]
-    gpu = np.where(dev >= 0, table[part, np.maximum(dev, 0)], -1)
-    if process is not None and any(r.renumbered for r in recorded):
-        pid = process.to_numpy(dtype=np.float64, na_value=np.nan)
-        for p, r in enumerate(recorded):
-            lost = (part == p) & np.isin(pid, np.array(sorted(r.renumbered), dtype=np.float64))
-            if lost.any():
-                gpu[lost] = -1
-                notes.append(
-                    f"rank {ranks[p]}: processes {_list(sorted(r.renumbered))} see other CUDA device ids than the "
-                    f"report's GPU ids: their {int(lost.sum())} launches' physical GPU is unknown"
-                )
-    return gpu, notes
+    gpus = MergedGpus(recorded, combos, ranks, unknown_gpu)
+    pid = process.to_numpy(dtype=np.float64, na_value=np.nan) if process is not None else None
+    gpu, lost = gpus.codes(part, dev, pid)
+    return gpu, gpus.notes + gpus.lost_notes(np.bincount(part[lost], minlength=len(recorded)))
+
+
+class MergedGpus:
+    """The physical GPU of each (file, device index) of a merged table, decided once from every such pair that
+    occurs (`combos`, sorted, device >= 0): the rows can then be coded a few at a time (the k-way merge of
+    gpuvar.ingest.merge_rows), with the notes of the whole table."""
+
+    def __init__(self, recorded: list[Recorded], combos: list[tuple[int, int]], ranks: list[int], unknown_gpu: str):
+        if unknown_gpu not in UNKNOWN_GPU_MODES:
+            raise ValueError(f"unknown_gpu must be one of {', '.join(UNKNOWN_GPU_MODES)}, not {unknown_gpu!r}")
+        self.recorded, self.ranks = recorded, ranks
+        key: dict[tuple[int, int], str | None] = {}
+        self.notes: list[str] = []
+        if combos and all(d in recorded[p].uuids for p, d in combos):
+            key = {(p, d): "uuid " + recorded[p].uuids[d] for p, d in combos}
+            self.notes.append("physical GPU of a launch = the GPU UUID its file records")
+        elif combos and all(recorded[p].host for p, _ in combos):
+            key = {(p, d): f"host {recorded[p].host} device {d}" for p, d in combos}
+            self.notes.append(
+                "physical GPU of a launch = its file's host and the device id (no GPU UUID in every file)"
+            )
+        else:
+            key, more = _by_index(recorded, combos, ranks, unknown_gpu)
+            self.notes.extend(more)
+        codes = {k: i for i, k in enumerate(sorted({v for v in key.values() if v is not None}))}
+        self.table = np.full((len(recorded), max((d for _, d in combos), default=-1) + 2), -1, np.int64)
+        for (p, d), k in key.items():
+            if k is not None:
+                self.table[p, d] = codes[k]
+
+    def codes(self, part: np.ndarray, dev: np.ndarray, pid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(physical-GPU code per row, -1 unknown; the rows of renumbered processes, whose GPU is unknown) given
+        the rows' file index, device id (-1: none) and process id (float, NaN: none; None: no such column)."""
+        gpu = np.where(dev >= 0, self.table[part, np.maximum(dev, 0)], -1)
+        lost = np.zeros(len(gpu), bool)
+        if pid is not None and any(r.renumbered for r in self.recorded):
+            for p, r in enumerate(self.recorded):
+                if r.renumbered:
+                    lost |= (part == p) & np.isin(pid, np.array(sorted(r.renumbered), dtype=np.float64))
+            gpu[lost] = -1
+        return gpu, lost
+
+    def lost_notes(self, lost_per_file: np.ndarray) -> list[str]:
+        """The notes on renumbered processes, given how many launches of each file codes() lost."""
+        return [
+            f"rank {self.ranks[p]}: processes {_list(sorted(r.renumbered))} see other CUDA device ids than the "
+            f"report's GPU ids: their {int(lost_per_file[p])} launches' physical GPU is unknown"
+            for p, r in enumerate(self.recorded)
+            if lost_per_file[p]
+        ]
 
 
 def _by_index(recorded, combos, ranks, mode) -> tuple[dict, list[str]]:

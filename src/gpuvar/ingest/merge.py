@@ -23,9 +23,10 @@ from gpuvar import __version__
 from gpuvar.atomic import staged_folder
 from gpuvar.canonical_io import canonical_order, write_canonical
 from gpuvar.errors import InputError
-from gpuvar.ingest.corun import set_columns
-from gpuvar.ingest.gpu_identity import UNKNOWN_GPU_DEFAULT
-from gpuvar.ingest.merge_rows import FAN_IN, in_part_order, label_type, write_merged
+from gpuvar.ingest.corun import COLUMNS, set_columns
+from gpuvar.ingest.gpu_identity import UNKNOWN_GPU_DEFAULT, MergedGpus, Recorded
+from gpuvar.ingest.merge_corun import Window, merged_corun_note
+from gpuvar.ingest.merge_rows import FAN_IN, part_facts, write_merged
 from gpuvar.layout import INGEST_REPORT, MEMCPY_TABLE, table_file
 from gpuvar.output import write_json
 from gpuvar.schema import empty_memcpy
@@ -117,41 +118,39 @@ def _merged(pieces: list[pa.Table], corun=None) -> tuple[pa.Table, list[str]]:
     return table, notes
 
 
-LIGHT = ("start", "launch_id", "end", "device_id", "process_id")  # the sort's keys and the co-running inputs
-
-
-def _streamed(parts: list[tuple[Path, int]], path: Path, meta: dict, corun, fan_in: int) -> tuple | None:
-    """Write the merged table of `parts` ((file, rank)) to `path` by a k-way merge of the files (merge_rows),
-    reading whole only the LIGHT columns; (rows, columns, notes), or None where a part's rows are not in merged
-    order within it (nothing is written then)."""
-    schemas = [_with_rank_field(pq.read_schema(file)) for file, _ in parts]
-    schema = pa.unify_schemas(schemas, promote_options="permissive")
-    light = pa.concat_tables(
-        [
-            _with_rank(pq.read_table(file, columns=[c for c in LIGHT if c in s.names]), rank)
-            for (file, rank), s in zip(parts, schemas)
-        ],
-        promote_options="permissive",
-    )
-    light = light.select([n for n in schema.names if n in light.column_names])
-    final, second, arrays, notes = _ordering(light, corun)
-    rows = light.num_rows
-    del light
-    rows_from = np.arange(rows) if final is None else final.to_numpy()
-    offsets = np.cumsum([pq.ParquetFile(file).metadata.num_rows for file, _ in parts])
-    labels = np.searchsorted(offsets, rows_from, side="right").astype(label_type(len(parts)))
-    if not in_part_order(labels, rows_from):
+def _streamed(held: list[tuple[Path, int]], path: Path, meta: dict, fan_in: int, corun: tuple | None) -> tuple | None:
+    """Write the merged table of `held` ((file, rank)) to `path` by a k-way merge of the files (merge_rows), the
+    co-running columns (corun: (reports, ranks, unknown_gpu) for the kernels) over a sliding window (merge_corun);
+    (rows, columns, notes), or None where a part's rows are not sorted by (start, launch id) (nothing written)."""
+    facts = [part_facts(file) for file, _ in held]
+    if not all(f.in_order for f in facts):
         return None
-    del rows_from, final
-    arrays = {n: v.take(second) if second is not None else v for n, v in arrays.items()}
-
-    def with_arrays(table: pa.Table, first: int) -> pa.Table:
-        return set_columns(table, {n: v.slice(first, table.num_rows) for n, v in arrays.items()})
-
+    schema = pa.unify_schemas(
+        [_with_rank_field(pq.read_schema(file)) for file, _ in held], promote_options="permissive"
+    )
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".merge-scratch-") as scratch:
-        write_merged(parts, labels, schema, path, meta, Path(scratch), with_arrays if arrays else None, fan_in)
-    width = len(schema) + sum(n not in schema.names for n in arrays)
-    return rows, width, notes
+        window = _window(facts, schema, *corun, Path(scratch)) if corun else None
+        try:
+            rows = sum(f.rows for f in facts)
+            write_merged(held, schema, rows, path, meta, Path(scratch), window, fan_in)
+        finally:
+            if window is not None:
+                window.close()
+    if window is None:
+        return rows, len(schema), []
+    return rows, len(schema) + sum(n not in schema.names for n in COLUMNS), window.notes()
+
+
+def _window(facts: list, schema: pa.Schema, reports: list[dict], ranks: list[int], unknown_gpu: str, scratch: Path):
+    """The co-running columns' Window for the merged kernels, None where _corun would set none (no timeline, or
+    fewer than two processes: a process is a (rank, process id) pair, a null process id a value of its own)."""
+    if not {"start", "end", "device_id"} <= set(schema.names) or not any(f.timed for f in facts):
+        return None
+    if len({(rank, pid) for f, rank in zip(facts, ranks) for pid in f.processes}) < 2:
+        return None
+    combos = sorted((p, d) for p, f in enumerate(facts) for d in f.devices if d >= 0)
+    gpus = MergedGpus([Recorded.from_report(r) for r in reports], combos, ranks, unknown_gpu)
+    return Window(gpus, ranks, scratch)
 
 
 def _with_rank_field(schema: pa.Schema) -> pa.Schema:
@@ -163,12 +162,11 @@ def _with_rank_field(schema: pa.Schema) -> pa.Schema:
 def _corun(in_order, available: list[str], reports: list[dict], ranks: list[int], unknown_gpu: str):
     """(arrays, notes): the co-running columns of the merged kernels (when they hold two or more processes) and
     the notes; in_order(names) gives those of the `available` columns sorted as _merged sorts them first."""
-    import numpy as np
     import pandas as pd
 
     from gpuvar.ingest.context import group_codes
-    from gpuvar.ingest.corun import COLUMNS, corun_columns
-    from gpuvar.ingest.gpu_identity import Recorded, merged_gpus
+    from gpuvar.ingest.corun import corun_columns
+    from gpuvar.ingest.gpu_identity import merged_gpus
 
     names = [c for c in ("start", "end", "device_id", "rank", "process_id") if c in available]
     frame = in_order(names).to_pandas()
@@ -187,11 +185,7 @@ def _corun(in_order, available: list[str], reports: list[dict], ranks: list[int]
     arrays = {n: pa.array(columns[n], type=pa.float64(), from_pandas=True) for n in COLUMNS}
     count = columns[COLUMNS[0]]
     known = ~np.isnan(count)
-    notes.append(
-        f"co-running: {int((count[known] > 0).sum())} of {len(count)} launches overlap kernels of another process "
-        f"on their GPU (ctx_other_process_kernels > 0); {int((~known).sum())} have no known physical GPU or "
-        "timeline (NaN)"
-    )
+    notes.append(merged_corun_note(int((count[known] > 0).sum()), len(count), int((~known).sum())))
     return arrays, notes
 
 
@@ -276,7 +270,8 @@ def merge(
                 else None
             )
             try:
-                done = None if in_memory else _streamed(held, dest / table_file(name), meta, corun, fan_in)
+                inputs = (reports, ranks, unknown_gpu) if name == "kernels" else None
+                done = None if in_memory else _streamed(held, dest / table_file(name), meta, fan_in, inputs)
                 if done is None:
                     pieces = [_with_rank(_read(file.parent, name), rank) for file, rank in held]
                     table, corun_notes = _merged(pieces, corun)

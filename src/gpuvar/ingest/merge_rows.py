@@ -1,46 +1,224 @@
-"""The ranks' rows written in their merged order without holding them: a k-way merge of the parts' files.
+"""The ranks' rows merged into one file without holding them: a k-way merge of the parts' files, in bounded memory.
 
 Why: `gpuvar ingest-merge` (the workflow's merge_ranks) held every rank's table at once, 1.06 KB a launch: ~28 GB
-for a 256-rank job of 100 k launches each, on one node, after every rank had been ingested (issue 38 item 1). The
-merged order is known from a few key columns (gpuvar.ingest.merge reads only those), and each part's rows keep
-their file order in it, so the merged file is a k-way merge: each output row group takes the next rows of each
-part. What is held: the order (a source label per row), a few pages of each open file, and two row groups.
+for a 256-rank job of 100 k launches each, on one node, after every rank had been ingested (issue 38 item 1).
+
+The merged order (gpuvar.ingest.merge._ordering: sorted by (start, rank, launch id), then stably by (start, launch
+id), nulls last) is the order of the key K = (start, launch id, rank, row in its file). Every part gpuvar wrote is
+sorted by (start, launch id) (write_canonical; `part_facts` checks it, else the caller merges in memory), so along
+each file K only grows, and the merge is a k-way merge on K:
+  1. keys: each file's key columns are read a batch at a time; the rows below the smallest "last key read" of the
+     files not yet finished are merged (a sort of that handful of rows) and each row's file is written to a scratch
+     file of labels (2 bytes a row); the co-running columns are computed on the way (gpuvar.ingest.merge_corun);
+  2. rows: every column of every file is read a few rows at a time, and each output row group takes the next rows
+     of the files its labels name.
+Memory: a batch of keys and of rows per open file, the co-running window, two row groups.
 
 Fan-in: an open Parquet file holds its current page of every column, ~6 MB for a 100 k-launch Kineto rank (16 such
 files: +92 MB of Arrow memory); 256 files at once would hold ~1.5 GB of pages. Beyond `fan_in` files, groups of
-`fan_in` are first merged into scratch files with small pages, and those are merged in turn, as an external
-merge sort does. The scratch files are written under a folder the caller gives and removed level by level.
+`fan_in` are first merged into scratch files (small pages; a rank column, so K is read back from them), and those
+are merged in turn, as an external merge sort does. Scratch files lie under a folder the caller gives; each is
+removed once read.
 
-Same bytes: the final file goes through CanonicalWriter, a row group of ROW_GROUP_ROWS rows at a time in one
-Arrow chunk per column, as write_canonical writes the whole merged table; tests/test_merge.py holds the k-way
-merge to the whole-table merge's bytes, with and without scratch levels.
+Same bytes: the final file goes through CanonicalWriter, a row group of ROW_GROUP_ROWS rows in one Arrow chunk per
+column, as write_canonical writes the whole merged table; tests/test_merge.py holds the k-way merge to the
+whole-table merge's bytes, with and without scratch levels, on real and planted parts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpuvar.canonical_io import ROW_GROUP_ROWS, CanonicalWriter, from_numpy
+from gpuvar.canonical_io import CanonicalWriter, from_numpy, write_canonical
 from gpuvar.errors import InputError
 
 FAN_IN = 16  # files open at once: 16 Kineto ranks' pages ~0.1 GB
-READ_BATCH_ROWS = 4096  # rows decoded at a time from one file: a 256-rank row group takes ~1 k of each
-SCRATCH_OPTIONS = {"compression": "zstd", "compression_level": 1, "data_page_size": 64 << 10}
+KEY_BATCH_ROWS = 8192  # keys read at a time from one file
+READ_BATCH_ROWS = 4096  # rows read at a time from one file: a 256-rank row group takes ~1 k of each
+MERGE_ROWS = 1 << 16  # rows merged at a time (a quarter of a canonical row group: ~45 MB of Kineto rows)
+SCRATCH_OPTIONS = {"compression": "lz4", "write_statistics": False, "data_page_size": 64 << 10}
 SCRATCH_ROW_GROUP_ROWS = 1 << 16
+LABEL = np.dtype(np.int16)  # a row's file among at most FAN_IN_MAX
+FAN_IN_MAX = 2**15 - 1
+LAST = np.iinfo(np.int64).max  # a null key sorts last
+# how an open file is read: pyarrow's default pre-buffers a whole row group of every column (43 MB for a scratch
+# row group of Kineto rows, 16 files 0.7 GB); unbuffered, each column chunk is read whole; streamed through a
+# 64 KiB buffer per column, an open scratch file holds ~10 MB
+READ_OPTIONS = {"pre_buffer": False, "buffer_size": 1 << 16}
+
+
+@dataclass
+class PartFacts:
+    """What the merge needs to know of one part before merging it, read a batch at a time."""
+
+    rows: int = 0
+    in_order: bool = True  # rows sorted by (start, launch id), nulls last, integer keys: K grows along the file
+    timed: bool = False  # a row with a start time
+    devices: set[int] = field(default_factory=set)  # device ids (not null)
+    processes: set = field(default_factory=set)  # process ids, None for null (a column absent: {None})
+
+
+def part_facts(path: Path) -> PartFacts:
+    """PartFacts of one part's file."""
+    file = pq.ParquetFile(path, **READ_OPTIONS)
+    names = file.schema_arrow.names
+    columns = [c for c in ("start", "launch_id", "device_id", "process_id") if c in names]
+    facts, last = PartFacts(), None
+    for key in ("start", "launch_id"):
+        if key in names and not pa.types.is_integer(file.schema_arrow.field(key).type):
+            facts.in_order = False
+    for batch in file.iter_batches(batch_size=1 << 16, columns=columns, use_threads=False):
+        n = batch.num_rows
+        facts.rows += n
+        s, ln = _ints(_column(batch, "start"), LAST, n), _ints(_column(batch, "launch_id"), LAST, n)
+        if facts.in_order and n:
+            if last is not None:
+                s, ln = np.concatenate(([last[0]], s)), np.concatenate(([last[1]], ln))
+            grows = (s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (ln[1:] >= ln[:-1]))
+            facts.in_order = bool(grows.all())
+            last = (s[-1], ln[-1])
+        start = _column(batch, "start")
+        facts.timed = facts.timed or (start is not None and start.null_count < n)
+        device = _column(batch, "device_id")
+        if device is not None:
+            facts.devices.update(int(d) for d in pc.unique(device.drop_null()).to_pylist())
+        process = _column(batch, "process_id")
+        facts.processes.update(pc.unique(process).to_pylist() if process is not None else [None] if n else [])
+    return facts
+
+
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
+    return batch.column(batch.schema.get_field_index(name)) if name in batch.schema.names else None
+
+
+def _ints(column: pa.Array | None, null: int, rows: int, absent: int = 0) -> np.ndarray:
+    """An integer column as int64 numpy, nulls as `null`; `absent` everywhere when there is no such column."""
+    if column is None:
+        return np.full(rows, absent, np.int64)
+    if column.type != pa.int64():
+        column = column.cast(pa.int64())
+    return column.fill_null(null).to_numpy()
+
+
+class Keys:
+    """One file's merge keys (and the co-running inputs, with_corun) in file order, read a batch at a time. rank:
+    the rank of every row (a part), or None to read its `rank` column (a scratch file)."""
+
+    def __init__(self, path: Path, rank: int | None, with_corun: bool):
+        self.file = pq.ParquetFile(path, **READ_OPTIONS)
+        names = self.file.schema_arrow.names
+        want = ["start", "launch_id", *(["end", "device_id", "process_id"] if with_corun else [])]
+        want += ["rank"] if rank is None else []
+        self.rank, self.with_corun = rank, with_corun
+        self.batches = self.file.iter_batches(
+            batch_size=KEY_BATCH_ROWS, columns=[c for c in want if c in names], use_threads=False
+        )
+        self.held: dict[str, np.ndarray] | None = None
+        self.done = False
+
+    def __len__(self) -> int:
+        return 0 if self.held is None else len(self.held["s"])
+
+    def fill(self, rows: int) -> None:
+        """Read until `rows` keys are held or the file is finished."""
+        while not self.done and len(self) < rows:
+            batch = next(self.batches, None)
+            if batch is None:
+                self.done = True
+                break
+            more = self._arrays(batch)
+            self.held = more if self.held is None else {k: np.concatenate((v, more[k])) for k, v in self.held.items()}
+
+    def last(self) -> tuple[int, int]:
+        return int(self.held["s"][-1]), int(self.held["l"][-1])
+
+    def below(self, key: tuple[int, int]) -> int:
+        """How many held rows have (start, launch id) < key."""
+        if not len(self):
+            return 0
+        s, ln = self.held["s"], self.held["l"]
+        lo, hi = np.searchsorted(s, key[0], "left"), np.searchsorted(s, key[0], "right")
+        return int(lo + np.searchsorted(ln[lo:hi], key[1], "left"))
+
+    def take(self, rows: int) -> dict[str, np.ndarray]:
+        taken = {k: v[:rows] for k, v in self.held.items()}
+        self.held = {k: v[rows:] for k, v in self.held.items()}
+        return taken
+
+    def _arrays(self, batch: pa.RecordBatch) -> dict[str, np.ndarray]:
+        n = batch.num_rows
+        start = _column(batch, "start")
+        s = _ints(start, LAST, n)
+        rank = np.full(n, self.rank, np.int64) if self.rank is not None else _ints(_column(batch, "rank"), LAST, n)
+        arrays = {"s": s, "l": _ints(_column(batch, "launch_id"), LAST, n), "rank": rank}
+        if self.with_corun:
+            end = _column(batch, "end")
+            e = _ints(end, 0, n)
+            timed = (s != LAST) & (e >= s) if start is not None and end is not None else np.zeros(n, bool)
+            if end is not None and end.null_count:
+                timed &= end.is_valid().to_numpy(zero_copy_only=False)
+            process = _column(batch, "process_id")
+            arrays |= {
+                "e": e,
+                "timed": timed,
+                "dev": _ints(_column(batch, "device_id"), -1, n, absent=-1),
+                "pid": process.cast(pa.float64()).to_numpy(zero_copy_only=False)
+                if process is not None
+                else np.full(n, np.nan),
+            }
+        return arrays
+
+    def close(self) -> None:
+        self.batches = None
+        self.file.close()
+
+
+def merge_keys(sources: list[tuple[Path, int | None]], with_corun: bool, emit: Callable) -> None:
+    """The k-way merge of the files' keys: emit(labels, rows, threshold) for each run of merged rows, labels the
+    file of each row (LABEL), rows their key arrays (with_corun: and the co-running inputs) in merged order,
+    threshold the (start, launch id) every row not yet emitted is at or above (None after the last run)."""
+    keys = [Keys(Path(path), rank, with_corun) for path, rank in sources]
+    try:
+        for k in keys:
+            k.fill(KEY_BATCH_ROWS)
+        while True:
+            reading = [k for k in keys if not k.done]
+            threshold = min(k.last() for k in reading) if reading else None
+            counts = [len(k) if threshold is None else k.below(threshold) for k in keys]
+            if not sum(counts):
+                if threshold is None:
+                    break
+                for k in reading:  # the files whose held keys all tie at the threshold read on
+                    if k.last() == threshold:
+                        k.fill(len(k) + KEY_BATCH_ROWS)
+                continue
+            taken = [k.take(n) for k, n in zip(keys, counts) if n]
+            rows = {name: np.concatenate([t[name] for t in taken]) for name in taken[0]}
+            labels = np.repeat(np.arange(len(keys), dtype=LABEL), counts)
+            order = np.lexsort((rows["rank"], rows["l"], rows["s"]))  # stable: a file's rows keep their order
+            emit(labels[order], {name: v[order] for name, v in rows.items()}, threshold)
+            for k in reading:
+                k.fill(KEY_BATCH_ROWS)
+        emit(np.zeros(0, LABEL), None, None)
+    finally:
+        for k in keys:
+            k.close()
 
 
 class Source:
-    """One part's file, read in file order a few rows at a time, its rows conformed to the merged `schema`: columns
-    the part lacks are nulls, `rank` (when given) is set, types are cast as the permissive concatenation casts."""
+    """One file's rows, read in file order a few at a time, conformed to the merged `schema`: columns the file
+    lacks are nulls, `rank` (when given) is set, types are cast as the permissive concatenation casts them."""
 
     def __init__(self, path: Path, schema: pa.Schema, rank: int | None = None):
         self.path, self.schema, self.rank = path, schema, rank
-        self.file = pq.ParquetFile(path)
+        self.file = pq.ParquetFile(path, **READ_OPTIONS)
         self.batches = self.file.iter_batches(batch_size=READ_BATCH_ROWS, use_threads=False)
         self.held: list[pa.Table] = []
         self.count = 0
@@ -61,14 +239,14 @@ class Source:
 
     def _conformed(self, batch: pa.RecordBatch) -> pa.Table:
         rows, names, columns = batch.num_rows, batch.schema.names, []
-        for field in self.schema:
-            if field.name == "rank" and self.rank is not None:
+        for f in self.schema:
+            if f.name == "rank" and self.rank is not None:
                 columns.append(from_numpy(np.full(rows, self.rank, np.int64)))
-            elif field.name in names:
-                column = batch.column(names.index(field.name))
-                columns.append(column if column.type == field.type else column.cast(field.type))
+            elif f.name in names:
+                column = batch.column(names.index(f.name))
+                columns.append(column if column.type == f.type else column.cast(f.type))
             else:
-                columns.append(pa.nulls(rows, field.type))
+                columns.append(pa.nulls(rows, f.type))
         return pa.Table.from_arrays(columns, schema=self.schema)
 
     def close(self) -> None:
@@ -76,83 +254,110 @@ class Source:
         self.file.close()
 
 
-def write_merged(
-    sources: list[tuple[Path, int | None]],
-    labels: np.ndarray,
-    schema: pa.Schema,
-    path: Path,
-    metadata: dict,
-    scratch: Path,
-    extra: Callable[[pa.Table, int], pa.Table] | None = None,
-    fan_in: int = FAN_IN,
-) -> None:
-    """Write to `path` (a canonical file) the rows of `sources` ((file, rank to set or None)) in the order `labels`
-    gives: labels[i] is the source of output row i, and each source's rows come in their file order.
-    extra(table, first_row): the final rows with columns set that no part holds (the co-running columns)."""
-    if fan_in < 2:
-        raise ValueError("fan_in must be at least 2")
-    labels = np.asarray(labels)
-    level = 0
-    while len(sources) > fan_in:
-        merged = _scratch(scratch, level, sources, fan_in)
-        labels = _merge_level(sources, labels, schema, scratch, level, fan_in)
-        sources, level = merged, level + 1
-    with CanonicalWriter(path, metadata) as writer:
-        _merge_into(sources, labels, schema, lambda table, first: writer.add(extra(table, first) if extra else table))
-    if level:
-        for file, _ in sources:
-            file.unlink()
-
-
-def _scratch(scratch: Path, level: int, sources: list, fan_in: int) -> list[tuple[Path, None]]:
-    return [(scratch / f"merge-{level}-{g}.parquet", None) for g in range(0, len(sources), fan_in)]
-
-
-def _merge_level(sources, labels, schema, scratch: Path, level: int, fan_in: int) -> np.ndarray:
-    """Merge each group of `fan_in` sources into a scratch file (in the rows' final order); return the labels that
-    point at the scratch files. The previous level's scratch files (not the parts) are removed once read."""
-    groups = labels // fan_in
-    for g, (out, _) in enumerate(_scratch(scratch, level, sources, fan_in)):
-        members = sources[g * fan_in : (g + 1) * fan_in]
-        with pq.ParquetWriter(out, schema, **SCRATCH_OPTIONS) as writer:
-            _merge_into(
-                members,
-                labels[groups == g] - g * fan_in,
-                schema,
-                lambda table, _: writer.write_table(table, row_group_size=SCRATCH_ROW_GROUP_ROWS),
-            )
-        if level:
-            for file, _ in members:
-                file.unlink()
-    return groups.astype(label_type(len(sources) // fan_in + 1))
-
-
-def label_type(count: int) -> np.dtype:
-    """The narrowest label type: a stable sort of int16 is a radix sort (numpy), 5-10x a timsort of int64."""
-    return np.dtype(np.int16) if count < 2**15 else np.dtype(np.int32) if count < 2**31 else np.dtype(np.int64)
-
-
-def _merge_into(sources, labels: np.ndarray, schema: pa.Schema, sink: Callable[[pa.Table, int], None]) -> None:
-    """Feed sink(rows, first_row) the merged rows, ROW_GROUP_ROWS at a time."""
-    opened = [Source(Path(file), schema, rank) for file, rank in sources]
+def merge_rows(sources, labels: Callable[[int], np.ndarray], rows: int, schema, sink: Callable) -> None:
+    """Feed sink(table, first_row) the merged rows of `sources` ((file, rank or None)), MERGE_ROWS at a time;
+    labels(n) gives the next n rows' files."""
+    opened = [Source(Path(path), schema, rank) for path, rank in sources]
     try:
-        for first in range(0, len(labels), ROW_GROUP_ROWS):
-            chunk = labels[first : first + ROW_GROUP_ROWS]
+        for first in range(0, rows, MERGE_ROWS):
+            chunk = labels(min(MERGE_ROWS, rows - first))
             counts = np.bincount(chunk, minlength=len(opened))
             table = pa.concat_tables([opened[s].take(int(n)) for s, n in enumerate(counts) if n])
-            # the taken rows lie grouped by source, each source's in file order: a stable sort of the labels
-            # maps output rows to them; its inverse puts them in output order
-            by_source = np.argsort(chunk, kind="stable")
+            # the taken rows lie grouped by file, each file's in its order: a stable sort of the labels maps output
+            # rows to them; its inverse puts them in output order
+            by_file = np.argsort(chunk, kind="stable")
             position = np.empty(len(chunk), np.int64)
-            position[by_source] = np.arange(len(chunk))
+            position[by_file] = np.arange(len(chunk))
             sink(table.take(from_numpy(position)), first)
     finally:
         for source in opened:
             source.close()
 
 
-def in_part_order(labels: np.ndarray, rows_from: np.ndarray) -> bool:
-    """Whether every part's rows keep their file order in the merge: rows_from[i] is output row i's position in
-    the parts' concatenation, labels[i] its part. Taken by part (a stable sort), the positions must count up."""
-    by_part = rows_from[np.argsort(labels, kind="stable")]
-    return bool((by_part == np.arange(len(by_part))).all())
+def _read_labels(handle) -> Callable[[int], np.ndarray]:
+    return lambda n: np.fromfile(handle, dtype=LABEL, count=n)
+
+
+def _level(sources, schema: pa.Schema, rows: int, scratch: Path, sink_of: Callable, window=None) -> None:
+    """One merge of `sources` into one file: keys (labels to scratch, the co-running window fed), then rows into
+    the writer sink_of(window) gives, a context manager yielding sink(table, first_row)."""
+    labels_path = scratch / "labels.bin"
+    with open(labels_path, "wb") as out:
+
+        def emit(labels, keyed, threshold):
+            out.write(labels.tobytes())
+            if window is not None:
+                window.add(keyed, threshold)
+
+        merge_keys(sources, window is not None, emit)
+    with open(labels_path, "rb") as handle, sink_of(window) as sink:
+        merge_rows(sources, _read_labels(handle), rows, schema, sink)
+    labels_path.unlink()
+
+
+def write_merged(
+    parts: list[tuple[Path, int]],
+    schema: pa.Schema,
+    rows: int,
+    path: Path,
+    metadata: dict,
+    scratch: Path,
+    window=None,
+    fan_in: int = FAN_IN,
+) -> None:
+    """Write to `path` (a canonical file) the rows of `parts` ((file, rank)) in the merged order (module
+    docstring); `rows` in all. window: the co-running columns' computation (gpuvar.ingest.merge_corun.Window),
+    fed the keys of the last level, giving the columns to set on each output row group."""
+    if not 2 <= fan_in <= FAN_IN_MAX:
+        raise ValueError(f"fan_in must be 2 to {FAN_IN_MAX}")
+    if rows == 0:  # what the whole-table merge writes of parts without rows
+        write_canonical(schema.empty_table(), path, metadata, in_order=True)
+        return
+    sources, level = [(Path(p), rank) for p, rank in parts], 0
+    while len(sources) > fan_in:
+        merged = []
+        for g in range(0, len(sources), fan_in):
+            group, out = sources[g : g + fan_in], scratch / f"merge-{level}-{g // fan_in}.parquet"
+            _level(group, schema, _rows(group), scratch, lambda _: _scratch_sink(out, schema))
+            if level:
+                for file, _ in group:
+                    file.unlink()
+            merged.append((out, None))
+        sources, level = merged, level + 1
+    _level(sources, schema, rows, scratch, lambda w: _final_sink(path, metadata, w), window)
+    if level:
+        for file, _ in sources:
+            file.unlink()
+
+
+def _rows(sources) -> int:
+    return sum(pq.ParquetFile(path).metadata.num_rows for path, _ in sources)
+
+
+class _scratch_sink:
+    """A scratch file's writer as a sink."""
+
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.writer = pq.ParquetWriter(path, schema, **SCRATCH_OPTIONS)
+
+    def __enter__(self):
+        return lambda table, _: self.writer.write_table(table, row_group_size=SCRATCH_ROW_GROUP_ROWS)
+
+    def __exit__(self, *exc) -> None:
+        self.writer.close()
+
+
+class _final_sink:
+    """The canonical file's writer as a sink, each row group given the window's co-running columns."""
+
+    def __init__(self, path: Path, metadata: dict, window):
+        self.writer, self.window = CanonicalWriter(path, metadata), window
+
+    def __enter__(self):
+        self.writer.__enter__()
+        if self.window is None:
+            return lambda table, _: self.writer.add(table)
+        return lambda table, _: self.writer.add(self.window.set_columns(table))
+
+    def __exit__(self, *exc):
+        return self.writer.__exit__(*exc)

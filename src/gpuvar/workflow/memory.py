@@ -1,11 +1,12 @@
 """The memory a workflow job asks for, from what it will hold, where a constant would be wrong by orders.
 
 Why: on Slurm a job past its request is killed (OUT_OF_MEMORY), and the executor asks for `mem_mb`. Most jobs
-hold a bounded amount whatever the trace (ingest in pieces, binning and findings in batches), but merge_ranks
-(`gpuvar ingest-merge`) still holds every rank's rows at once: measured 3.40 GB peak for 32 ranks of 100 k Kineto
-launches (3.2 M rows, 54 columns, 3.3 s; 6.05 GB before it took the rows a column at a time), ~1.06 KB a row. Its
-old constant 4000 MB fitted ~3 M launches; a 256-rank job of 100 k launches each needs ~28 GB there, so it asks
-for that instead of failing after its ranks were ingested.
+hold a bounded amount whatever the trace (ingest in pieces, binning and findings in batches). merge_ranks
+(`gpuvar ingest-merge`) once held every rank's rows (1.06 KB a Kineto launch: ~28 GB for 256 ranks of 100 k
+launches); it is now a k-way merge of the ranks' files (gpuvar.ingest.merge_rows) that holds about one canonical
+row group of the merged table: measured 0.65 GB peak for 32 ranks and ~0.7 GB for 256 (54 columns), ~40 bytes per
+cell of a row group. So the request follows the row group's cells, not the launches: a merge of wide counter
+tables (thousands of columns) asks for more than one of Kineto traces, a merge of many ranks no more than of few.
 """
 
 from __future__ import annotations
@@ -14,27 +15,41 @@ import json
 import math
 from pathlib import Path
 
-MERGE_BYTES_PER_ROW = 1280  # measured 1.06 KB (above), with a margin
-MERGE_BASE_MB = 1000  # the interpreter, pyarrow and pandas, the reports
+from gpuvar.canonical_io import ROW_GROUP_ROWS
+
+MERGE_BYTES_PER_CELL = 48  # measured ~40 (above), with a margin
+MERGE_ROWS_HELD = ROW_GROUP_ROWS + (1 << 16)  # a row group written, a run of rows merged into the next
+MERGE_BASE_MB = 1000  # the interpreter, pyarrow and pandas, the pages of the open files, the reports
 FLOOR_MB = 4000  # default-resources' mem_mb in profiles/slurm: never ask for less than a plain job
 
 
-def rows_in_reports(reports) -> int:
-    """The rows the per-rank ingests wrote (every table of each ingest.json); reports not written yet count 0."""
-    rows = 0
+def _tables(reports) -> dict[str, tuple[int, int]]:
+    """Per table, (rows the per-rank ingests wrote in all, the most columns of one); reports not written yet
+    count nothing."""
+    tables: dict[str, tuple[int, int]] = {}
     for path in reports:
         try:
             report = json.loads(Path(path).read_text())
         except (OSError, ValueError):
             continue  # a dry run before the ranks are ingested: the floor
-        tables = report.get("tables") if isinstance(report, dict) else None
-        for table in tables.values() if isinstance(tables, dict) else ():
-            written = table.get("rows_written") if isinstance(table, dict) else None
-            rows += written if isinstance(written, int) and written > 0 else 0
-    return rows
+        found = report.get("tables") if isinstance(report, dict) else None
+        for name, table in found.items() if isinstance(found, dict) else ():
+            if not isinstance(table, dict):
+                continue
+            rows, columns = (table.get(k) for k in ("rows_written", "columns"))
+            rows = rows if isinstance(rows, int) and rows > 0 else 0
+            columns = columns if isinstance(columns, int) and columns > 0 else 0
+            before = tables.get(name, (0, 0))
+            tables[name] = (before[0] + rows, max(before[1], columns))
+    return tables
+
+
+def rows_in_reports(reports) -> int:
+    """The rows the per-rank ingests wrote (every table of each ingest.json)."""
+    return sum(rows for rows, _ in _tables(reports).values())
 
 
 def merge_mb(reports) -> int:
-    """mem_mb for merging the ranks whose ingest.json files are `reports`."""
-    need = MERGE_BASE_MB + math.ceil(rows_in_reports(reports) * MERGE_BYTES_PER_ROW / 2**20)
-    return max(FLOOR_MB, need)
+    """mem_mb for merging the ranks whose ingest.json files are `reports`: the widest table's row group."""
+    cells = max((min(rows, MERGE_ROWS_HELD) * columns for rows, columns in _tables(reports).values()), default=0)
+    return max(FLOOR_MB, MERGE_BASE_MB + math.ceil(cells * MERGE_BYTES_PER_CELL / 2**20))
