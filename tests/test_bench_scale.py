@@ -1,5 +1,6 @@
-"""`gpuvar bench scale`: a planted multi-rank job through ingest, binning, the rank analysis and findings, rank by
-rank; the planted truth is recovered and no process holds every launch (not timed)."""
+"""`gpuvar bench scale`: a planted multi-rank job through ingest, the merge, binning, the rank analysis and
+findings, rank by rank; the planted truth is recovered and, but for the merge of a job smaller than one row group,
+no process holds every launch (not timed)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,16 @@ def test_scale_bench_recovers_the_planted_truth_and_no_process_holds_every_launc
     # the call sites across ranks: the straggler (more data per step) runs every GEMM call site shown slowest
     assert truth["gemm_sites_shown"] >= 5 and truth["gemm_sites_slowest_on_straggler"] == truth["gemm_sites_shown"]
     assert truth["sites_finding_names_straggler"]
-    assert set(out["stages"]) == {"ingest", "binning", "ranks", "findings"}
+    assert set(out["stages"]) == {"ingest", "merge", "binning", "ranks", "findings"}
+    # the merge of the ranks (one process, a k-way merge of their files) holds a run of rows and up to a row group
+    # (262,144 rows) being written: this whole job of 40,000 launches; at 256 x 100 k it held 0.3 M rows of 25.6 M
+    (merge,) = out["stages"]["merge"]["processes"]
+    assert merge["ranks"] == 8 and merge["balanced"] and merge["rows_read"] == 40000 == merge["rows_held"]
+    assert 0 < merge["corun_keys_held"] <= 40000
     for name, stage in out["stages"].items():
         assert stage["wall_s"] > 0 and stage["launches_per_s"] > 0, name
+        if name == "merge":
+            continue
         assert len(stage["processes"]) == 2, name
         for process in stage["processes"]:  # every process says what it held, and none held every launch
             assert 0 < process["rows_held"] < out["launches"], (name, process)
@@ -39,8 +47,9 @@ def test_scale_bench_recovers_the_planted_truth_and_no_process_holds_every_launc
     binning = out["stages"]["binning"]["processes"]
     assert [p["rows_read"] for p in binning] == [20000, 20000]
     assert all(5000 <= p["rows_held"] < 40000 for p in binning), binning
-    held = max(p["rows_held"] for s in out["stages"].values() for p in s["processes"])
-    assert out["one_process_held_all"] is False and out["rows_held_max"] == held < 40000
+    held = max(p["rows_held"] for n, s in out["stages"].items() if n != "merge" for p in s["processes"])
+    assert out["rows_held_max"] == 40000 and held < 40000
+    assert out["one_process_held_all"] is True  # the merge's row group, at this size (above)
 
 
 def test_planted_scale_job_is_seeded_and_its_straggler_is_last_most_often(tmp_path):

@@ -115,7 +115,7 @@ rule merge_ranks:
         ENV
     threads: 1
     resources:
-        mem_mb=lambda wildcards, input: merge_mb(input),  # it holds every rank's rows (gpuvar.workflow.memory)
+        mem_mb=lambda wildcards, input: merge_mb(input),  # a row group of the widest table (gpuvar.workflow.memory)
         runtime=30,
     params:
         command="ingest-merge",

@@ -9,13 +9,16 @@ CPUs):
   ingest    one `gpuvar ingest` per rank file (gpuvar.ingest.ingest), the files dealt to --workers processes
             (the workflow's ingest_rank/normalize_rank: a job per file); the Kineto reader's own worker processes
             are off (GPUVAR_KINETO_WORKERS=0): the ranks already fill the cores;
+  merge     `gpuvar ingest-merge` of every rank's folder into one dataset (the workflow's merge_ranks), in one
+            process: a k-way merge of the ranks' files (gpuvar.ingest.merge_rows); the stages below read the
+            rank folders, as they did before the merge was bounded;
   binning   `mpiexec -n W gpuvar bin` over every rank's kernels.parquet, one table on one global timeline
             (kernel_variability, 10 ms bins, top 20 and 20 random bins, the workflow's defaults);
   ranks     `mpiexec -n W gpuvar ranks` over the per-rank ingest folders (gpuvar.ranks.job);
   findings  `gpuvar findings` per rank folder (--findings-ranks of them: all by default), dealt to W processes.
 Per process: peak RSS (ru_maxrss; the ingest processes' children too) and the launch rows it held at once
-(`rows_held`: kernels + copies of the largest rank it read; a binning rank's most rows held at once, bin.json's
-rows_held_per_rank). `one_process_held_all` says
+(`rows_held`: kernels + copies of the largest rank it read; the merge's most rows held at once, and the co-running
+keys it held beside them; a binning rank's most rows held at once, bin.json's rows_held_per_rank). `one_process_held_all` says
 whether any process held every launch. The truth: the straggler named by `gpuvar ranks`, and per analysed rank
 whether the add and GEMM groups' findings are explained by a size driver. The load average before and after
 is reported: on a shared machine it says how much of the wall time was the machine's.
@@ -134,6 +137,23 @@ def _findings_part(items: list[tuple[str, str, str]]) -> dict:
     return {"ranks": len(items), "rows_held": held, "rows_read": read, "peak_rss_mb": _rss_mb(0)}
 
 
+def _merge_part(items: list[tuple[list[str], str]]) -> dict:
+    """The merge process: `gpuvar ingest-merge` of the rank folders (the workflow's merge_ranks)."""
+    from gpuvar.ingest.merge import merge
+
+    (folders, out), held = items[0], {}
+    report = merge(folders, out, stats=held)
+    tables = report["tables"]
+    return {
+        "ranks": len(folders),
+        "rows_held": max(t["rows_held"] for t in held.values()),
+        "corun_keys_held": max(t["corun_keys_held"] for t in held.values()),
+        "rows_read": sum(t["rows_read"] for t in tables.values()),
+        "balanced": all(t["balanced"] for t in tables.values()),
+        "peak_rss_mb": _rss_mb(0),
+    }
+
+
 def _pool(function, blocks: list[list], workers: int) -> list[dict]:
     """function(block) in `workers` fresh processes (spawned: each one's peak RSS is its own)."""
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
@@ -207,6 +227,10 @@ def run_scale(args) -> int:
             items = [(str(job / trace_name(r)), str(f)) for r, f in enumerate(folders)]
             return {"processes": _pool(_ingest_part, [items[i::w] for i in range(w)], w)}
 
+        def merging() -> dict:
+            processes = _pool(_merge_part, [[([str(f) for f in folders], str(out / "merged"))]], 1)
+            return {"processes": processes, "launches": processes[0]["rows_read"]}
+
         def binning() -> dict:
             bins = out / "bin"
             files = [str(f / KERNELS_TABLE) for f in folders]
@@ -240,6 +264,7 @@ def run_scale(args) -> int:
 
         t_all = time.perf_counter()
         timed("ingest", ingest)
+        timed("merge", merging)
         timed("binning", binning)
         timed("ranks", ranks)
         ranks_record = json.loads((out / EXPLAIN_RANKS / RANKS_RECORD).read_text())

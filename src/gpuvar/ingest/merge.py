@@ -121,7 +121,8 @@ def _merged(pieces: list[pa.Table], corun=None) -> tuple[pa.Table, list[str]]:
 def _streamed(held: list[tuple[Path, int]], path: Path, meta: dict, fan_in: int, corun: tuple | None) -> tuple | None:
     """Write the merged table of `held` ((file, rank)) to `path` by a k-way merge of the files (merge_rows), the
     co-running columns (corun: (reports, ranks, unknown_gpu) for the kernels) over a sliding window (merge_corun);
-    (rows, columns, notes), or None where a part's rows are not sorted by (start, launch id) (nothing written)."""
+    (rows, columns, notes, held: the most rows held at once, of every column and of the co-running keys), or None
+    where a part's rows are not sorted by (start, launch id) (nothing written)."""
     facts = [part_facts(file) for file, _ in held]
     if not all(f.in_order for f in facts):
         return None
@@ -132,13 +133,14 @@ def _streamed(held: list[tuple[Path, int]], path: Path, meta: dict, fan_in: int,
         window = _window(facts, schema, *corun, Path(scratch)) if corun else None
         try:
             rows = sum(f.rows for f in facts)
-            write_merged(held, schema, rows, path, meta, Path(scratch), window, fan_in)
+            most = write_merged(held, schema, rows, path, meta, Path(scratch), window, fan_in)
         finally:
             if window is not None:
                 window.close()
     if window is None:
-        return rows, len(schema), []
-    return rows, len(schema) + sum(n not in schema.names for n in COLUMNS), window.notes()
+        return rows, len(schema), [], {"rows": most, "corun_keys": 0}
+    width = len(schema) + sum(n not in schema.names for n in COLUMNS)
+    return rows, width, window.notes(), {"rows": most, "corun_keys": window.held_max}
 
 
 def _window(facts: list, schema: pa.Schema, reports: list[dict], ranks: list[int], unknown_gpu: str, scratch: Path):
@@ -195,13 +197,15 @@ def merge(
     unknown_gpu: str = UNKNOWN_GPU_DEFAULT,
     in_memory: bool = False,
     fan_in: int = FAN_IN,
+    stats: dict | None = None,
 ) -> dict:
     """Merge ingest folders `parts` (in rank/file order) into `output`; returns the merged ingest.json.
 
     unknown_gpu: whether ranks that record the same device index and no GPU UUID or host share a GPU
     ("auto", "shared", "separate": gpuvar.ingest.gpu_identity). The tables are written by a k-way merge of the
     parts' files, `fan_in` open at once (merge_rows); in_memory: by the whole-table merge instead (the same bytes,
-    every part held at once: the reference the tests hold the k-way merge to)."""
+    every part held at once: the reference the tests hold the k-way merge to). stats: a dict given the most rows
+    each table's merge held at once (not in ingest.json, which is the same bytes either way)."""
     output = Path(output)
     if not parts:
         raise InputError(output, "nothing to merge: no ingest folders given")
@@ -276,11 +280,18 @@ def merge(
                     pieces = [_with_rank(_read(file.parent, name), rank) for file, rank in held]
                     table, corun_notes = _merged(pieces, corun)
                     write_canonical(table, dest / table_file(name), meta, in_order=True)
-                    done = table.num_rows, table.num_columns, corun_notes
+                    whole = {"rows": table.num_rows, "corun_keys": table.num_rows, "whole_table": True}
+                    done = table.num_rows, table.num_columns, corun_notes, whole
                     table = None  # (the merged kernels need not sit beside the copies)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 raise InputError(output, f"cannot merge the {name} tables: {exc}") from None
-            written, width, corun_notes = done
+            written, width, corun_notes, most = done
+            if stats is not None:
+                stats[name] = {
+                    "rows_held": most["rows"],
+                    "corun_keys_held": most["corun_keys"],
+                    "whole_table": most.get("whole_table", False),
+                }
             notes.extend(corun_notes)
             dropped = Counter()
             rows_read = 0

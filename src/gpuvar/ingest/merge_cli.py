@@ -23,10 +23,9 @@ def configure(p):
 def run(args) -> int:
     from gpuvar.ingest.merge import merge
 
-    report = merge(args.parts, args.output, unknown_gpu=args.unknown_gpu)
-    print(
-        json.dumps(
-            {"format": report["format"], "parts": len(report["parts"]), "tables": report["tables"]}, sort_keys=True
-        )
-    )
+    held: dict = {}
+    report = merge(args.parts, args.output, unknown_gpu=args.unknown_gpu, stats=held)
+    # held: per table, the most rows the merge held at once (a row group and a run: it does not hold the job)
+    summary = {"format": report["format"], "parts": len(report["parts"]), "tables": report["tables"], "held": held}
+    print(json.dumps(summary, sort_keys=True))
     return 0

@@ -53,6 +53,7 @@ class Window:
         self.out = [open(path, "wb") for path in self.paths]
         self.back = None
         self.launches = self.overlapping = self.unknown = 0
+        self.held_max = 0  # the most rows' keys held at once (what the longest kernels keep)
         self.lost = np.zeros(len(ranks), np.int64)
 
     def add(self, rows: dict[str, np.ndarray] | None, threshold: tuple[int, int] | None) -> None:
@@ -60,6 +61,7 @@ class Window:
         if rows is not None and len(rows["s"]):
             self.held = {name: np.concatenate((self.held[name], rows[name])) for name in FIELDS}
         pending = slice(self.settled, len(self.held["s"]))
+        self.held_max = max(self.held_max, len(self.held["s"]))
         if threshold is None:
             ready = pending.stop - pending.start
         else:  # a prefix of the pending rows: untimed, or ended before the threshold's start

@@ -254,10 +254,11 @@ class Source:
         self.file.close()
 
 
-def merge_rows(sources, labels: Callable[[int], np.ndarray], rows: int, schema, sink: Callable) -> None:
-    """Feed sink(table, first_row) the merged rows of `sources` ((file, rank or None)), MERGE_ROWS at a time;
-    labels(n) gives the next n rows' files."""
+def merge_rows(sources, labels: Callable[[int], np.ndarray], rows: int, schema, sink) -> int:
+    """Give sink.add(table) the merged rows of `sources` ((file, rank or None)), MERGE_ROWS at a time; labels(n)
+    gives the next n rows' files. Returns the most rows held at once: the run, what the sink and the files hold."""
     opened = [Source(Path(path), schema, rank) for path, rank in sources]
+    held = 0
     try:
         for first in range(0, rows, MERGE_ROWS):
             chunk = labels(min(MERGE_ROWS, rows - first))
@@ -268,19 +269,21 @@ def merge_rows(sources, labels: Callable[[int], np.ndarray], rows: int, schema, 
             by_file = np.argsort(chunk, kind="stable")
             position = np.empty(len(chunk), np.int64)
             position[by_file] = np.arange(len(chunk))
-            sink(table.take(from_numpy(position)), first)
+            held = max(held, len(chunk) + sink.buffered + sum(o.count for o in opened))
+            sink.add(table.take(from_numpy(position)))
     finally:
         for source in opened:
             source.close()
+    return held
 
 
 def _read_labels(handle) -> Callable[[int], np.ndarray]:
     return lambda n: np.fromfile(handle, dtype=LABEL, count=n)
 
 
-def _level(sources, schema: pa.Schema, rows: int, scratch: Path, sink_of: Callable, window=None) -> None:
+def _level(sources, schema: pa.Schema, rows: int, scratch: Path, sink, window=None) -> int:
     """One merge of `sources` into one file: keys (labels to scratch, the co-running window fed), then rows into
-    the writer sink_of(window) gives, a context manager yielding sink(table, first_row)."""
+    `sink` (a context manager with add(table) and buffered). Returns the most rows held at once."""
     labels_path = scratch / "labels.bin"
     with open(labels_path, "wb") as out:
 
@@ -290,9 +293,10 @@ def _level(sources, schema: pa.Schema, rows: int, scratch: Path, sink_of: Callab
                 window.add(keyed, threshold)
 
         merge_keys(sources, window is not None, emit)
-    with open(labels_path, "rb") as handle, sink_of(window) as sink:
-        merge_rows(sources, _read_labels(handle), rows, schema, sink)
+    with open(labels_path, "rb") as handle, sink:
+        held = merge_rows(sources, _read_labels(handle), rows, schema, sink)
     labels_path.unlink()
+    return held
 
 
 def write_merged(
@@ -304,60 +308,73 @@ def write_merged(
     scratch: Path,
     window=None,
     fan_in: int = FAN_IN,
-) -> None:
+) -> int:
     """Write to `path` (a canonical file) the rows of `parts` ((file, rank)) in the merged order (module
     docstring); `rows` in all. window: the co-running columns' computation (gpuvar.ingest.merge_corun.Window),
-    fed the keys of the last level, giving the columns to set on each output row group."""
+    fed the keys of the last level, setting the columns on each row group written. Returns the most rows (of
+    every column) held at once."""
     if not 2 <= fan_in <= FAN_IN_MAX:
         raise ValueError(f"fan_in must be 2 to {FAN_IN_MAX}")
     if rows == 0:  # what the whole-table merge writes of parts without rows
         write_canonical(schema.empty_table(), path, metadata, in_order=True)
-        return
-    sources, level = [(Path(p), rank) for p, rank in parts], 0
+        return 0
+    sources, level, held = [(Path(p), rank) for p, rank in parts], 0, 0
     while len(sources) > fan_in:
         merged = []
         for g in range(0, len(sources), fan_in):
             group, out = sources[g : g + fan_in], scratch / f"merge-{level}-{g // fan_in}.parquet"
-            _level(group, schema, _rows(group), scratch, lambda _: _scratch_sink(out, schema))
+            held = max(held, _level(group, schema, _rows(group), scratch, _ScratchSink(out, schema)))
             if level:
                 for file, _ in group:
                     file.unlink()
             merged.append((out, None))
         sources, level = merged, level + 1
-    _level(sources, schema, rows, scratch, lambda w: _final_sink(path, metadata, w), window)
+    held = max(held, _level(sources, schema, rows, scratch, _FinalSink(path, metadata, window), window))
     if level:
         for file, _ in sources:
             file.unlink()
+    return held
 
 
 def _rows(sources) -> int:
     return sum(pq.ParquetFile(path).metadata.num_rows for path, _ in sources)
 
 
-class _scratch_sink:
-    """A scratch file's writer as a sink."""
+class _ScratchSink:
+    """A scratch file's writer: row groups of SCRATCH_ROW_GROUP_ROWS, written as they come."""
+
+    buffered = 0
 
     def __init__(self, path: Path, schema: pa.Schema):
-        self.writer = pq.ParquetWriter(path, schema, **SCRATCH_OPTIONS)
+        self.path, self.schema = path, schema
 
     def __enter__(self):
-        return lambda table, _: self.writer.write_table(table, row_group_size=SCRATCH_ROW_GROUP_ROWS)
+        self.writer = pq.ParquetWriter(self.path, self.schema, **SCRATCH_OPTIONS)
+        return self
+
+    def add(self, table: pa.Table) -> None:
+        self.writer.write_table(table, row_group_size=SCRATCH_ROW_GROUP_ROWS)
 
     def __exit__(self, *exc) -> None:
         self.writer.close()
 
 
-class _final_sink:
-    """The canonical file's writer as a sink, each row group given the window's co-running columns."""
+class _FinalSink:
+    """The canonical file's writer (it holds up to a row group), the window's co-running columns set on the rows."""
 
     def __init__(self, path: Path, metadata: dict, window):
         self.writer, self.window = CanonicalWriter(path, metadata), window
 
+    @property
+    def buffered(self) -> int:
+        return self.writer.buffered
+
     def __enter__(self):
         self.writer.__enter__()
-        if self.window is None:
-            return lambda table, _: self.writer.add(table)
-        return lambda table, _: self.writer.add(self.window.set_columns(table))
+        return self
+
+    def add(self, table: pa.Table) -> None:
+        self.writer.add(self.window.set_columns(table) if self.window is not None else table)
 
     def __exit__(self, *exc):
         return self.writer.__exit__(*exc)
