@@ -5,6 +5,9 @@ binning and causal discovery see the whole job and per-rank variability is a fea
 the one its file records (Kineto distributedInfo.rank, kept by the reader in the `rank` column) when every
 part records a distinct one, else the file's position in the list (said in the notes). Rows are sorted by
 start time (then rank and launch id); ingest.json accounts per file and in total (rows in = rows out + drops).
+The tables are written by a k-way merge of the parts' files that holds a row group, not the job (merge_rows, with
+the co-running columns over a sliding window, merge_corun); the whole-table merge (_merged) writes the same bytes
+and remains for parts whose rows are not sorted, and as the reference the tests hold the k-way merge to.
 """
 
 from __future__ import annotations
