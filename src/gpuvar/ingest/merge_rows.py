@@ -109,11 +109,13 @@ def _ints(column: pa.Array | None, null: int, rows: int, absent: int = 0) -> np.
 
 class Keys:
     """One file's merge keys (and the co-running inputs, with_corun) in file order, read a batch at a time. rank:
-    the rank of every row (a part), or None to read its `rank` column (a scratch file)."""
+    the rank of every row (a part), or None to read its `rank` column (a scratch file). merged: the merged table's
+    columns: a key column the file lacks is null in it (sorts last), one no file has is no key."""
 
-    def __init__(self, path: Path, rank: int | None, with_corun: bool):
+    def __init__(self, path: Path, rank: int | None, with_corun: bool, merged: list[str]):
         self.file = pq.ParquetFile(path, **READ_OPTIONS)
         names = self.file.schema_arrow.names
+        self.absent = {key: LAST if key in merged else 0 for key in ("start", "launch_id")}
         want = ["start", "launch_id", *(["end", "device_id", "process_id"] if with_corun else [])]
         want += ["rank"] if rank is None else []
         self.rank, self.with_corun = rank, with_corun
@@ -155,9 +157,9 @@ class Keys:
     def _arrays(self, batch: pa.RecordBatch) -> dict[str, np.ndarray]:
         n = batch.num_rows
         start = _column(batch, "start")
-        s = _ints(start, LAST, n)
+        s = _ints(start, LAST, n, self.absent["start"])
         rank = np.full(n, self.rank, np.int64) if self.rank is not None else _ints(_column(batch, "rank"), LAST, n)
-        arrays = {"s": s, "l": _ints(_column(batch, "launch_id"), LAST, n), "rank": rank}
+        arrays = {"s": s, "l": _ints(_column(batch, "launch_id"), LAST, n, self.absent["launch_id"]), "rank": rank}
         if self.with_corun:
             end = _column(batch, "end")
             e = _ints(end, 0, n)
@@ -180,11 +182,11 @@ class Keys:
         self.file.close()
 
 
-def merge_keys(sources: list[tuple[Path, int | None]], with_corun: bool, emit: Callable) -> None:
+def merge_keys(sources: list[tuple[Path, int | None]], schema: pa.Schema, with_corun: bool, emit: Callable) -> None:
     """The k-way merge of the files' keys: emit(labels, rows, threshold) for each run of merged rows, labels the
     file of each row (LABEL), rows their key arrays (with_corun: and the co-running inputs) in merged order,
     threshold the (start, launch id) every row not yet emitted is at or above (None after the last run)."""
-    keys = [Keys(Path(path), rank, with_corun) for path, rank in sources]
+    keys = [Keys(Path(path), rank, with_corun, schema.names) for path, rank in sources]
     try:
         for k in keys:
             k.fill(KEY_BATCH_ROWS)
@@ -292,7 +294,7 @@ def _level(sources, schema: pa.Schema, rows: int, scratch: Path, sink, window=No
             if window is not None:
                 window.add(keyed, threshold)
 
-        merge_keys(sources, window is not None, emit)
+        merge_keys(sources, schema, window is not None, emit)
     with open(labels_path, "rb") as handle, sink:
         held = merge_rows(sources, _read_labels(handle), rows, schema, sink)
     labels_path.unlink()
