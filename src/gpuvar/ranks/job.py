@@ -416,6 +416,37 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm) -> di
     return together(comm, write, root=0)
 
 
+class OneProcess:
+    """The job's communicator when it is one process inside another command (`gpuvar explain`'s rank section):
+    the collectives of a world of one, without starting MPI."""
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def gather(self, value, root: int = 0) -> list:
+        return [value]
+
+    def allgather(self, value) -> list:
+        return [value]
+
+    def bcast(self, value, root: int = 0):
+        return value
+
+
+def run_here(inputs: list[str], traces: bool, output: str, seed: int = 0) -> dict:
+    """The job in this process, as one process (OneProcess): one rank's launches held at a time, not the job's.
+    A failure raises its own error (an InputError for a bad input), as the one-process analysis did."""
+    from gpuvar.binning.job import Agreed
+
+    try:
+        return run_job(inputs, traces, output, seed, OneProcess())
+    except Agreed as agreed:
+        raise agreed.error from None
+
+
 def run(inputs: list[str], traces: bool, output: str, seed: int = 0, comm=None) -> dict | None:
     """Entry point on every process. An agreed failure ends every process with exit 2 and one line from rank 0;
     any other exception aborts the whole job at once with one line from the failing process (as `gpuvar bin`)."""

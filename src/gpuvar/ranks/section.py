@@ -6,7 +6,8 @@ format (Nsight Systems without NVTX, rocprof, rocpd, Nsight Compute) has no host
 uses what the rank's ingest folder shows: its NCCL/RCCL kernels, else its host round trips through copies
 (gpuvar.ranks.load.from_ingest). When neither gives steps and collectives to align the ranks, the section is one
 line that says why (ranks.md and ranks.json hold it too), and the findings of the merged job still come out:
-the rank analysis is an addition to them, not a condition."""
+the rank analysis is an addition to them, not a condition. It runs as the rank job does (gpuvar.ranks.job), in this
+process: one rank's launches at a time, the same outputs as the analysis of every launch at once."""
 
 from __future__ import annotations
 
@@ -33,20 +34,20 @@ def rank_section(traces: list, parts: list, folder: Path, seed: int = 0) -> list
     """Analyse the ranks (one trace or file group per rank, `parts` their ingest folders) into `folder`
     (ranks.md, ranks.json, steps.csv, figures); returns the section's lines: the findings, or the one line that
     says why there are none."""
-    from gpuvar.ranks.analyze import analyze
-    from gpuvar.ranks.load import from_ingest, from_traces
-    from gpuvar.ranks.report import write_outputs
+    from gpuvar.ranks.job import run_here
 
     host_ops = all(_format(p) in HOST_OP_FORMATS for p in parts)
     try:
-        data = from_traces([str(t) for t in traces]) if host_ops else from_ingest([str(p) for p in parts])
-        result = analyze(data, seed=seed)
+        # the rank job in this process: one rank's launches at a time, the outputs of the analysis over all of
+        # them (gpuvar.ranks.job); 256 ranks of 100 k launches held 5+ GB read into one table
+        record = run_here(
+            [str(t) for t in traces] if host_ops else [str(p) for p in parts], host_ops, str(folder), seed
+        )
     except InputError as exc:
         why = f"{Path(exc.path).name if ',' not in exc.path else 'the rank files'}: {exc.reason}"
         write_empty(folder, why, [str(t) for t in traces])
         return [EMPTY.format(why=why)]
-    write_outputs(result, data, str(folder))
-    return list(result.findings)
+    return list(record["findings"])
 
 
 def write_empty(folder: Path, why: str, sources: list[str]) -> None:
