@@ -34,6 +34,7 @@ from gpuvar.layout import (
     figure_file,
 )
 from gpuvar.markdown_html import render_fragment, render_html
+from gpuvar.units import duration_text
 
 log = logging.getLogger("gpuvar.findings")
 
@@ -327,7 +328,7 @@ def console_summary(records: list[dict], top: int = 5) -> str:
         if rec["nothing_actionable"]:
             lines.append("  nothing actionable: every group is stable within its call sites, small or not comparable")
         for f in rec["findings"][:top]:
-            lines.append(f"  {f['rank']}. {plain(f['headline'])} — {f['recoverable_ns'] / 1e6:.3g} ms above median")
+            lines.append(f"  {f['rank']}. {plain(f['headline'])} — {duration_text(f['recoverable_ns'])} above median")
         if rec["stable"]:
             lines.append(
                 f"  {len(rec['stable'])} group(s) stable (CV within call sites < {percent(STABLE_CV)}, "

@@ -157,10 +157,11 @@ def _fold(parts: list, levels: list[str] | None = None):
 
 def _context_table(table: pd.DataFrame, key: list[str]) -> pd.DataFrame:
     frame = pd.DataFrame({name: table[name] for name in CONTEXT_SUMS if name in table.columns})
-    if "rank" in key:
+    if "rank" in key:  # one indicator per rank but the first, added at once (one by one, pandas warns at 100+)
         ranks = frame.index.get_level_values("rank")
-        for level in sorted(set(ranks))[1:]:
-            frame[f"rank={level}"] = (ranks == level).astype(np.float64)
+        levels = {f"rank={level}": (ranks == level).astype(np.float64) for level in sorted(set(ranks))[1:]}
+        if levels:
+            frame = pd.concat([frame, pd.DataFrame(levels, index=frame.index)], axis=1)
     return frame
 
 
