@@ -166,14 +166,18 @@ def _context_table(table: pd.DataFrame, key: list[str]) -> pd.DataFrame:
 
 
 def _with_squares(frame: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Each varying column standardized, and its square where it has more than two values: the square of a
+    two-valued column (a rank's indicator) is a line through its two points, nothing the column does not already
+    give, and at 256 ranks those 255 squares doubled the step model's design matrix (25,600 x 520)."""
     cols, names = [], []
     for name in frame.columns:
         x = frame[name].to_numpy(np.float64)
         if not np.isfinite(x).all() or np.ptp(x) == 0:
             continue
         z = (x - x.mean()) / x.std()
-        cols += [z, z**2]
-        names += [name, f"{name}²"]
+        two = len(np.unique(x)) == 2
+        cols += [z] if two else [z, z**2]
+        names += [name] if two else [name, f"{name}²"]
     return (np.column_stack(cols) if cols else np.zeros((len(frame), 0))), names
 
 
