@@ -34,6 +34,15 @@ def kineto_pair(tmp_path_factory):
     return tmp, parts
 
 
+def _ingested(relatives: list[str], folder: Path, stem: str) -> list[Path]:
+    """Each real file (relative to the real-data root) ingested into folder/<stem><i>; the ingest folders."""
+    parts = []
+    for i, relative in enumerate(relatives):
+        ingest(real_file(relative), folder / f"{stem}{i}")
+        parts.append(folder / f"{stem}{i}")
+    return parts
+
+
 def test_merged_ranks_carry_the_recorded_rank_sorted_by_start(kineto_pair, tmp_path):
     _, parts = kineto_pair
     report = merge(list(reversed(parts)), tmp_path / "merged")  # order does not matter: the files record ranks
@@ -50,10 +59,7 @@ def test_merged_ranks_carry_the_recorded_rank_sorted_by_start(kineto_pair, tmp_p
 
 
 def test_files_without_distinct_ranks_take_their_position(tmp_path):
-    parts = []
-    for i in range(3):
-        ingest(real_file(NSYS), tmp_path / f"p{i}")
-        parts.append(tmp_path / f"p{i}")
+    parts = _ingested([NSYS] * 3, tmp_path, "p")
     report = merge(parts, tmp_path / "merged")
     single = json.loads((tmp_path / "p0" / "ingest.json").read_text())["tables"]["kernels"]["rows_written"]
     kernels = pq.read_table(tmp_path / "merged" / "kernels.parquet")
@@ -145,10 +151,7 @@ def test_merged_rows_keep_the_order_of_the_sort_then_the_writers_sort(tmp_path):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    parts = []
-    for i in range(3):
-        ingest(real_file(NSYS), tmp_path / f"p{i}")
-        parts.append(tmp_path / f"p{i}")
+    parts = _ingested([NSYS] * 3, tmp_path, "p")
     merge(parts, tmp_path / "merged")
     got = pq.read_table(tmp_path / "merged" / "kernels.parquet")
     tables = []
@@ -217,10 +220,7 @@ def test_the_k_way_merge_of_real_ranks_sets_the_co_running_columns(tmp_path, mon
     from gpuvar.ingest import merge_rows
 
     monkeypatch.setattr(merge_rows, "KEY_BATCH_ROWS", keys)
-    parts = []
-    for rank in (0, 1):
-        ingest(real_file(f"{GLOO}/rank{rank}.pt.trace.json.gz"), tmp_path / f"part{rank}")
-        parts.append(tmp_path / f"part{rank}")
+    parts = _ingested([f"{GLOO}/rank{rank}.pt.trace.json.gz" for rank in (0, 1)], tmp_path, "part")
     _, streamed = _both_ways(parts, tmp_path)
     overlap = pq.read_table(streamed / "kernels.parquet", columns=["ctx_other_process_kernels"]).column(0)
     assert overlap.null_count < len(overlap) and max(overlap.to_pylist()) > 0
@@ -231,15 +231,9 @@ def test_the_k_way_merge_of_parts_without_a_timeline_or_with_other_columns(tmp_p
     part has, a column one lacks, a part without launch ids) merge as the permissive concatenation did."""
     import pyarrow as pa
 
-    parts = []
-    for i, name in enumerate(("gemm_naive.csv", "saxpy.csv", "gemm_tiled.csv")):
-        ingest(real_file(f"{NCU}/{name}"), tmp_path / f"ncu{i}")
-        parts.append(tmp_path / f"ncu{i}")
+    parts = _ingested([f"{NCU}/{name}" for name in ("gemm_naive.csv", "saxpy.csv", "gemm_tiled.csv")], tmp_path, "ncu")
     _both_ways(parts, tmp_path / "ncu")
-    nsys = []
-    for i in range(3):
-        ingest(real_file(NSYS), tmp_path / f"nsys{i}")
-        nsys.append(tmp_path / f"nsys{i}")
+    nsys = _ingested([NSYS] * 3, tmp_path, "nsys")
     path = nsys[1] / "kernels.parquet"
     table = pq.read_table(path)
     table = table.append_column("my_counter", pa.array(range(table.num_rows), pa.int32()))
@@ -256,10 +250,7 @@ def test_the_k_way_merge_of_parts_without_a_timeline_or_with_other_columns(tmp_p
 def test_a_part_out_of_order_is_merged_whole(tmp_path):
     """A part whose rows are not in start order (not written by gpuvar's ingest) cannot be merged a few rows at a
     time; the merge takes it whole and writes the same bytes."""
-    parts = []
-    for i in range(2):
-        ingest(real_file(NSYS), tmp_path / f"p{i}")
-        parts.append(tmp_path / f"p{i}")
+    parts = _ingested([NSYS] * 2, tmp_path, "p")
     path = parts[0] / "kernels.parquet"
     table = pq.read_table(path)
     pq.write_table(table.take(list(range(table.num_rows))[::-1]), path)

@@ -283,13 +283,16 @@ def _read_labels(handle) -> Callable[[int], np.ndarray]:
     return lambda n: np.fromfile(handle, dtype=LABEL, count=n)
 
 
-def _level(sources, schema: pa.Schema, rows: int, scratch: Path, sink, window=None) -> int:
+def _level(sources, schema: pa.Schema, scratch: Path, sink, window=None) -> int:
     """One merge of `sources` into one file: keys (labels to scratch, the co-running window fed), then rows into
-    `sink` (a context manager with add(table) and buffered). Returns the most rows held at once."""
-    labels_path = scratch / "labels.bin"
+    `sink` (a context manager with add(table) and buffered), as many as labels were written. Returns the most rows
+    held at once."""
+    labels_path, rows = scratch / "labels.bin", 0
     with open(labels_path, "wb") as out:
 
         def emit(labels, keyed, threshold):
+            nonlocal rows
+            rows += len(labels)
             out.write(labels.tobytes())
             if window is not None:
                 window.add(keyed, threshold)
@@ -325,21 +328,17 @@ def write_merged(
         merged = []
         for g in range(0, len(sources), fan_in):
             group, out = sources[g : g + fan_in], scratch / f"merge-{level}-{g // fan_in}.parquet"
-            held = max(held, _level(group, schema, _rows(group), scratch, _ScratchSink(out, schema)))
+            held = max(held, _level(group, schema, scratch, _ScratchSink(out, schema)))
             if level:
                 for file, _ in group:
                     file.unlink()
             merged.append((out, None))
         sources, level = merged, level + 1
-    held = max(held, _level(sources, schema, rows, scratch, _FinalSink(path, metadata, window), window))
+    held = max(held, _level(sources, schema, scratch, _FinalSink(path, metadata, window), window))
     if level:
         for file, _ in sources:
             file.unlink()
     return held
-
-
-def _rows(sources) -> int:
-    return sum(pq.ParquetFile(path).metadata.num_rows for path, _ in sources)
 
 
 class _ScratchSink:
