@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuvar.causal.within_site import within_permutations
+from gpuvar.causal import within_site
+from gpuvar.causal.within_site import RIDGE, SlopeGroups, fit_predict, within_permutations
 from gpuvar.findings.predict import MAX_BINS, _bins, _bins_by_site, _site_rows
 
 
@@ -117,3 +118,43 @@ def test_bins_of_all_call_sites_at_once_are_each_sites_bins_to_the_bit():
         assert set(together) == set(fitted)
         for site, rows in fitted.items():
             assert repr(together[site]) == repr(_bins(x[rows], d[rows])), site
+
+
+def _plain_fit_predict(groups, X, y, train):
+    """Every group's normal equations at once, pair of columns by pair of columns."""
+    k = X.shape[1]
+    w = train.astype(np.float64)
+    G = np.empty((groups.n_groups, k, k))
+    for i in range(k):
+        for j in range(i, k):
+            G[:, i, j] = G[:, j, i] = groups.sums(w * X[:, i] * X[:, j])
+    b = groups.sums((w * y)[:, None] * X)
+    scale = np.maximum(np.trace(G, axis1=1, axis2=2) / k, 1e-300)
+    G = G + (RIDGE * scale)[:, None, None] * np.eye(k)[None]
+    beta = np.linalg.solve(G, b[:, :, None])[:, :, 0]
+    return (X * groups.spread(beta)).sum(axis=1)
+
+
+@pytest.mark.parametrize("block_bytes", [1, 8 * 7 * 7 * 5, 32 << 20])
+def test_per_group_fits_in_blocks_are_the_fits_of_all_groups_at_once(monkeypatch, block_bytes):
+    """A job of many ranks has a 0/1 indicator per rank among the features: the fits are built a block of call
+    sites at a time (one group per block, five, all), and must predict what one pass over every group does."""
+    monkeypatch.setattr(within_site, "FIT_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(7)
+    n = 4000
+    sites = rng.integers(0, 120, n)
+    sites[sites == 3] = 4  # a site of no launches; sites 110+ are small and share one group
+    sites[rng.random(n) < 0.05] = 110 + rng.integers(0, 10, 1)
+    groups = SlopeGroups(sites)
+    rank = rng.integers(0, 5, n)
+    X = np.column_stack(
+        [rng.normal(size=n), rng.normal(size=n)] + [(rank == r).astype(float) for r in range(1, 5)] + [np.zeros(n)]
+    )
+    X[:, 1] = 2 * X[:, 0]  # collinear
+    X = X[groups.order]
+    y = rng.normal(size=n)
+    train = rng.random(n) > 0.2
+    train[groups.sorted_codes == 5] = False  # a group without training rows predicts 0
+    got = fit_predict(groups, X, y, train)
+    assert np.array_equal(got, _plain_fit_predict(groups, X, y, train))
+    assert not got[groups.sorted_codes == 5].any()
