@@ -43,3 +43,41 @@ def test_a_failed_write_leaves_no_file(canonical, tmp_path):
             writer.add(canonical.slice(0, 250))
             writer.add(canonical.slice(250, 10).drop_columns(["start"]))
     assert list(tmp_path.iterdir()) == []
+
+
+def _sorted_by_engine(table):
+    import pyarrow.compute as pc
+
+    keys = [(c, "ascending", "at_end") for c in ("start", "launch_id") if c in table.column_names]
+    return table.take(pc.sort_indices(table, sort_keys=keys))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_canonical_sort_is_the_engines_stable_sort_and_skips_rows_in_order(seed):
+    """sort_canonical leaves a table whose rows are already in order as it is (no copy: the merged table of many
+    ranks ties starts across ranks, and the binning job writes its chosen rows in that order), and sorts any
+    other as Arrow's stable sort on (start, launch_id) does: ties in start, in both keys, nulls, several chunks."""
+    import numpy as np
+    import pyarrow as pa
+
+    from gpuvar.canonical_io import sort_canonical
+
+    rng = np.random.default_rng(seed)
+    n = 500
+    start = np.sort(rng.integers(0, 40, n))  # many ties
+    launch = rng.integers(0, 8, n)
+    order = np.lexsort((launch, start))
+    rows = pa.table({"start": start[order], "launch_id": launch[order], "row": np.arange(n)})
+    rows = pa.concat_tables([rows.slice(0, 123), rows.slice(123)])  # two chunks
+    assert sort_canonical(rows) is rows
+    assert sort_canonical(rows.select(["start", "row"])).column("row").equals(rows.column("row"))
+    shuffled = rows.take(rng.permutation(n))
+    assert sort_canonical(shuffled).equals(_sorted_by_engine(shuffled))
+    swapped = rows.take(np.r_[np.arange(n)][::-1])  # ties now in falling launch id (and falling starts)
+    assert sort_canonical(swapped).equals(_sorted_by_engine(swapped))
+    falling = np.lexsort((-launch, start))  # starts in order, launch ids falling within a tie
+    ties = pa.table({"start": start[falling], "launch_id": launch[falling], "row": np.arange(n)})
+    assert sort_canonical(ties).equals(_sorted_by_engine(ties))
+    assert not sort_canonical(ties).equals(ties)
+    late = rows.set_column(0, "start", pa.array(np.r_[start[order][:-1], 0].tolist()[:-1] + [None], pa.int64()))
+    assert sort_canonical(late).equals(_sorted_by_engine(late))
