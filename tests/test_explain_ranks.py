@@ -125,3 +125,81 @@ def test_kineto_ranks_still_use_the_host_collectives(tmp_path):
     lines = rank_section(traces, parts, tmp_path / "ranks")
     assert lines[0] == "rank 1 is last in 58 % of steps (87 of 150)"
     assert json.loads((tmp_path / "ranks" / "ranks.json").read_text())["collective_source"].startswith("host ops")
+
+
+@pytest.fixture(scope="module")
+def scale_job(tmp_path_factory):
+    from gpuvar.demo.planted_scale import write_scale_job
+
+    folder = tmp_path_factory.mktemp("scale_job")
+    write_scale_job(folder, ranks=3, launches_per_rank=1500, seed=4)
+    return sorted(folder.glob("rank*.pt.trace.json.gz"))
+
+
+def _untimed(path):
+    """A file's bytes; an ingest report without its wall times."""
+    if path.name != "ingest.json":
+        return path.read_bytes()
+    report = json.loads(path.read_text())
+    report.pop("seconds", None)  # (a rank's: the merged dataset's report has none)
+    return report
+
+
+def test_ranks_ingested_side_by_side_are_the_bytes_of_one_at_a_time(scale_job, tmp_path, run_cli):
+    """`--jobs 2` ingests the rank files in two worker processes: every file explain writes from them (each rank's
+    folder, the merged dataset, the rank analysis, the findings) is the one `--jobs 1` writes in this process."""
+    outs = {}
+    for jobs in (1, 2):
+        out = tmp_path / "out"  # (the same folder: its path is written in the reports)
+        proc = run_cli("explain", *scale_job, "-o", out, "--no-causal", "--jobs", jobs)
+        assert proc.returncode == 0, proc.stderr
+        assert ("3 rank files, 2 at a time" in proc.stderr) == (jobs == 2)
+        outs[jobs] = {p.relative_to(out): _untimed(p) for p in sorted(out.rglob("*")) if p.is_file()}
+        shutil.rmtree(out)
+    assert outs[1].keys() == outs[2].keys()
+    assert [p for p in outs[1] if outs[1][p] != outs[2][p]] == []
+    assert {str(p) for p in outs[1]} >= {f"ingest/ranks/{k}/kernels.parquet" for k in range(3)}
+
+
+def test_a_bad_rank_file_among_several_stops_explain_with_one_line(scale_job, tmp_path, run_cli):
+    """Rank 1's file cut short: with the ranks ingested side by side, one line names that file, no traceback, and
+    no output folder is left (the other ranks' ingests went into the staging folder, removed)."""
+    bad = tmp_path / scale_job[1].name
+    data = scale_job[1].read_bytes()
+    bad.write_bytes(data[: len(data) // 2])
+    files = [scale_job[0], bad, scale_job[2]]
+    proc = run_cli("explain", *files, "-o", tmp_path / "out", "--no-causal", "--jobs", 3)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("gpuvar explain: error:")]
+    assert len(errors) == 1 and str(bad) in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == [bad.name]
+
+
+def test_rank_jobs_follow_the_cores_and_the_free_memory(monkeypatch, tmp_path):
+    """The default: the cores this process may use, at most the rank files, at most what free memory holds at the
+    largest file's estimated ingest peak; --jobs as given (at most the files)."""
+    import os
+
+    from gpuvar import explain
+    from gpuvar.errors import GpuvarError
+
+    files = []
+    for k in range(6):
+        path = tmp_path / f"rank{k}.json"
+        path.write_bytes(b"x" * (100 << 20 if k == 3 else 1000))  # rank 3: 100 MB of trace text
+        files.append([path])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    page = os.sysconf("SC_PAGE_SIZE")
+    peak = explain.RANK_BASE_BYTES + int(explain.RANK_BYTES_PER_TRACE_BYTE * (100 << 20))
+    for free_bytes, expected in [(64 << 30, 6), (3 * peak + page, 3), (peak // 2, 1)]:
+        monkeypatch.setattr(
+            os, "sysconf", lambda name, free=free_bytes: free // page if name == "SC_AVPHYS_PAGES" else page
+        )
+        assert explain.rank_jobs(files, None) == expected
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "sysconf", lambda name: (64 << 30) // page if name == "SC_AVPHYS_PAGES" else page)
+    assert explain.rank_jobs(files, None) == 2
+    assert explain.rank_jobs(files, 4) == 4 and explain.rank_jobs(files, 40) == 6
+    with pytest.raises(GpuvarError, match="--jobs 0"):
+        explain.rank_jobs(files, 0)

@@ -1,5 +1,5 @@
-"""One command for a first answer: ingest TRACE (several files = the ranks of one job, merged with a rank
-column), bin its timeline, run causal discovery on the most variable windows (kernel_variability, the config's
+"""One command for a first answer: ingest TRACE (several files = the ranks of one job, ingested side by side in
+worker processes, --jobs, then merged with a rank column), bin its timeline, run causal discovery on the most variable windows (kernel_variability, the config's
 defaults) and write the findings; prints progress, then the top findings and where the page is.
 
 OUTPUT/ingest (kernels.parquet, ...), OUTPUT/bin, OUTPUT/causal, OUTPUT/findings/{findings.md,findings.json,
@@ -47,6 +47,14 @@ def configure(p):
     p.add_argument("--format", default="auto", help="format name or 'auto': detect by content (default: %(default)s)")
     p.add_argument("--no-causal", action="store_true", help="skip binning and causal graphs: findings only (fastest)")
     p.add_argument("--top", type=int, default=5, help="findings printed (default: %(default)s; all are in findings.md)")
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        help="rank files ingested at once, each in its own process (default: the cores this process may use, at "
+        "most the rank files and what the free memory holds; gpuvar.explain.rank_jobs)",
+    )
 
 
 def _progress(message: str, t0: float) -> None:
@@ -144,6 +152,101 @@ def run(args) -> int:
     return 0
 
 
+RANK_BASE_BYTES = 200 << 20  # an ingest process before its trace: the interpreter, pandas, pyarrow
+RANK_BYTES_PER_TRACE_BYTE = 1.5  # a whole-trace ingest per byte of trace text (1 M Kineto kernels, 1.13 GB: 1.35 GB)
+RANK_PIECES_BYTES = 1 << 30  # an Nsight Systems export is ingested in pieces (gpuvar.ingest.nsys_pieces): < 1 GB
+
+
+def rank_jobs(ranks: list[list[Path]], jobs: int | None) -> int:
+    """How many rank files to ingest at once: `jobs` when given, else the cores this process may use, at most the
+    rank files, and at most what the memory free now holds at the largest file's estimated peak (a gzip file
+    counted at 8x its size, as the Kineto reader counts it). Why a cap on memory: a job's ranks are ingested side by
+    side on a laptop as well as on a node, and eight 1 M-kernel Kineto traces at once need ~11 GB."""
+    import os
+
+    from gpuvar.errors import GpuvarError
+
+    if jobs is not None:
+        if jobs < 1:
+            raise GpuvarError(f"--jobs {jobs}: give 1 or more")
+        return min(jobs, len(ranks))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # (no such figure here: the cores decide)
+        free = None
+    widest = max(_ingest_bytes(files) for files in ranks)
+    by_memory = max(1, int(free // widest)) if free else len(ranks)
+    return max(1, min(cores, len(ranks), by_memory))
+
+
+def _ingest_bytes(files: list[Path]) -> int:
+    """A rough peak of one rank's ingest (rank_jobs): the base, plus 1.5x its trace text (the whole-trace
+    ingests), or 1 GB for an Nsight Systems export (ingested in pieces) or a folder."""
+    from gpuvar.ingest.compression import compression_of, read_raw_head
+
+    text = 0
+    for path in files:
+        try:
+            if path.is_dir() or path.suffix in (".sqlite", ".nsys-rep"):  # (a folder: an Omniperf workload, ~1 GB)
+                return RANK_PIECES_BYTES
+            size = path.stat().st_size
+            text += size * 8 if compression_of(read_raw_head(path)) else size
+        except OSError:  # (check_inputs has read every file: a race, the ingest will say what)
+            continue
+    return RANK_BASE_BYTES + int(RANK_BYTES_PER_TRACE_BYTE * text)
+
+
+def _ingest_rank(files: list[Path], part: Path, fmt: str) -> str | None:
+    """One rank file's ingest, in a worker process: None, or the one line its error prints (an InputError does not
+    survive pickling whole: its constructor takes the path and the reason apart)."""
+    from gpuvar.errors import GpuvarError, describe
+    from gpuvar.ingest import ingest as ingest_trace
+    from gpuvar.ingest.cli import one_or_all
+
+    try:
+        _stage("ingest", part, files, ingest_trace, one_or_all(files), part, fmt)
+    except (GpuvarError, OSError) as exc:
+        return describe(exc)
+    return None
+
+
+def _ingest_ranks(ranks: list[list[Path]], parts: list[Path], fmt: str, jobs: int, t0: float) -> None:
+    """Every rank file into its folder, `jobs` at a time in worker processes (one at a time: in this process).
+    Each rank's ingest is its own: the folders are the same bytes for any `jobs`. An error stops the command with
+    the lowest failing rank's line, once the ingests under way have ended."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    from gpuvar.errors import GpuvarError
+
+    def named(k: int) -> str:
+        return f"rank file {k}: {', '.join(map(str, ranks[k]))}"
+
+    if jobs <= 1:
+        for k, part in enumerate(parts):
+            _progress(f"ingest {named(k)}", t0)
+            failed = _ingest_rank(ranks[k], part, fmt)
+            if failed:
+                raise GpuvarError(failed)
+        return
+    _progress(f"ingest {len(ranks)} rank files, {jobs} at a time", t0)
+    failures = {}
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(_ingest_rank, ranks[k], part, fmt): k for k, part in enumerate(parts)}
+        for done, future in enumerate(as_completed(futures), 1):
+            k = futures[future]
+            failed = future.result()
+            if failed:
+                failures[k] = failed
+                for other in futures:
+                    other.cancel()  # (those not started yet)
+            else:
+                _progress(f"ingested {named(k)} ({done} of {len(ranks)})", t0)
+    if failures:
+        raise GpuvarError(failures[min(failures)])
+
+
 def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple[dict, list[str]]:
     """Every stage into `out` (the staging folder): (the findings record, the ranks' findings)."""
     from gpuvar.atomic import rewrite_paths
@@ -169,11 +272,8 @@ def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple
         _progress(f"ingest {', '.join(map(str, ranks[0]))}", t0)
         _stage("ingest", ingest, ranks[0], ingest_trace, one_or_all(ranks[0]), ingest, args.format)
     else:
-        for k, files in enumerate(ranks):
-            _progress(f"ingest rank file {k}: {', '.join(map(str, files))}", t0)
-            part = ingest / EXPLAIN_RANK_INGEST / str(k)  # the workflow's layout (layout.RANK_INGEST_DIR)
-            _stage("ingest", part, files, ingest_trace, one_or_all(files), part, args.format)
-            parts.append(part)
+        parts = [ingest / EXPLAIN_RANK_INGEST / str(k) for k in range(len(ranks))]  # (layout.RANK_INGEST_DIR)
+        _ingest_ranks(ranks, parts, args.format, rank_jobs(ranks, args.jobs), t0)
         _progress(f"merge {len(parts)} ranks", t0)
         _stage("ingest-merge", ingest, parts, merge, parts, ingest)
     causal = plots = None
