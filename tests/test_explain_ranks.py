@@ -203,3 +203,21 @@ def test_rank_jobs_follow_the_cores_and_the_free_memory(monkeypatch, tmp_path):
     assert explain.rank_jobs(files, 4) == 4 and explain.rank_jobs(files, 40) == 6
     with pytest.raises(GpuvarError, match="--jobs 0"):
         explain.rank_jobs(files, 0)
+
+
+def test_a_bad_rank_file_read_by_a_worker_names_itself(scale_job, tmp_path):
+    """The rank section's worker processes (explain --jobs) raise a bad file's InputError in the analysing process
+    whole: its path and reason, which the section's one line is made of (an InputError used not to unpickle)."""
+    import pickle
+
+    from gpuvar.errors import AccountingError, InputError
+    from gpuvar.ranks.job import run_here
+
+    for error in (InputError(tmp_path / "r1.json", "not JSON"), AccountingError("r2.db", "5 rows in, 4 out")):
+        back = pickle.loads(pickle.dumps(error))
+        assert (type(back), back.path, back.reason, str(back)) == (type(error), error.path, error.reason, str(error))
+    bad = tmp_path / "rank1.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
+    with pytest.raises(InputError) as raised:
+        run_here([str(scale_job[0]), str(bad), str(scale_job[2])], True, str(tmp_path / "out"), workers=2)
+    assert raised.value.path == str(bad) and raised.value.reason

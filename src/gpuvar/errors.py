@@ -26,6 +26,10 @@ class InputError(GpuvarError):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 
+    def __reduce__(self):
+        """Pickled as (path, reason), what the constructor takes: the error crosses from a worker process whole."""
+        return type(self), (self.path, self.reason)
+
 
 class AccountingError(InputError):
     """Rows read != rows written + rows dropped: a reader bug, not bad input (tests treat it as a failure)."""

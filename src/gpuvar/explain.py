@@ -52,8 +52,8 @@ def configure(p):
         "-j",
         type=int,
         default=None,
-        help="rank files ingested at once, each in its own process (default: the cores this process may use, at "
-        "most the rank files and what the free memory holds; gpuvar.explain.rank_jobs)",
+        help="rank files ingested (and read for the rank section) at once, each in its own process (default: the "
+        "cores this process may use, at most the rank files and what the free memory holds; gpuvar.explain.rank_jobs)",
     )
 
 
@@ -267,13 +267,14 @@ def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple
     ingest = out / EXPLAIN_INGEST
 
     ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
-    parts = []
+    parts, jobs = [], 1
     if len(ranks) == 1:
         _progress(f"ingest {', '.join(map(str, ranks[0]))}", t0)
         _stage("ingest", ingest, ranks[0], ingest_trace, one_or_all(ranks[0]), ingest, args.format)
     else:
         parts = [ingest / EXPLAIN_RANK_INGEST / str(k) for k in range(len(ranks))]  # (layout.RANK_INGEST_DIR)
-        _ingest_ranks(ranks, parts, args.format, rank_jobs(ranks, args.jobs), t0)
+        jobs = rank_jobs(ranks, args.jobs)
+        _ingest_ranks(ranks, parts, args.format, jobs, t0)
         _progress(f"merge {len(parts)} ranks", t0)
         _stage("ingest-merge", ingest, parts, merge, parts, ingest)
     causal = plots = None
@@ -293,7 +294,7 @@ def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple
     if len(ranks) > 1:
         _progress(f"ranks: stragglers and waits across {len(ranks)} ranks", t0)
         traces, folder = [files[0] for files in ranks], out / EXPLAIN_RANKS
-        rank_lines = _stage("ranks", folder, traces, rank_section, traces, parts, folder)
+        rank_lines = _stage("ranks", folder, traces, rank_section, traces, parts, folder, 0, jobs)
     _progress("findings: variance decomposition and verdicts per kernel", t0)
     record, table, kernels = analyse_dataset(name, ingest, causal, plots)
     record = rewrite_paths(record, out, args.output)  # the folders it names, where they will be

@@ -358,8 +358,8 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm) -> di
 
     def read_mine() -> list[Summary]:
         out = []
-        for unit in mine:
-            out.append(summarize(unit))
+        for summary in _summaries(mine, getattr(comm, "workers", 1)):
+            out.append(summary)
             held.note(out[-1].kernels + out[-1].copies)
         return out
 
@@ -416,9 +416,26 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm) -> di
     return together(comm, write, root=0)
 
 
+def _summaries(units: list[Unit], workers: int):
+    """summarize(unit) of each unit, in order: here, or in `workers` worker processes (OneProcess.workers), each
+    reading one unit at a time. The summaries are what MPI ranks send each other: small, and picklable."""
+    if workers <= 1 or len(units) <= 1:
+        yield from map(summarize, units)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(min(workers, len(units)), mp_context=get_context("spawn")) as pool:
+        yield from pool.map(summarize, units)
+
+
 class OneProcess:
     """The job's communicator when it is one process inside another command (`gpuvar explain`'s rank section):
-    the collectives of a world of one, without starting MPI."""
+    the collectives of a world of one, without starting MPI. `workers`: processes that read the units (the rank
+    files, each reduced to its summary), as explain ingests them side by side; the analysis stays here."""
+
+    def __init__(self, workers: int = 1):
+        self.workers = workers
 
     def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
         return 0
@@ -436,13 +453,14 @@ class OneProcess:
         return value
 
 
-def run_here(inputs: list[str], traces: bool, output: str, seed: int = 0) -> dict:
-    """The job in this process, as one process (OneProcess): one rank's launches held at a time, not the job's.
-    A failure raises its own error (an InputError for a bad input), as the one-process analysis did."""
+def run_here(inputs: list[str], traces: bool, output: str, seed: int = 0, workers: int = 1) -> dict:
+    """The job in this process, as one process (OneProcess): one rank's launches held at a time, not the job's
+    (one per worker process with `workers`: the same outputs). A failure raises its own error (an InputError for a
+    bad input), as the one-process analysis did."""
     from gpuvar.binning.job import Agreed
 
     try:
-        return run_job(inputs, traces, output, seed, OneProcess())
+        return run_job(inputs, traces, output, seed, OneProcess(workers))
     except Agreed as agreed:
         raise agreed.error from None
 

@@ -30,10 +30,10 @@ def _format(part: Path) -> str | None:
         return None
 
 
-def rank_section(traces: list, parts: list, folder: Path, seed: int = 0) -> list[str]:
+def rank_section(traces: list, parts: list, folder: Path, seed: int = 0, workers: int = 1) -> list[str]:
     """Analyse the ranks (one trace or file group per rank, `parts` their ingest folders) into `folder`
-    (ranks.md, ranks.json, steps.csv, figures); returns the section's lines: the findings, or the one line that
-    says why there are none."""
+    (ranks.md, ranks.json, steps.csv, figures), the rank files read by `workers` processes; returns the section's
+    lines: the findings, or the one line that says why there are none."""
     from gpuvar.ranks.job import run_here
 
     host_ops = all(_format(p) in HOST_OP_FORMATS for p in parts)
@@ -41,7 +41,7 @@ def rank_section(traces: list, parts: list, folder: Path, seed: int = 0) -> list
         # the rank job in this process: one rank's launches at a time, the outputs of the analysis over all of
         # them (gpuvar.ranks.job); 256 ranks of 100 k launches held 5+ GB read into one table
         record = run_here(
-            [str(t) for t in traces] if host_ops else [str(p) for p in parts], host_ops, str(folder), seed
+            [str(t) for t in traces] if host_ops else [str(p) for p in parts], host_ops, str(folder), seed, workers
         )
     except InputError as exc:
         why = f"{Path(exc.path).name if ',' not in exc.path else 'the rank files'}: {exc.reason}"
