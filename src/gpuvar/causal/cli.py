@@ -44,8 +44,9 @@ def configure(p):
     p.add_argument("--output", "-o", required=True, help="output folder")
 
 
-def read_rows(path):
-    """Rows table from Parquet or CSV; InputError names the file when it cannot be read."""
+def read_rows(path, columns: list[str] | None = None):
+    """Rows table from Parquet or CSV (only `columns`, those of them it has, when given); InputError names the
+    file when it cannot be read."""
     from pathlib import Path
 
     import pandas as pd
@@ -58,8 +59,14 @@ def read_rows(path):
         raise InputError(path, "file not found" if problem == "no such file or directory" else problem)
     try:
         if path.suffix.lower() in (".csv", ".tsv"):
-            return pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
-        return pd.read_parquet(path)
+            usecols = None if columns is None else (lambda name: name in columns)
+            return pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",", usecols=usecols)
+        if columns is None:
+            return pd.read_parquet(path)
+        import pyarrow.parquet as pq
+
+        present = set(pq.read_schema(path).names)
+        return pd.read_parquet(path, columns=[c for c in columns if c in present])
     except Exception as exc:  # noqa: BLE001 - any reader failure is a bad input file
         raise InputError(path, f"cannot read rows: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
 
@@ -149,7 +156,7 @@ def execute(settings, rows, random_rows, output) -> dict:
     from gpuvar.errors import InputError, RowsError
 
     df = read_rows(rows)
-    sample = read_rows(random_rows) if random_rows else None
+    sample = (lambda columns: read_rows(random_rows, columns)) if random_rows else None  # (read once prepared)
     skip = empty_selection_reason(rows, df)
     # every file goes into a temporary folder that replaces OUTPUT only once complete
     with staged_folder(output, replace=True) as tmp:
