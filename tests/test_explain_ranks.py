@@ -221,3 +221,35 @@ def test_a_bad_rank_file_read_by_a_worker_names_itself(scale_job, tmp_path):
     with pytest.raises(InputError) as raised:
         run_here([str(scale_job[0]), str(bad), str(scale_job[2])], True, str(tmp_path / "out"), workers=2)
     assert raised.value.path == str(bad) and raised.value.reason
+
+
+def test_stages_in_processes_of_their_own_write_what_one_process_writes(scale_job, tmp_path, monkeypatch, capsys):
+    """A job of ISOLATED_LAUNCHES launches or more runs the merge, binning, causal graphs, rank section and
+    findings each in a process of its own (their memory given back when they end): the files and the console are
+    those of the stages run in explain's own process."""
+    from gpuvar import explain
+    from gpuvar.cli import main
+
+    results, isolated = {}, []
+    in_own_process = explain._isolated
+    monkeypatch.setattr(
+        explain, "_isolated", lambda stage, *a, **k: isolated.append(a[0]) or in_own_process(stage, *a, **k)
+    )
+    for threshold in (10**12, 0):
+        monkeypatch.setattr(explain, "ISOLATED_LAUNCHES", threshold)
+        out = tmp_path / "out"
+        assert main(["explain", *map(str, scale_job), "-o", str(out), "--jobs", "1"]) == 0
+        console = capsys.readouterr()
+        files = {
+            p.relative_to(out): p.read_bytes()
+            for p in sorted(out.rglob("*"))
+            if p.is_file() and (p.suffix != ".json" or p.name in ("findings.json", "ranks.json"))
+        }
+        results[threshold] = (console.out, files)
+        assert ("stage `gpuvar" in console.err) is False
+        shutil.rmtree(out)
+    (out_here, here), (out_apart, apart) = results[10**12], results[0]
+    assert out_here == out_apart and "findings page:" in out_here
+    assert isolated[:4] == ["ingest-merge", "bin", "causal", "ranks"] and len(isolated) == 5  # and the findings
+    assert here.keys() == apart.keys() and {"bin/sample_rows.parquet", "ranks/ranks.md"} <= {str(p) for p in here}
+    assert [p for p in here if here[p] != apart[p]] == []
