@@ -1,11 +1,14 @@
 """One command for a first answer: ingest TRACE (several files = the ranks of one job, ingested side by side in
-worker processes, --jobs, then merged with a rank column), bin its timeline, run causal discovery on the most variable windows (kernel_variability, the config's
-defaults) and write the findings; prints progress, then the top findings and where the page is.
+worker processes, --jobs, then merged with a rank column), bin its timeline, run causal discovery on the most
+variable windows (kernel_variability, the config's defaults) and write the findings; prints progress, then the top
+findings and where the page is.
 
 OUTPUT/ingest (kernels.parquet, ...), OUTPUT/bin, OUTPUT/causal, OUTPUT/findings/{findings.md,findings.json,
 decomposition.csv, figures/}, and with several files OUTPUT/ranks (gpuvar ranks: stragglers, waits) and the
 per-rank ingests under OUTPUT/ingest/ranks/: the same files the workflow writes for one dataset, so `gpuvar plot`,
 `gpuvar compare` and `gpuvar causal-checks` read them as they read the workflow's.
+
+A job of ISOLATED_LAUNCHES launches or more runs every stage after the ingest in a process of its own.
 
 OUTPUT appears whole or not at all: every stage writes into one staging folder that replaces OUTPUT once the last
 stage is done, so a failed rerun leaves the previous answer as it was, never one run's ingest beside another's
