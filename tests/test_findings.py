@@ -295,3 +295,24 @@ def test_two_instantiations_of_one_kernel_get_names_that_tell_them_apart():
     short = "vectorized_elementwise_kernel[AUnaryFunctor, MulFunctor]"
     names = distinct_names({a: short, b: short, c: "gemm_kernel"})
     assert names == {a: f"{short} ‹4›", b: f"{short} ‹2›", c: "gemm_kernel"}
+
+
+def test_a_slow_rank_among_few_is_context_and_among_many_is_left_out_with_a_note():
+    """The planted slow rank (gpuvar.demo.planted_findings.slow_rank). Among 4 ranks (160 launches per call site)
+    the context test names it. Among 64 ranks, 63 rank indicators cannot be estimated in a call site of 80
+    launches: rank is left out of the context features, and the record and the page say so."""
+    from gpuvar.demo.planted_findings import SLOW_RANK, slow_rank
+    from gpuvar.findings.page import dataset_section
+
+    few = _one(slow_rank(ranks=4, steps=40))
+    assert few.rank_left_out is None and few.verdict.verdict == EXPLAINED and few.context > 0.9 * (1 - few.between)
+    assert [d.feature for d in few.drivers] == [f"rank={SLOW_RANK}"] and few.drivers[0].sign == 1
+    frame = slow_rank(ranks=64, steps=20, seed=1).sample(frac=1 / 16, random_state=0).sort_index()
+    many = _one(frame)
+    assert many.rank_left_out.startswith("64 ranks, a median of ")
+    assert many.context == 0 and not any(d.feature.startswith("rank=") for d in many.drivers)
+    record = dataset_findings("job", frame, [many], pooled_shares([many]))
+    (note,) = record["context_notes"]
+    assert note.startswith("rank is not among the context features of 1 of 1 group(s) (64 ranks")
+    assert f"Context features: {note}." in "\n".join(dataset_section(record)).replace("\\", "")
+    assert "context_notes" not in dataset_findings("job", slow_rank(), [few], pooled_shares([few]))

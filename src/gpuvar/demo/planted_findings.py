@@ -14,6 +14,11 @@
   so grid_y goes DOWN while the work goes up. Duration = FLOPs / the variant's rate, with exponential noise. An
   elementwise op (aten::mul, grid proportional to B L D) runs in the same step. The answer: the GEMMs vary with
   the size, with a + sign, and no grid dimension is a cause with a - sign; the step time follows L.
+`slow_rank`: one op at SLOW_RANK_SITES call sites, launched by every rank of a job in every step, each call
+  site at its own fixed duration; rank SLOW_RANK runs every launch 1.5x longer, 2 % noise. With few ranks the
+  answer is "explained by context: rank=SLOW_RANK (+)"; with more ranks than the fitted launches per call site
+  can estimate (a 20 k-launch sample of a 256-rank job has ~20 per call site), rank is left out of the context
+  features and the findings say so instead of a share computed on noise.
 All are canonical tables (the columns `gpuvar ingest` writes), seeded, so the same seed gives the same rows.
 """
 
@@ -234,3 +239,34 @@ def page_traps(steps: int = 300, seed: int = 0) -> pd.DataFrame:
         .reset_index(drop=True)
         .assign(launch_id=lambda f: np.arange(len(f), dtype=np.int64))
     )
+
+
+SLOW_RANK = 1
+SLOW_RANK_SITES = 12
+
+
+def slow_rank(ranks: int = 4, steps: int = 40, seed: int = 0) -> pd.DataFrame:
+    """`slow_rank` (module docstring): ranks x steps x SLOW_RANK_SITES launches of one op, with a `rank` column."""
+    rng = np.random.default_rng(seed)
+    site = np.tile(np.arange(SLOW_RANK_SITES), ranks * steps)
+    step = np.repeat(np.arange(steps), ranks * SLOW_RANK_SITES)
+    rank = np.tile(np.repeat(np.arange(ranks), SLOW_RANK_SITES), steps)
+    base = 10_000.0 * (1 + site)
+    duration = np.round(base * np.where(rank == SLOW_RANK, 1.5, 1.0) * (1 + 0.02 * rng.standard_normal(len(site))))
+    n = len(site)
+    frame = _frame(
+        {
+            "kernel_name": ["planted_rank_kernel"] * n,
+            "start": step * STEP_NS * 10 + rank * 1000 + site * 50_000,
+            "duration": duration.clip(min=1),
+            "grid_x": np.full(n, 64, np.int64),
+            "step": step.astype(np.int64),
+            "call_index": np.zeros(n, np.int64),
+            "op_occurrence": site.astype(np.int64),
+            "launch_op": ["aten::planted"] * n,
+            "call_site": [f"aten::planted#{k}.0" for k in site],
+        },
+        n,
+    )
+    frame["rank"] = rank.astype(np.int64)
+    return frame.sort_values(["start", "launch_id"], kind="stable").reset_index(drop=True)

@@ -125,30 +125,35 @@ class Decomposition:
     verdict: ShareTest
     drivers: list[Driver]
     sample: dict | None = None  # the fits' sample when the group has more launches than the cap
+    rank_left_out: str | None = None  # why rank is not among the context features (rank_left_out)
 
     def shares(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in SHARE_KEYS}
 
     def record(self) -> dict:
-        return {
-            "group": self.group,
-            "kernels": [{"kernel": k, "launches": n} for k, n in self.kernels.items()],
-            "launches": self.launches,
-            "total_ns": round(self.total_ns, 3),
-            "mean_ns": round(self.mean_ns, 3),
-            "cv": round(self.cv, 6),
-            "cv_within_call_site": round(self.cv_within, 6),
-            "call_sites": self.call_sites,
-            "shares": {
-                "between_call_sites": round(self.between, 6),
-                "size_launch_config": round(self.size, 6),
-                "context": round(self.context, 6),
-                "counters": round(self.counters, 6),
-                "unexplained": round(self.unexplained, 6),
-            },
-            "verdict": self.verdict.record(),
-            "drivers": [d.record() for d in self.drivers],
-        } | ({"sample": dict(self.sample)} if self.sample else {})
+        return (
+            {
+                "group": self.group,
+                "kernels": [{"kernel": k, "launches": n} for k, n in self.kernels.items()],
+                "launches": self.launches,
+                "total_ns": round(self.total_ns, 3),
+                "mean_ns": round(self.mean_ns, 3),
+                "cv": round(self.cv, 6),
+                "cv_within_call_site": round(self.cv_within, 6),
+                "call_sites": self.call_sites,
+                "shares": {
+                    "between_call_sites": round(self.between, 6),
+                    "size_launch_config": round(self.size, 6),
+                    "context": round(self.context, 6),
+                    "counters": round(self.counters, 6),
+                    "unexplained": round(self.unexplained, 6),
+                },
+                "verdict": self.verdict.record(),
+                "drivers": [d.record() for d in self.drivers],
+            }
+            | ({"sample": dict(self.sample)} if self.sample else {})
+            | ({"rank_left_out": self.rank_left_out} if self.rank_left_out else {})
+        )
 
 
 @dataclass
@@ -395,6 +400,41 @@ def fit_inputs(empty: pd.DataFrame, rank_counts: dict | None) -> FitInputs:
     return FitInputs(size_cols, counter_columns(empty), rank_counts if "rank" in empty.columns else None)
 
 
+RANK_LAUNCHES_PER_LEVEL = 2  # fitted launches per call site and rank (median) a per-call-site rank effect needs
+
+
+def rank_left_out(sites: np.ndarray, rank_counts: dict | None) -> str | None:
+    """Why the rank indicators stay out of a group's context features; None when they go in.
+
+    Why a rule: the context test fits each feature with a slope per call site, so R ranks are R - 1 coefficients in
+    every call site. A call site fitted on fewer launches than about two per rank cannot estimate them: a 256-rank
+    job's 20 k-launch sample has ~20 launches per call site for 255 indicators, which made the test's share ~0
+    (whatever the ranks did), ~90 % of the findings' time and 0.55 GB (gpuvar.causal.within_site), growing with
+    the square of the ranks. Such a job's ranks are compared by the rank analysis (`gpuvar ranks`)."""
+    if not rank_counts or len(rank_counts) < 2 or not len(sites):
+        return None
+    per_site = float(np.median(pd.Series(sites).value_counts().to_numpy()))
+    if per_site >= RANK_LAUNCHES_PER_LEVEL * len(rank_counts):
+        return None
+    return (
+        f"{len(rank_counts)} ranks, a median of {per_site:g} fitted launches per call site "
+        f"(fewer than {RANK_LAUNCHES_PER_LEVEL} per rank)"
+    )
+
+
+def rank_note(decompositions: list) -> list[str]:
+    """The dataset's note on the groups whose context features leave rank out (none when no group does)."""
+    left = [d for d in decompositions if d.rank_left_out]
+    if not left:
+        return []
+    first = " in the first" if len(left) > 1 else ""
+    return [
+        f"rank is not among the context features of {len(left)} of {len(decompositions)} group(s) "
+        f"({left[0].rank_left_out}{first}: too few to estimate a rank effect within each call site); the rank "
+        "analysis compares the ranks (gpuvar ranks, explain's ranks page)"
+    ]
+
+
 def decompose_part(group: str, part: pd.DataFrame, inputs: FitInputs, seed: int = 0, exact: Exact | None = None):
     """The decomposition of one group from the launches its fits see (`part`: every launch, or its sample with
     `exact` the group's numbers over every launch)."""
@@ -406,8 +446,9 @@ def decompose_part(group: str, part: pd.DataFrame, inputs: FitInputs, seed: int 
         steps = pd.to_numeric(part["step"], errors="coerce")
         if steps.notna().all():
             step_values = steps.to_numpy(dtype=np.float64)
-    context = context_frame(part, inputs.rank_counts)
-    return decompose_group(
+    left_out = rank_left_out(sites, inputs.rank_counts)
+    context = context_frame(part, inputs.rank_counts, ranks=left_out is None)
+    dec = decompose_group(
         group,
         pd.to_numeric(part["duration"]).to_numpy(dtype=np.float64),
         sites,
@@ -417,6 +458,8 @@ def decompose_part(group: str, part: pd.DataFrame, inputs: FitInputs, seed: int 
         seed,
         exact,
     )
+    dec.rank_left_out = left_out
+    return dec
 
 
 def decompose(kernels, seed: int = 0) -> list[Decomposition]:

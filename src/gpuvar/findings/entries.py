@@ -16,7 +16,7 @@ import pandas as pd
 
 from gpuvar.causal.share_test import EXPLAINED, NOT_EXPLAINED, PARTLY
 from gpuvar.findings import advice as A
-from gpuvar.findings.decompose import Decomposition, call_sites
+from gpuvar.findings.decompose import Decomposition, call_sites, rank_note
 
 Z90 = 1.6448536269514722  # the 5 % and 95 % points of the normal limit of the bootstrap
 LISTINGS = ("findings", "stable", "call_site_differences", "not_compared", "below_time_floor")
@@ -263,6 +263,7 @@ def assemble(dataset, summary, decompositions, listed, pooled, vendor, step_reco
         "call_sites": len(summary.sites),
         "unit": "launching op" if op_groups else "kernel name",
         "notes": list(notes or []),
+        **({"context_notes": rank_note(decompositions)} if rank_note(decompositions) else {}),
         "step_level": step_record,
         "pooled_shares": {k: round(v, 6) for k, v in pooled.items()},
         "findings": entries,

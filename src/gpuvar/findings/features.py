@@ -62,10 +62,10 @@ def size_columns(kernels: pd.DataFrame) -> list[str]:
     return out
 
 
-def context_frame(kernels: pd.DataFrame, rank_counts: dict | None = None) -> pd.DataFrame:
+def context_frame(kernels: pd.DataFrame, rank_counts: dict | None = None, ranks: bool = True) -> pd.DataFrame:
     """ctx_* columns of role context, plus 0/1 indicators of rank (the most frequent rank the baseline) when
-    several ranks ran. `rank_counts`: launches per rank over the whole table, when `kernels` is a part of it (the
-    baseline and the indicators are the table's, not the part's)."""
+    several ranks ran and `ranks`. `rank_counts`: launches per rank over the whole table, when `kernels` is a part
+    of it (the baseline and the indicators are the table's, not the part's)."""
     from gpuvar.causal.roles import role_of
 
     cols = {
@@ -73,15 +73,15 @@ def context_frame(kernels: pd.DataFrame, rank_counts: dict | None = None) -> pd.
         for c in kernels.columns
         if str(c).startswith(CONTEXT_PREFIX) and role_of(str(c)).role == "context"
     }
-    if "rank" in kernels.columns:
-        ranks = kernels["rank"]
-        counts = ranks.value_counts() if rank_counts is None else pd.Series(rank_counts, dtype=np.int64)
+    if ranks and "rank" in kernels.columns:
+        rank = kernels["rank"]
+        counts = rank.value_counts() if rank_counts is None else pd.Series(rank_counts, dtype=np.int64)
         if len(counts) > 1:
             baseline = sorted(counts.index[counts == counts.max()])[0]
             for level in sorted(counts.index):
                 if level != baseline:
                     label = f"rank={level:g}" if isinstance(level, float) else f"rank={level}"
-                    cols[label] = (ranks == level).astype(np.float64).to_numpy()
+                    cols[label] = (rank == level).astype(np.float64).to_numpy()
     return pd.DataFrame(cols, index=kernels.index)
 
 

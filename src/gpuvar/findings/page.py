@@ -197,6 +197,8 @@ def dataset_section(rec: dict) -> list[str]:
     )
     for note in rec.get("notes", []):
         lines.append(f"How call sites were found: {safe(note)}.")
+    for note in rec.get("context_notes", []):
+        lines.append(f"Context features: {safe(note)}.")
     lines.append("")
     step = step_headline(rec.get("step_level"))
     if step:
