@@ -417,8 +417,8 @@ def rank_left_out(sites: np.ndarray, rank_counts: dict | None) -> str | None:
     if per_site >= RANK_LAUNCHES_PER_LEVEL * len(rank_counts):
         return None
     return (
-        f"{len(rank_counts)} ranks, a median of {per_site:g} fitted launches per call site "
-        f"(fewer than {RANK_LAUNCHES_PER_LEVEL} per rank)"
+        f"{len(rank_counts)} ranks, a median of {per_site:g} fitted launches per call site, "
+        f"fewer than {RANK_LAUNCHES_PER_LEVEL} per rank"
     )
 
 
@@ -427,10 +427,10 @@ def rank_note(decompositions: list) -> list[str]:
     left = [d for d in decompositions if d.rank_left_out]
     if not left:
         return []
-    first = " in the first" if len(left) > 1 else ""
+    first = "in the first: " if len(left) > 1 else ""
     return [
         f"rank is not among the context features of {len(left)} of {len(decompositions)} group(s) "
-        f"({left[0].rank_left_out}{first}: too few to estimate a rank effect within each call site); the rank "
+        f"({first}{left[0].rank_left_out}: too few to estimate a rank effect within each call site); the rank "
         "analysis compares the ranks (gpuvar ranks, explain's ranks page)"
     ]
 
