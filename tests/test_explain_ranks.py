@@ -154,6 +154,7 @@ def test_ranks_ingested_side_by_side_are_the_bytes_of_one_at_a_time(scale_job, t
         proc = run_cli("explain", *scale_job, "-o", out, "--no-causal", "--jobs", jobs)
         assert proc.returncode == 0, proc.stderr
         assert ("3 rank files, 2 at a time" in proc.stderr) == (jobs == 2)
+        assert proc.stdout.startswith("rank (3 ranks): 4200 launches"), proc.stdout  # the job, not rank 0 alone
         outs[jobs] = {p.relative_to(out): _untimed(p) for p in sorted(out.rglob("*")) if p.is_file()}
         shutil.rmtree(out)
     assert outs[1].keys() == outs[2].keys()

@@ -159,6 +159,22 @@ def check_inputs(traces: list[Path], fmt: str) -> list[str]:
     return found
 
 
+def default_name(traces: list[Path]) -> str:
+    """The dataset's name on the page when --name is not given: the trace's name without its suffixes; for the ranks
+    of a job, what their names share (digits and separators trimmed) and how many ranks ("rank (256 ranks)"), not
+    the first rank's name, which reads as that rank alone."""
+    import os
+
+    from gpuvar.ingest.counter_passes import group_files
+
+    first = traces[0].name.split(".")[0] or traces[0].name
+    ranks = group_files(traces)
+    if len(ranks) == 1:
+        return first
+    shared = os.path.commonprefix([files[0].name.split(".")[0] for files in ranks]).rstrip("0123456789_-. ")
+    return f"{shared or first} ({len(ranks)} ranks)"
+
+
 def run(args) -> int:
     import logging
 
@@ -172,7 +188,7 @@ def run(args) -> int:
         logging.getLogger("gpuvar.causal").setLevel(logging.ERROR)  # graph verdicts are on the findings page
     formats = check_inputs(args.traces, args.format)
     out = args.output
-    name = args.name or args.traces[0].name.split(".")[0]
+    name = args.name or default_name(args.traces)
     with staged_folder(out) as tmp:  # every stage writes here; OUTPUT is replaced once, when all are done
         record, rank_lines = _explain(args, formats, name, tmp, t0)
         rewrite_files(tmp, out)  # paths the stages recorded name OUTPUT, not the staging folder
