@@ -177,6 +177,22 @@ def test_a_bad_rank_file_among_several_stops_explain_with_one_line(scale_job, tm
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == [bad.name]
 
 
+def test_a_bad_first_rank_file_stops_the_ranks_not_yet_started(tmp_path, run_cli):
+    """Eight rank files two at a time, the first cut short: the ranks still queued are cancelled, and the one
+    line names the bad file (no traceback from the cancelled ingests)."""
+    from gpuvar.demo.planted_scale import write_scale_job
+
+    write_scale_job(tmp_path / "job", ranks=8, launches_per_rank=5000, seed=2)
+    files = sorted((tmp_path / "job").glob("rank*.pt.trace.json.gz"))
+    data = files[0].read_bytes()
+    files[0].write_bytes(data[: len(data) // 3])
+    proc = run_cli("explain", *files, "-o", tmp_path / "out", "--no-causal", "--jobs", 2)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("gpuvar explain: error:")]
+    assert str(files[0]) in error
+    assert not (tmp_path / "out").exists()
+
+
 def test_rank_jobs_follow_the_cores_and_the_free_memory(monkeypatch, tmp_path):
     """The default: the cores this process may use, at most the rank files, at most what free memory holds at the
     largest file's estimated ingest peak; --jobs as given (at most the files)."""

@@ -248,8 +248,8 @@ def _ingest_bytes(files: list[Path]) -> int:
 
 
 def _ingest_rank(files: list[Path], part: Path, fmt: str) -> str | None:
-    """One rank file's ingest, in a worker process: None, or the one line its error prints (an InputError does not
-    survive pickling whole: its constructor takes the path and the reason apart)."""
+    """One rank file's ingest, in a worker process: None, or the one line its error prints (the explain process
+    raises the lowest failing rank's, so which error a user reads does not depend on which worker ended first)."""
     from gpuvar.errors import GpuvarError, describe
     from gpuvar.ingest import ingest as ingest_trace
     from gpuvar.ingest.cli import one_or_all
@@ -285,6 +285,8 @@ def _ingest_ranks(ranks: list[list[Path]], parts: list[Path], fmt: str, jobs: in
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
         futures = {pool.submit(_ingest_rank, ranks[k], part, fmt): k for k, part in enumerate(parts)}
         for done, future in enumerate(as_completed(futures), 1):
+            if future.cancelled():  # (not started: an earlier rank failed)
+                continue
             k = futures[future]
             failed = future.result()
             if failed:
