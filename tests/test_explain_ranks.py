@@ -270,3 +270,15 @@ def test_stages_in_processes_of_their_own_write_what_one_process_writes(scale_jo
     assert isolated[:4] == ["ingest-merge", "bin", "causal", "ranks"] and len(isolated) == 5  # and the findings
     assert here.keys() == apart.keys() and {"bin/sample_rows.parquet", "ranks/ranks.md"} <= {str(p) for p in here}
     assert [p for p in here if here[p] != apart[p]] == []
+
+
+def test_a_stage_whose_process_is_killed_is_one_line():
+    """A stage's own process killed (out of memory, a signal) ends explain with a StageError, one line, not the
+    executor's traceback."""
+    import os
+
+    from gpuvar import explain
+    from gpuvar.errors import StageError
+
+    with pytest.raises(StageError, match="ended abruptly: its process was killed"):
+        explain._isolated(os._exit, 9)

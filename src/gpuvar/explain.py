@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from gpuvar.layout import (
@@ -82,8 +83,22 @@ def _isolated(stage, *args, **kwargs):
     from multiprocessing import get_context
 
     levels = {name: logging.getLogger(name).level for name in ("gpuvar", "gpuvar.causal")}
-    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(_in_child, levels, stage, args, kwargs).result()
+    with _worker_death(f"the stage `gpuvar {args[0]}`" if stage is _stage else "the findings stage"):
+        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+            return pool.submit(_in_child, levels, stage, args, kwargs).result()
+
+
+@contextmanager
+def _worker_death(what: str):
+    """A worker process killed (the kernel's out-of-memory killer, a signal) as one line, not a traceback."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from gpuvar.errors import StageError
+
+    try:
+        yield
+    except BrokenProcessPool:
+        raise StageError(f"{what} ended abruptly: its process was killed (out of memory?)") from None
 
 
 def _in_child(levels: dict, stage, args, kwargs):
@@ -282,7 +297,7 @@ def _ingest_ranks(ranks: list[list[Path]], parts: list[Path], fmt: str, jobs: in
         return
     _progress(f"ingest {len(ranks)} rank files, {jobs} at a time", t0)
     failures = {}
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+    with _worker_death("a rank file's ingest"), ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
         futures = {pool.submit(_ingest_rank, ranks[k], part, fmt): k for k, part in enumerate(parts)}
         for done, future in enumerate(as_completed(futures), 1):
             if future.cancelled():  # (not started: an earlier rank failed)
