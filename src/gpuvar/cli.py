@@ -137,6 +137,13 @@ def run_command(args) -> int:
 ONE_CORE_COMMANDS = {"bin"}  # each process uses one core and no BLAS: numpy's OpenBLAS starts no thread pool
 
 
+def configure_logging(level: int) -> None:
+    """The command's log lines on stderr (also set up in the processes a command starts for a stage: explain)."""
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
+    )
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command(argv)
@@ -146,12 +153,7 @@ def main(argv=None) -> int:
         # numpy's import 0.17 -> 0.07 s of CPU per rank). The binning job calls no BLAS routine.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser(command).parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
+    configure_logging(logging.DEBUG if args.verbose else logging.INFO)
     from gpuvar.text_safety import plain
 
     try:

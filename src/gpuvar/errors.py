@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -45,6 +46,18 @@ class RowsError(GpuvarError):
 
 class StageError(GpuvarError):
     """A pipeline stage that cannot proceed (e.g. an MPI rank failed, an output is unwritable)."""
+
+
+@contextmanager
+def worker_death(what: str):
+    """A worker process of a pool killed (the kernel's out-of-memory killer, a signal) as one StageError line
+    naming `what` ran there, not the executor's BrokenProcessPool traceback."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        yield
+    except BrokenProcessPool:
+        raise StageError(f"{what} ended abruptly: its process was killed (out of memory?)") from None
 
 
 def describe(exc: BaseException) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from gpuvar.layout import (
@@ -82,31 +81,20 @@ def _isolated(stage, *args, **kwargs):
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    levels = {name: logging.getLogger(name).level for name in ("gpuvar", "gpuvar.causal")}
-    with _worker_death(f"the stage `gpuvar {args[0]}`" if stage is _stage else "the findings stage"):
+    levels = {name: logging.getLogger(name).level for name in ("", "gpuvar", "gpuvar.causal")}
+    from gpuvar.errors import worker_death
+
+    with worker_death(f"the stage `gpuvar {args[0]}`" if stage is _stage else "the findings stage"):
         with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
             return pool.submit(_in_child, levels, stage, args, kwargs).result()
-
-
-@contextmanager
-def _worker_death(what: str):
-    """A worker process killed (the kernel's out-of-memory killer, a signal) as one line, not a traceback."""
-    from concurrent.futures.process import BrokenProcessPool
-
-    from gpuvar.errors import StageError
-
-    try:
-        yield
-    except BrokenProcessPool:
-        raise StageError(f"{what} ended abruptly: its process was killed (out of memory?)") from None
 
 
 def _in_child(levels: dict, stage, args, kwargs):
     import logging
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
-    )  # (gpuvar.cli.main's, which the explain process ran)
+    from gpuvar.cli import configure_logging
+
+    configure_logging(levels.pop(""))  # (what gpuvar.cli.main set up in the explain process)
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
     return stage(*args, **kwargs)
@@ -174,16 +162,14 @@ def check_inputs(traces: list[Path], fmt: str) -> list[str]:
     return found
 
 
-def default_name(traces: list[Path]) -> str:
+def default_name(traces: list[Path], ranks: list[list[Path]]) -> str:
     """The dataset's name on the page when --name is not given: the trace's name without its suffixes; for the ranks
-    of a job, what their names share (digits and separators trimmed) and how many ranks ("rank (256 ranks)"), not
-    the first rank's name, which reads as that rank alone."""
+    of a job (`ranks`: the traces grouped by gpuvar.ingest.counter_passes.group_files), what their names share
+    (digits and separators trimmed) and how many ranks ("rank (256 ranks)"), not the first rank's name, which reads
+    as that rank alone."""
     import os
 
-    from gpuvar.ingest.counter_passes import group_files
-
     first = traces[0].name.split(".")[0] or traces[0].name
-    ranks = group_files(traces)
     if len(ranks) == 1:
         return first
     shared = os.path.commonprefix([files[0].name.split(".")[0] for files in ranks]).rstrip("0123456789_-. ")
@@ -195,17 +181,19 @@ def run(args) -> int:
 
     from gpuvar.atomic import rewrite_files, staged_folder
     from gpuvar.findings.run import console_summary
+    from gpuvar.ingest.counter_passes import group_files
     from gpuvar.text_safety import plain
 
     t0 = time.perf_counter()
     if not getattr(args, "verbose", False):  # the stages' INFO lines are for the workflow's logs, not this summary
         logging.getLogger("gpuvar").setLevel(logging.WARNING)
         logging.getLogger("gpuvar.causal").setLevel(logging.ERROR)  # graph verdicts are on the findings page
-    formats = check_inputs(args.traces, args.format)
+    check_inputs(args.traces, args.format)
     out = args.output
-    name = args.name or default_name(args.traces)
+    ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
+    name = args.name or default_name(args.traces, ranks)
     with staged_folder(out) as tmp:  # every stage writes here; OUTPUT is replaced once, when all are done
-        record, rank_lines = _explain(args, formats, name, tmp, t0)
+        record, rank_lines = _explain(args, ranks, name, tmp, t0)
         rewrite_files(tmp, out)  # paths the stages recorded name OUTPUT, not the staging folder
     _progress("done", t0)
     print(console_summary([record], args.top))
@@ -283,7 +271,7 @@ def _ingest_ranks(ranks: list[list[Path]], parts: list[Path], fmt: str, jobs: in
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
-    from gpuvar.errors import GpuvarError
+    from gpuvar.errors import GpuvarError, worker_death
 
     def named(k: int) -> str:
         return f"rank file {k}: {', '.join(map(str, ranks[k]))}"
@@ -297,7 +285,7 @@ def _ingest_ranks(ranks: list[list[Path]], parts: list[Path], fmt: str, jobs: in
         return
     _progress(f"ingest {len(ranks)} rank files, {jobs} at a time", t0)
     failures = {}
-    with _worker_death("a rank file's ingest"), ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+    with worker_death("a rank file's ingest"), ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
         futures = {pool.submit(_ingest_rank, ranks[k], part, fmt): k for k, part in enumerate(parts)}
         for done, future in enumerate(as_completed(futures), 1):
             if future.cancelled():  # (not started: an earlier rank failed)
@@ -344,8 +332,9 @@ def _findings(name: str, ingest: Path, causal, plots, out: Path, output: Path) -
     return record
 
 
-def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple[dict, list[str]]:
-    """Every stage into `out` (the staging folder): (the findings record, the ranks' findings). The stages after
+def _explain(args, ranks: list[list[Path]], name: str, out: Path, t0: float) -> tuple[dict, list[str]]:
+    """Every stage of the traces grouped as `ranks` (one group per rank) into `out` (the staging folder): (the
+    findings record, the ranks' findings). The stages after
     the ingest run each in a process of their own when the job has ISOLATED_LAUNCHES launches or more."""
     from gpuvar.binning.cli import bin_settings
     from gpuvar.binning.cli import execute as bin_execute
@@ -355,14 +344,12 @@ def _explain(args, formats: list[str], name: str, out: Path, t0: float) -> tuple
     from gpuvar.config import Binning, Causal
     from gpuvar.ingest import ingest as ingest_trace
     from gpuvar.ingest.cli import one_or_all
-    from gpuvar.ingest.counter_passes import group_files
     from gpuvar.ingest.merge import merge
     from gpuvar.ranks.section import rank_section
     from gpuvar.targets import DEFAULT_TARGET
 
     ingest = out / EXPLAIN_INGEST
 
-    ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
     parts, jobs = [], 1
     if len(ranks) == 1:
         _progress(f"ingest {', '.join(map(str, ranks[0]))}", t0)

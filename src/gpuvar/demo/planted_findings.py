@@ -17,8 +17,8 @@
 `slow_rank`: one op at SLOW_RANK_SITES call sites, launched by every rank of a job in every step, each call
   site at its own fixed duration; rank SLOW_RANK runs every launch 1.5x longer, 2 % noise. With few ranks the
   answer is "explained by context: rank=SLOW_RANK (+)"; with more ranks than the fitted launches per call site
-  can estimate (a 20 k-launch sample of a 256-rank job has ~20 per call site), rank is left out of the context
-  features and the findings say so instead of a share computed on noise.
+  can estimate (a 20 k-launch sample of a 256-rank job's op at 333 call sites has ~60 per call site), rank is
+  left out of the context features and the findings say so instead of a share computed on noise.
 All are canonical tables (the columns `gpuvar ingest` writes), seeded, so the same seed gives the same rows.
 """
 

@@ -408,9 +408,10 @@ def rank_left_out(sites: np.ndarray, rank_counts: dict | None) -> str | None:
 
     Why a rule: the context test fits each feature with a slope per call site, so R ranks are R - 1 coefficients in
     every call site. A call site fitted on fewer launches than about two per rank cannot estimate them: a 256-rank
-    job's 20 k-launch sample has ~20 launches per call site for 255 indicators, which made the test's share ~0
-    (whatever the ranks did), ~90 % of the findings' time and 0.55 GB (gpuvar.causal.within_site), growing with
-    the square of the ranks. Such a job's ranks are compared by the rank analysis (`gpuvar ranks`)."""
+    job's 20 k-launch sample of an op at 333 call sites has ~60 launches per call site for 255 indicators, which
+    made the test's share ~0 (whatever the ranks did), cost 0.55 GB (gpuvar.causal.within_site) and 32 of the
+    findings' 84 s, growing with the square of the ranks. Such a job's ranks are compared by the rank analysis
+    (`gpuvar ranks`)."""
     if not rank_counts or len(rank_counts) < 2 or not len(sites):
         return None
     per_site = float(np.median(pd.Series(sites).value_counts().to_numpy()))

@@ -252,6 +252,7 @@ def assemble(dataset, summary, decompositions, listed, pooled, vendor, step_reco
         shown = {dec.group: display_name(dec.group, dec.group in op_groups, dec.kernels) for dec in decompositions}
         for op in step_record.get("ops", []):
             op["name"] = shown.get(op["group"], op["group"])
+    context_notes = rank_note(decompositions)
     return {
         "dataset": dataset,
         "vendor": vendor,
@@ -263,7 +264,7 @@ def assemble(dataset, summary, decompositions, listed, pooled, vendor, step_reco
         "call_sites": len(summary.sites),
         "unit": "launching op" if op_groups else "kernel name",
         "notes": list(notes or []),
-        **({"context_notes": rank_note(decompositions)} if rank_note(decompositions) else {}),
+        **({"context_notes": context_notes} if context_notes else {}),
         "step_level": step_record,
         "pooled_shares": {k: round(v, 6) for k, v in pooled.items()},
         "findings": entries,

@@ -423,16 +423,13 @@ def _summaries(units: list[Unit], workers: int):
         yield from map(summarize, units)
         return
     from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
     from multiprocessing import get_context
 
-    from gpuvar.errors import StageError
+    from gpuvar.errors import worker_death
 
-    try:
+    with worker_death("the reading of the rank files"):
         with ProcessPoolExecutor(min(workers, len(units)), mp_context=get_context("spawn")) as pool:
             yield from pool.map(summarize, units)
-    except BrokenProcessPool:
-        raise StageError("a process reading the rank files was killed (out of memory?)") from None
 
 
 class OneProcess:
