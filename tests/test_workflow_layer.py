@@ -171,8 +171,8 @@ def test_slurm_rank_count_comes_from_the_config(tmp_path):
 
 def test_rank_analysis_is_an_mpi_job_over_each_rank_s_input(tmp_path):
     """A merged dataset's `gpuvar ranks` runs under mpiexec/srun with binning.ranks processes, at most one per rank
-    file; Kineto rank files are read as traces (host collectives), other formats from each rank's own ingest
-    folder, never from the merged table."""
+    file; Kineto rank files are named as traces (host collectives) and read from each rank's ingest folder, which
+    keeps them (--ingested); other formats from each rank's own ingest folder; never from the merged table."""
     from gpuvar.demo.nsys_writer import write_nsys_demo
 
     cfg = yaml.safe_load(small_config(tmp_path).read_text())
@@ -193,7 +193,8 @@ def test_rank_analysis_is_an_mpi_job_over_each_rank_s_input(tmp_path):
     lines = [" ".join(line.split()) for line in proc.stdout.splitlines()]  # (an empty --traces list: two spaces)
     assert f"srun -n 2 gpuvar ranks {folders} --seed 0 --output results/ranks/job" in "\n".join(lines)
     traces = "resources/demo/kineto_rank0.json.gz resources/demo/kineto_rank1.json.gz --traces"
-    assert f"srun -n 2 gpuvar ranks {traces} --seed 0 --output results/ranks/kineto" in proc.stdout
+    ingested = "--ingested results/ingest/kineto/ranks/0 results/ingest/kineto/ranks/1"
+    assert f"srun -n 2 gpuvar ranks {traces} {ingested} --seed 0 --output results/ranks/kineto" in proc.stdout
     assert "merge_ranks" not in _jobs(proc.stdout)  # the rank analysis does not wait for the merged table
 
 

@@ -71,6 +71,13 @@ MUTATIONS = {
         ["tests/test_causal_discover.py"],
         "a sign in the causal total effects (contributions.csv)",
     ),
+    "rank_section_rereads_traces": (
+        "src/gpuvar/ranks/section.py",
+        "kept = [str(p) for p in parts] if host_ops else None",
+        "kept = None",
+        ["tests/test_ranks_kept_collectives.py::test_explains_rank_section_reads_the_rank_folders"],
+        "explain's rank section reads every Kineto trace again instead of the ingest folders that keep them",
+    ),
     "shell_quoting": (
         "workflow/rules/binning.smk",
         " --features {params.features:q} --group",

@@ -20,6 +20,8 @@ HOST_COPY_FACTS = "host_copy_facts.parquet"
 HOST_STEP_THREADS = "host_step_threads.parquet"
 KERNELS_TABLE = "kernels.parquet"  # canonical kernel launches (docs/schema.md)
 MEMCPY_TABLE = "memcpy.parquet"  # canonical copies; written always, with no rows when the source has none
+# a trace's host collective ops (Kineto gloo:/nccl: ranges) for the rank analysis (gpuvar.ingest.host_collectives)
+HOST_COLLECTIVES_TABLE = "host_collectives.parquet"
 INGEST_REPORT = "ingest.json"  # rows read / written / dropped per table; written last
 BINS_TABLE = "bins.parquet"  # every non-empty bin with its statistics
 TOPK_ROWS = "topk_rows.parquet"  # the rows of the top-k most variable bins

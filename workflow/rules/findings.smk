@@ -64,7 +64,8 @@ rule summarise_findings:
 
 # The rank analysis is an MPI job like bin_trace (`shell:` for mpiexec/srun, every value quoted, the launcher only
 # through params.launcher): each process reads its share of the ranks (gpuvar.ranks.job), binning.ranks processes
-# at most, one per rank file. Its inputs: the Kineto rank files (--traces), else each rank's ingest folder.
+# at most, one per rank file. Its inputs: each rank's ingest folder; for Kineto rank files also the traces (--traces),
+# whose host collectives each folder keeps (--ingested: the traces are not read again).
 
 
 rule analyse_ranks:
@@ -99,7 +100,12 @@ rule analyse_ranks:
         traces=lambda wildcards, input: ["--traces"] if "traces" in input.keys() else [],
         inputs=lambda wildcards, input: input.get("traces")
         or [files.folder(report) for report in input.reports],
+        ingested=lambda wildcards, input: (
+            ["--ingested", *(files.folder(report) for report in input.reports)]
+            if "traces" in input.keys()
+            else []
+        ),
         seed=CFG.causal.seed,
     shell:
         "{params.launcher:q} -n {params.processes:q} gpuvar ranks {params.inputs:q} {params.traces:q}"
-        " --seed {params.seed:q} --output {output:q} > {log:q} 2>&1"
+        " {params.ingested:q} --seed {params.seed:q} --output {output:q} > {log:q} 2>&1"

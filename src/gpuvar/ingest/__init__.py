@@ -72,6 +72,7 @@ def normalize_trace(raw, release: bool = False):
     from gpuvar.ingest.context import append_context, context_arrays, step_offset_arrays
     from gpuvar.ingest.corun import set_columns
     from gpuvar.ingest.detect import formats
+    from gpuvar.ingest.host_collectives import collective_ops
     from gpuvar.ingest.sanity import drop_negative_durations, null_fractional_counts, require_int64_times
     from gpuvar.ingest.step_size import with_step_threads
     from gpuvar.schema import finalize_kernels, finalize_memcpy
@@ -85,6 +86,11 @@ def normalize_trace(raw, release: bool = False):
     with ThreadPoolExecutor(max_workers=1) as pool:
         host = pool.submit(host_timeline, raw)
         out = module.normalize(raw)
+        if "cpu_ops" in raw.tables:  # kept for the rank analysis before the host ops are released
+            out.host_collectives, untimed = collective_ops(raw.tables["cpu_ops"])
+            if untimed:
+                out.notes.append(f"{untimed} host collective ops without a time (ts or dur) left out of the rank "
+                                 "analysis's collectives")  # fmt: skip
         null_fractional_counts(out.kernels, out)
         kernels = drop_negative_durations(finalize_kernels(out.kernels), out, "kernels")
         memcpy = finalize_memcpy(out.memcpy) if out.memcpy is not None else None
@@ -190,6 +196,8 @@ def write_ingest(
     binning rule always declares it) and ingest.json, each atomically, ingest.json last: it marks a complete
     ingest, so an interrupted run never leaves new tables beside an old report."""
     from gpuvar.canonical_io import write_canonical
+    from gpuvar.ingest.host_collectives import REPORT_KEY as HOST_COLLECTIVES_KEY
+    from gpuvar.ingest.host_collectives import write as write_host_collectives
     from gpuvar.ingest.sanity import require_kernels, require_timing
     from gpuvar.schema import empty_memcpy
 
@@ -203,6 +211,8 @@ def write_ingest(
             require_timing(source, out.format, table)
         report["tables"][name] = books(source, out, name, table.num_rows, table.num_columns, recorded_duplicates(table))
     copies = memcpy if memcpy is not None else empty_memcpy()
+    if out.host_collectives is not None:
+        report[HOST_COLLECTIVES_KEY] = write_host_collectives(out.host_collectives, output)
     with ThreadPoolExecutor(max_workers=1) as pool:  # Parquet encoding releases the GIL: write both at once
         pending = pool.submit(write_canonical, copies, output / MEMCPY_TABLE, meta)
         write_canonical(kernels, output / KERNELS_TABLE, meta)

@@ -38,6 +38,9 @@ class ReaderOutput:
     host: str | None = None  # the profiled machine, where the file records it (gpuvar.ingest.gpu_identity)
     gpu_renumbered: list[int] = field(default_factory=list)  # processes whose CUDA device ids are not the GPU ids
     counter_passes: list[dict] = field(default_factory=list)  # counter passes joined to the trace (counter_passes)
+    # the host collective ops (start, end, name) of a format whose reader keeps the host ops (Kineto), found at
+    # normalize for the rank analysis (gpuvar.ingest.host_collectives); None: the format has no host ops
+    host_collectives: pd.DataFrame | None = None
 
     def drop(self, table: str, reason: str, count: int) -> None:
         if count:

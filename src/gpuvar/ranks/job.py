@@ -46,6 +46,7 @@ from gpuvar.ranks.load import (
     collective_label,
     copy_round_trips,
     drop_bad,
+    folder_part,
     host_collectives,
     ingest_part,
     is_nccl,
@@ -66,6 +67,9 @@ class Unit:
     traces: bool  # an original trace (--traces), else an ingest folder
     many: bool  # one input per rank (its rank: the one it records, else its position)
     ranks: tuple[int, ...] | None = None  # a merged folder: only these ranks' rows
+    # a trace's ingest folder that keeps its host collectives (gpuvar.ingest.host_collectives): read instead of
+    # the trace, which still names the unit (`path`)
+    folder: str | None = None
 
 
 @dataclass
@@ -89,10 +93,23 @@ class Summary:
     sites: pd.DataFrame | None = None  # per (rank, call site) moments (gpuvar.ranks.sites.site_moments)
 
 
-def plan_units(inputs: list[str], traces: bool, size: int) -> list[Unit]:
-    """The units of the inputs: one per trace or ingest folder; one merged folder is split by rank into `size`."""
-    if traces or len(inputs) > 1:
-        return [Unit(i, str(p), traces, len(inputs) > 1) for i, p in enumerate(inputs)]
+def plan_units(inputs: list[str], traces: bool, size: int, folders: list[str] | None = None) -> list[Unit]:
+    """The units of the inputs: one per trace or ingest folder; one merged folder is split by rank into `size`.
+    `folders`: the traces' ingest folders; a folder that keeps its trace's host collectives is read instead of the
+    trace (it must have been ingested from it). Ingest folders that all keep them are read as their traces would
+    be: host collectives give the exact wait, copies only show it (gpuvar.ranks.load)."""
+    from gpuvar.ingest.host_collectives import recorded
+
+    many = len(inputs) > 1
+    if folders is None and not traces and inputs and all(recorded(Path(p)) for p in inputs):
+        return [Unit(i, str(p), True, many, None, str(p)) for i, p in enumerate(inputs)]
+    if folders is not None:
+        if len(folders) != len(inputs):
+            raise InputError(", ".join(folders), f"{len(folders)} ingest folders for {len(inputs)} traces")
+        kept = [str(f) if _ingested_from(f, t) else None for t, f in zip(inputs, folders)]
+        return [Unit(i, str(p), True, many, None, f) for i, (p, f) in enumerate(zip(inputs, kept))]
+    if traces or many:
+        return [Unit(i, str(p), traces, many) for i, p in enumerate(inputs)]
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -105,6 +122,23 @@ def plan_units(inputs: list[str], traces: bool, size: int) -> list[Unit]:
     ranks = sorted(int(r) for r in pc.unique(column.drop_null()).to_pylist())
     blocks = [ranks[len(ranks) * i // size : len(ranks) * (i + 1) // size] for i in range(size)]
     return [Unit(0, str(inputs[0]), False, False, tuple(b)) for b in blocks if b]
+
+
+def _ingested_from(folder: str, trace: str) -> bool:
+    """Whether `folder` keeps the host collectives of `trace`: False where it keeps none (ingested before they were
+    kept, or from a format without host ops: the trace is read); InputError where it was ingested from another
+    file (a rank's folder given for another rank's trace)."""
+    import json
+
+    from gpuvar.ingest.host_collectives import recorded
+    from gpuvar.layout import INGEST_REPORT
+
+    if not recorded(Path(folder)):
+        return False
+    source = str(json.loads((Path(folder) / INGEST_REPORT).read_text()).get("source", ""))
+    if Path(source).resolve() != Path(trace).resolve():
+        raise InputError(folder, f"was ingested from {source}, not from {trace}")
+    return True
 
 
 def share(units: list[Unit], rank: int, size: int) -> list[Unit]:
@@ -122,7 +156,7 @@ def _devices(frame: pd.DataFrame) -> list[int]:
 def load(unit: Unit):
     """(kernels, copies, the trace part or None) of one unit."""
     if unit.traces:
-        part = trace_part(unit.path, unit.position)
+        part = folder_part(unit.folder, unit.position) if unit.folder else trace_part(unit.path, unit.position)
         return part.kernels, part.copies, part
     k, m = ingest_part(unit.path, unit.position, unit.many, list(unit.ranks) if unit.ranks is not None else None)
     return k, m, None
@@ -150,7 +184,7 @@ def summarize(unit: Unit) -> Summary:
     other, error = None, None
     if part is not None:
         try:
-            other = host_collectives(part.cpu_ops, unit.path, part.rank)
+            other = host_collectives(part.collective_ops, unit.path, part.rank)
         except InputError as exc:
             error = exc
     else:
@@ -321,7 +355,7 @@ def _explainer(decided: Decided, held: Held, seed: int):
             s for s in decided.summaries if straggler in s.span or straggler in s.kernel_ranks or s.rank == straggler
         ]
         shared = None
-        units = [u if u.ranks is None else Unit(u.position, u.path, u.traces, u.many, (straggler,))
+        units = [u if u.ranks is None else replace(u, ranks=(straggler,))
                  for u in (s.unit for s in holder)]  # fmt: skip
         if decided.gpu:
             mine = set().union(*(codes(s, "kernels") for s in holder if s.rank == straggler))
@@ -336,8 +370,9 @@ def _explainer(decided: Decided, held: Held, seed: int):
     return explain
 
 
-def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm) -> dict | None:
-    """The whole job on `comm`; rank 0 writes the outputs and returns {findings, processes}."""
+def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm, folders: list[str] | None = None):
+    """The whole job on `comm`; rank 0 writes the outputs and returns {findings, processes}. `folders`: the
+    traces' ingest folders that keep their host collectives, read instead of the traces (plan_units)."""
     from gpuvar.binning.job import together
     from gpuvar.binning.report import peak_rss_mb
     from gpuvar.ranks.report import timeline_window, write_outputs
@@ -353,7 +388,8 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm) -> di
         seconds[name] = round(now - t0, 4)
         t0 = now
 
-    units = together(comm, plan_units, inputs, traces, size)
+    units = together(comm, plan_units, inputs, traces, size, folders)
+    traces = all(u.traces for u in units)  # ingest folders that keep their traces' host collectives: as traces
     mine = share(units, rank, size)
 
     def read_mine() -> list[Summary]:
@@ -392,7 +428,7 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm) -> di
             summary = next(s for s in summaries if s.unit == unit)
             if set(summary.span) & set(ranks) or set(summary.kernel_ranks) & set(ranks):
                 if unit.ranks is not None:  # a merged folder's share: only the drawn ranks
-                    unit = Unit(unit.position, unit.path, False, False, tuple(r for r in unit.ranks if r in ranks))
+                    unit = replace(unit, ranks=tuple(r for r in unit.ranks if r in ranks))
                 once = Held()
                 out.append((unit.position, _read([unit], {}, once, keep)))
                 held.note(once.read, once.max)
@@ -456,19 +492,19 @@ class OneProcess:
         return value
 
 
-def run_here(inputs: list[str], traces: bool, output: str, seed: int = 0, workers: int = 1) -> dict:
+def run_here(inputs: list[str], traces: bool, output: str, seed: int = 0, workers: int = 1, folders=None) -> dict:
     """The job in this process, as one process (OneProcess): one rank's launches held at a time, not the job's
     (one per worker process with `workers`: the same outputs). A failure raises its own error (an InputError for a
-    bad input), as the one-process analysis did."""
+    bad input), as the one-process analysis did. `folders`: as run_job's."""
     from gpuvar.binning.job import Agreed
 
     try:
-        return run_job(inputs, traces, output, seed, OneProcess(workers))
+        return run_job(inputs, traces, output, seed, OneProcess(workers), folders)
     except Agreed as agreed:
         raise agreed.error from None
 
 
-def run(inputs: list[str], traces: bool, output: str, seed: int = 0, comm=None) -> dict | None:
+def run(inputs: list[str], traces: bool, output: str, seed: int = 0, comm=None, folders=None) -> dict | None:
     """Entry point on every process. An agreed failure ends every process with exit 2 and one line from rank 0;
     any other exception aborts the whole job at once with one line from the failing process (as `gpuvar bin`)."""
     import sys
@@ -478,7 +514,7 @@ def run(inputs: list[str], traces: bool, output: str, seed: int = 0, comm=None) 
     comm = comm or world()
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
-        return run_job(inputs, traces, output, seed, comm)
+        return run_job(inputs, traces, output, seed, comm, folders)
     except Agreed as agreed:
         raise SystemExit(settle(agreed)) from None
     except Exception as exc:  # noqa: BLE001 - any failure must stop every process

@@ -32,7 +32,8 @@ import pyarrow.parquet as pq
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.gpu_identity import Recorded
-from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
+from gpuvar.ingest.host_collectives import NONE_FOUND
+from gpuvar.layout import INGEST_REPORT, KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.ranks.gpus import assign as assign_gpus
 
 KERNEL_COLUMNS = ["rank", "step", "start", "end", "launch_op", "call_site", "kernel_name"]
@@ -40,8 +41,6 @@ KERNEL_COLUMNS = ["rank", "step", "start", "end", "launch_op", "call_site", "ker
 OPTIONAL_KERNEL_COLUMNS = ["device_id", "grid_size", "workgroup_size", "op_flops"]
 NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl(?:Dev)?Kernel")
 COPY_COLUMNS = ["rank", "step", "start", "end", "launch_op", "copy_kind_name", "device_id"]
-# host collective ops, most specific first: the first tier a rank has is used for that rank
-COLLECTIVE_TIERS = (("gloo:", "nccl:", "mpi:", "ucc:"), ("c10d::",), ("record_param_comms",))
 
 
 @dataclass
@@ -191,7 +190,13 @@ def ingest_part(folder: str | Path, position: int, many: bool, ranks: list[int] 
 
 
 def from_ingest(folders: list[str | Path]) -> RankInput:
-    """One merged ingest (a rank column with several ranks) or several single-rank ingest folders."""
+    """One merged ingest (a rank column with several ranks) or several single-rank ingest folders. Folders that
+    all keep their traces' host collectives (Kineto ingests: gpuvar.ingest.host_collectives) are read as their
+    traces would be (from_traces), not through copies."""
+    from gpuvar.ingest.host_collectives import recorded
+
+    if all(recorded(Path(f)) for f in folders):
+        return from_parts([folder_part(f, i) for i, f in enumerate(folders)], [str(Path(f)) for f in folders])
     kernels, copies, sources = [], [], []
     for position, folder in enumerate(folders):
         k, m = ingest_part(folder, position, len(folders) > 1)
@@ -260,28 +265,22 @@ def numbered_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
     return collectives[["rank", "seq", "start", "end", "name"]]
 
 
-def host_collectives(cpu_ops, source, rank: int) -> pd.DataFrame:
-    """The rank's collectives from its raw `cpu_ops` table (ts in decimal µs, dur in µs) as ns intervals."""
-    ops = cpu_ops.to_pandas() if hasattr(cpu_ops, "to_pandas") else cpu_ops
-    names = ops["name"].astype(str)
-    for tier in COLLECTIVE_TIERS:
-        hit = ops[names.str.startswith(tier)]
-        if not hit.empty:
-            break
-    else:
-        raise InputError(source, "no collective op (gloo:/nccl:/c10d::/record_param_comms) among the host ops")
-    start = np.array([int(round(float(t) * 1000)) for t in hit["ts"]], dtype=np.int64)
-    end = start + np.rint(hit["dur"].to_numpy(dtype=np.float64) * 1000).astype(np.int64)
-    return pd.DataFrame({"rank": rank, "start": start, "end": end, "name": hit["name"].astype(str).to_numpy()})
+def host_collectives(ops: pd.DataFrame, source, rank: int) -> pd.DataFrame:
+    """The rank's collectives (rank, start, end, name) from its trace's host collective ops (start, end, name:
+    gpuvar.ingest.host_collectives, found at ingest or from the trace); InputError naming `source` if it has none."""
+    if ops.empty:
+        raise InputError(source, NONE_FOUND)
+    return pd.DataFrame({"rank": rank, "start": ops["start"].to_numpy(np.int64), "end": ops["end"].to_numpy(np.int64),
+                         "name": ops["name"].to_numpy(dtype=object)})  # fmt: skip
 
 
 @dataclass
 class TracePart:
-    """One rank's trace as `from_traces` reads it."""
+    """One rank's trace as `from_traces` reads it: from the trace, or from the ingest folder that keeps it."""
 
     kernels: pd.DataFrame
     copies: pd.DataFrame
-    cpu_ops: object  # the raw host ops table (its collectives: host_collectives)
+    collective_ops: pd.DataFrame  # its host collective ops (start, end, name; gpuvar.ingest.host_collectives)
     rank: int
     recorded: Recorded
 
@@ -293,34 +292,46 @@ def trace_part(path: str | Path, position: int) -> TracePart:
     raw = read_source(path)
     if "cpu_ops" not in raw.tables:
         raise InputError(path, f"{raw.format} trace has no host ops: pass the ingest folder instead of --traces")
-    out, k, m = normalize_trace(raw)
-    recorded = Recorded(
-        host=out.host,
-        names={int(d["id"]): str(d.get("name")) for d in out.devices if "id" in d},
-        uuids={int(d["id"]): str(d["uuid"]) for d in out.devices if d.get("uuid")},
-        listed=len(out.devices) or None,
-    )
-    k = _frame(k, KERNEL_COLUMNS, path)
-    m = _frame(m, COPY_COLUMNS, path)
+    out, k, m = normalize_trace(raw, release=True)
+    recorded = Recorded.from_report({"devices": out.devices, "host": out.host})
+    k, m = _frame(k, KERNEL_COLUMNS, path), _frame(m, COPY_COLUMNS, path)
+    return _part(k, m, out.host_collectives, position, recorded)
+
+
+def folder_part(folder: str | Path, position: int) -> TracePart:
+    """One rank's trace from the ingest folder that keeps its host collectives (gpuvar.ingest.host_collectives):
+    what trace_part reads from the trace, without reading it again."""
+    import json
+
+    from gpuvar.ingest import host_collectives as kept
+
+    report = json.loads((Path(folder) / INGEST_REPORT).read_text())
+    k, m = ingest_part(folder, position, False)
+    return _part(k, m, kept.read(Path(folder)), position, Recorded.from_report(report))
+
+
+def _part(k: pd.DataFrame, m: pd.DataFrame, collective_ops: pd.DataFrame, position: int, recorded) -> TracePart:
     rank = _rank_of(k, position)
-    k, m = _assign_rank(k, rank), _assign_rank(m, rank)
-    return TracePart(k, m, raw.tables["cpu_ops"], rank, recorded)
+    return TracePart(_assign_rank(k, rank), _assign_rank(m, rank), collective_ops, rank, recorded)
 
 
 def from_traces(paths: list[str | Path]) -> RankInput:
     """The original profiler traces, one per rank: read and normalized in memory; collectives from the NCCL
     kernels when every rank has them, else from host ops."""
-    kernels, copies, host_ops, ranks, sources, recorded = [], [], [], set(), [], []
-    for position, path in enumerate(paths):
-        part = trace_part(path, position)
+    return from_parts([trace_part(path, position) for position, path in enumerate(paths)], [str(p) for p in paths])
+
+
+def from_parts(parts: list[TracePart], sources: list[str]) -> RankInput:
+    """The ranks' traces (trace_part, or folder_part: their ingest folders) as one job."""
+    kernels, copies, host_ops, ranks, recorded = [], [], [], set(), []
+    for part, source in zip(parts, sources):
         if part.rank in ranks:
-            raise InputError(path, f"rank {part.rank} is given twice")
+            raise InputError(source, f"rank {part.rank} is given twice")
         recorded.append(part.recorded)
-        host_ops.append((part.cpu_ops, path, part.rank))
+        host_ops.append((part.collective_ops, source, part.rank))
         ranks.add(part.rank)
         kernels.append(part.kernels)
         copies.append(part.copies)
-        sources.append(str(path))
     kernels = pd.concat(kernels, ignore_index=True)
     copies = pd.concat(copies, ignore_index=True)
     _check(kernels, sources)
@@ -329,7 +340,7 @@ def from_traces(paths: list[str | Path]) -> RankInput:
     collectives, what = nccl_collectives(kernels, dropped), "NCCL kernels "
     if set(collectives["rank"]) != ranks:  # not every rank runs NCCL: the host ops of the backend
         dropped = {}
-        hosts = [host_collectives(ops, path, rank) for ops, path, rank in host_ops]
+        hosts = [host_collectives(ops, source, rank) for ops, source, rank in host_ops]
         collectives, what = numbered_collectives(drop_bad(pd.concat(hosts, ignore_index=True), dropped)), "host ops "
     span = rank_spans(kernels, copies, collectives)
     label = collective_label(what, collectives)

@@ -197,7 +197,7 @@ def sites_sentence(records: list[dict]) -> str | None:
     """The finding of the call sites across ranks, from the shown records less the collectives' own call sites
     (their launches include the wait): one rank slowest at most of them, else the call sites that run slower on
     one rank (stands_out), else that they vary within ranks. None without a call site run by two ranks."""
-    from gpuvar.ranks.load import COLLECTIVE_TIERS
+    from gpuvar.ingest.host_collectives import COLLECTIVE_TIERS
 
     prefixes = tuple(p for tier in COLLECTIVE_TIERS for p in tier)
     sites = [r for r in records if not r["call_site"].startswith(prefixes)]

@@ -76,12 +76,13 @@ class Registry:
         return [d.name for d in self.cfg.datasets if d.merge]
 
     def ranks_inputs(self, wildcards) -> dict[str, list[str]]:
-        """The rank files when they are Kineto traces (host collective ops give exact waits), else each rank's
-        ingest report (its folder is read; waits from copies or NCCL kernels; docs/ranks.md): never the merged
-        table, so each process of the MPI job reads only its share of the ranks."""
+        """Each rank's ingest report (its folder is read; waits from NCCL kernels, else copies; docs/ranks.md),
+        and the rank files when they are Kineto traces: their host collective ops give exact waits, and each
+        rank's ingest folder keeps them, so the traces name the ranks and are not read again (`--ingested`).
+        Never the merged table, so each process of the MPI job reads only its share of the ranks."""
         sources = [str(s) for s in self.datasets[wildcards.dataset].sources]
         if all(s.endswith((".json", ".json.gz")) for s in sources):
-            return {"traces": sources}
+            return {"traces": sources, "reports": self.rank_reports(wildcards)}
         return {"reports": self.rank_reports(wildcards)}
 
     def ranks_processes(self, wildcards) -> int:
