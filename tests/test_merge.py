@@ -212,6 +212,24 @@ def test_the_k_way_merge_writes_the_whole_table_merges_bytes(kineto_pair, tmp_pa
     )
 
 
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_scratch_merges_side_by_side_write_the_same_bytes(kineto_pair, tmp_path, monkeypatch, jobs):
+    """`jobs` merges of a scratch level at once (threads, each its own scratch and label files): 8 parts through two
+    scratch levels (fan_in 2: 8 -> 4 -> 2) are the whole-table merge's bytes, and no scratch file is left."""
+    from gpuvar.ingest import merge_rows
+
+    monkeypatch.setattr(merge_rows, "READ_BATCH_ROWS", 7)
+    monkeypatch.setattr(merge_rows, "MERGE_ROWS", 333)
+    ran = []
+    each = merge_rows._each
+    monkeypatch.setattr(merge_rows, "_each", lambda one, count, j: ran.append((count, j)) or each(one, count, j))
+    _, parts = kineto_pair
+    eight = parts * 4
+    _, streamed = _both_ways(eight, tmp_path, fan_in=2, jobs=jobs)
+    assert ran == [(4, jobs), (2, jobs)] * 2  # (kernels, then copies)
+    assert sorted(p.name for p in streamed.iterdir()) == ["ingest.json", "kernels.parquet", "memcpy.parquet"]
+
+
 @pytest.mark.parametrize("keys", [3, 8192])
 def test_the_k_way_merge_of_real_ranks_sets_the_co_running_columns(tmp_path, monkeypatch, keys):
     """The real gloo pair (both ranks on one H100): the co-running columns are computed over both ranks, over a

@@ -359,7 +359,8 @@ def _explain(args, ranks: list[list[Path]], name: str, out: Path, t0: float) -> 
         jobs = rank_jobs(ranks, args.jobs)
         _ingest_ranks(ranks, parts, args.format, jobs, t0)
         _progress(f"merge {len(parts)} ranks", t0)
-        _run(_launches(parts) >= ISOLATED_LAUNCHES, _stage, "ingest-merge", ingest, parts, merge, parts, ingest)
+        isolate = _launches(parts) >= ISOLATED_LAUNCHES
+        _run(isolate, _stage, "ingest-merge", ingest, parts, merge, parts, ingest, jobs=jobs)  # (jobs: threads)
     big = _launches([ingest]) >= ISOLATED_LAUNCHES
     causal = plots = None
     if not args.no_causal:

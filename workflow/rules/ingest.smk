@@ -113,7 +113,7 @@ rule merge_ranks:
     priority: 1
     conda:
         ENV
-    threads: 1
+    threads: 2  # beyond 16 ranks, two merges of 16 into scratch files at once (threads: --jobs)
     resources:
         mem_mb=lambda wildcards, input: merge_mb(input),  # a row group of the widest table (gpuvar.workflow.memory)
         runtime=30,
@@ -121,5 +121,6 @@ rule merge_ranks:
         command="ingest-merge",
         positional=lambda wildcards, input: [files.folder(report) for report in input],
         output=lambda wildcards, output: files.folder(output.report),
+        jobs=lambda wildcards, threads: threads,
     script:
         GPUVAR

@@ -121,7 +121,7 @@ def _merged(pieces: list[pa.Table], corun=None) -> tuple[pa.Table, list[str]]:
     return table, notes
 
 
-def _streamed(held: list[tuple[Path, int]], path: Path, meta: dict, fan_in: int, corun: tuple | None) -> tuple | None:
+def _streamed(held: list[tuple[Path, int]], path: Path, meta: dict, fan_in: int, corun: tuple | None, jobs: int = 1):
     """Write the merged table of `held` ((file, rank)) to `path` by a k-way merge of the files (merge_rows), the
     co-running columns (corun: (reports, ranks, unknown_gpu) for the kernels) over a sliding window (merge_corun);
     (rows, columns, notes, held: the most rows held at once, of every column and of the co-running keys), or None
@@ -136,7 +136,7 @@ def _streamed(held: list[tuple[Path, int]], path: Path, meta: dict, fan_in: int,
         window = _window(facts, schema, *corun, Path(scratch)) if corun else None
         try:
             rows = sum(f.rows for f in facts)
-            most = write_merged(held, schema, rows, path, meta, Path(scratch), window, fan_in)
+            most = write_merged(held, schema, rows, path, meta, Path(scratch), window, fan_in, jobs)
         finally:
             if window is not None:
                 window.close()
@@ -201,6 +201,7 @@ def merge(
     in_memory: bool = False,
     fan_in: int = FAN_IN,
     stats: dict | None = None,
+    jobs: int = 1,
 ) -> dict:
     """Merge ingest folders `parts` (in rank/file order) into `output`; returns the merged ingest.json.
 
@@ -208,7 +209,8 @@ def merge(
     ("auto", "shared", "separate": gpuvar.ingest.gpu_identity). The tables are written by a k-way merge of the
     parts' files, `fan_in` open at once (merge_rows); in_memory: by the whole-table merge instead (the same bytes,
     every part held at once: the reference the tests hold the k-way merge to). stats: a dict given the most rows
-    each table's merge held at once (not in ingest.json, which is the same bytes either way)."""
+    each table's merge held at once (not in ingest.json, which is the same bytes either way). jobs: the scratch
+    level's merges (more than `fan_in` parts) run this many at a time (merge_rows.write_merged); the same bytes."""
     output = Path(output)
     if not parts:
         raise InputError(output, "nothing to merge: no ingest folders given")
@@ -278,7 +280,7 @@ def merge(
             )
             try:
                 inputs = (reports, ranks, unknown_gpu) if name == "kernels" else None
-                done = None if in_memory else _streamed(held, dest / table_file(name), meta, fan_in, inputs)
+                done = None if in_memory else _streamed(held, dest / table_file(name), meta, fan_in, inputs, jobs)
                 if done is None:
                     pieces = [_with_rank(_read(file.parent, name), rank) for file, rank in held]
                     table, corun_notes = _merged(pieces, corun)
