@@ -10,7 +10,8 @@ CPUs):
             (the workflow's ingest_rank/normalize_rank: a job per file); the Kineto reader's own worker processes
             are off (GPUVAR_KINETO_WORKERS=0): the ranks already fill the cores;
   merge     `gpuvar ingest-merge` of every rank's folder into one dataset (the workflow's merge_ranks), in one
-            process: a k-way merge of the ranks' files (gpuvar.ingest.merge_rows); the stages below read the
+            process: a k-way merge of the ranks' files (gpuvar.ingest.merge_rows), its scratch level's merges
+            two at a time (threads) when --workers allows, as the rule's 2 threads; the stages below read the
             rank folders, as they did before the merge was bounded;
   binning   `mpiexec -n W gpuvar bin` over every rank's kernels.parquet, one table on one global timeline
             (kernel_variability, 10 ms bins, top 20 and 20 random bins, the workflow's defaults);
@@ -137,12 +138,13 @@ def _findings_part(items: list[tuple[str, str, str]]) -> dict:
     return {"ranks": len(items), "rows_held": held, "rows_read": read, "peak_rss_mb": _rss_mb(0)}
 
 
-def _merge_part(items: list[tuple[list[str], str]]) -> dict:
-    """The merge process: `gpuvar ingest-merge` of the rank folders (the workflow's merge_ranks)."""
+def _merge_part(items: list[tuple[list[str], str, int]]) -> dict:
+    """The merge process: `gpuvar ingest-merge --jobs J` of the rank folders (the workflow's merge_ranks, which
+    takes 2 threads)."""
     from gpuvar.ingest.merge import merge
 
-    (folders, out), held = items[0], {}
-    report = merge(folders, out, stats=held)
+    (folders, out, jobs), held = items[0], {}
+    report = merge(folders, out, stats=held, jobs=jobs)
     tables = report["tables"]
     return {
         "ranks": len(folders),
@@ -228,7 +230,7 @@ def run_scale(args) -> int:
             return {"processes": _pool(_ingest_part, [items[i::w] for i in range(w)], w)}
 
         def merging() -> dict:
-            processes = _pool(_merge_part, [[([str(f) for f in folders], str(out / "merged"))]], 1)
+            processes = _pool(_merge_part, [[([str(f) for f in folders], str(out / "merged"), min(w, 2))]], 1)
             return {"processes": processes, "launches": processes[0]["rows_read"]}
 
         def binning() -> dict:
