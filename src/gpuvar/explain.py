@@ -55,8 +55,9 @@ def configure(p):
         "-j",
         type=int,
         default=None,
-        help="rank files ingested (and read for the rank section) at once, each in its own process (default: the "
-        "cores this process may use, at most the rank files and what the free memory holds; gpuvar.explain.rank_jobs)",
+        help="rank files ingested (and read for the rank section) at once, each in its own process, and merges of 16 "
+        "ranks run at once when merging them (default: the cores this process may use, at most the rank files and "
+        "what the free memory holds; gpuvar.explain.rank_jobs)",
     )
 
 
