@@ -202,3 +202,36 @@ def test_explains_rank_section_reads_the_rank_folders(gloo, tmp_path, monkeypatc
     lines = rank_section(traces, folders, tmp_path / "section")
     assert lines[0] == "rank 1 is last in 58 % of steps (87 of 150)"
     assert _bytes(tmp_path / "section") == _bytes(tmp_path / "traces")
+
+
+def test_a_merged_folder_is_read_through_the_rank_folders_that_keep_them(gloo, tmp_path, monkeypatch):
+    """`gpuvar ranks MERGED` (docs/ranks.md's merged form): the rank folders it was made from, listed in its
+    ingest.json, give the host collectives, also once the merged folder and its ranks/ have moved; a rank folder
+    without them leaves the merged table read through copies."""
+    import shutil
+
+    from gpuvar.ingest.merge import merge
+    from gpuvar.ranks.load import from_ingest
+
+    traces, folders = gloo
+    run_here(traces, True, str(tmp_path / "traces"))
+    job = tmp_path / "job"
+    for r, folder in enumerate(folders):
+        shutil.copytree(folder, job / "ranks" / str(r))
+    merge([job / "ranks" / "0", job / "ranks" / "1"], job)
+    job.rename(tmp_path / "moved")  # the paths its ingest.json records are gone
+    moved = tmp_path / "moved"
+    _traces_unreadable(monkeypatch)
+    run_here([str(moved)], False, str(tmp_path / "merged"))
+    a = json.loads((tmp_path / "traces" / "ranks.json").read_text())
+    b = json.loads((tmp_path / "merged" / "ranks.json").read_text())
+    assert b["collective_source"] == a["collective_source"] and b["per_rank"] == a["per_rank"]
+    assert b["sources"] == [str(moved / "ranks" / "0"), str(moved / "ranks" / "1")]
+    assert (tmp_path / "merged" / "steps.csv").read_bytes() == (tmp_path / "traces" / "steps.csv").read_bytes()
+    assert from_ingest([moved]).collective_source == a["collective_source"]  # the one-process reference too
+    report = json.loads((moved / "ranks" / "1" / INGEST_REPORT).read_text())
+    del report["host_collectives"]
+    (moved / "ranks" / "1" / INGEST_REPORT).write_text(json.dumps(report))
+    run_here([str(moved)], False, str(tmp_path / "copies"))
+    c = json.loads((tmp_path / "copies" / "ranks.json").read_text())
+    assert c["collective_source"] == "copies" and c["sources"] == [str(moved)]

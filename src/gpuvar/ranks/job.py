@@ -50,6 +50,7 @@ from gpuvar.ranks.load import (
     host_collectives,
     ingest_part,
     is_nccl,
+    kept_parts,
     nccl_collectives,
     numbered_collectives,
     rank_spans,
@@ -97,10 +98,14 @@ def plan_units(inputs: list[str], traces: bool, size: int, folders: list[str] | 
     """The units of the inputs: one per trace or ingest folder; one merged folder is split by rank into `size`.
     `folders`: the traces' ingest folders; a folder that keeps its trace's host collectives is read instead of the
     trace (it must have been ingested from it). Ingest folders that all keep them are read as their traces would
-    be: host collectives give the exact wait, copies only show it (gpuvar.ranks.load)."""
+    be: host collectives give the exact wait, copies only show it (gpuvar.ranks.load). So are the rank folders a
+    merged folder was made from, where they are still there and keep them (kept_parts)."""
     from gpuvar.ingest.host_collectives import recorded
 
     many = len(inputs) > 1
+    if folders is None and not traces and len(inputs) == 1:
+        inputs = kept_parts(Path(inputs[0])) or inputs  # a merged folder: its rank folders, where they keep them
+        many = len(inputs) > 1
     if folders is None and not traces and inputs and all(recorded(Path(p)) for p in inputs):
         return [Unit(i, str(p), True, many, None, str(p)) for i, p in enumerate(inputs)]
     if folders is not None:
@@ -391,6 +396,7 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm, folde
     units = together(comm, plan_units, inputs, traces, size, folders)
     traces = all(u.traces for u in units)  # ingest folders that keep their traces' host collectives: as traces
     mine = share(units, rank, size)
+    sources = list(dict.fromkeys(u.path for u in units))  # the inputs, or the rank folders of a merged one
 
     def read_mine() -> list[Summary]:
         out = []
@@ -403,7 +409,6 @@ def run_job(inputs: list[str], traces: bool, output: str, seed: int, comm, folde
     lap("read")
     gathered = comm.gather(summaries, root=0)
     lap("gather")
-    sources = [str(p) for p in inputs]
 
     def analyse():
         decided = decide([s for part in gathered for s in part], traces, sources)

@@ -192,9 +192,11 @@ def ingest_part(folder: str | Path, position: int, many: bool, ranks: list[int] 
 def from_ingest(folders: list[str | Path]) -> RankInput:
     """One merged ingest (a rank column with several ranks) or several single-rank ingest folders. Folders that
     all keep their traces' host collectives (Kineto ingests: gpuvar.ingest.host_collectives) are read as their
-    traces would be (from_traces), not through copies."""
+    traces would be (from_traces), not through copies; so are the rank folders of a merged one (kept_parts)."""
     from gpuvar.ingest.host_collectives import recorded
 
+    if len(folders) == 1:
+        folders = kept_parts(Path(folders[0])) or folders  # a merged folder: its rank folders, where they keep them
     if all(recorded(Path(f)) for f in folders):
         return from_parts([folder_part(f, i) for i, f in enumerate(folders)], [str(Path(f)) for f in folders])
     kernels, copies, sources = [], [], []
@@ -308,6 +310,57 @@ def folder_part(folder: str | Path, position: int) -> TracePart:
     report = json.loads((Path(folder) / INGEST_REPORT).read_text())
     k, m = ingest_part(folder, position, False)
     return _part(k, m, kept.read(Path(folder)), position, Recorded.from_report(report))
+
+
+def kept_parts(folder: Path) -> list[str] | None:
+    """The rank folders a merged ingest folder was made from (its ingest.json's parts), when every one is still
+    there, keeps its trace's host collectives, was ingested from the file the merge recorded, and gets the rank the
+    merge gave it (the one its kernels record, else its position); else None (the merged table is read). A part is
+    looked for where the merge recorded it, then under the merged folder (ranks/<i>, where the workflow and explain
+    put them), so a merged folder moved with its parts still finds them."""
+    import json
+
+    from gpuvar.ingest.host_collectives import recorded
+    from gpuvar.layout import EXPLAIN_RANK_INGEST
+
+    try:
+        report = json.loads((folder / INGEST_REPORT).read_text())
+    except (OSError, ValueError):
+        return None
+    parts = report.get("parts") if isinstance(report, dict) and report.get("merged") else None
+    if not isinstance(parts, list) or len(parts) < 2:
+        return None
+    found = []
+    for i, part in enumerate(parts):
+        if not isinstance(part, dict):
+            return None
+        places = [Path(str(part.get("folder"))), folder / EXPLAIN_RANK_INGEST / str(i)]
+        place = next((p for p in places if recorded(p) and _source_of(p) == part.get("source")), None)
+        if place is None or _rank_of_part(place, i) != part.get("rank"):
+            return None
+        found.append(str(place))
+    return found
+
+
+def _source_of(folder: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads((folder / INGEST_REPORT).read_text()).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _rank_of_part(folder: Path, position: int) -> int:
+    """The rank folder_part gives a rank folder (_rank_of: the single rank its kernels record, else its position),
+    from its rank column alone."""
+    import pyarrow.compute as pc
+
+    path = folder / KERNELS_TABLE
+    if "rank" not in pq.read_schema(path).names:
+        return position
+    ranks = pc.unique(pq.read_table(path, columns=["rank"]).column("rank").drop_null()).to_pylist()
+    return int(ranks[0]) if len(ranks) == 1 else position
 
 
 def _part(k: pd.DataFrame, m: pd.DataFrame, collective_ops: pd.DataFrame, position: int, recorded) -> TracePart:
