@@ -96,13 +96,15 @@ def write(collectives: pd.DataFrame, folder: Path) -> int:
     return table.num_rows
 
 
-def recorded(folder: Path) -> bool:
-    """Whether an ingest folder keeps its trace's host collectives (its ingest.json says so)."""
+def kept_report(folder: Path) -> dict | None:
+    """An ingest folder's ingest.json when the folder keeps its trace's host collectives (the report says so and
+    the file is there), else None."""
     try:
         report = json.loads((Path(folder) / INGEST_REPORT).read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(report, dict) and REPORT_KEY in report and (Path(folder) / HOST_COLLECTIVES_TABLE).is_file()
+        return None
+    kept = isinstance(report, dict) and REPORT_KEY in report and (Path(folder) / HOST_COLLECTIVES_TABLE).is_file()
+    return report if kept else None
 
 
 def read(folder: Path) -> pd.DataFrame:

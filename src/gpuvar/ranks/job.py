@@ -48,9 +48,9 @@ from gpuvar.ranks.load import (
     drop_bad,
     folder_part,
     host_collectives,
+    host_op_folders,
     ingest_part,
     is_nccl,
-    kept_parts,
     nccl_collectives,
     numbered_collectives,
     rank_spans,
@@ -99,20 +99,16 @@ def plan_units(inputs: list[str], traces: bool, size: int, folders: list[str] | 
     `folders`: the traces' ingest folders; a folder that keeps its trace's host collectives is read instead of the
     trace (it must have been ingested from it). Ingest folders that all keep them are read as their traces would
     be: host collectives give the exact wait, copies only show it (gpuvar.ranks.load). So are the rank folders a
-    merged folder was made from, where they are still there and keep them (kept_parts)."""
-    from gpuvar.ingest.host_collectives import recorded
-
+    merged folder was made from, where they are still there and keep them (host_op_folders)."""
     many = len(inputs) > 1
-    if folders is None and not traces and len(inputs) == 1:
-        inputs = kept_parts(Path(inputs[0])) or inputs  # a merged folder: its rank folders, where they keep them
-        many = len(inputs) > 1
-    if folders is None and not traces and inputs and all(recorded(Path(p)) for p in inputs):
-        return [Unit(i, str(p), True, many, None, str(p)) for i, p in enumerate(inputs)]
     if folders is not None:
         if len(folders) != len(inputs):
             raise InputError(", ".join(folders), f"{len(folders)} ingest folders for {len(inputs)} traces")
         kept = [str(f) if _ingested_from(f, t) else None for t, f in zip(inputs, folders)]
         return [Unit(i, str(p), True, many, None, f) for i, (p, f) in enumerate(zip(inputs, kept))]
+    kept = None if traces else host_op_folders([str(p) for p in inputs])
+    if kept is not None:  # (for one merged folder: its rank folders)
+        return [Unit(i, p, True, len(kept) > 1, None, p) for i, p in enumerate(kept)]
     if traces or many:
         return [Unit(i, str(p), traces, many) for i, p in enumerate(inputs)]
     import pyarrow.compute as pc
@@ -133,14 +129,12 @@ def _ingested_from(folder: str, trace: str) -> bool:
     """Whether `folder` keeps the host collectives of `trace`: False where it keeps none (ingested before they were
     kept, or from a format without host ops: the trace is read); InputError where it was ingested from another
     file (a rank's folder given for another rank's trace)."""
-    import json
+    from gpuvar.ingest.host_collectives import kept_report
 
-    from gpuvar.ingest.host_collectives import recorded
-    from gpuvar.layout import INGEST_REPORT
-
-    if not recorded(Path(folder)):
+    report = kept_report(Path(folder))
+    if report is None:
         return False
-    source = str(json.loads((Path(folder) / INGEST_REPORT).read_text()).get("source", ""))
+    source = str(report.get("source", ""))
     if Path(source).resolve() != Path(trace).resolve():
         raise InputError(folder, f"was ingested from {source}, not from {trace}")
     return True

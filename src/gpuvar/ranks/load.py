@@ -193,12 +193,9 @@ def from_ingest(folders: list[str | Path]) -> RankInput:
     """One merged ingest (a rank column with several ranks) or several single-rank ingest folders. Folders that
     all keep their traces' host collectives (Kineto ingests: gpuvar.ingest.host_collectives) are read as their
     traces would be (from_traces), not through copies; so are the rank folders of a merged one (kept_parts)."""
-    from gpuvar.ingest.host_collectives import recorded
-
-    if len(folders) == 1:
-        folders = kept_parts(Path(folders[0])) or folders  # a merged folder: its rank folders, where they keep them
-    if all(recorded(Path(f)) for f in folders):
-        return from_parts([folder_part(f, i) for i, f in enumerate(folders)], [str(Path(f)) for f in folders])
+    kept = host_op_folders([str(f) for f in folders])
+    if kept is not None:
+        return from_parts([folder_part(f, i) for i, f in enumerate(kept)], [str(Path(f)) for f in kept])
     kernels, copies, sources = [], [], []
     for position, folder in enumerate(folders):
         k, m = ingest_part(folder, position, len(folders) > 1)
@@ -312,6 +309,17 @@ def folder_part(folder: str | Path, position: int) -> TracePart:
     return _part(k, m, kept.read(Path(folder)), position, Recorded.from_report(report))
 
 
+def host_op_folders(folders: list[str]) -> list[str] | None:
+    """The ingest folders to read as their traces would be read (folder_part), or None (read as ingest folders):
+    `folders` when every one keeps its trace's host collectives; for one merged folder, the rank folders it was made
+    from where they do (kept_parts)."""
+    from gpuvar.ingest.host_collectives import kept_report
+
+    if len(folders) == 1:
+        folders = kept_parts(Path(folders[0])) or folders
+    return folders if folders and all(kept_report(Path(f)) is not None for f in folders) else None
+
+
 def kept_parts(folder: Path) -> list[str] | None:
     """The rank folders a merged ingest folder was made from (its ingest.json's parts), when every one is still
     there, keeps its trace's host collectives, was ingested from the file the merge recorded, and gets the rank the
@@ -320,7 +328,7 @@ def kept_parts(folder: Path) -> list[str] | None:
     put them), so a merged folder moved with its parts still finds them."""
     import json
 
-    from gpuvar.ingest.host_collectives import recorded
+    from gpuvar.ingest.host_collectives import kept_report
     from gpuvar.layout import EXPLAIN_RANK_INGEST
 
     try:
@@ -335,20 +343,11 @@ def kept_parts(folder: Path) -> list[str] | None:
         if not isinstance(part, dict):
             return None
         places = [Path(str(part.get("folder"))), folder / EXPLAIN_RANK_INGEST / str(i)]
-        place = next((p for p in places if recorded(p) and _source_of(p) == part.get("source")), None)
+        place = next((p for p in places if (kept_report(p) or {}).get("source") == part.get("source")), None)
         if place is None or _rank_of_part(place, i) != part.get("rank"):
             return None
         found.append(str(place))
     return found
-
-
-def _source_of(folder: Path) -> str | None:
-    import json
-
-    try:
-        return json.loads((folder / INGEST_REPORT).read_text()).get("source")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def _rank_of_part(folder: Path, position: int) -> int:
