@@ -15,13 +15,14 @@ def test_the_answers_of_a_set_and_a_dict_across_folds(monkeypatch):
     starts, values = StepStarts(), StepValues()
     truth: dict = {}
     for batch in range(40):
-        rank = [None, 0, 1][batch % 3]
+        ranks = [[None, 0, 1], [1], [0, None]][batch % 3]  # a batch of one rank, or of several interleaved
+        codes = rng.integers(0, len(ranks), 50)
         steps = np.sort(rng.integers(batch * 5, batch * 5 + 30, 50))  # overlaps the batches before
         begin = rng.integers(10**18, 10**18 + 10**6, 50)  # epoch nanoseconds: beyond float64's integers
-        starts.add(rank, steps, begin)
+        starts.add_many(ranks, codes, steps, begin)
         values.add(steps.astype(np.float64))
-        for s, b in zip(steps.tolist(), begin.tolist(), strict=True):
-            truth[(rank, s)] = min(truth.get((rank, s), b), b)
+        for c, s, b in zip(codes.tolist(), steps.tolist(), begin.tolist(), strict=True):
+            truth[(ranks[c], s)] = min(truth.get((ranks[c], s), b), b)
     assert len(starts) == len(truth)
     for key, first in truth.items():
         assert starts.get(key) == first

@@ -42,11 +42,22 @@ class StepStarts:
     def __init__(self):
         self.ranks: dict = {}  # rank -> [(steps, starts) runs]
 
-    def add(self, rank, steps: np.ndarray, starts: np.ndarray) -> None:
-        runs = self.ranks.setdefault(rank, [])
-        runs.append(_least(np.asarray(steps, np.int64), np.asarray(starts, np.int64)))
-        if len(runs) > FOLD:
-            self._folded(rank)
+    def add_many(self, ranks: list, codes: np.ndarray, steps: np.ndarray, starts: np.ndarray) -> None:
+        """add() of several ranks' launches at once: codes[i] is launch i's index in `ranks` (its key). One sort
+        for all of them: at 256 ranks a batch, a groupby and an add per rank took 28 ms a batch."""
+        codes, steps, starts = (np.asarray(a, np.int64) for a in (codes, steps, starts))
+        order = np.lexsort((starts, steps, codes))
+        codes, steps, starts = codes[order], steps[order], starts[order]
+        first = np.ones(len(codes), bool)
+        first[1:] = (codes[1:] != codes[:-1]) | (steps[1:] != steps[:-1])  # the least start of each (rank, step)
+        codes, steps, starts = codes[first], steps[first], starts[first]
+        cuts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1], True])
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            rank = ranks[int(codes[a])]
+            runs = self.ranks.setdefault(rank, [])
+            runs.append((steps[a:b], starts[a:b]))  # (sorted distinct steps, each one's least start: as _least)
+            if len(runs) > FOLD:
+                self._folded(rank)
 
     def get(self, key, default=None):
         if key is None:  # a launch without a step

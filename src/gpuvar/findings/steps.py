@@ -70,30 +70,29 @@ class StepSums:
         if "rank" in self.columns:
             self.ranks.update(rows["rank"].dropna().unique().tolist())
         d = pd.to_numeric(rows["duration"]).astype(np.float64)
-        by = [rows[k] for k in self.ranked_by]
-        out = {"time": d.groupby(by, sort=True, dropna=False).sum()}
-        out["launches"] = rows.groupby(self.ranked_by, sort=True, dropna=False).size()
+        # every sum in one groupby (one factorization of the keys, not one per column: 8 at 256 ranks took 11 ms
+        # a batch); each column's sum is the one its own groupby gives
+        values = {"time": d}
         if "grid_size" in self.columns:
             threads = pd.to_numeric(rows["grid_size"], errors="coerce")
             if "workgroup_size" in self.columns:
                 threads = threads * pd.to_numeric(rows["workgroup_size"], errors="coerce")
             self.threads_known &= bool(threads.notna().all())
-            out["threads"] = threads.groupby(by, sort=True, dropna=False).sum()
+            values["threads"] = threads
         for column in SIZE_SUMS:
             if column in self.columns:
-                values = pd.to_numeric(rows[column], errors="coerce")
-                if values.notna().any():
+                sizes = pd.to_numeric(rows[column], errors="coerce")
+                if sizes.notna().any():
                     self.sizes_known.add(column)
-                out[column] = values.fillna(0).groupby(by, sort=True, dropna=False).sum()
+                values[column] = sizes.fillna(0)
         for name, column in CONTEXT_SUMS.items():
             if column in self.columns:
-                values = pd.to_numeric(rows[column], errors="coerce").fillna(0)
-                out[name] = (
-                    (values * d if name == "time overlapped by other processes" else values)
-                    .groupby(by, sort=True, dropna=False)
-                    .sum()
-                )
-        self.parts.append(pd.DataFrame(out))
+                context = pd.to_numeric(rows[column], errors="coerce").fillna(0)
+                values[name] = context * d if name == "time overlapped by other processes" else context
+        grouped = pd.DataFrame(values).groupby([rows[k] for k in self.ranked_by], sort=True, dropna=False)
+        sums = grouped.sum()
+        sums.insert(1, "launches", grouped.size())
+        self.parts.append(sums)
         if len(self.parts) - self.sealed > 8:  # the batches since the last run folded into one run
             run = _fold(self.parts[self.sealed :])
             spans = _step_spans(run, self.last_step)

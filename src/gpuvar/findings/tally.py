@@ -150,13 +150,17 @@ class Tally:
             self.trace_start = low if self.trace_start is None else min(self.trace_start, low)
         if "step" not in self.columns or not rows["step"].notna().any():
             return
-        rank = rows["rank"] if "rank" in rows.columns else pd.Series(None, index=rows.index)
-        frame = pd.DataFrame({"rank": rank.where(rank.notna(), None), "step": rows["step"], "start": start})
-        frame = frame[frame["step"].notna()]
-        least = frame.groupby(["rank", "step"], dropna=False)["start"].min().dropna()
-        for r, per_rank in least.groupby(level="rank", dropna=False):
-            steps = per_rank.index.get_level_values("step").to_numpy().astype(np.int64)
-            self.step_starts.add(rank_key(r), steps, np.array([int(v) for v in per_rank.to_numpy()], np.int64))
+        step = pd.to_numeric(rows["step"], errors="coerce")
+        known = (step.notna() & start.notna()).to_numpy()
+        if not known.any():
+            return
+        if "rank" in rows.columns:  # each distinct rank once (a merged job's batch holds hundreds of them)
+            codes, distinct = pd.factorize(rows["rank"][known])
+            ranks = [rank_key(r) for r in distinct] + [None]  # (code -1, a launch without a rank: the last key)
+            codes = np.where(codes < 0, len(ranks) - 1, codes)
+        else:
+            ranks, codes = [None], np.zeros(int(known.sum()), np.int64)
+        self.step_starts.add_many(ranks, codes, _whole(step[known]), _whole(start[known]))
 
     def _threads(self, batch: pd.DataFrame) -> None:
         """Threads per (step, rank) over every row (gpuvar.ingest.step_size.step_threads), when not stored."""
@@ -176,6 +180,14 @@ class Tally:
             key = thread_key(key)
             old = self.thread_sums.get(key, (0.0, 0))
             self.thread_sums[key] = (old[0] + float(total), old[1] + int(count))
+
+
+def _whole(values: pd.Series) -> np.ndarray:
+    """Steps or starts as int64 (a float truncated, as int() does; integers as they are: ns since the epoch
+    exceed 2^53)."""
+    if pd.api.types.is_integer_dtype(values.dtype):
+        return values.to_numpy(np.int64)
+    return values.to_numpy(np.float64).astype(np.int64)
 
 
 def thread_key(key) -> tuple:
