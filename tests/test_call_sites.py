@@ -223,3 +223,41 @@ def test_a_call_gets_the_innermost_op_open_around_it():
     found = _innermost(ops, times, threads)
     names = [ops["name"].iloc[i] if i >= 0 else None for i in found]
     assert dict(zip(keys, names)) == queries
+
+
+def _stack_sweep(ops: pd.DataFrame, times, threads) -> list[int]:
+    """The launching op as a sweep per thread finds it (queries in time order, ops pushed by start, longest first,
+    those ended popped off the top; the answer is the top): the definition _innermost computes without the loop."""
+    import numpy as np
+
+    order = np.lexsort((-ops["end"].to_numpy(), ops["start"].to_numpy(), ops["thread"].to_numpy())).tolist()
+    answers = [-1] * len(times)
+    for q in sorted(range(len(times)), key=lambda q: (threads[q], times[q])):
+        stack = []
+        for i in (i for i in order if ops["thread"].iat[i] == threads[q] and ops["start"].iat[i] <= times[q]):
+            while stack and ops["end"].iat[stack[-1]] < times[q]:
+                stack.pop()
+            if ops["end"].iat[i] >= times[q]:
+                stack.append(i)
+        while stack and ops["end"].iat[stack[-1]] < times[q]:
+            stack.pop()
+        answers[q] = stack[-1] if stack else -1
+    return answers
+
+
+def test_the_innermost_op_is_the_stack_sweeps_answer_on_any_ranges():
+    """Ranges as recorded or not: nested, crossing, equal, empty, ended before they start, on several threads,
+    queries at their edges and beyond; enough ops per thread for every halving of _last_open's table to matter."""
+    import numpy as np
+
+    from gpuvar.ingest.call_sites import _innermost
+
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        m, n, span = int(rng.integers(0, 300)), int(rng.integers(0, 120)), int(rng.integers(1, 400))
+        start = rng.integers(0, span, m)
+        ops = pd.DataFrame(
+            {"start": start, "end": start + rng.integers(-3, span // 2 + 2, m), "thread": rng.integers(0, 3, m)}
+        )
+        times, threads = rng.integers(-3, span + 5, n), rng.integers(-1, 4, n)
+        assert _innermost(ops, times, threads).tolist() == _stack_sweep(ops, times, threads), trial
