@@ -46,6 +46,9 @@ def test_real_gloo_pair_names_rank1_and_matches_the_raw_json(tmp_path):
     assert record["findings"][0].startswith("rank 1 is last in 58 % of steps (87 of 150)")
     for name in ("steps.csv", "ranks.md", "timeline.png", "skew.png"):
         assert (out / name).stat().st_size > 0
+    page = (out / "ranks.md").read_text()  # the split's heading reads as a sentence, in the table's unit
+    assert "What rank 1's time to the collective (step start to arrival) is made of, step by step" in page
+    assert "ns; the first step" not in page
 
 
 def test_planted_straggler_its_waits_and_its_driver_are_found(tmp_path):

@@ -41,7 +41,12 @@ def _page(result: RankAnalysis) -> str:
             )
         parts = s["driver"].get("parts", [])
         if parts:
-            lines += ["", f"What rank {s['straggler']}'s {s['driver']['target']} is made of (docs/ranks.md):", ""]
+            lines += [  # (the record's `target` names the unit of its numbers; the table gives ms)
+                "",
+                f"What rank {s['straggler']}'s time to the collective (step start to arrival) is made of, step by step"
+                " (the first step, start-up, left out; docs/ranks.md):",
+                "",
+            ]
             lines += ["| part | share of its variance | share of its covariance with lateness | mean per step |"]
             lines += ["|---|---|---|---|"]
             for p in parts:
