@@ -126,6 +126,42 @@ def test_findings_legend_sits_beside_the_data(monkeypatch, tmp_path):
     assert set(title.replace("…", "").split()) <= set(finding["headline"].split()) | {finding["short_name"]}
 
 
+@pytest.mark.parametrize(("longest_ns", "unit"), [(160e6, "ms"), (400e3, "µs")])
+def test_findings_axes_read_in_units_a_person_reads(monkeypatch, tmp_path, longest_ns, unit):
+    """A collective's waits in ms (160 ms, not 160000 µs), a kernel's time in µs, and a driver in the hundreds of
+    millions with SI prefixes ("400 M"), not a "1e8" offset beside the axis."""
+    from gpuvar.findings import figures
+
+    captured = {}
+
+    def keep(fig, stem, formats, dpi=110):
+        captured["fig"] = fig
+        fig.canvas.draw()
+        return [Path(f"{stem}.png")]
+
+    monkeypatch.setattr(style, "save_figure", keep)
+    rng = np.random.default_rng(1)
+    n = 400
+    threads = rng.integers(70, 460, n) * 1e6
+    part = pd.DataFrame({"duration": longest_ns * rng.uniform(0.1, 1.0, n), "step_threads": threads})
+    finding = {
+        "drivers": [{"feature": "step_threads", "label": "step_threads"}],
+        "short_name": "c10d::allreduce_",
+        "headline": "c10d::allreduce_: explained 68 % by step_threads −",
+        "launches": n,
+        "call_sites": 1,
+        "verdict": {"verdict": "explained", "share": 0.68},
+    }
+    figures.finding_figure(part, np.array(["c10d::allreduce_#0.0"] * n), finding, tmp_path / "01")
+    ax = captured["fig"].axes[0]
+    assert ax.get_ylabel() == f"duration ({unit})"
+    top = longest_ns / (1e6 if unit == "ms" else 1e3)
+    assert top / 2 < ax.get_ylim()[1] < top * 1.2  # the values drawn are in that unit
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert ticks and all(t.endswith(" M") for t in ticks), ticks
+    assert ax.xaxis.get_offset_text().get_text() == ""
+
+
 def _dense_rows(n: int, seed: int = 0) -> pd.DataFrame:
     """Planted: the duration follows the grid (4 sizes) and a stall counter; block size and copy kind are noise."""
     rng = np.random.default_rng(seed)

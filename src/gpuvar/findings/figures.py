@@ -33,11 +33,29 @@ def _two_lines(claim: str) -> str:
     return "\n".join(lines[:2]) + (" …" if len(lines) > 2 else "")
 
 
+def duration_axis(us: np.ndarray) -> tuple[np.ndarray, str]:
+    """Durations (µs) in the unit the axis shows, and its label: ms once the longest reaches 10 ms (a collective's
+    waits read 160 ms, not 160000 µs)."""
+    finite = us[np.isfinite(us)]
+    if len(finite) and finite.max() >= 1e4:
+        return us / 1e3, "duration (ms)"
+    return us, "duration (µs)"
+
+
+def large_ticks(axis, values: np.ndarray) -> None:
+    """Ticks of a quantity in the millions or more with SI prefixes ("800 M" threads), not a "1e9" beside the axis."""
+    from matplotlib.ticker import EngFormatter
+
+    finite = values[np.isfinite(values)]
+    if len(finite) and np.abs(finite).max() >= 1e6:
+        axis.set_major_formatter(EngFormatter(sep=" "))
+
+
 def finding_figure(part: pd.DataFrame, sites: np.ndarray, finding: dict, stem: Path) -> Path:
     """Draw `finding` (its launches in `part`, call site per row in `sites`) to stem.png; returns the path."""
     from gpuvar.plots import style
 
-    d = pd.to_numeric(part["duration"], errors="coerce").to_numpy(dtype=np.float64) / 1e3  # µs
+    d, ylabel = duration_axis(pd.to_numeric(part["duration"], errors="coerce").to_numpy(dtype=np.float64) / 1e3)
     driver = finding["drivers"][0]["feature"] if finding["drivers"] else None
     if driver is not None and driver in part.columns:
         x = pd.to_numeric(part[driver], errors="coerce").to_numpy(dtype=np.float64)
@@ -66,7 +84,8 @@ def finding_figure(part: pd.DataFrame, sites: np.ndarray, finding: dict, stem: P
         ax.scatter(x[r], d[r], s=6, color=colours(k % 10), label=_site_label(site), linewidths=0)
         ax.axhline(float(np.median(d[mask])), color=colours(k % 10), lw=0.6, alpha=0.6)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("duration (µs)")
+    ax.set_ylabel(ylabel)
+    large_ticks(ax.xaxis, x[rows])
     short = finding["short_name"]
     claim = finding["headline"][len(short) + 2 :] if finding["headline"].startswith(short) else finding["headline"]
     ax.set_title(f"{short}\n{_two_lines(claim)}", fontsize=8)
