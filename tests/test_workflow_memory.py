@@ -1,9 +1,12 @@
-"""gpuvar.workflow.memory: merge_ranks asks Slurm for the memory the k-way merge holds (a row group of the widest
-table), neither the whole job nor a constant."""
+"""gpuvar.workflow.memory: the ingest jobs ask Slurm for what their trace holds in memory, merge_ranks for what the
+k-way merge holds (a row group of the widest table); neither the whole job nor a constant."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from gpuvar.workflow.memory import FLOOR_MB, merge_mb, rows_in_reports
 
@@ -49,3 +52,117 @@ def test_the_floor_is_the_slurm_profiles_default():
 
     profile = yaml.safe_load((Path(__file__).parents[1] / "profiles" / "slurm" / "config.yaml").read_text())
     assert int(profile["default-resources"]["mem_mb"]) == FLOOR_MB
+
+
+# --- the ingest jobs: what the trace holds in memory -------------------------------------------------------------
+
+KINETO_HEAD = b'{"schemaVersion": 1, "deviceProperties": [], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k"'
+
+
+def _kineto(path, size: int):
+    """A Kineto trace of `size` bytes as far as its size and head go (sparse: nothing is written past the head)."""
+    with open(path, "wb") as fh:
+        fh.write(KINETO_HEAD)
+        fh.truncate(size)
+    return path
+
+
+def test_a_kineto_trace_asks_for_what_it_holds_and_twice_on_the_retry(tmp_path):
+    """Kineto traces are ingested whole (~1.2-1.6 bytes per byte of JSON, measured): a 3 GiB trace killed the job
+    that asked for the constant 4 GB; a small one still asks for the floor."""
+    from gpuvar.workflow.memory import INGEST_BASE_MB, ingest_mb
+
+    big = _kineto(tmp_path / "big.pt.trace.json", 3 * 2**30)
+    assert ingest_mb(str(big)) == INGEST_BASE_MB + int(1.5 * 3 * 1024)
+    assert ingest_mb([big], attempt=2) == 2 * ingest_mb([big])
+    assert ingest_mb(_kineto(tmp_path / "small.json", 2**20)) == FLOOR_MB
+    assert ingest_mb(tmp_path / "not-there.json") == FLOOR_MB  # the demo's traces, before they are written
+
+
+def test_a_gzip_trace_counts_its_recorded_size_past_4_gib(tmp_path):
+    import gzip
+
+    from gpuvar.workflow.memory import _uncompressed_size
+
+    text = KINETO_HEAD + b"}]}" * 10_000
+    small = tmp_path / "t.json.gz"
+    small.write_bytes(gzip.compress(text))
+    assert _uncompressed_size(small) == len(text)
+    # gzip records the size modulo 4 GiB: a 400 MB file recording 1 GiB was 5 GiB of JSON (ratios are 8-15x)
+    wrapped = tmp_path / "w.json.gz"
+    with open(wrapped, "wb") as fh:
+        fh.write(b"\x1f\x8b\x08\x00")
+        fh.truncate(400 * 2**20 - 4)
+        fh.seek(0, 2)
+        fh.write((2**30).to_bytes(4, "little"))
+    assert _uncompressed_size(wrapped) == 2**30 + 2**32
+
+
+def _export(path, kernel_rows: int, copy_rows: int):
+    """A small real Nsight Systems export whose kernel and copy tables' rowids span the given rows: what the
+    estimate reads (two b-tree lookups per table), not the rows themselves."""
+    import sqlite3
+
+    from gpuvar.demo.nsys_writer import write_nsys_demo
+    from gpuvar.ingest import nsys
+
+    write_nsys_demo(path, rows=200, seed=0)
+    con = sqlite3.connect(path)
+    for table, span in ((nsys.KERNEL_TABLE, kernel_rows), (nsys.MEMCPY_TABLE, copy_rows)):
+        columns = ", ".join(f'"{r[1]}"' for r in con.execute(f'PRAGMA table_info("{table}")'))
+        con.execute(f'INSERT INTO "{table}" (rowid, {columns}) SELECT {span}, {columns} FROM "{table}" LIMIT 1')
+    con.commit()
+    con.close()
+    return path
+
+
+def test_an_nsys_export_asks_for_its_rows_in_memory_and_the_floor_in_pieces(tmp_path):
+    """Below the pieces threshold (2 M kernel rows) an export is held whole (1.5-1.8 GB per million kernels,
+    measured): 1.9 M kernels and copies need more than the floor. Above it, pieces hold ~1 GB whatever the size."""
+    from gpuvar.workflow.memory import INGEST_BASE_MB, NSYS_BYTES_PER_COPY, NSYS_BYTES_PER_KERNEL, ingest_mb
+
+    near = _export(tmp_path / "near.sqlite", 1_900_000, 1_900_000)
+    expected = INGEST_BASE_MB + -(-1_900_000 * (NSYS_BYTES_PER_KERNEL + NSYS_BYTES_PER_COPY) // 2**20)
+    assert ingest_mb(near) == expected > FLOOR_MB
+    assert ingest_mb(_export(tmp_path / "pieces.sqlite", 3_000_000, 3_000_000)) == FLOOR_MB
+
+
+@pytest.mark.snakemake
+@pytest.mark.timeout(300)
+def test_the_ingest_rules_ask_slurm_for_their_traces_memory(tmp_path):
+    """Read where Slurm reads it: the resources a dry run gives each ingest job. A big trace's read and normalize
+    jobs ask for its estimate; in a merged dataset each rank's jobs ask for their own file's."""
+    import os
+    import re
+    import subprocess
+
+    import yaml
+    from conftest import REPO
+    from workflow_runs import SNAKEMAKE
+
+    from gpuvar.workflow.memory import INGEST_BASE_MB
+
+    big = _kineto(tmp_path / "big.pt.trace.json", 3 * 2**30)
+    small = _kineto(tmp_path / "small.pt.trace.json", 2**20)
+    config = tmp_path / "c.yaml"
+    datasets = [{"name": "one", "source": str(big)}, {"name": "job", "merge": True, "source": [str(small), str(big)]}]
+    config.write_text(yaml.safe_dump({"demo": {"enabled": False}, "datasets": datasets}))
+    env = {**os.environ, "PATH": f"{Path(SNAKEMAKE).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path / "run"), "--configfile", str(config)]
+        + ["--cores", "1", "-n", "results/ingest/one/ingest.json", "results/ingest/job/ingest.json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    asked = {}
+    for block in (proc.stdout + proc.stderr).split("rule ")[1:]:
+        rule = block.split(":", 1)[0]
+        wildcards = re.search(r"wildcards: (.*)", block).group(1)
+        asked[(rule, wildcards)] = int(re.search(r"mem_mb=(\d+)", block).group(1))
+    need = INGEST_BASE_MB + int(1.5 * 3 * 1024)
+    assert asked[("ingest_trace", "dataset=one")] == asked[("normalize_columns", "dataset=one")] == need
+    assert asked[("ingest_rank", "dataset=job, rank=1")] == asked[("normalize_rank", "dataset=job, rank=1")] == need
+    assert asked[("ingest_rank", "dataset=job, rank=0")] == FLOOR_MB

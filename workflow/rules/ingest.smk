@@ -25,7 +25,7 @@ rule ingest_trace:
         ENV
     threads: 2
     resources:
-        mem_mb=4000,
+        mem_mb=REG.ingest_mb,  # the whole trace for most formats (gpuvar.workflow.memory)
         runtime=30,
     params:
         command="read",
@@ -56,7 +56,7 @@ rule normalize_columns:
         ENV
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=REG.ingest_mb,
         runtime=20,
     params:
         command="normalize",
@@ -78,6 +78,9 @@ use rule ingest_trace as ingest_rank with:
     wildcard_constraints:
         dataset=MERGED_DATASETS,
         rank=r"\d+",
+    resources:
+        mem_mb=REG.rank_ingest_mb,
+        runtime=30,
 
 
 use rule normalize_columns as normalize_rank with:
@@ -95,6 +98,9 @@ use rule normalize_columns as normalize_rank with:
     wildcard_constraints:
         dataset=MERGED_DATASETS,
         rank=r"\d+",
+    resources:
+        mem_mb=REG.rank_ingest_mb,
+        runtime=20,
 
 
 rule merge_ranks:

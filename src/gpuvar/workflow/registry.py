@@ -52,6 +52,20 @@ class Registry:
         """The file of one rank of a merged dataset (ranks are the positions in its source list)."""
         return self.datasets[wildcards.dataset].sources[int(wildcards.rank)]
 
+    def ingest_mb(self, wildcards, attempt: int) -> int:
+        """mem_mb of a dataset's ingest jobs (read and normalize): what its trace holds in memory
+        (gpuvar.workflow.memory.ingest_mb), twice that on the retry after a failure."""
+        from gpuvar.workflow.memory import ingest_mb
+
+        dataset = self.datasets[wildcards.dataset]
+        return ingest_mb(dataset.source, dataset.format, attempt)
+
+    def rank_ingest_mb(self, wildcards, attempt: int) -> int:
+        """ingest_mb of one rank file of a merged dataset."""
+        from gpuvar.workflow.memory import ingest_mb
+
+        return ingest_mb(self.rank_source(wildcards), self.datasets[wildcards.dataset].format, attempt)
+
     def rank_reports(self, wildcards) -> list[str]:
         """The per-rank ingest reports a merged dataset combines, in rank order."""
         marker = ingest_file(INGEST_REPORT, RANK_INGEST_DIR)
