@@ -200,15 +200,19 @@ def test_rank_jobs_follow_the_cores_and_the_free_memory(monkeypatch, tmp_path):
 
     from gpuvar import explain
     from gpuvar.errors import GpuvarError
+    from gpuvar.ingest import footprint
 
     files = []
     for k in range(6):
         path = tmp_path / f"rank{k}.json"
-        path.write_bytes(b"x" * (100 << 20 if k == 3 else 1000))  # rank 3: 100 MB of trace text
+        with open(path, "wb") as fh:  # rank 3: 100 MB of Kineto trace text (sparse past the head)
+            fh.write(b'{"schemaVersion": 1, "deviceProperties": [], "traceEvents": [{"cat": "kernel"')
+            fh.truncate(100 << 20 if k == 3 else 1000)
         files.append([path])
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     page = os.sysconf("SC_PAGE_SIZE")
-    peak = explain.RANK_BASE_BYTES + int(explain.RANK_BYTES_PER_TRACE_BYTE * (100 << 20))
+    peak = footprint.BASE_BYTES + int(footprint.BYTES_PER_FILE_BYTE["pytorch-kineto"] * (100 << 20))
+    assert footprint.peak_bytes(files[3]) == peak
     for free_bytes, expected in [(64 << 30, 6), (3 * peak + page, 3), (peak // 2, 1)]:
         monkeypatch.setattr(
             os, "sysconf", lambda name, free=free_bytes: free // page if name == "SC_AVPHYS_PAGES" else page

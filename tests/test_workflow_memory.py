@@ -70,10 +70,11 @@ def _kineto(path, size: int):
 def test_a_kineto_trace_asks_for_what_it_holds_and_twice_on_the_retry(tmp_path):
     """Kineto traces are ingested whole (~1.2-1.6 bytes per byte of JSON, measured): a 3 GiB trace killed the job
     that asked for the constant 4 GB; a small one still asks for the floor."""
-    from gpuvar.workflow.memory import INGEST_BASE_MB, ingest_mb
+    from gpuvar.ingest.footprint import BASE_BYTES
+    from gpuvar.workflow.memory import ingest_mb
 
     big = _kineto(tmp_path / "big.pt.trace.json", 3 * 2**30)
-    assert ingest_mb(str(big)) == INGEST_BASE_MB + int(1.5 * 3 * 1024)
+    assert ingest_mb(str(big)) == (BASE_BYTES >> 20) + int(1.5 * 3 * 1024)
     assert ingest_mb([big], attempt=2) == 2 * ingest_mb([big])
     assert ingest_mb(_kineto(tmp_path / "small.json", 2**20)) == FLOOR_MB
     assert ingest_mb(tmp_path / "not-there.json") == FLOOR_MB  # the demo's traces, before they are written
@@ -82,12 +83,12 @@ def test_a_kineto_trace_asks_for_what_it_holds_and_twice_on_the_retry(tmp_path):
 def test_a_gzip_trace_counts_its_recorded_size_past_4_gib(tmp_path):
     import gzip
 
-    from gpuvar.workflow.memory import _uncompressed_size
+    from gpuvar.ingest.footprint import uncompressed_size
 
     text = KINETO_HEAD + b"}]}" * 10_000
     small = tmp_path / "t.json.gz"
     small.write_bytes(gzip.compress(text))
-    assert _uncompressed_size(small) == len(text)
+    assert uncompressed_size(small) == len(text)
     # gzip records the size modulo 4 GiB: a 400 MB file recording 1 GiB was 5 GiB of JSON (ratios are 8-15x)
     wrapped = tmp_path / "w.json.gz"
     with open(wrapped, "wb") as fh:
@@ -95,7 +96,7 @@ def test_a_gzip_trace_counts_its_recorded_size_past_4_gib(tmp_path):
         fh.truncate(400 * 2**20 - 4)
         fh.seek(0, 2)
         fh.write((2**30).to_bytes(4, "little"))
-    assert _uncompressed_size(wrapped) == 2**30 + 2**32
+    assert uncompressed_size(wrapped) == 2**30 + 2**32
 
 
 def _export(path, kernel_rows: int, copy_rows: int):
@@ -119,10 +120,11 @@ def _export(path, kernel_rows: int, copy_rows: int):
 def test_an_nsys_export_asks_for_its_rows_in_memory_and_the_floor_in_pieces(tmp_path):
     """Below the pieces threshold (2 M kernel rows) an export is held whole (1.5-1.8 GB per million kernels,
     measured): 1.9 M kernels and copies need more than the floor. Above it, pieces hold ~1 GB whatever the size."""
-    from gpuvar.workflow.memory import INGEST_BASE_MB, NSYS_BYTES_PER_COPY, NSYS_BYTES_PER_KERNEL, ingest_mb
+    from gpuvar.ingest.footprint import BASE_BYTES, NSYS_BYTES_PER_COPY, NSYS_BYTES_PER_KERNEL
+    from gpuvar.workflow.memory import ingest_mb
 
     near = _export(tmp_path / "near.sqlite", 1_900_000, 1_900_000)
-    expected = INGEST_BASE_MB + -(-1_900_000 * (NSYS_BYTES_PER_KERNEL + NSYS_BYTES_PER_COPY) // 2**20)
+    expected = -(-(BASE_BYTES + 1_900_000 * (NSYS_BYTES_PER_KERNEL + NSYS_BYTES_PER_COPY)) // 2**20)
     assert ingest_mb(near) == expected > FLOOR_MB
     assert ingest_mb(_export(tmp_path / "pieces.sqlite", 3_000_000, 3_000_000)) == FLOOR_MB
 
@@ -140,7 +142,7 @@ def test_the_ingest_rules_ask_slurm_for_their_traces_memory(tmp_path):
     from conftest import REPO
     from workflow_runs import SNAKEMAKE
 
-    from gpuvar.workflow.memory import INGEST_BASE_MB
+    from gpuvar.ingest.footprint import BASE_BYTES
 
     big = _kineto(tmp_path / "big.pt.trace.json", 3 * 2**30)
     small = _kineto(tmp_path / "small.pt.trace.json", 2**20)
@@ -162,7 +164,7 @@ def test_the_ingest_rules_ask_slurm_for_their_traces_memory(tmp_path):
         rule = block.split(":", 1)[0]
         wildcards = re.search(r"wildcards: (.*)", block).group(1)
         asked[(rule, wildcards)] = int(re.search(r"mem_mb=(\d+)", block).group(1))
-    need = INGEST_BASE_MB + int(1.5 * 3 * 1024)
+    need = (BASE_BYTES >> 20) + int(1.5 * 3 * 1024)
     assert asked[("ingest_trace", "dataset=one")] == asked[("normalize_columns", "dataset=one")] == need
     assert asked[("ingest_rank", "dataset=job, rank=1")] == asked[("normalize_rank", "dataset=job, rank=1")] == need
     assert asked[("ingest_rank", "dataset=job, rank=0")] == FLOOR_MB

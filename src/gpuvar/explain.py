@@ -206,19 +206,15 @@ def run(args) -> int:
     return 0
 
 
-RANK_BASE_BYTES = 200 << 20  # an ingest process before its trace: the interpreter, pandas, pyarrow
-RANK_BYTES_PER_TRACE_BYTE = 1.5  # a whole-trace ingest per byte of trace text (1 M Kineto kernels, 1.13 GB: 1.35 GB)
-RANK_PIECES_BYTES = 1 << 30  # an Nsight Systems export is ingested in pieces (gpuvar.ingest.nsys_pieces): < 1 GB
-
-
-def rank_jobs(ranks: list[list[Path]], jobs: int | None) -> int:
+def rank_jobs(ranks: list[list[Path]], jobs: int | None, fmt: str = "auto") -> int:
     """How many rank files to ingest at once: `jobs` when given, else the cores this process may use, at most the
-    rank files, and at most what the memory free now holds at the largest file's estimated peak (a gzip file
-    counted at 8x its size, as the Kineto reader counts it). Why a cap on memory: a job's ranks are ingested side by
-    side on a laptop as well as on a node, and eight 1 M-kernel Kineto traces at once need ~11 GB."""
+    rank files, and at most what the memory free now holds at the largest file's estimated peak
+    (gpuvar.ingest.footprint). Why a cap on memory: a job's ranks are ingested side by side on a laptop as well as
+    on a node, and eight 1 M-kernel Kineto traces at once need ~11 GB."""
     import os
 
     from gpuvar.errors import GpuvarError
+    from gpuvar.ingest.footprint import peak_bytes
 
     if jobs is not None:
         if jobs < 1:
@@ -229,26 +225,9 @@ def rank_jobs(ranks: list[list[Path]], jobs: int | None) -> int:
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # (no such figure here: the cores decide)
         free = None
-    widest = max(_ingest_bytes(files) for files in ranks)
+    widest = max(peak_bytes(files, fmt) for files in ranks)
     by_memory = max(1, int(free // widest)) if free else len(ranks)
     return max(1, min(cores, len(ranks), by_memory))
-
-
-def _ingest_bytes(files: list[Path]) -> int:
-    """A rough peak of one rank's ingest (rank_jobs): the base, plus 1.5x its trace text (the whole-trace
-    ingests), or 1 GB for an Nsight Systems export (ingested in pieces) or a folder."""
-    from gpuvar.ingest.compression import compression_of, read_raw_head
-
-    text = 0
-    for path in files:
-        try:
-            if path.is_dir() or path.suffix in (".sqlite", ".nsys-rep"):  # (a folder: an Omniperf workload, ~1 GB)
-                return RANK_PIECES_BYTES
-            size = path.stat().st_size
-            text += size * 8 if compression_of(read_raw_head(path)) else size
-        except OSError:  # (check_inputs has read every file: a race, the ingest will say what)
-            continue
-    return RANK_BASE_BYTES + int(RANK_BYTES_PER_TRACE_BYTE * text)
 
 
 def _ingest_rank(files: list[Path], part: Path, fmt: str) -> str | None:
@@ -357,7 +336,7 @@ def _explain(args, ranks: list[list[Path]], name: str, out: Path, t0: float) -> 
         _stage("ingest", ingest, ranks[0], ingest_trace, one_or_all(ranks[0]), ingest, args.format)
     else:
         parts = [ingest / EXPLAIN_RANK_INGEST / str(k) for k in range(len(ranks))]  # (layout.RANK_INGEST_DIR)
-        jobs = rank_jobs(ranks, args.jobs)
+        jobs = rank_jobs(ranks, args.jobs, args.format)
         _ingest_ranks(ranks, parts, args.format, jobs, t0)
         _progress(f"merge {len(parts)} ranks", t0)
         isolate = _launches(parts) >= ISOLATED_LAUNCHES

@@ -1,0 +1,98 @@
+"""How much memory ingesting a trace takes, estimated from the file before it is read.
+
+Why: every format but a big Nsight Systems export is ingested whole, so an ingest's peak follows its trace. Two
+places must know it before they start one: `gpuvar explain`, which ingests a job's rank files side by side and
+must not start more at once than the free memory holds (gpuvar.explain.rank_jobs), and the workflow, whose ingest
+jobs ask Slurm for their memory and are killed past it (gpuvar.workflow.memory.ingest_mb).
+
+Measured peaks (`gpuvar read` and `gpuvar normalize` each, and `gpuvar ingest`; /usr/bin/time, 2026-11-27), beyond
+BASE_BYTES (the interpreter, pandas and pyarrow): Kineto 0.59 GB for 338 MB of JSON (300 k kernels), 1.34 GB for
+1.13 GB (1 M); rocpd 0.33 GB for 15.7 MB (180 k dispatches); rocprof v1 with 15 counters 1.64 GB for 292 MB
+(1 M); Nsight Systems 1.46 GB for 1 M kernels and 0.5 M copies, 1.81 GB with CUDA API calls, and about 1 GB in
+pieces (above 2 M kernel rows) whatever the size. The factors below round those up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuvar.errors import GpuvarError
+
+BASE_BYTES = 300 << 20
+PIECES_BYTES = 1 << 30  # an Nsight Systems export taken in pieces (gpuvar.ingest.nsys_pieces)
+BYTES_PER_FILE_BYTE = {"pytorch-kineto": 1.5, "rocpd-sqlite": 12.0, "rocprof-csv": 6.0, "rocprofv3-csv": 6.0,
+                       "ncu-csv": 6.0, "omniperf": 6.0}  # fmt: skip
+NSYS_BYTES_PER_KERNEL, NSYS_BYTES_PER_COPY = 1600, 600
+GZIP_RATIO_AT_LEAST = 5  # a JSON or CSV trace shrinks 8-15x; gzip records the size modulo 4 GiB only
+OTHER_RATIO = 10  # bzip2, xz, zstd: their size is not read, the ratio assumed
+
+
+def peak_bytes(files, fmt: str = "auto") -> int:
+    """The estimated peak of one ingest of `files` (the files of one trace, or a folder): BASE_BYTES and what the
+    trace holds (trace_bytes)."""
+    files = [files] if isinstance(files, str | Path) else list(files)
+    return BASE_BYTES + sum(trace_bytes(Path(f), fmt) for f in files)
+
+
+def trace_bytes(path: Path, fmt: str = "auto") -> int:
+    """What ingesting `path` holds beyond BASE_BYTES; 0 for a format whose footprint is not measured (Nsight
+    Compute reports, Omniperf workloads are small) or a path that cannot be read (the ingest says why)."""
+    from gpuvar.ingest import reader_for
+
+    try:
+        fmt = reader_for(path, fmt).FORMAT
+        if fmt == "nsys-sqlite":
+            return _nsys_bytes(path)
+        factor = BYTES_PER_FILE_BYTE.get(fmt)
+        if factor is None:
+            return 0
+        files = [f for f in sorted(path.rglob("*")) if f.is_file()] if path.is_dir() else [path]
+        return int(factor * sum(uncompressed_size(f) for f in files))
+    except (OSError, GpuvarError, ValueError):
+        return 0
+
+
+def _nsys_bytes(path: Path) -> int:
+    """An export below the pieces threshold is held whole: its kernel and copy rows (their rowid spans, two b-tree
+    lookups each); one taken in pieces holds PIECES_BYTES whatever its size."""
+    import sqlite3
+
+    from gpuvar.ingest import nsys
+    from gpuvar.ingest.nsys_pieces import PieceSettings, plan_reason
+    from gpuvar.ingest.nsys_sqlite import connect, rowid_name
+
+    if plan_reason(path, PieceSettings()) is None:
+        return PIECES_BYTES
+    con = connect(path)
+    try:
+        rows = {}
+        for table in (nsys.KERNEL_TABLE, nsys.MEMCPY_TABLE):
+            try:
+                key = rowid_name(con, table)
+                span = f'SELECT (SELECT min({key}) FROM "{table}"), (SELECT max({key}) FROM "{table}")'
+                lo, hi = con.execute(span).fetchone() if key is not None else (None, None)
+            except sqlite3.Error:  # (no such table)
+                lo = hi = None
+            rows[table] = 0 if lo is None else hi - lo + 1
+    finally:
+        con.close()
+    return rows[nsys.KERNEL_TABLE] * NSYS_BYTES_PER_KERNEL + rows[nsys.MEMCPY_TABLE] * NSYS_BYTES_PER_COPY
+
+
+def uncompressed_size(path: Path) -> int:
+    """A file's size as read: a gzip file's recorded size (ISIZE, modulo 4 GiB: the wrap taken that makes it at
+    least GZIP_RATIO_AT_LEAST times the compressed size), another compression's at OTHER_RATIO."""
+    from gpuvar.ingest.compression import compression_of, read_raw_head
+
+    size = path.stat().st_size
+    kind = compression_of(read_raw_head(path))
+    if kind is None:
+        return size
+    if kind != "gzip" or size < 18:
+        return size * OTHER_RATIO
+    with open(path, "rb") as fh:
+        fh.seek(-4, 2)
+        recorded = int.from_bytes(fh.read(4), "little")
+    while recorded < GZIP_RATIO_AT_LEAST * size:
+        recorded += 2**32
+    return recorded
