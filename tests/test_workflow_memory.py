@@ -168,3 +168,43 @@ def test_the_ingest_rules_ask_slurm_for_their_traces_memory(tmp_path):
     assert asked[("ingest_trace", "dataset=one")] == asked[("normalize_columns", "dataset=one")] == need
     assert asked[("ingest_rank", "dataset=job, rank=1")] == asked[("normalize_rank", "dataset=job, rank=1")] == need
     assert asked[("ingest_rank", "dataset=job, rank=0")] == FLOOR_MB
+
+
+@pytest.mark.parametrize("kind", ["v2", "v1"])
+def test_a_slurm_jobs_memory_limit_is_what_is_available(tmp_path, kind):
+    """Inside a Slurm job (or a container) the cgroup's limit, not the machine's free memory, is what an ingest
+    may take: limit less usage, in either cgroup version; no limit is no figure."""
+    from gpuvar.ingest.footprint import _cgroup_left
+
+    listing = tmp_path / "cgroup"
+    listing.write_text("0::/slurm/job_7\n" if kind == "v2" else "9:pids:/x\n4:memory:/slurm/job_7\n")
+    limit, usage = (
+        ("memory.max", "memory.current") if kind == "v2" else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    )
+    folder = tmp_path / "fs" / "slurm" / "job_7"
+    folder.mkdir(parents=True)
+    (folder / limit).write_text(f"{4 << 30}\n")
+    (folder / usage).write_text(f"{1 << 30}\n")
+    files = {kind: (str(tmp_path / "fs"), limit, usage)}
+    assert _cgroup_left(listing, files) == 3 << 30
+    (folder / limit).write_text("max\n" if kind == "v2" else "9223372036854771712\n")
+    assert _cgroup_left(listing, files) is None
+
+
+def test_ingest_says_before_it_starts_when_the_trace_may_not_fit(tmp_path, monkeypatch, capsys):
+    """Else the kernel may stop the process with no message at all."""
+    from gpuvar.cli import main
+    from gpuvar.ingest import footprint
+
+    big = tmp_path / "big.pt.trace.json"
+    with open(big, "wb") as fh:  # 3 GiB as far as its size goes; malformed after its head, so the ingest stops there
+        fh.write(KINETO_HEAD + b", ]] not JSON")
+        fh.truncate(3 * 2**30)
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 2 << 30)
+    main(["ingest", str(big), "-o", str(tmp_path / "out")])  # (its error follows)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith(f"gpuvar ingest: warning: {big}: ingesting it takes about 4.8 GB of memory"), first
+    assert "2.0 GB is available" in first
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 64 << 30)
+    main(["ingest", str(big), "-o", str(tmp_path / "out")])
+    assert "warning" not in capsys.readouterr().err

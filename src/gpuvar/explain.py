@@ -183,6 +183,7 @@ def run(args) -> int:
     from gpuvar.atomic import rewrite_files, staged_folder
     from gpuvar.findings.run import console_summary
     from gpuvar.ingest.counter_passes import group_files
+    from gpuvar.ingest.footprint import peak_bytes, warn_if_short
     from gpuvar.text_safety import plain
 
     t0 = time.perf_counter()
@@ -192,6 +193,7 @@ def run(args) -> int:
     check_inputs(args.traces, args.format)
     out = args.output
     ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
+    warn_if_short("explain", max(ranks, key=lambda files: peak_bytes(files, args.format)), args.format)
     name = args.name or default_name(args.traces, ranks)
     with staged_folder(out) as tmp:  # every stage writes here; OUTPUT is replaced once, when all are done
         record, rank_lines = _explain(args, ranks, name, tmp, t0)

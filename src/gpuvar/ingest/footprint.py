@@ -96,3 +96,76 @@ def uncompressed_size(path: Path) -> int:
     while recorded < GZIP_RATIO_AT_LEAST * size:
         recorded += 2**32
     return recorded
+
+
+def available_bytes() -> int | None:
+    """The memory this process can still take: the kernel's MemAvailable, or less where a cgroup limits the process
+    (a Slurm job's --mem, a container's limit); None where neither is known."""
+    found = []
+    try:
+        with open("/proc/meminfo") as fh:
+            found += [int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    left = _cgroup_left()
+    if left is not None:
+        found.append(left)
+    return max(0, min(found)) if found else None
+
+
+_CGROUP_FILES = {  # (limit, usage) of cgroup v2's unified hierarchy and of v1's memory controller
+    "v2": ("/sys/fs/cgroup", "memory.max", "memory.current"),
+    "v1": ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"),
+}
+
+
+def _cgroup_left(listing: Path = Path("/proc/self/cgroup"), files: dict = _CGROUP_FILES) -> int | None:
+    """The process's cgroup memory limit less its usage (v2, else v1's memory controller), None without a limit.
+    The cgroup's own folder where it is mounted, else the mount's root (inside a cgroup namespace)."""
+    try:
+        lines = listing.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        kind = "v2" if parts[0] == "0" and parts[1] == "" else "v1" if "memory" in parts[1].split(",") else None
+        if kind is None:
+            continue
+        root, limit_file, usage_file = files[kind]
+        for folder in (Path(root) / parts[2].lstrip("/"), Path(root)):
+            try:
+                limit = (folder / limit_file).read_text().strip()
+                usage = int((folder / usage_file).read_text())
+            except (OSError, ValueError):
+                continue
+            if limit == "max" or int(limit) >= 2**60:  # (v1 writes a huge number for no limit)
+                return None
+            return int(limit) - usage
+    return None
+
+
+def shortage(files, fmt: str = "auto") -> str | None:
+    """One line when ingesting `files` likely takes more memory than is available (peak_bytes, available_bytes),
+    before it starts: else the kernel may kill the process with no message. None when it fits or is not known."""
+    need, free = peak_bytes(files, fmt), available_bytes()
+    if free is None or need <= free:
+        return None
+    first = [files] if isinstance(files, str | Path) else list(files)
+    return (
+        f"{first[0]}: ingesting it takes about {need / 2**30:.1f} GB of memory (this format is read whole), and "
+        f"{free / 2**30:.1f} GB is available: it may be stopped for want of memory; a machine or Slurm job with more "
+        "memory, or a shorter recording, avoids that"
+    )
+
+
+def warn_if_short(command: str, files, fmt: str = "auto") -> None:
+    """Print shortage's line on stderr, as `gpuvar COMMAND: warning: ...`, before the ingest starts."""
+    import sys
+
+    from gpuvar.text_safety import plain
+
+    line = shortage(files, fmt)
+    if line is not None:
+        print(f"gpuvar {command}: warning: {plain(line)}", file=sys.stderr, flush=True)
