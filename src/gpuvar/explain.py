@@ -193,10 +193,14 @@ def run(args) -> int:
     check_inputs(args.traces, args.format)
     out = args.output
     ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
-    warn_if_short("explain", max(ranks, key=lambda files: peak_bytes(files, args.format)), args.format)
+    peaks = [
+        peak_bytes(files, args.format) for files in ranks
+    ]  # each ingest's estimated memory (gpuvar.ingest.footprint)
+    widest = max(range(len(ranks)), key=peaks.__getitem__)
+    warn_if_short("explain", ranks[widest][0], peaks[widest])
     name = args.name or default_name(args.traces, ranks)
     with staged_folder(out) as tmp:  # every stage writes here; OUTPUT is replaced once, when all are done
-        record, rank_lines = _explain(args, ranks, name, tmp, t0)
+        record, rank_lines = _explain(args, ranks, peaks, name, tmp, t0)
         rewrite_files(tmp, out)  # paths the stages recorded name OUTPUT, not the staging folder
     _progress("done", t0)
     print(console_summary([record], args.top))
@@ -208,10 +212,10 @@ def run(args) -> int:
     return 0
 
 
-def rank_jobs(ranks: list[list[Path]], jobs: int | None, fmt: str = "auto") -> int:
+def rank_jobs(ranks: list[list[Path]], jobs: int | None, peaks: list[int] | None = None) -> int:
     """How many rank files to ingest at once: `jobs` when given, else the cores this process may use, at most the
-    rank files, and at most what the memory free now holds at the largest file's estimated peak
-    (gpuvar.ingest.footprint). Why a cap on memory: a job's ranks are ingested side by side on a laptop as well as
+    rank files, and at most what the memory free now holds at the largest file's estimated peak (`peaks`, each
+    rank's gpuvar.ingest.footprint.peak_bytes; found here when not given). Why a cap on memory: a job's ranks are ingested side by side on a laptop as well as
     on a node, and eight 1 M-kernel Kineto traces at once need ~11 GB."""
     import os
 
@@ -227,7 +231,7 @@ def rank_jobs(ranks: list[list[Path]], jobs: int | None, fmt: str = "auto") -> i
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # (no such figure here: the cores decide)
         free = None
-    widest = max(peak_bytes(files, fmt) for files in ranks)
+    widest = max(peaks if peaks is not None else [peak_bytes(files) for files in ranks])
     by_memory = max(1, int(free // widest)) if free else len(ranks)
     return max(1, min(cores, len(ranks), by_memory))
 
@@ -314,7 +318,9 @@ def _findings(name: str, ingest: Path, causal, plots, out: Path, output: Path) -
     return record
 
 
-def _explain(args, ranks: list[list[Path]], name: str, out: Path, t0: float) -> tuple[dict, list[str]]:
+def _explain(
+    args, ranks: list[list[Path]], peaks: list[int], name: str, out: Path, t0: float
+) -> tuple[dict, list[str]]:
     """Every stage of the traces grouped as `ranks` (one group per rank) into `out` (the staging folder): (the
     findings record, the ranks' findings). The stages after
     the ingest run each in a process of their own when the job has ISOLATED_LAUNCHES launches or more."""
@@ -338,7 +344,7 @@ def _explain(args, ranks: list[list[Path]], name: str, out: Path, t0: float) -> 
         _stage("ingest", ingest, ranks[0], ingest_trace, one_or_all(ranks[0]), ingest, args.format)
     else:
         parts = [ingest / EXPLAIN_RANK_INGEST / str(k) for k in range(len(ranks))]  # (layout.RANK_INGEST_DIR)
-        jobs = rank_jobs(ranks, args.jobs, args.format)
+        jobs = rank_jobs(ranks, args.jobs, peaks)
         _ingest_ranks(ranks, parts, args.format, jobs, t0)
         _progress(f"merge {len(parts)} ranks", t0)
         isolate = _launches(parts) >= ISOLATED_LAUNCHES

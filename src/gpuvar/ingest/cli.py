@@ -34,9 +34,9 @@ def configure(p):
 
 def run(args) -> int:
     from gpuvar.ingest import ingest
-    from gpuvar.ingest.footprint import warn_if_short
+    from gpuvar.ingest.footprint import peak_bytes, warn_if_short
 
-    warn_if_short("ingest", args.source, args.format)
+    warn_if_short("ingest", args.source[0], peak_bytes(args.source, args.format))
     report = ingest(one_or_all(args.source), args.output, args.format, keep_vendor_columns=args.keep_vendor_columns)
     print(json.dumps({"format": report["format"], "tables": report["tables"]}, sort_keys=True))
     return 0

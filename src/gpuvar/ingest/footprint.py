@@ -146,26 +146,26 @@ def _cgroup_left(listing: Path = Path("/proc/self/cgroup"), files: dict = _CGROU
     return None
 
 
-def shortage(files, fmt: str = "auto") -> str | None:
-    """One line when ingesting `files` likely takes more memory than is available (peak_bytes, available_bytes),
-    before it starts: else the kernel may kill the process with no message. None when it fits or is not known."""
-    need, free = peak_bytes(files, fmt), available_bytes()
+def shortage(path, need: int) -> str | None:
+    """One line when ingesting `path` (the trace's first file) likely takes more memory (`need`, its peak_bytes)
+    than is available (available_bytes): said before it starts, since the kernel may otherwise stop the process with
+    no message. None when it fits or nothing is known."""
+    free = available_bytes()
     if free is None or need <= free:
         return None
-    first = [files] if isinstance(files, str | Path) else list(files)
     return (
-        f"{first[0]}: ingesting it takes about {need / 2**30:.1f} GB of memory (this format is read whole), and "
+        f"{path}: ingesting it takes about {need / 2**30:.1f} GB of memory (this format is read whole), and "
         f"{free / 2**30:.1f} GB is available: it may be stopped for want of memory; a machine or Slurm job with more "
         "memory, or a shorter recording, avoids that"
     )
 
 
-def warn_if_short(command: str, files, fmt: str = "auto") -> None:
+def warn_if_short(command: str, path, need: int) -> None:
     """Print shortage's line on stderr, as `gpuvar COMMAND: warning: ...`, before the ingest starts."""
     import sys
 
     from gpuvar.text_safety import plain
 
-    line = shortage(files, fmt)
+    line = shortage(path, need)
     if line is not None:
         print(f"gpuvar {command}: warning: {plain(line)}", file=sys.stderr, flush=True)

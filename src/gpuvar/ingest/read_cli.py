@@ -36,9 +36,9 @@ def run(args) -> int:
                 tables = write_raw_in_ranges(source, tmp, args.keep_vendor_columns, PieceSettings().rows)
             print(json.dumps({"format": fmt, "raw_tables": tables, "manifest": str(output / RAW_MANIFEST)}))
             return 0
-    from gpuvar.ingest.footprint import warn_if_short
+    from gpuvar.ingest.footprint import peak_bytes, warn_if_short
 
-    warn_if_short("read", args.source, fmt)
+    warn_if_short("read", args.source[0], peak_bytes(args.source, fmt))
     raw = read_source(one_or_all(args.source), fmt, ReadOptions(args.keep_vendor_columns, output.parent))
     with staged_folder(output, replace=True) as tmp:  # the folder appears complete or not at all
         write_raw(raw, tmp)
