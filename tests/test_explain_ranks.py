@@ -194,8 +194,9 @@ def test_a_bad_first_rank_file_stops_the_ranks_not_yet_started(tmp_path, run_cli
 
 
 def test_rank_jobs_follow_the_cores_and_the_free_memory(monkeypatch, tmp_path):
-    """The default: the cores this process may use, at most the rank files, at most what free memory holds at the
-    largest file's estimated ingest peak; --jobs as given (at most the files)."""
+    """The default: the cores this process may use, at most the rank files, at most what the available memory (a
+    Slurm job's limit inside one) holds at the largest file's estimated ingest peak; --jobs as given (at most the
+    files)."""
     import os
 
     from gpuvar import explain
@@ -210,16 +211,13 @@ def test_rank_jobs_follow_the_cores_and_the_free_memory(monkeypatch, tmp_path):
             fh.truncate(100 << 20 if k == 3 else 1000)
         files.append([path])
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    page = os.sysconf("SC_PAGE_SIZE")
     peak = footprint.BASE_BYTES + int(footprint.BYTES_PER_FILE_BYTE["pytorch-kineto"] * (100 << 20))
     assert footprint.peak_bytes(files[3]) == peak
-    for free_bytes, expected in [(64 << 30, 6), (3 * peak + page, 3), (peak // 2, 1)]:
-        monkeypatch.setattr(
-            os, "sysconf", lambda name, free=free_bytes: free // page if name == "SC_AVPHYS_PAGES" else page
-        )
+    for free_bytes, expected in [(64 << 30, 6), (3 * peak + 1, 3), (peak // 2, 1), (None, 6)]:
+        monkeypatch.setattr(footprint, "available_bytes", lambda free=free_bytes: free)
         assert explain.rank_jobs(files, None) == expected
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(os, "sysconf", lambda name: (64 << 30) // page if name == "SC_AVPHYS_PAGES" else page)
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 64 << 30)
     assert explain.rank_jobs(files, None) == 2
     assert explain.rank_jobs(files, 4) == 4 and explain.rank_jobs(files, 40) == 6
     with pytest.raises(GpuvarError, match="--jobs 0"):

@@ -214,23 +214,20 @@ def run(args) -> int:
 
 def rank_jobs(ranks: list[list[Path]], jobs: int | None, peaks: list[int] | None = None) -> int:
     """How many rank files to ingest at once: `jobs` when given, else the cores this process may use, at most the
-    rank files, and at most what the memory free now holds at the largest file's estimated peak (`peaks`, each
-    rank's gpuvar.ingest.footprint.peak_bytes; found here when not given). Why a cap on memory: a job's ranks are ingested side by side on a laptop as well as
+    rank files, and at most what the memory available now holds (footprint.available_bytes) at the largest file's
+    estimated peak (`peaks`, each rank's gpuvar.ingest.footprint.peak_bytes; found here when not given). Why a cap on memory: a job's ranks are ingested side by side on a laptop as well as
     on a node, and eight 1 M-kernel Kineto traces at once need ~11 GB."""
     import os
 
     from gpuvar.errors import GpuvarError
-    from gpuvar.ingest.footprint import peak_bytes
+    from gpuvar.ingest.footprint import available_bytes, peak_bytes
 
     if jobs is not None:
         if jobs < 1:
             raise GpuvarError(f"--jobs {jobs}: give 1 or more")
         return min(jobs, len(ranks))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # (no such figure here: the cores decide)
-        free = None
+    free = available_bytes()  # (inside a Slurm job its limit, not the node's free memory; None: the cores decide)
     widest = max(peaks if peaks is not None else [peak_bytes(files) for files in ranks])
     by_memory = max(1, int(free // widest)) if free else len(ranks)
     return max(1, min(cores, len(ranks), by_memory))
