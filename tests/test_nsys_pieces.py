@@ -163,3 +163,25 @@ def test_epoch_nanosecond_times_in_pieces(trap, tmp_path):
     con.close()
     memory, pieces = _both(epoch, tmp_path, rows=150)
     _same(tmp_path, memory, pieces)
+
+
+def test_an_export_that_would_not_fit_whole_is_taken_in_pieces(trap, tmp_path, monkeypatch):
+    """Below the row threshold too, where the export held whole would take more memory than is available (a small
+    Slurm job, a laptop): in pieces, with the same files, by `gpuvar ingest` and by the workflow's read and
+    normalize; with the memory there, whole as before."""
+    from gpuvar.cli import main
+    from gpuvar.ingest import footprint, normalize_folder
+
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 64 << 30)
+    assert plan_reason(trap, PieceSettings()) == "fewer than 2000000 kernel rows"
+    memory = ingest(trap, tmp_path / "memory")
+    assert "pieces" not in memory
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 1 << 20)
+    assert plan_reason(trap, PieceSettings()) is None
+    assert plan_reason(trap, PieceSettings(when_short=False)) == "fewer than 2000000 kernel rows"
+    pieces = ingest(trap, tmp_path / "pieces")
+    _same(tmp_path, memory, dict(pieces))
+    assert main(["read", str(trap), "-o", str(tmp_path / "raw")]) == 0
+    normalized = normalize_folder(tmp_path / "raw", tmp_path / "normalized")
+    assert normalized["pieces"]["count"] >= 1
+    assert_same_as_memory(tmp_path / "memory", {tmp_path / "normalized": normalized})

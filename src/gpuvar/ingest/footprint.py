@@ -53,30 +53,24 @@ def trace_bytes(path: Path, fmt: str = "auto") -> int:
 
 
 def _nsys_bytes(path: Path) -> int:
-    """An export below the pieces threshold is held whole: its kernel and copy rows (their rowid spans, two b-tree
-    lookups each); one taken in pieces holds PIECES_BYTES whatever its size."""
-    import sqlite3
-
-    from gpuvar.ingest import nsys
-    from gpuvar.ingest.nsys_pieces import PieceSettings, plan_reason
-    from gpuvar.ingest.nsys_sqlite import connect, rowid_name
+    """An export held whole: its kernel and copy rows (nsys_whole_bytes less the base); one taken in pieces (above
+    the threshold, or where it would not fit: gpuvar.ingest.nsys_pieces.plan_reason) PIECES_BYTES, whatever its
+    size."""
+    from gpuvar.ingest.nsys_pieces import PieceSettings, export_rows, plan_reason
+    from gpuvar.ingest.nsys_sqlite import connect
 
     if plan_reason(path, PieceSettings()) is None:
         return PIECES_BYTES
     con = connect(path)
     try:
-        rows = {}
-        for table in (nsys.KERNEL_TABLE, nsys.MEMCPY_TABLE):
-            try:
-                key = rowid_name(con, table)
-                span = f'SELECT (SELECT min({key}) FROM "{table}"), (SELECT max({key}) FROM "{table}")'
-                lo, hi = con.execute(span).fetchone() if key is not None else (None, None)
-            except sqlite3.Error:  # (no such table)
-                lo = hi = None
-            rows[table] = 0 if lo is None else hi - lo + 1
+        return nsys_whole_bytes(*export_rows(con)) - BASE_BYTES
     finally:
         con.close()
-    return rows[nsys.KERNEL_TABLE] * NSYS_BYTES_PER_KERNEL + rows[nsys.MEMCPY_TABLE] * NSYS_BYTES_PER_COPY
+
+
+def nsys_whole_bytes(kernels: int, copies: int) -> int:
+    """The estimated peak of ingesting an Nsight Systems export of these rows whole."""
+    return BASE_BYTES + kernels * NSYS_BYTES_PER_KERNEL + copies * NSYS_BYTES_PER_COPY
 
 
 def uncompressed_size(path: Path) -> int:

@@ -5,7 +5,8 @@ launch (3.6 GB at 2 M launches), so a 20 M-launch export needed ~37 GB. Here the
 pieces of about PieceSettings.rows kernel rows: memory follows the piece and the per-step summaries, not the trace,
 and the files are the bytes the in-memory path writes (tests/test_nsys_pieces.py compares them file by file).
 
-Which exports (`plan_reason`): a rowid span above PieceSettings.above kernel rows, with kernel rows stored in start
+Which exports (`plan_reason`): a rowid span above PieceSettings.above kernel rows (or below it, where the export held
+whole would not fit in the memory available: PieceSettings.when_short), with kernel rows stored in start
 order (nsys writes them so; checked while reading: otherwise the in-memory path). Copies may be stored in any order.
 An export with CUDA API calls (CUPTI_ACTIVITY_KIND_RUNTIME) places each launch by its call, its NVTX range and its
 step: gpuvar.ingest.nsys_host_facts does that over the whole trace in one sweep in call order, before pass 2, and
@@ -381,17 +382,39 @@ def _plan_reason(path: Path, settings: PieceSettings) -> str | None:
         if rowid is None or (nsys.MEMCPY_TABLE in tables and rowid_name(con, nsys.MEMCPY_TABLE) is None):
             return "a table without a rowid"
         if settings.above > 0:
-            few = f"fewer than {settings.above} kernel rows"
-            # the rowid span, two b-tree lookups (count(*) scans the table's pages: 0.5 s at 2 M rows); an export
-            # with sparse rowids may be taken in pieces below the threshold, which costs time, never bytes. Two
-            # subqueries: SQLite looks a lone min() or max() up in the b-tree, but scans for min() and max() together
-            span = f'(SELECT min({rowid}) FROM "{nsys.KERNEL_TABLE}"), (SELECT max({rowid}) FROM "{nsys.KERNEL_TABLE}")'
-            lo, hi = con.execute(f"SELECT {span}").fetchone()
-            if lo is None or hi - lo + 1 < settings.above:
-                return few
+            kernels, copies = export_rows(con)
+            if kernels < settings.above:
+                if settings.when_short and kernels and memory_short(kernels, copies):
+                    return None  # held whole it would not fit: pieces, the same files
+                return f"fewer than {settings.above} kernel rows"
     finally:
         con.close()
     return None
+
+
+def export_rows(con: sqlite3.Connection) -> tuple[int, int]:
+    """(kernel rows, copy rows) of an export, as their rowid spans: two b-tree lookups per table (count(*) scans the
+    table's pages: 0.5 s at 2 M rows). An export with sparse rowids counts more rows than it has, which costs time
+    (pieces below the threshold), never bytes. Two subqueries: SQLite looks a lone min() or max() up in the b-tree,
+    but scans for min() and max() together."""
+    rows = []
+    for table in (nsys.KERNEL_TABLE, nsys.MEMCPY_TABLE):
+        try:
+            key = rowid_name(con, table)
+            span = f'SELECT (SELECT min({key}) FROM "{table}"), (SELECT max({key}) FROM "{table}")'
+            lo, hi = con.execute(span).fetchone() if key is not None else (None, None)
+        except sqlite3.Error:  # (no such table)
+            lo = hi = None
+        rows.append(0 if lo is None else hi - lo + 1)
+    return rows[0], rows[1]
+
+
+def memory_short(kernels: int, copies: int) -> bool:
+    """Whether an export of these rows, held whole, would take more memory than is available now."""
+    from gpuvar.ingest.footprint import available_bytes, nsys_whole_bytes
+
+    free = available_bytes()
+    return free is not None and nsys_whole_bytes(kernels, copies) > free
 
 
 def ingest_in_pieces(source: Path, output: Path, keep_vendor_columns: bool, settings: PieceSettings) -> dict | None:
@@ -414,7 +437,11 @@ def raw_plan_reason(manifest: dict, settings: PieceSettings) -> str | None:
         return "its CUDA API calls place each launch, and `gpuvar read` stored no launch facts for it"
     if settings.above is None:
         return "pieces are off"
-    if int(tables[nsys.RAW_KERNELS].get("rows", 0)) < settings.above:
+    kernels = int(tables[nsys.RAW_KERNELS].get("rows", 0))
+    if kernels < settings.above:
+        copies = int(tables.get(nsys.RAW_MEMCPY, {}).get("rows", 0))
+        if settings.when_short and kernels and memory_short(kernels, copies):
+            return None  # held whole they would not fit: pieces, the same files
         return f"at most {settings.above} kernel rows"
     return None
 

@@ -27,10 +27,13 @@ _INT32_NONE = -1
 class PieceSettings:
     """When and how an export is ingested in pieces: above `above` kernel rows, `rows` kernel rows per piece. On the
     20 M-launch demo export (docs/performance.md), 64 Ki rows held 0.85 GB in 120 s and 128 Ki rows 0.98 GB in
-    104 s: the rest is the interpreter and the row group being written (write_canonical's 256 Ki rows)."""
+    104 s: the rest is the interpreter and the row group being written (write_canonical's 256 Ki rows).
+    when_short: below `above` as well, when the export held whole would take more memory than is available
+    (gpuvar.ingest.footprint): the same files, in bounded memory, where memory decides, not the row count."""
 
     above: int | None = 2_000_000  # None: never in pieces
     rows: int = 1 << 16
+    when_short: bool = True
 
 
 class NotInPieces(Exception):
