@@ -284,3 +284,22 @@ def test_a_stage_whose_process_is_killed_is_one_line():
 
     with pytest.raises(StageError, match="ended abruptly: its process was killed"):
         explain._isolated(os._exit, 9)
+
+
+def test_rank_ingest_workers_decode_in_their_own_process(monkeypatch, tmp_path):
+    """Explain's rank workers fill the cores: a big Kineto rank's reader forks no decode processes of its own there
+    (it does where it runs alone)."""
+    import os
+
+    from gpuvar import explain
+    from gpuvar.ingest import kineto
+
+    big = tmp_path / "rank0.json"
+    with open(big, "wb") as fh:
+        fh.write(b'{"schemaVersion": 1, "deviceProperties": [], "traceEvents": [{"cat": "kernel"')
+        fh.truncate(200 << 20)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setenv("GPUVAR_KINETO_WORKERS", "2")
+    assert kineto._workers(big) == 2
+    explain._rank_worker_start()  # (monkeypatch puts the variable back)
+    assert kineto._workers(big) == 0

@@ -268,7 +268,8 @@ def _ingest_ranks(ranks: list[list[Path]], parts: list[Path], fmt: str, jobs: in
         return
     _progress(f"ingest {len(ranks)} rank files, {jobs} at a time", t0)
     failures = {}
-    with worker_death("a rank file's ingest"), ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+    context = get_context("spawn")
+    with worker_death("a rank file's ingest"), ProcessPoolExecutor(jobs, context, _rank_worker_start) as pool:
         futures = {pool.submit(_ingest_rank, ranks[k], part, fmt): k for k, part in enumerate(parts)}
         for done, future in enumerate(as_completed(futures), 1):
             if future.cancelled():  # (not started: an earlier rank failed)
@@ -283,6 +284,15 @@ def _ingest_ranks(ranks: list[list[Path]], parts: list[Path], fmt: str, jobs: in
                 _progress(f"ingested {named(k)} ({done} of {len(ranks)})", t0)
     if failures:
         raise GpuvarError(failures[min(failures)])
+
+
+def _rank_worker_start() -> None:
+    """A rank-ingest worker decodes its Kineto trace in its own process: the workers already fill the cores, and a
+    big trace's reader would otherwise fork two decode processes of its own in each (~110 MB each, twice the
+    processes the cores run), as `gpuvar bench scale` found for its rank ingests."""
+    import os
+
+    os.environ["GPUVAR_KINETO_WORKERS"] = "0"
 
 
 def _launches(folders) -> int:
