@@ -1,9 +1,15 @@
 """How much memory ingesting a trace takes, estimated from the file before it is read.
 
-Why: every format but a big Nsight Systems export is ingested whole, so an ingest's peak follows its trace. Two
-places must know it before they start one: `gpuvar explain`, which ingests a job's rank files side by side and
-must not start more at once than the free memory holds (gpuvar.explain.rank_jobs), and the workflow, whose ingest
-jobs ask Slurm for their memory and are killed past it (gpuvar.workflow.memory.ingest_mb).
+Why: every format but a big Nsight Systems export is ingested whole, so an ingest's peak follows its trace, and
+what must know it before one starts reads it here:
+  * the workflow's ingest jobs ask Slurm for it, and are killed past what they asked (gpuvar.workflow.memory);
+  * `gpuvar explain` ingests a job's rank files side by side, no more at once than the memory available holds
+    (gpuvar.explain.rank_jobs);
+  * `gpuvar ingest`, `read` and `explain` say in one line before they start that it exceeds the memory available
+    (warn_if_short): else the kernel may stop the process with no message;
+  * an Nsight Systems export below the pieces threshold is taken in pieces where held whole it would not fit
+    (gpuvar.ingest.nsys_pieces, PieceSettings.when_short).
+The memory available is the kernel's MemAvailable, or less inside a cgroup with a limit (a Slurm job, a container).
 
 Measured peaks (`gpuvar read` and `gpuvar normalize` each, and `gpuvar ingest`; /usr/bin/time, 2026-11-27), beyond
 BASE_BYTES (the interpreter, pandas and pyarrow): Kineto 0.59 GB for 338 MB of JSON (300 k kernels), 1.34 GB for
