@@ -192,7 +192,7 @@ def test_a_call_gets_the_innermost_op_open_around_it():
     start; an op that ended before the call is never its op, even under one still open."""
     import numpy as np
 
-    from gpuvar.ingest.call_sites import _innermost
+    from gpuvar.ingest.innermost import innermost_op
 
     ops = pd.DataFrame(  # (row order is not the sweep's order)
         {
@@ -220,14 +220,14 @@ def test_a_call_gets_the_innermost_op_open_around_it():
     keys = list(queries)[::-1]  # (queries in any order)
     times = np.array([t for t, _ in keys], np.int64)
     threads = np.array([th for _, th in keys], np.int64)
-    found = _innermost(ops, times, threads)
+    found = innermost_op(ops, times, threads)
     names = [ops["name"].iloc[i] if i >= 0 else None for i in found]
     assert dict(zip(keys, names)) == queries
 
 
 def _stack_sweep(ops: pd.DataFrame, times, threads) -> list[int]:
     """The launching op as a sweep per thread finds it (queries in time order, ops pushed by start, longest first,
-    those ended popped off the top; the answer is the top): the definition _innermost computes without the loop."""
+    those ended popped off the top; the answer is the top): the definition innermost_op computes without the loop."""
     import numpy as np
 
     order = np.lexsort((-ops["end"].to_numpy(), ops["start"].to_numpy(), ops["thread"].to_numpy())).tolist()
@@ -247,10 +247,10 @@ def _stack_sweep(ops: pd.DataFrame, times, threads) -> list[int]:
 
 def test_the_innermost_op_is_the_stack_sweeps_answer_on_any_ranges():
     """Ranges as recorded or not: nested, crossing, equal, empty, ended before they start, on several threads,
-    queries at their edges and beyond; enough ops per thread for every halving of _last_open's table to matter."""
+    queries at their edges and beyond; enough ops per thread for every halving of last_open's table to matter."""
     import numpy as np
 
-    from gpuvar.ingest.call_sites import _innermost
+    from gpuvar.ingest.innermost import innermost_op
 
     rng = np.random.default_rng(7)
     for trial in range(60):
@@ -260,4 +260,4 @@ def test_the_innermost_op_is_the_stack_sweeps_answer_on_any_ranges():
             {"start": start, "end": start + rng.integers(-3, span // 2 + 2, m), "thread": rng.integers(0, 3, m)}
         )
         times, threads = rng.integers(-3, span + 5, n), rng.integers(-1, 4, n)
-        assert _innermost(ops, times, threads).tolist() == _stack_sweep(ops, times, threads), trial
+        assert innermost_op(ops, times, threads).tolist() == _stack_sweep(ops, times, threads), trial
