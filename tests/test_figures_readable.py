@@ -90,17 +90,29 @@ def test_compact_label_counts_near_duplicates():
     assert compact_label(long) == "sm__warps_active.avg.pct_of_peak_sustained_active (≈ 1 more)"
 
 
-def test_findings_legend_sits_beside_the_data(monkeypatch, tmp_path):
+@pytest.fixture
+def draw_finding(monkeypatch, tmp_path):
+    """gpuvar.findings.figures.finding_figure drawn and laid out but not saved: draw(part, sites, finding) returns
+    its matplotlib figure."""
     from gpuvar.findings import figures
 
-    captured = {}
+    drawn = {}
 
     def keep(fig, stem, formats, dpi=110):
-        captured["fig"] = fig
+        drawn["fig"] = fig
         fig.canvas.draw()
         return [Path(f"{stem}.png")]
 
     monkeypatch.setattr(style, "save_figure", keep)
+
+    def draw(part: pd.DataFrame, sites: np.ndarray, finding: dict):
+        figures.finding_figure(part, sites, finding, tmp_path / "01")
+        return drawn["fig"]
+
+    return draw
+
+
+def test_findings_legend_sits_beside_the_data(draw_finding):
     rng = np.random.default_rng(0)
     n = 600
     sites = np.array([f"aten::mm#{k}.0" for k in rng.integers(0, 5, n)])
@@ -114,8 +126,7 @@ def test_findings_legend_sits_beside_the_data(monkeypatch, tmp_path):
         "call_sites": 5,
         "verdict": {"verdict": "explained", "share": 0.98},
     }
-    figures.finding_figure(part, sites, finding, tmp_path / "01")
-    fig = captured["fig"]
+    fig = draw_finding(part, sites, finding)
     ax = fig.axes[0]
     renderer = fig.canvas.get_renderer()
     legend, plot = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
@@ -127,19 +138,9 @@ def test_findings_legend_sits_beside_the_data(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize(("longest_ns", "unit"), [(160e6, "ms"), (400e3, "µs")])
-def test_findings_axes_read_in_units_a_person_reads(monkeypatch, tmp_path, longest_ns, unit):
+def test_findings_axes_read_in_units_a_person_reads(draw_finding, longest_ns, unit):
     """A collective's waits in ms (160 ms, not 160000 µs), a kernel's time in µs, and a driver in the hundreds of
     millions with SI prefixes ("400 M"), not a "1e8" offset beside the axis."""
-    from gpuvar.findings import figures
-
-    captured = {}
-
-    def keep(fig, stem, formats, dpi=110):
-        captured["fig"] = fig
-        fig.canvas.draw()
-        return [Path(f"{stem}.png")]
-
-    monkeypatch.setattr(style, "save_figure", keep)
     rng = np.random.default_rng(1)
     n = 400
     threads = rng.integers(70, 460, n) * 1e6
@@ -152,8 +153,7 @@ def test_findings_axes_read_in_units_a_person_reads(monkeypatch, tmp_path, longe
         "call_sites": 1,
         "verdict": {"verdict": "explained", "share": 0.68},
     }
-    figures.finding_figure(part, np.array(["c10d::allreduce_#0.0"] * n), finding, tmp_path / "01")
-    ax = captured["fig"].axes[0]
+    ax = draw_finding(part, np.array(["c10d::allreduce_#0.0"] * n), finding).axes[0]
     assert ax.get_ylabel() == f"duration ({unit})"
     top = longest_ns / (1e6 if unit == "ms" else 1e3)
     assert top / 2 < ax.get_ylim()[1] < top * 1.2  # the values drawn are in that unit

@@ -46,7 +46,6 @@ def test_small_jobs_and_reports_not_written_yet_ask_for_the_floor(tmp_path):
 
 
 def test_the_floor_is_the_slurm_profiles_default():
-    from pathlib import Path
 
     import yaml
 
@@ -134,13 +133,10 @@ def test_an_nsys_export_asks_for_its_rows_in_memory_and_the_floor_in_pieces(tmp_
 def test_the_ingest_rules_ask_slurm_for_their_traces_memory(tmp_path):
     """Read where Slurm reads it: the resources a dry run gives each ingest job. A big trace's read and normalize
     jobs ask for its estimate; in a merged dataset each rank's jobs ask for their own file's."""
-    import os
     import re
-    import subprocess
 
     import yaml
-    from conftest import REPO
-    from workflow_runs import SNAKEMAKE
+    from workflow_runs import run_workflow
 
     from gpuvar.ingest.footprint import BASE_BYTES
 
@@ -149,14 +145,8 @@ def test_the_ingest_rules_ask_slurm_for_their_traces_memory(tmp_path):
     config = tmp_path / "c.yaml"
     datasets = [{"name": "one", "source": str(big)}, {"name": "job", "merge": True, "source": [str(small), str(big)]}]
     config.write_text(yaml.safe_dump({"demo": {"enabled": False}, "datasets": datasets}))
-    env = {**os.environ, "PATH": f"{Path(SNAKEMAKE).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run(
-        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path / "run"), "--configfile", str(config)]
-        + ["--cores", "1", "-n", "results/ingest/one/ingest.json", "results/ingest/job/ingest.json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
+    proc = run_workflow(
+        tmp_path / "run", config, "-n", "results/ingest/one/ingest.json", "results/ingest/job/ingest.json"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     asked = {}
