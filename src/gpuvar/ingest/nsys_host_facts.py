@@ -7,7 +7,8 @@ launches of a step are numbered in the order the program made the calls. In memo
 timeline and every launch at once. Here SQLite's own sorter (which spills to temporary files) streams the launches
 in call order, and one sweep places and numbers them with a stack of open ranges per thread and counters per
 (step, thread, op) of the steps in play (gpuvar.ingest.step_store), which is what memory then follows. The facts
-of each launch go to scratch tables keyed by rowid, which gpuvar.ingest.nsys_pieces reads range by range when it
+of each launch go to files keyed by rowid (gpuvar.ingest.nsys_fact_files), which gpuvar.ingest.nsys_pieces reads
+range by range when it
 writes a piece (or, in the workflow, to Parquet beside the raw tables: gpuvar.ingest.nsys_host_parquet): the columns
 are the bytes the in-memory path writes (tests/test_nsys_host_pieces.py compares them file by file).
 
@@ -17,7 +18,7 @@ The passes, each a query of the export, attached read-only to a scratch database
  2. the step ranges (NVTX ranges whose text names a step, filtered in SQL with LIKE, then by the reader's regex)
     and the cudaDeviceSynchronize calls: both small, held;
  3. without step ranges or syncs, the iterations of the repeating launch pattern, found from the kernel names in
-    call order per (process, device) (call_sites._sequence_order), kept in the scratch database by rowid;
+    call order per (process, device) (call_sites._sequence_order), kept in fact files by rowid;
  4. the sweep (gpuvar.ingest.nsys_host_sweep): kernels and copies with their call, in (thread, call time,
     correlation id, rowid) order, beside the NVTX push/pop ranges in (thread, start, longest first, rowid) order.
 Times, thread ids and correlation ids are taken through float64 as host_timeline.ints takes them
@@ -26,7 +27,7 @@ That read, the launches' select, the NVTX text and the rowid are spelled once fo
 gpuvar.ingest.nsys_host_sql.
 
 Ranges that record input shapes (emit_nvtx(record_shapes=True)) give each launch its op's size features
-(gpuvar.ingest.shapes) in the sweep, kept in the scratch table kshapes. Left to the in-memory path (NotInPieces):
+(gpuvar.ingest.shapes) in the sweep, kept beside the other facts. Left to the in-memory path (NotInPieces):
 step ranges none of whose launches fall in a step (then the syncs or the launch pattern decide, which the sweep
 does not redo), and a sweep that places another number of kernels than the plan keeps.
 """
@@ -57,6 +58,13 @@ from gpuvar.ingest.nsys_sources import ROWID
 from gpuvar.ingest.shapes import SIZE_COLUMNS
 
 COPY_FACTS = ("__gpuvar_launch_op", "__gpuvar_step")  # a copy chunk's facts, appended to it (attach)
+# the records of the fact files (nsys_fact_files), a file per rowid bucket
+KERNEL_FACTS = np.dtype(
+    [(name, np.int64) for name in ("rowid", "op", "has_op", "step", "occurrence", "index", "thread")]
+)
+COPY_FACT_RECORD = np.dtype([("rowid", np.int64), ("op", np.int64), ("step", np.int64)])
+ITERATION_FACTS = np.dtype([("rowid", np.int64), ("step", np.int64), ("position", np.int64)])
+SHAPE_FACTS = np.dtype([("rowid", np.int64), *((name, np.float64) for name in SIZE_COLUMNS)])
 
 
 @dataclass
@@ -157,14 +165,15 @@ def syncs(con: sqlite3.Connection, head: nsys.ExportHead) -> pd.DataFrame | None
 # --- 3. iterations of the launch pattern, in call order -----------------------------------------------------
 
 
-def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> str | None:
+def iterations_in_call_order(scratch: Scratch, head: nsys.ExportHead) -> str | None:
     """The iterations (call_sites._iteration_steps) of each (process, device) kernel sequence in call order, into
-    the scratch table iters (rowid, step, position) for the launches inside one; the note, None without any."""
+    the fact files scratch.iterations (rowid, step, position) for the launches inside one; the note, None without
+    any."""
     from gpuvar.ingest.call_sites import iterations_note
     from gpuvar.ingest.iterations import find_iterations_coded
     from gpuvar.ingest.nsys_plan import Names
 
-    con.execute("CREATE TABLE iters (rowid INTEGER PRIMARY KEY, step INTEGER NOT NULL, position INTEGER NOT NULL)")
+    con = scratch.con
     name_col = "demangledName" if "demangledName" in head.k_cols else "shortName"
     cols = head.k_cols
     pid = f"coalesce(({through_float64('t.globalPid')} >> 24) & {PID_MASK_SQL}, -1)" if "globalPid" in cols else "-1"
@@ -189,10 +198,12 @@ def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> 
         if len(names.names) > 1 << 16 and code.dtype == np.uint16:
             code = code.astype(np.uint32)
         code[at : at + len(rid)] = values
-        for j, key in enumerate(zip(pids, devs)):
-            if key != last:
-                bounds.append(at + j)
-                last = key
+        pid, dev = np.array(pids), np.array(devs)  # (integers in any real export; objects compare alike)
+        new = np.ones(len(rid), bool)  # where a (process, device) sequence starts
+        new[1:] = (pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1])
+        new[0] = (pids[0], devs[0]) != last
+        bounds.extend((np.flatnonzero(new) + at).tolist())
+        last = (pids[-1], devs[-1])
         at += len(rid)
     if at != n:
         raise NotInPieces("the kernel table changed while it was read")
@@ -215,10 +226,9 @@ def iterations_in_call_order(con: sqlite3.Connection, head: nsys.ExportHead) -> 
         return None
     for a in range(0, n, 1 << 18):  # in sequence order, the launches inside an iteration
         inside = np.flatnonzero(step[a : a + (1 << 18)] >= 0) + a
-        con.executemany(
-            "INSERT INTO iters VALUES (?, ?, ?)",
-            zip(rowid[inside].tolist(), step[inside].tolist(), position[inside].tolist()),
-        )
+        records = np.empty(len(inside), ITERATION_FACTS)
+        records["rowid"], records["step"], records["position"] = rowid[inside], step[inside], position[inside]
+        scratch.iterations.add(records)
     return iterations_note(found, int((position < 0).sum()))
 
 
@@ -231,11 +241,18 @@ def has_launch_calls(head: nsys.ExportHead) -> bool:
 
 
 class Scratch:
-    """The scratch database of one ingest and the facts in it (pass 3 reads them piece by piece)."""
+    """The scratch database of one ingest and the launch facts the sweep found (pass 3 reads them piece by piece):
+    the kernels', the copies' and the kernels' size features, in files bucketed by rowid (nsys_fact_files)."""
 
     def __init__(self, export: Path, folder: Path):
+        from gpuvar.ingest.nsys_fact_files import FactFiles
+
         self.con = open_scratch(export, folder)
         self.facts: HostFacts | None = None
+        self.kernels = FactFiles(Path(folder) / "facts", "kernels", KERNEL_FACTS)
+        self.copies = FactFiles(Path(folder) / "facts", "copies", COPY_FACT_RECORD)
+        self.shapes = FactFiles(Path(folder) / "facts", "shapes", SHAPE_FACTS)
+        self.iterations = FactFiles(Path(folder) / "facts", "iterations", ITERATION_FACTS)
 
     def close(self) -> None:
         self.con.close()
@@ -254,13 +271,8 @@ class Scratch:
 
     def kernel_facts(self, lo: int, hi: int | None) -> dict[str, np.ndarray]:
         """The facts of the kernels with lo <= rowid < hi, in rowid order."""
-        where = "rowid >= ?" + (" AND rowid < ?" if hi is not None else "")
-        rows = self.con.execute(
-            f"SELECT rowid, op, has_op, step, occurrence, idx, thread FROM kfacts WHERE {where} ORDER BY rowid",
-            (lo,) if hi is None else (lo, hi),
-        ).fetchall()
-        names = ("rowid", "op", "has_op", "step", "occurrence", "index", "thread")
-        return {name: np.array([r[j] for r in rows], np.int64) for j, name in enumerate(names)}
+        records = self.kernels.between(lo, hi)
+        return {name: np.ascontiguousarray(records[name]) for name in KERNEL_FACTS.names}
 
     def kernel_shapes(self, rowids: np.ndarray) -> dict[str, np.ndarray]:
         """The launching op's size features of these kernels (rowids in order), NaN where none; {} where no range
@@ -270,32 +282,25 @@ class Scratch:
             return {}
         values = {c: np.full(len(rowids), np.nan) for c in columns}
         if len(rowids):
-            rows = self.con.execute(
-                f"SELECT rowid, {', '.join(columns)} FROM kshapes WHERE rowid >= ? AND rowid <= ? ORDER BY rowid",
-                (int(rowids[0]), int(rowids[-1])),
-            ).fetchall()
-            if rows:
-                have = np.array([r[0] for r in rows], np.int64)
-                at = np.searchsorted(rowids, have)
-                for j, c in enumerate(columns):
-                    values[c][at] = np.array([np.nan if r[1 + j] is None else r[1 + j] for r in rows], np.float64)
+            records = self.shapes.between(int(rowids[0]), int(rowids[-1]) + 1)
+            if len(records):
+                at = np.searchsorted(rowids, records["rowid"])
+                for c in columns:
+                    values[c][at] = records[c]
         return values
 
     def copy_facts(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(op code, step) of the copies with these rowids (rowids of one range, in order)."""
         if not len(rowids):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        rows = self.con.execute(
-            "SELECT rowid, op, step FROM mfacts WHERE rowid >= ? AND rowid <= ? ORDER BY rowid",
-            (int(rowids.min()), int(rowids.max())),
-        ).fetchall()
-        have = np.array([r[0] for r in rows], np.int64)
+        records = self.copies.between(int(rowids.min()), int(rowids.max()) + 1)
+        have = records["rowid"]
         at = np.minimum(np.searchsorted(have, rowids), max(len(have) - 1, 0))
         op, step = np.full(len(rowids), -1, np.int64), np.full(len(rowids), MISSING, np.int64)
         if len(have):
             found = have[at] == rowids
-            op[found] = np.array([r[1] for r in rows], np.int64)[at[found]]
-            step[found] = np.array([r[2] for r in rows], np.int64)[at[found]]
+            op[found] = records["op"][at[found]]
+            step[found] = records["step"][at[found]]
         return op, step
 
 
@@ -307,10 +312,10 @@ def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan | None) -> Ho
     steps = step_ranges(con, head)
     sync_frame = syncs(con, head)
     mode = "nvtx" if steps is not None else "sync" if sync_frame is not None else "iterations"
-    note = iterations_in_call_order(con, head) if mode == "iterations" else None
+    note = iterations_in_call_order(scratch, head) if mode == "iterations" else None
     from gpuvar.ingest.nsys_host_sweep import sweep_launches
 
-    sweep, names = sweep_launches(con, head, mode, steps, sync_frame)
+    sweep, names = sweep_launches(con, head, mode, steps, sync_frame, scratch)
     con.commit()
     kept = sum(p.kept for p in plan.pieces) if plan is not None else sweep.kernels
     if sweep.kernels != kept:

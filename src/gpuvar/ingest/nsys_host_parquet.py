@@ -16,7 +16,7 @@ import pyarrow as pa
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING
 from gpuvar.ingest.nsys_host_facts import COPY_FACTS, HostFacts, Scratch
-from gpuvar.ingest.nsys_host_sql import FETCH_ROWS, export_rowid, fetch_batches
+from gpuvar.ingest.nsys_host_sql import FETCH_ROWS, export_rowid
 from gpuvar.ingest.nsys_plan import NotInPieces, Plan, exact_ints, kept_rows
 from gpuvar.layout import HOST_COPY_FACTS, HOST_KERNEL_FACTS, HOST_STEP_THREADS
 
@@ -51,38 +51,43 @@ def export_facts(scratch: Scratch, head: nsys.ExportHead, folder: Path) -> dict:
     import pyarrow.parquet as pq
 
     shapes = scratch.facts.shape_columns
-    kernel_cols = ["rowid", "start", "op", "has_op", "step", "occurrence", "idx", "thread", *shapes]
-    queries = {
-        HOST_KERNEL_FACTS: (
-            kernel_cols,
-            f"SELECT f.rowid, t.start, f.op, f.has_op, f.step, f.occurrence, f.idx, f.thread"
-            f'{"".join(", s." + c for c in shapes)} FROM kfacts f JOIN x."{nsys.KERNEL_TABLE}" t ON t.rowid = f.rowid'
-            f"{' LEFT JOIN kshapes s ON s.rowid = f.rowid' if shapes else ''} ORDER BY f.rowid",
-        ),
-        HOST_COPY_FACTS: (
-            ["rowid", "start", "op", "step"],
-            f'SELECT f.rowid, t.start, f.op, f.step FROM mfacts f JOIN x."{nsys.MEMCPY_TABLE}" t'
-            f" ON t.{export_rowid(scratch.con, nsys.MEMCPY_TABLE)} = f.rowid"
-            " ORDER BY f.rowid",
-        ),
-    }
     steps, sums, counts = scratch.facts.step_threads
     pq.write_table(
         pa.table({"step": pa.array(steps, pa.int64()), "threads": sums, "launches": counts}),
         folder / HOST_STEP_THREADS,
         compression="zstd",
     )
-    for name, (columns, sql) in queries.items():
+    kernel_cols = ["rowid", "start", "op", "has_op", "step", "occurrence", "idx", "thread", *shapes]
+    stores = {
+        HOST_KERNEL_FACTS: (kernel_cols, scratch.kernels, nsys.KERNEL_TABLE),
+        HOST_COPY_FACTS: (["rowid", "start", "op", "step"], scratch.copies, nsys.MEMCPY_TABLE),
+    }
+    for name, (columns, store, table) in stores.items():
         if name == HOST_COPY_FACTS and head.m_cols is None:
             continue
+        key = export_rowid(scratch.con, table)
         types = [pa.float64() if c in shapes else pa.int64() for c in columns]
         schema = pa.schema(list(zip(columns, types)))
         with pq.ParquetWriter(folder / name, schema, compression="zstd") as writer:
-            for rows in fetch_batches(scratch.con, sql):
-                values = list(zip(*rows))
-                writer.write_table(pa.table([pa.array(v, t) for v, t in zip(values, types)], schema=schema))
+            for records in store.buckets():
+                values = {c: records["index" if c == "idx" else c] for c in columns if c not in ("start", *shapes)}
+                values["start"] = _starts(scratch.con, table, key, records["rowid"])
+                if name == HOST_KERNEL_FACTS and shapes:
+                    values |= scratch.kernel_shapes(records["rowid"])
+                writer.write_table(pa.table([pa.array(values[c], t) for c, t in zip(columns, types)], schema=schema))
     files = {"kernels": HOST_KERNEL_FACTS, "copies": HOST_COPY_FACTS, "step_threads": HOST_STEP_THREADS}
     return files | {"summary": facts_to_json(scratch.facts)}
+
+
+def _starts(con, table: str, key: str, rowids: np.ndarray) -> np.ndarray:
+    """The stored GPU start of each of these rows of the export's table (rowids in order, all present)."""
+    rows = con.execute(
+        f'SELECT {key}, start FROM x."{table}" WHERE {key} >= ? AND {key} <= ?', (int(rowids[0]), int(rowids[-1]))
+    ).fetchall()
+    have = np.array([r[0] for r in rows], np.int64)
+    order = np.argsort(have, kind="stable")
+    at = order[np.searchsorted(have[order], rowids)]
+    return np.array([rows[i][1] for i in at.tolist()], np.int64)
 
 
 class ParquetFacts:

@@ -4,13 +4,13 @@ API calls placed and numbered in call order.
 Why apart: the passes before it only read and sort (nsys_host_facts); this is the one stateful walk, over the
 launches with their calls in (thread, call time, correlation id, rowid) order beside the NVTX push/pop ranges in
 (thread, start, longest first, rowid) order, with a stack of open ranges per thread, the open op instances and the
-per-step counters of gpuvar.ingest.step_store. What it finds goes to the scratch tables kfacts, mfacts and kshapes.
+per-step counters of gpuvar.ingest.step_store. What it finds goes to the fact files of the scratch folder
+(gpuvar.ingest.nsys_fact_files): the kernels', the copies' and the kernels' size features.
 """
 
 from __future__ import annotations
 
 import gc
-import math
 import re
 import sqlite3
 from contextlib import contextmanager
@@ -159,9 +159,9 @@ def _steps_of(sweep: _Sweep, hc: np.ndarray, ot: np.ndarray, gs: np.ndarray, it_
     return it_step
 
 
-def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> tuple[_Sweep, list]:
-    """Pass 4: every kept kernel's and copy's op, step and numbering into the scratch tables kfacts and mfacts;
-    returns the sweep's state and the op names by code."""
+def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame, store) -> tuple[_Sweep, list]:
+    """Pass 4: every kept kernel's and copy's op, step and numbering into the fact files of `store`
+    (nsys_host_facts.Scratch: kernels, copies, shapes); returns the sweep's state and the op names by code."""
     from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS
 
     sweep = _Sweep(mode, steps, None, None)
@@ -176,34 +176,20 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
     # ODD where it is no integer (or one of those two), for _launch_threads to read again
     coded = "CASE typeof(t.{0}) WHEN 'integer' THEN max(t.{0}, {1}) WHEN 'null' THEN {2} ELSE {1} END AS {0}"
     k_extra = [coded.format(c, ODD, MISSING) for c in launch]
-    k_extra += [f"coalesce(i.step, {MISSING}) AS its", f"coalesce(i.position, {MISSING}) AS itp"] * it
-    kernels = host_sql.launches_with_calls_sql(con, head, nsys.KERNEL_TABLE, 0, k_extra)
-    if it:
-        kernels = kernels.replace(
-            " WHERE ", f" LEFT JOIN iters i ON i.rowid = t.{host_sql.export_rowid(con, nsys.KERNEL_TABLE)} WHERE ", 1
-        )
-    parts = [kernels]
+    parts = [host_sql.launches_with_calls_sql(con, head, nsys.KERNEL_TABLE, 0, k_extra)]
     if head.m_cols is not None:
         parts.append(
-            # (a copy's launch configuration and position are never read: small integers are Python's cheapest)
-            host_sql.launches_with_calls_sql(
-                con, head, nsys.MEMCPY_TABLE, 1, [f"0 AS {c}" for c in launch] + [f"{MISSING} AS its", "0 AS itp"] * it
-            )
+            # (a copy's launch configuration is never read: small integers are Python's cheapest)
+            host_sql.launches_with_calls_sql(con, head, nsys.MEMCPY_TABLE, 1, [f"0 AS {c}" for c in launch])
         )
     # only what the sweep reads leaves SQLite (every value is a Python object to build): the kind and whether a
     # call was found in one number, the GPU start only where cudaDeviceSynchronize segments need it
     sync = mode == "sync"
-    extra = ["gs"] * sync + launch + ["its", "itp"] * it
+    extra = ["gs"] * sync + launch
     sql = (
         f"SELECT kind + 2 * hc, rid, ot, th{''.join(', ' + c for c in extra)}"
         f" FROM ({' UNION ALL '.join(parts)}) ORDER BY th, ot, corr, kind, rid"
     )
-    con.execute(
-        "CREATE TABLE kfacts (rowid INTEGER PRIMARY KEY, op INTEGER, has_op INTEGER, step INTEGER,"
-        " occurrence INTEGER, idx INTEGER, thread INTEGER)"
-    )
-    con.execute("CREATE TABLE mfacts (rowid INTEGER PRIMARY KEY, op INTEGER, step INTEGER)")
-    con.execute(f"CREATE TABLE kshapes (rowid INTEGER PRIMARY KEY, {', '.join(f'{c} REAL' for c in SIZE_COLUMNS)})")
     ops = _Ops(con, head, sweep.codes)
     walk = _Walk(sweep, ops, it)
     at_launch = 4 + sync
@@ -214,8 +200,7 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
             is_kernel, hc = (kh & 1) == 0, kh >= 2
             rid, ot, th = (np.ascontiguousarray(c) for c in cols[1:4])
             gs = cols[4] if sync else None
-            it_step = cols[at_launch + len(launch)] if it else None
-            it_pos = cols[at_launch + len(launch) + 1] if it else None
+            it_step, it_pos = _iteration_facts(store, rid, is_kernel) if it else (None, None)
             step = _steps_of(sweep, hc, ot, gs, it_step)
             sweep.steps_seen.see(step[step != MISSING])
             if launch and is_kernel.any():
@@ -231,41 +216,60 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame) -> 
             occurrence, index = np.array(batch.occurrence, np.int64), np.array(batch.index, np.int64)
             if it:
                 index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
-            by_rowid = np.argsort(rid, kind="stable")  # (rows go in faster in the table's order)
-            k = by_rowid[is_kernel[by_rowid]]
+            k = np.flatnonzero(is_kernel)
             sweep.kernels += len(k)
-            con.executemany(
-                "INSERT INTO kfacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                zip(
-                    rid[k].tolist(),
-                    op_code[k].tolist(),
-                    (op_row[k] >= 0).tolist(),
-                    step[k].tolist(),
-                    occurrence[k].tolist(),
-                    index[k].tolist(),
-                    thread_code[k].tolist(),
-                ),
-            )
+            kernel_facts = np.empty(len(k), store.kernels.dtype)
+            for name, values in (
+                ("rowid", rid),
+                ("op", op_code),
+                ("has_op", op_row >= 0),
+                ("step", step),
+                ("occurrence", occurrence),
+                ("index", index),
+                ("thread", thread_code),
+            ):
+                kernel_facts[name] = values[k]
+            store.kernels.add(kernel_facts)
             if ops.recorded:
-                tops, rids = batch.tops, rid.tolist()
-                with_shape = [
-                    (rids[i], *tops[i][5]) for i in k.tolist() if tops[i] is not None and tops[i][5] is not None
-                ]
+                tops = batch.tops
+                with_shape = [i for i in k.tolist() if tops[i] is not None and tops[i][5] is not None]
                 if with_shape:
-                    con.executemany(f"INSERT INTO kshapes VALUES (?{', ?' * len(SIZE_COLUMNS)})", with_shape)
+                    shaped = np.empty(len(with_shape), store.shapes.dtype)
+                    shaped["rowid"] = rid[with_shape]
+                    values = np.array([tops[i][5] for i in with_shape], np.float64).reshape(len(with_shape), -1)
                     for j, name in enumerate(SIZE_COLUMNS):
-                        if name not in sweep.shape_columns and any(math.isfinite(f[1 + j]) for f in with_shape):
+                        shaped[name] = values[:, j]
+                        if name not in sweep.shape_columns and np.isfinite(values[:, j]).any():
                             sweep.shape_columns.add(name)
-            m = by_rowid[~is_kernel[by_rowid]]
+                    store.shapes.add(shaped)
+            m = np.flatnonzero(~is_kernel)
             if len(m):
-                con.executemany(
-                    "INSERT INTO mfacts VALUES (?, ?, ?)", zip(rid[m].tolist(), op_code[m].tolist(), step[m].tolist())
-                )
+                copy_facts = np.empty(len(m), store.copies.dtype)
+                copy_facts["rowid"], copy_facts["op"], copy_facts["step"] = rid[m], op_code[m], step[m]
+                store.copies.add(copy_facts)
     names = [None] * (len(sweep.codes) - 1)
     for name, code in sweep.codes.items():
         if code >= 0:
             names[code] = name
     return sweep, names
+
+
+def _iteration_facts(store, rid: np.ndarray, is_kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(iteration, position) of each launch of a batch (nsys_host_facts.iterations_in_call_order, read back by
+    rowid): a kernel outside every iteration (MISSING, MISSING), a copy (MISSING, 0)."""
+    step = np.full(len(rid), MISSING, np.int64)
+    position = np.where(is_kernel, MISSING, 0).astype(np.int64)
+    kernels = np.flatnonzero(is_kernel)
+    if len(kernels):
+        wanted = rid[kernels]
+        records = store.iterations.between(int(wanted.min()), int(wanted.max()) + 1)
+        if len(records):
+            have = records["rowid"]
+            at = np.minimum(np.searchsorted(have, wanted), len(have) - 1)
+            found = have[at] == wanted
+            step[kernels[found]] = records["step"][at[found]]
+            position[kernels[found]] = records["position"][at[found]]
+    return step, position
 
 
 @dataclass

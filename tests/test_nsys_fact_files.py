@@ -1,0 +1,39 @@
+"""The sweep's fact files (gpuvar.ingest.nsys_fact_files): what goes in, in any order, comes back by rowid range."""
+
+import numpy as np
+
+from gpuvar.ingest.nsys_fact_files import BUCKET_BITS, FactFiles
+
+RECORD = np.dtype([("rowid", np.int64), ("op", np.int64), ("size", np.float64)])
+
+
+def _records(rowids):
+    records = np.empty(len(rowids), RECORD)
+    records["rowid"] = rowids
+    records["op"] = rowids * 3
+    records["size"] = np.where(rowids % 5 == 0, np.nan, rowids / 7)
+    return records
+
+
+def test_ranges_come_back_in_rowid_order_whatever_order_they_went_in(tmp_path):
+    rng = np.random.default_rng(0)
+    rowids = rng.choice(np.arange(1, 5 << BUCKET_BITS), size=20_000, replace=False)
+    files = FactFiles(tmp_path, "k", RECORD)
+    for part in np.array_split(rowids, 7):  # batches, each spread over several buckets
+        files.add(_records(part))
+    assert files.rows == len(rowids)
+    everything = np.sort(rowids)
+    for lo, hi in [(0, None), (1, 2), (65_000, 200_000), ((1 << BUCKET_BITS), (2 << BUCKET_BITS)), (3, 3)]:
+        got = files.between(lo, hi)
+        wanted = everything[(everything >= lo) & (everything < (hi if hi is not None else np.inf))]
+        np.testing.assert_array_equal(got["rowid"], wanted)
+        np.testing.assert_array_equal(got["op"], wanted * 3)
+        np.testing.assert_array_equal(got["size"], _records(wanted)["size"])  # NaN kept as NaN
+    whole = np.concatenate(list(files.buckets()))
+    np.testing.assert_array_equal(whole["rowid"], everything)
+
+
+def test_an_empty_store_reads_as_no_rows(tmp_path):
+    files = FactFiles(tmp_path, "k", RECORD)
+    assert len(files.between(0, None)) == 0
+    assert list(files.buckets()) == []
