@@ -143,17 +143,52 @@ def test_step_numbers_that_come_back_continue_their_counts_after_a_spill(tmp_pat
     _same_report(memory, pieces)
 
 
-def test_launch_configurations_whose_hashes_collide_stay_apart():
-    """The sweep works each step's threads out once per distinct launch configuration, found by a hash of the
-    configuration: two configurations with one hash must still get their own threads."""
-    import numpy as np
+def test_empty_grids_give_the_step_threads_of_memory(tmp_path):
+    """Each step's threads are summed from the launch configurations read again bucket by bucket after the sweep
+    (nsys_host_facts.step_threads): launches with an empty grid count as the in-memory path counts them."""
 
-    from gpuvar.ingest.nsys_host_sweep import _distinct_rows
+    def empty_grids(con, lo, hi, threads):
+        _step_ranges(con, lo, hi, threads)
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = 0 WHERE rowid % 7 = 0")
 
-    rows = np.array([[0, 1_000_003], [1, 0], [0, 1_000_003], [7, 7]], np.int64)  # the first two: one hash
-    distinct, inverse = _distinct_rows(rows)
-    assert len(distinct) == 3
-    assert np.array_equal(distinct[inverse], rows)
+    memory, pieces = _both(_variant(tmp_path, empty_grids), tmp_path)
+    assert pieces["pieces"]["count"] > 1
+    _same_report(memory, pieces)
+
+
+def _text_block_sizes(con, lo, hi, threads):
+    """A block size stored as text in a column declared INTEGER (SQLite keeps it): connectorx refuses the column."""
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET blockZ = 'one' WHERE rowid % 13 = 0")
+
+
+def test_a_column_connectorx_cannot_read_sends_the_export_to_memory(tmp_path):
+    """An export whose launch configuration mixes types cannot be read range by range (connectorx): `gpuvar ingest`
+    takes it whole, as the in-memory reader reads it (the value as text), instead of failing half-way."""
+    source = _variant(tmp_path, _text_block_sizes)
+    memory = ingest(source, tmp_path / "memory", pieces=IN_MEMORY)
+    pieces = ingest(source, tmp_path / "pieces", pieces=PieceSettings(above=0, rows=250))
+    assert "pieces" not in pieces
+    for name in ("kernels.parquet", "memcpy.parquet"):
+        assert (tmp_path / "memory" / name).read_bytes() == (tmp_path / "pieces" / name).read_bytes(), name
+    _same_report(memory, pieces | {"pieces": None})
+    assert sorted(p.name for p in (tmp_path / "pieces").iterdir()) == [
+        "ingest.json",
+        "kernels.parquet",
+        "memcpy.parquet",
+    ]
+
+
+def test_gpuvar_read_of_such_an_export_reads_it_whole(tmp_path, monkeypatch, capsys):
+    """`gpuvar read` of a big export copies its tables range by range; where connectorx cannot read one, it reads
+    the export whole instead (one clean raw folder, exit 0)."""
+    from gpuvar.cli import main
+    from gpuvar.ingest import nsys_pieces
+
+    source = _variant(tmp_path, _text_block_sizes)
+    monkeypatch.setattr(nsys_pieces, "plan_reason", lambda path, settings: None)  # (as if above the threshold)
+    assert main(["read", str(source), "-o", str(tmp_path / "raw")]) == 0
+    manifest = json.loads((tmp_path / "raw" / "raw.json").read_text())
+    assert "host_facts" not in manifest and manifest["tables"]["cupti_activity_kind_kernel"]["rows"] > 0
 
 
 def test_launches_on_two_threads_keep_their_thread_in_the_call_site(tmp_path):

@@ -56,6 +56,7 @@ from gpuvar.ingest.nsys_host_sql import (
 from gpuvar.ingest.nsys_plan import NotInPieces, Plan, exact_ints, kept_kernels_sql
 from gpuvar.ingest.nsys_sources import ROWID
 from gpuvar.ingest.shapes import SIZE_COLUMNS
+from gpuvar.ingest.step_store import StepTotals
 
 COPY_FACTS = ("__gpuvar_launch_op", "__gpuvar_step")  # a copy chunk's facts, appended to it (attach)
 # the records of the fact files (nsys_fact_files), a file per rowid bucket
@@ -248,6 +249,7 @@ class Scratch:
         from gpuvar.ingest.nsys_fact_files import FactFiles
 
         self.con = open_scratch(export, folder)
+        self.export = Path(export)
         self.facts: HostFacts | None = None
         self.kernels = FactFiles(Path(folder) / "facts", "kernels", KERNEL_FACTS)
         self.copies = FactFiles(Path(folder) / "facts", "copies", COPY_FACT_RECORD)
@@ -304,6 +306,34 @@ class Scratch:
         return op, step
 
 
+def step_threads(scratch: Scratch, head: nsys.ExportHead) -> StepTotals:
+    """Each step's threads (step_size.step_threads: grid_size x workgroup_size summed over its kernels) and how many
+    kernels have a value, from the kernels' steps in the fact files and their launch configurations read again
+    through connectorx, a bucket at a time, as sum_step_threads reads them for an export without calls. Why not in
+    the sweep: six more columns through SQLite's sort and as Python objects, for every launch. The sums are of
+    integers, exact in float64 in any order."""
+    from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS, launch_threads_of
+    from gpuvar.ingest.nsys_sources import SqliteSource
+
+    totals = StepTotals()
+    launch = [c for c in LAUNCH_COLUMNS if c in head.k_cols]
+    if not launch:
+        return totals
+    source = SqliteSource(scratch.export)
+    for records in scratch.kernels.buckets():
+        records = records[records["step"] != MISSING]
+        if not len(records):
+            continue
+        rowid = records["rowid"]
+        chunk = source.fetch(nsys.KERNEL_TABLE, launch, int(rowid[0]), int(rowid[-1]) + 1)
+        at = np.searchsorted(exact_ints(chunk.column(ROWID)), rowid)  # (each fact's kernel is a row there)
+        frame = pd.DataFrame({c: chunk.column(c).to_pandas().iloc[at].reset_index(drop=True) for c in launch})
+        threads = launch_threads_of(frame)
+        ok = np.isfinite(threads)
+        totals.add(records["step"][ok], threads[ok])
+    return totals
+
+
 def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan | None) -> HostFacts:
     """Passes 1-4 (module docstring) into the scratch database; NotInPieces where the export is left to memory.
     plan None: the kernels kept are counted by the one who reads the facts (ParquetFacts)."""
@@ -335,7 +365,7 @@ def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan | None) -> Ho
     first = sorted(sweep.first_launch.items(), key=lambda item: item[1])  # (call time, thread id)
     ordinal = {code: number for number, (code, _) in enumerate(first)}
     multi = {code for code, threads in sweep.op_threads.items() if len(threads) > 1}
-    steps_with, sums, counts = sweep.step_threads.totals()
+    steps_with, sums, counts = step_threads(scratch, head).totals()
     totals = (steps_with - base, sums, counts)
     scratch.facts = HostFacts(
         op_names=names,

@@ -26,7 +26,6 @@ from gpuvar.ingest.shapes import NVTX_SUFFIX, SIZE_COLUMNS
 from gpuvar.ingest.step_store import StepCounters, StepTotals
 
 KEEP_STEPS = 4096  # steps whose counters stay in memory (step_store.StepCounters)
-ODD = MISSING + 1  # a launch configuration value sweep_launches reads again (_launch_threads)
 _SUFFIX_AT = re.compile(NVTX_SUFFIX.pattern.removesuffix(".*$"))  # where shapes.NVTX_SUFFIX matches, without its tail
 
 # --- the sweep --------------------------------------------------------------------------------------------
@@ -118,7 +117,6 @@ class _Sweep:
     instances: dict = field(default_factory=dict)  # op rowid -> [launches numbered, occurrence]
     occurrences: StepCounters | None = None  # step -> {(thread, op code): instances numbered}
     positions: StepCounters | None = None  # step -> {thread: launches without op numbered}
-    step_threads: StepTotals = field(default_factory=StepTotals)
     shape_columns: set = field(default_factory=set)  # shapes.SIZE_COLUMNS with a value for some launch
     steps_seen: StepTotals = field(default_factory=StepTotals)  # (its `seen`)
     kernels: int = 0
@@ -162,37 +160,26 @@ def _steps_of(sweep: _Sweep, hc: np.ndarray, ot: np.ndarray, gs: np.ndarray, it_
 def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame, store) -> tuple[_Sweep, list]:
     """Pass 4: every kept kernel's and copy's op, step and numbering into the fact files of `store`
     (nsys_host_facts.Scratch: kernels, copies, shapes); returns the sweep's state and the op names by code."""
-    from gpuvar.ingest.nsys_plan import LAUNCH_COLUMNS
-
     sweep = _Sweep(mode, steps, None, None)
     sweep.occurrences = StepCounters(con, "occurrence_spill", KEEP_STEPS)
     sweep.positions = StepCounters(con, "position_spill", KEEP_STEPS)
     if mode == "sync":
         sweep.sync_starts = np.sort(sync_frame["start"].to_numpy(np.int64))
         sweep.sync_ends = np.sort(sync_frame["end"].to_numpy(np.int64))
-    launch = [c for c in LAUNCH_COLUMNS if c in head.k_cols]
     it = mode == "iterations"
-    # every value an integer (one numpy conversion per batch): a launch configuration value MISSING where NULL,
-    # ODD where it is no integer (or one of those two), for _launch_threads to read again
-    coded = "CASE typeof(t.{0}) WHEN 'integer' THEN max(t.{0}, {1}) WHEN 'null' THEN {2} ELSE {1} END AS {0}"
-    k_extra = [coded.format(c, ODD, MISSING) for c in launch]
-    parts = [host_sql.launches_with_calls_sql(con, head, nsys.KERNEL_TABLE, 0, k_extra)]
+    parts = [host_sql.launches_with_calls_sql(con, head, nsys.KERNEL_TABLE, 0, [])]
     if head.m_cols is not None:
-        parts.append(
-            # (a copy's launch configuration is never read: small integers are Python's cheapest)
-            host_sql.launches_with_calls_sql(con, head, nsys.MEMCPY_TABLE, 1, [f"0 AS {c}" for c in launch])
-        )
+        parts.append(host_sql.launches_with_calls_sql(con, head, nsys.MEMCPY_TABLE, 1, []))
     # only what the sweep reads leaves SQLite (every value is a Python object to build): the kind and whether a
     # call was found in one number, the GPU start only where cudaDeviceSynchronize segments need it
     sync = mode == "sync"
-    extra = ["gs"] * sync + launch
+    extra = ["gs"] * sync
     sql = (
         f"SELECT kind + 2 * hc, rid, ot, th{''.join(', ' + c for c in extra)}"
         f" FROM ({' UNION ALL '.join(parts)}) ORDER BY th, ot, corr, kind, rid"
     )
     ops = _Ops(con, head, sweep.codes)
     walk = _Walk(sweep, ops, it)
-    at_launch = 4 + sync
     with _no_cycle_collection():
         for rows in host_sql.fetch_batches(con, sql):
             cols = np.array(rows, np.int64).T  # (a column of a 2-d conversion: five times faster than one by one)
@@ -203,10 +190,6 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame, sto
             it_step, it_pos = _iteration_facts(store, rid, is_kernel) if it else (None, None)
             step = _steps_of(sweep, hc, ot, gs, it_step)
             sweep.steps_seen.see(step[step != MISSING])
-            if launch and is_kernel.any():
-                threads = _launch_threads(con, cols[at_launch : at_launch + len(launch)].T, rid, launch)
-                ok = is_kernel & (step != MISSING) & np.isfinite(threads)
-                sweep.step_threads.add(step[ok], threads[ok])
             batch = walk.batch(th, hc, ot, step, is_kernel)
             op_row, op_code, thread_code = (
                 np.array(batch.op_row, np.int64),
@@ -452,50 +435,3 @@ def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     within[order] = np.arange(n) - first_sorted[group_sorted]
     first = first[rank]
     return keys[0][first], first, group, within
-
-
-def _launch_threads(con, config: np.ndarray, rid: np.ndarray, names: list) -> np.ndarray:
-    """nsys_plan.launch_threads_of per row of the coded launch configuration columns (sweep_launches), worked out
-    once per distinct configuration (a trace repeats a few hundred over millions of launches); the rows with an
-    ODD value (no integer: never in a real export) from the export's own values, as the in-memory path reads them."""
-    from gpuvar.ingest.nsys_plan import launch_threads_of
-
-    threads = np.full(len(config), np.nan)
-    odd = (config == ODD).any(axis=1)
-    plain = np.flatnonzero(~odd)
-    distinct, inverse = _distinct_rows(config[plain])
-    frame = pd.DataFrame(
-        {
-            name: pd.arrays.IntegerArray(
-                np.where(distinct[:, j] == MISSING, 0, distinct[:, j]), distinct[:, j] == MISSING
-            )
-            for j, name in enumerate(names)
-        }
-    )
-    threads[plain] = launch_threads_of(frame)[inverse]
-    if odd.any():
-        at = np.flatnonzero(odd)
-        table, key = nsys.KERNEL_TABLE, host_sql.export_rowid(con, nsys.KERNEL_TABLE)
-        found = {}
-        for lo in range(0, len(at), 500):
-            wanted = ", ".join(str(r) for r in rid[at[lo : lo + 500]].tolist())
-            for row in con.execute(f'SELECT {key}, {", ".join(names)} FROM x."{table}" WHERE {key} IN ({wanted})'):
-                found[row[0]] = row[1:]
-        raw = [found[r] for r in rid[at].tolist()]
-        frame = pd.DataFrame({name: pd.array([r[j] for r in raw], dtype="Int64") for j, name in enumerate(names)})
-        threads[at] = launch_threads_of(frame)
-    return threads
-
-
-def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct rows, each row's index among them) of a 2-d int64 array: by a hash of each row, checked (a
-    collision falls back to numpy's sort of whole rows, many times slower)."""
-    key = values[:, 0].copy()
-    for j in range(1, values.shape[1]):
-        key = key * np.int64(1_000_003) ^ values[:, j]
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    distinct = values[first]
-    if np.array_equal(distinct[inverse], values):
-        return distinct, inverse
-    distinct, inverse = np.unique(values, axis=0, return_inverse=True)
-    return distinct, inverse.reshape(-1)

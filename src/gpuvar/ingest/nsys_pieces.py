@@ -482,8 +482,9 @@ def normalize_in_pieces(raw_folder: Path, output: Path, settings: PieceSettings)
 
 
 def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSettings, t0: float, host=None):
-    """Passes 1-3 (module docstring); None where planning finds the export does not suit pieces. host: the launches'
-    facts `gpuvar read` stored (nsys_host_facts.ParquetFacts), else found here for an export with launch calls."""
+    """Passes 1-3 (module docstring); None where the export turns out not to suit pieces (NotInPieces, while planning
+    or writing: the files written so far are removed). host: the launches' facts `gpuvar read` stored
+    (nsys_host_facts.ParquetFacts), else found here for an export with launch calls."""
     output.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=".gpuvar-pieces-", dir=output))
     if host is None and isinstance(source, SqliteSource) and has_launch_calls(head):
@@ -504,10 +505,10 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
                 plan.step_threads = _plan_step_threads(*host.facts.step_threads)
             else:
                 sum_step_threads(source, head, plan)
-        except NotInPieces as exc:
+            return _write(source, output, head, plan, files, copy_rows, t0, settings, host)
+        except NotInPieces as exc:  # (the files pass 3 was writing are removed: canonical_io writes them atomically)
             log.info("%s: ingested in memory: %s", source.path, exc)
             return None
-        return _write(source, output, head, plan, files, copy_rows, t0, settings, host)
     finally:
         if host is not None:
             host.close()

@@ -56,11 +56,17 @@ class SqliteSource:
             con.close()
 
     def _query(self, table: str, columns: list[str], where: str, tail: str = "") -> pa.Table:
+        from gpuvar.ingest.nsys_plan import NotInPieces
+
         rowid = self.rowids[table]
         select = ", ".join(quote_name(c) for c in columns)
-        return select_arrow(
-            self.path, f'SELECT {rowid} AS "{ROWID}", {select} FROM "{table}" WHERE {where} ORDER BY {rowid}{tail}'
-        )
+        try:
+            return select_arrow(
+                self.path, f'SELECT {rowid} AS "{ROWID}", {select} FROM "{table}" WHERE {where} ORDER BY {rowid}{tail}'
+            )
+        except Exception as exc:  # noqa: BLE001 - a value not of its column's type: the in-memory reader takes it as text
+            detail = " ".join(str(exc).split())[:200]
+            raise NotInPieces(f"connectorx cannot read {table} range by range ({detail})") from None
 
     def fetch(self, table: str, columns: list[str], lo: int, hi: int | None, start_max: int | None = None) -> pa.Table:
         """Rows lo <= rowid < hi (hi None: to the end) in rowid order, only those starting by start_max if given."""

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 
 def configure(p):
@@ -30,12 +31,17 @@ def run(args) -> int:
         # a big Nsight Systems export that `gpuvar normalize` will take in pieces: copied range by range, never
         # held whole (gpuvar.ingest.nsys_sources)
         if fmt == "nsys-sqlite" and plan_reason(source, PieceSettings()) is None:
+            from gpuvar.ingest.nsys_plan import NotInPieces
             from gpuvar.ingest.nsys_sources import write_raw_in_ranges
 
-            with staged_folder(output, replace=True) as tmp:
-                tables = write_raw_in_ranges(source, tmp, args.keep_vendor_columns, PieceSettings().rows)
-            print(json.dumps({"format": fmt, "raw_tables": tables, "manifest": str(output / RAW_MANIFEST)}))
-            return 0
+            try:
+                with staged_folder(output, replace=True) as tmp:
+                    tables = write_raw_in_ranges(source, tmp, args.keep_vendor_columns, PieceSettings().rows)
+            except NotInPieces as exc:  # read whole, as any other export
+                logging.getLogger("gpuvar.ingest").info("%s: read whole: %s", source, exc)
+            else:
+                print(json.dumps({"format": fmt, "raw_tables": tables, "manifest": str(output / RAW_MANIFEST)}))
+                return 0
     from gpuvar.ingest.footprint import peak_bytes, warn_if_short
 
     warn_if_short("read", args.source[0], peak_bytes(args.source, fmt))
