@@ -259,6 +259,26 @@ def test_worker_processes_give_the_same_tables(tmp_path, monkeypatch, name):
     assert k_par.equals(k_seq) and m_par.equals(m_seq) and k_par.num_rows == 4000
 
 
+def test_a_gzip_trace_is_decoded_in_workers_by_the_size_it_unpacks_to(tmp_path, monkeypatch):
+    """Whether worker processes decode a trace follows its JSON's size: for a .gz the size gzip records, not the
+    compressed size times a guess (a trace of repeated events shrinks 10x and more)."""
+    import gzip
+    import os
+
+    from gpuvar.ingest import kineto
+
+    body = b'{"traceEvents": [' + b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1},' * 40_000
+    trace = tmp_path / "t.json.gz"
+    trace.write_bytes(gzip.compress(body + b"{}]}", 6))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("GPUVAR_KINETO_WORKERS", "2")
+    assert trace.stat().st_size * 8 < len(body) // 2
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", len(body) // 2)  # below the JSON, above 8x the file
+    assert kineto._workers(trace) == 2
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", len(body) * 2)
+    assert kineto._workers(trace) == 0
+
+
 def test_long_metadata_before_the_events_is_still_detected(tmp_path):
     """traceEvents beyond the 64 KiB sniffing window: schemaVersion + deviceProperties identify the trace."""
     props = [{"id": i, "name": "GPU " + "x" * 200, "warpSize": 32} for i in range(400)]

@@ -55,7 +55,7 @@ import pyarrow.compute as pc
 
 from gpuvar.errors import InputError
 from gpuvar.ingest.base import ReaderOutput
-from gpuvar.ingest.compression import compression_of, open_binary, read_raw_head
+from gpuvar.ingest.compression import open_binary
 from gpuvar.ingest.json_stream import TraceStream
 from gpuvar.ingest.kineto_pieces import DIMS, GPU_CATS, HOST_TABLES, HOST_TEXT_ARGS, RANGE_CAT, process_piece
 from gpuvar.ingest.kineto_pieces import piece_at_in_worker as _piece_at_in_worker
@@ -188,14 +188,15 @@ def _loose(values) -> pa.Array:
 def _workers(path: Path) -> int:
     """Worker processes for the decode: 2 (or GPUVAR_KINETO_WORKERS) for a big trace on a machine with the cores
     and fork; 0 (in-process) otherwise."""
+    from gpuvar.ingest.footprint import uncompressed_size
+
     try:
         wanted = int(os.environ.get("GPUVAR_KINETO_WORKERS", "2"))
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        size = os.path.getsize(path)
+        size = uncompressed_size(Path(path))  # (a gzip file's own record of it: JSON shrinks 5-15x)
     except (ValueError, OSError):
         return 0
-    compressed = size * 8 if compression_of(read_raw_head(path)) else size  # a rough decompressed size
-    if wanted < 2 or cores < 2 or compressed < PARALLEL_MIN_BYTES or "fork" not in mp.get_all_start_methods():
+    if wanted < 2 or cores < 2 or size < PARALLEL_MIN_BYTES or "fork" not in mp.get_all_start_methods():
         return 0
     return min(wanted, cores)
 
