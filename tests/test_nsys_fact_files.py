@@ -37,3 +37,16 @@ def test_an_empty_store_reads_as_no_rows(tmp_path):
     files = FactFiles(tmp_path, "k", RECORD)
     assert len(files.between(0, None)) == 0
     assert list(files.buckets()) == []
+
+
+def test_scattered_rowids_are_looked_up_a_bucket_at_a_time(tmp_path):
+    """The sweep looks up the iterations of a batch's launches, in call order, thread after thread: rowids from
+    anywhere in the trace. Each is found, or said missing, whatever the order."""
+    files = FactFiles(tmp_path, "k", RECORD)
+    stored = np.arange(0, 6 << BUCKET_BITS, 3)
+    files.add(_records(stored[::-1]))
+    wanted = np.array([5 << BUCKET_BITS, 3, 4, 0, (2 << BUCKET_BITS) + 1, 9, 6 << BUCKET_BITS, 3], np.int64)
+    records, found = files.lookup(wanted)
+    np.testing.assert_array_equal(found, (wanted % 3 == 0) & (wanted < 6 << BUCKET_BITS))
+    np.testing.assert_array_equal(records["op"][found], wanted[found] * 3)
+    assert files.lookup(np.zeros(0, np.int64))[1].shape == (0,)

@@ -273,8 +273,7 @@ class Scratch:
 
     def kernel_facts(self, lo: int, hi: int | None) -> dict[str, np.ndarray]:
         """The facts of the kernels with lo <= rowid < hi, in rowid order."""
-        records = self.kernels.between(lo, hi)
-        return {name: np.ascontiguousarray(records[name]) for name in KERNEL_FACTS.names}
+        return self.kernels.columns_between(lo, hi)
 
     def kernel_shapes(self, rowids: np.ndarray) -> dict[str, np.ndarray]:
         """The launching op's size features of these kernels (rowids in order), NaN where none; {} where no range

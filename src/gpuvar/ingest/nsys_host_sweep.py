@@ -244,14 +244,9 @@ def _iteration_facts(store, rid: np.ndarray, is_kernel: np.ndarray) -> tuple[np.
     position = np.where(is_kernel, MISSING, 0).astype(np.int64)
     kernels = np.flatnonzero(is_kernel)
     if len(kernels):
-        wanted = rid[kernels]
-        records = store.iterations.between(int(wanted.min()), int(wanted.max()) + 1)
-        if len(records):
-            have = records["rowid"]
-            at = np.minimum(np.searchsorted(have, wanted), len(have) - 1)
-            found = have[at] == wanted
-            step[kernels[found]] = records["step"][at[found]]
-            position[kernels[found]] = records["position"][at[found]]
+        records, found = store.iterations.lookup(rid[kernels])
+        step[kernels[found]] = records["step"][found]
+        position[kernels[found]] = records["position"][found]
     return step, position
 
 
