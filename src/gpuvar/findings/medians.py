@@ -103,6 +103,7 @@ def _one_pass(store, partitions, t: _Targets, integral: bool) -> None:
             slot = np.full(len(n), -1, np.int64)
             slot[t.unit[take]] = take
             lookups.append((name, slot))
+    binned = _Counts(counts)
     for rows in store:
         keys = None
         for name, slot in lookups:
@@ -126,7 +127,8 @@ def _one_pass(store, partitions, t: _Targets, integral: bool) -> None:
             if s.any():
                 ks, ts = k[s], tk[s]
                 b = (ks - t.lo[ts]).view(np.uint64) // width[ts]
-                counts += np.bincount(split_row[ts] * bins + b.astype(np.int64), minlength=len(counts))
+                binned.add(split_row[ts] * bins + b.astype(np.int64))
+    binned.flush()
     for k in gather:
         values = np.sort(np.concatenate(t.gathered[k])) if t.gathered[k] else np.zeros(0, np.int64)
         t.value[k] = values[t.rank[k] - t.below[k]]
@@ -142,3 +144,24 @@ def _one_pass(store, partitions, t: _Targets, integral: bool) -> None:
         t.lo[k], t.hi[k] = lo, min(int(t.hi[k]), lo + int(width[k]) - 1)
         if t.lo[k] == t.hi[k]:
             t.value[k], t.done[k] = t.lo[k], True
+
+
+class _Counts:
+    """Counts per slot, added a few batches at a time: one bincount of a batch's slots made and added an array as
+    long as all the slots (up to TOTAL_BINS, 32 MiB) for every batch and unit kind (6 s of a 25.6 M-launch job's
+    findings); the slots wait until they are half as many as the counts, then one bincount adds them. Integer counts:
+    the same whatever the grouping."""
+
+    def __init__(self, counts: np.ndarray):
+        self.counts, self.pending, self.held = counts, [], 0
+
+    def add(self, slots: np.ndarray) -> None:
+        self.pending.append(slots)
+        self.held += len(slots)
+        if self.held >= max(len(self.counts) // 2, 1 << 16):
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.counts += np.bincount(np.concatenate(self.pending), minlength=len(self.counts))
+            self.pending, self.held = [], 0
