@@ -232,6 +232,21 @@ def test_planted_host_export_in_pieces_is_the_in_memory_bytes(tmp_path, steps, r
     _same_report(memory, pieces)
 
 
+@pytest.mark.parametrize("fetch", [7, 64])
+def test_small_fetches_carry_the_open_ranges_across_batches(tmp_path, monkeypatch, fetch):
+    """The sweep reads the launches and the op ranges a batch at a time (nsys_host_sql.FETCH_ROWS): the ranges still
+    open at a batch's last call carry to the next batch of the thread, and a chunk of ranges may end anywhere.
+    Tiny fetches put every boundary between nested ranges and their launches: the in-memory bytes still."""
+    from gpuvar.demo.planted_host_pieces import write_planted_host_export
+    from gpuvar.ingest import nsys_host_sql
+
+    monkeypatch.setattr(nsys_host_sql, "FETCH_ROWS", fetch)
+    for steps in ("nvtx", "none"):
+        source = write_planted_host_export(tmp_path / f"{steps}.sqlite", loops=30, seed=3, steps=steps)
+        memory, pieces = _both(source, tmp_path / steps, rows=100)
+        _same_report(memory, pieces)
+
+
 def test_scratch_database_is_removed(tmp_path):
     """The scratch database and the copy buckets live in a temporary folder inside the output, removed after."""
     _both(_variant(tmp_path, _syncs), tmp_path)

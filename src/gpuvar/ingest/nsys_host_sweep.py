@@ -58,9 +58,8 @@ class _Ops:
                 f" AND c.ts BETWEEN {start} AND {end})"
                 f" ORDER BY th, s, e DESC, n.{rid}",
             )
-        self.rows: list = []
-        self.at = 0
         self.done = False  # every range read
+        self._set([])
         self.load()
 
     def _shape(self, text) -> tuple | None:
@@ -98,10 +97,26 @@ class _Ops:
                     code = -1
                 append((thread, start, end, rowid, code, self._shape(text) if maybe_sizes else None))
             if kept:
-                self.rows, self.at = kept, 0
+                self._set(kept)
                 return True
-        self.rows, self.at, self.done = [], 0, True
+        self._set([])
+        self.done = True
         return False
+
+    def _set(self, kept: list) -> None:
+        """The chunk's rows, and its thread, start, end, rowid and op code as arrays (the walk slices them)."""
+        self.rows, self.at = kept, 0
+        columns = list(zip(*kept)) if kept else [()] * 5
+        self.thread, self.start, self.end, self.rowid, self.code = (np.array(columns[j], np.int64) for j in range(5))
+        self.shape = np.fromiter(columns[5], object, len(kept)) if kept else np.zeros(0, object)
+
+    def upto(self, thread: int, time: int) -> int:
+        """The end of the rows from `at` on of this thread that start by `time` (the chunk is in (thread, start)
+        order, and the rows before `at` are of earlier threads or already taken)."""
+        hi = int(np.searchsorted(self.thread, thread, side="right"))
+        if hi <= self.at:
+            return self.at
+        return self.at + int(np.searchsorted(self.start[self.at : hi], time, side="right"))
 
 
 @dataclass
@@ -214,12 +229,12 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame, sto
                 kernel_facts[name] = values[k]
             store.kernels.add(kernel_facts)
             if ops.recorded:
-                tops = batch.tops
-                with_shape = [i for i in k.tolist() if tops[i] is not None and tops[i][5] is not None]
+                shapes = batch.shapes
+                with_shape = [i for i in k.tolist() if shapes[i] is not None]
                 if with_shape:
                     shaped = np.empty(len(with_shape), store.shapes.dtype)
                     shaped["rowid"] = rid[with_shape]
-                    values = np.array([tops[i][5] for i in with_shape], np.float64).reshape(len(with_shape), -1)
+                    values = np.array([shapes[i] for i in with_shape], np.float64).reshape(len(with_shape), -1)
                     for j, name in enumerate(SIZE_COLUMNS):
                         shaped[name] = values[:, j]
                         if name not in sweep.shape_columns and np.isfinite(values[:, j]).any():
@@ -252,12 +267,12 @@ def _iteration_facts(store, rid: np.ndarray, is_kernel: np.ndarray) -> tuple[np.
 
 @dataclass
 class _Batch:
-    """What the walk found for one batch of launches, per row (lists: filled one row at a time)."""
+    """What the walk found for one batch of launches, per row."""
 
-    tops: list  # the launching op's range row of _Ops.rows, None for none
-    op_row: list  # its rowid, -1 for none
-    op_code: list  # its op code, -1 for none
-    op_end: list  # its end
+    shapes: np.ndarray  # the launching op's size features (objects: tuples of shapes.SIZE_COLUMNS), else None
+    op_row: np.ndarray  # its rowid, -1 for none
+    op_code: np.ndarray  # its op code, -1 for none
+    op_end: np.ndarray  # its end
     thread: np.ndarray  # the launching thread's code, -1 without a call
     occurrence: np.ndarray  # the op instance's number among its (step, thread, op)'s, MISSING for none
     index: np.ndarray  # the launch's number in its op instance, or among its (step, thread)'s launches without op
@@ -265,84 +280,89 @@ class _Batch:
 
 class _Walk:
     """The stateful part of the sweep: per thread (the launches come thread after thread, in call order), the
-    stack of open op ranges, the op instances and the per-step counters.
+    op ranges still open, the op instances and the per-step counters.
 
-    Why in two steps per thread and batch: the innermost open range around a call needs the calls in order, one
-    at a time (the only Python loop per launch, kept lean: local variables, no tuple built); the numbering does
-    not, and runs with numpy over the kernels with a step, on top of the counts carried from earlier batches (the
+    Why in two steps per thread and batch: the innermost open range around each call (innermost.last_open, over
+    the ranges still open and those that start by the batch's last call) and the numbering, with numpy over the
+    kernels with a step, on top of the counts carried from earlier batches (the
     instances still open, the per-step counters). The counters are keyed by the thread's code, so a thread's
     counters are never asked for again once the sweep has left it (step_store.StepCounters.reset)."""
 
     def __init__(self, sweep: _Sweep, ops: _Ops, iterations: bool):
         self.sweep, self.ops, self.iterations = sweep, ops, iterations
         self.instances = sweep.instances  # op rowid -> [launches numbered, occurrence, end]
-        self.stack: list = []
+        self.open: dict | None = None  # the thread's op ranges still open at its last call (_innermost)
         self.current = None
         self.ops_seen: set = set()  # op codes the current thread has numbered an instance of
 
     def batch(self, th: np.ndarray, hc: np.ndarray, ot: np.ndarray, step: np.ndarray, is_kernel: np.ndarray):
         n = len(th)
         missing = np.full(n, MISSING, np.int64)
-        out = _Batch([None] * n, [-1] * n, [-1] * n, [0] * n, np.full(n, -1, np.int64), missing, missing.copy())
+        none = np.full(n, -1, np.int64)
+        out = _Batch(
+            np.full(n, None, object), none, none.copy(), np.zeros(n, np.int64), none.copy(), missing, missing.copy()
+        )
         cuts = [0, *(np.flatnonzero(th[1:] != th[:-1]) + 1).tolist(), n]
-        ot_l = ot.tolist()
         numbered = is_kernel & (step != MISSING)
         for a, b in zip(cuts[:-1], cuts[1:]):
             thread = int(th[a])
             if thread != self.current:  # a thread's ranges, op instances and counters are its own
                 self._switch(thread)
-            calls = (np.flatnonzero(hc[a:b]) + a).tolist()
+            calls = np.flatnonzero(hc[a:b]) + a
             code = -1
-            if calls and thread != -1:
+            if len(calls) and thread != -1:
                 code = self.sweep.threads.setdefault(thread, len(self.sweep.threads))
-            if calls:
+            if len(calls):
                 out.thread[calls] = code
-                self._innermost(thread, calls, ot_l, out)
+                self._innermost(thread, calls, ot, out)
             rows = np.flatnonzero(numbered[a:b])
             if len(rows):
-                op = [np.array(v[a:b], np.int64)[rows] for v in (out.op_row, out.op_code, out.op_end)]
+                op = [v[a:b][rows] for v in (out.op_row, out.op_code, out.op_end)]
                 self._number(thread, code, rows + a, op, ot, step, out, int(ot[b - 1]))
             self._forget(int(ot[b - 1]))
         return out
 
     def _switch(self, thread: int) -> None:
         sweep, ops = self.sweep, self.ops
-        self.current, self.stack, self.ops_seen = thread, [], set()
+        self.current, self.open, self.ops_seen = thread, None, set()
         self.instances.clear()
         sweep.occurrences.reset()
         sweep.positions.reset()
-        while (ops.at < len(ops.rows) or ops.load()) and ops.rows[ops.at][0] < thread:
-            ops.at += 1
+        while ops.at < len(ops.rows) or (not ops.done and ops.load()):  # the earlier threads' ranges skipped
+            ops.at = max(ops.at, int(np.searchsorted(ops.thread, thread, side="left")))
+            if ops.at < len(ops.rows):
+                break
 
-    def _innermost(self, thread: int, calls: list, ot_l: list, out: _Batch) -> None:
-        """Each call's innermost open op range on its thread: the ranges that started by the call's time join
-        the stack (those that ended already cannot be this or any later call's op), the ended ones leave it."""
-        ops, stack = self.ops, self.stack
-        push, pop = stack.append, stack.pop
-        rows, at = ops.rows, ops.at
-        end = len(rows)
-        tops, op_row, op_code, op_end = out.tops, out.op_row, out.op_code, out.op_end
-        for i in calls:
-            t = ot_l[i]
-            while stack and stack[-1][2] < t:
-                pop()
-            while True:
-                if at >= end:
-                    ops.at = at
-                    if ops.done or not ops.load():
-                        rows, at, end = ops.rows, 0, 0
-                        break
-                    rows, at, end = ops.rows, 0, len(ops.rows)
-                op = rows[at]
-                if op[0] != thread or op[1] > t:
-                    break
-                at += 1
-                if op[2] >= t:
-                    push(op)
-            if stack:
-                top = tops[i] = stack[-1]
-                op_row[i], op_code[i], op_end[i] = top[3], top[4], top[2]
-        ops.at = at
+    def _innermost(self, thread: int, calls: np.ndarray, ot: np.ndarray, out: _Batch) -> None:
+        """Each call's innermost open op range on its thread (innermost.last_open: the last range in push order,
+        (start, longest first), that started by the call and has not ended), over the ranges still open at the
+        thread's previous call and those of the stream that start by the last call here; the ranges ended by
+        then are no later call's op and are let go. The stack swept call by call gives the same answers
+        (innermost.innermost_op's docstring) but was a Python loop per launch."""
+        from gpuvar.ingest.innermost import last_open
+
+        ops, times = self.ops, ot[calls]
+        parts = [self.open] if self.open is not None else []
+        while True:
+            if ops.at >= len(ops.rows) and (ops.done or not ops.load()):
+                break
+            upto = ops.upto(thread, int(times[-1]))
+            if upto > ops.at:
+                at = slice(ops.at, upto)
+                parts.append({k: getattr(ops, k)[at] for k in ("start", "end", "rowid", "code", "shape")})
+                ops.at = upto
+            if upto < len(ops.rows):
+                break
+        if not parts:
+            return
+        window = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if len(parts) > 1 else parts[0]
+        last = last_open(window["start"], window["end"], times)
+        found = last >= 0
+        rows, which = calls[found], last[found]
+        out.shapes[rows] = window["shape"][which]
+        out.op_row[rows], out.op_code[rows], out.op_end[rows] = (window[k][which] for k in ("rowid", "code", "end"))
+        still = window["end"] >= times[-1]
+        self.open = {k: v[still] for k, v in window.items()} if still.any() else None
 
     def _number(self, thread: int, code: int, rows: np.ndarray, op: list, ot, step, out: _Batch, now: int) -> None:
         """The kernels with a step of one thread in a batch (rows, in call order; op: their op's rowid, code and
