@@ -1,4 +1,5 @@
-"""The sweep's fact files (gpuvar.ingest.nsys_fact_files): what goes in, in any order, comes back by rowid range."""
+"""The sweep's fact files (gpuvar.ingest.nsys_fact_files): what goes in, in any order, comes back by rowid range; and the
+first start of each step the pieces carry for the step offsets (gpuvar.ingest.step_store.FirstStarts)."""
 
 import numpy as np
 
@@ -50,3 +51,24 @@ def test_scattered_rowids_are_looked_up_a_bucket_at_a_time(tmp_path):
     np.testing.assert_array_equal(found, (wanted % 3 == 0) & (wanted < 6 << BUCKET_BITS))
     np.testing.assert_array_equal(records["op"][found], wanted[found] * 3)
     assert files.lookup(np.zeros(0, np.int64))[1].shape == (0,)
+
+
+def test_first_starts_are_those_a_dict_keeps():
+    """The step offsets' first start of each (device, step), carried from piece to piece in sorted arrays
+    (step_store.FirstStarts), is what a dict filled by setdefault with each piece's least starts gives: steps new,
+    seen again, coming back out of order, on several devices."""
+    from gpuvar.ingest.step_store import FirstStarts
+
+    rng = np.random.default_rng(4)
+    carried, kept = FirstStarts(), {}
+    for piece in range(40):
+        n = 300
+        device = rng.integers(0, 3, n)
+        step = np.where(rng.random(n) < 0.9, piece * 10 + rng.integers(0, 25, n), rng.integers(0, 400, n))
+        start = rng.integers(0, 10**12, n)
+        local = {}
+        for d, s, t in zip(device.tolist(), step.tolist(), start.tolist()):
+            local[(d, s)] = min(local.get((d, s), t), t)
+        first = {key: kept.setdefault(key, value) for key, value in local.items()}
+        wanted = np.array([first[(d, s)] for d, s in zip(device.tolist(), step.tolist())])
+        np.testing.assert_array_equal(carried.first(device, step, start), wanted)

@@ -170,8 +170,6 @@ def iterations_in_call_order(scratch: Scratch, head: nsys.ExportHead) -> str | N
     """The iterations (call_sites._iteration_steps) of each (process, device) kernel sequence in call order, into
     the fact files scratch.iterations (rowid, step, position) for the launches inside one; the note, None without
     any."""
-    from gpuvar.ingest.call_sites import iterations_note
-    from gpuvar.ingest.iterations import find_iterations_coded
     from gpuvar.ingest.nsys_plan import Names
 
     con = scratch.con
@@ -185,16 +183,31 @@ def iterations_in_call_order(scratch: Scratch, head: nsys.ExportHead) -> str | N
     # launch_id is the rank by (GPU start, correlation id, row): call_sites._sequence_order's second key
     sql = f"SELECT rid, pid, dev, nm FROM ({select}) ORDER BY pid, dev, ot, gs, corr, rid"
     names = Names(head.raw.tables.get(nsys.RAW_STRINGS))
-    # held per launch: its rowid (8 bytes), its name's code (2, or 4 past 65,536 names), its iteration and
-    # position (4 + 4); the arrays are made at their size (no copy made when the runs are joined)
+    # held per launch: its name's code (2 bytes, or 4 past 65,536 names), its iteration and position (4 + 4); its
+    # rowid goes to a file in sequence order and comes back a block at a time with the iterations found (held, the
+    # rowids were 0.16 GB at 20 M launches); the arrays are made at their size (no copy when the runs are joined)
     n = con.execute(f'SELECT count(*) FROM x."{nsys.KERNEL_TABLE}" t WHERE {kept_kernels_sql("t")}').fetchone()[0]
-    rowid, code = np.empty(n, np.int64), np.empty(n, np.uint16)
+    spill = open(scratch.folder / "sequence-rowids.bin", "w+b")  # noqa: SIM115 - closed below, whatever happens
+    try:
+        return _iterations(scratch, sql, names, n, spill)
+    finally:
+        spill.close()
+        (scratch.folder / "sequence-rowids.bin").unlink(missing_ok=True)
+
+
+def _iterations(scratch: Scratch, sql: str, names, n: int, spill) -> str | None:
+    """iterations_in_call_order over its query's n rows: each launch's rowid into `spill`, its name's code held,
+    then the iterations of each (process, device) sequence into scratch.iterations."""
+    from gpuvar.ingest.call_sites import iterations_note
+    from gpuvar.ingest.iterations import find_iterations_coded
+
+    code = np.empty(n, np.uint16)
     bounds, last, at = [], None, 0  # (first, end) of each (process, device) sequence: contiguous in this order
-    for rows in fetch_batches(con, sql):
+    for rows in fetch_batches(scratch.con, sql):
         rid, pids, devs, ids = zip(*rows)
         if at + len(rid) > n:
             raise NotInPieces("the kernel table changed while it was read")
-        rowid[at : at + len(rid)] = rid
+        np.array(rid, np.int64).tofile(spill)
         values = names.code(pa.array(ids, pa.int64()))
         if len(names.names) > 1 << 16 and code.dtype == np.uint16:
             code = code.astype(np.uint32)
@@ -225,10 +238,13 @@ def iterations_in_call_order(scratch: Scratch, head: nsys.ExportHead) -> str | N
     del code
     if not found:
         return None
+    spill.flush()
+    spill.seek(0)
     for a in range(0, n, 1 << 18):  # in sequence order, the launches inside an iteration
-        inside = np.flatnonzero(step[a : a + (1 << 18)] >= 0) + a
+        rowid = np.fromfile(spill, np.int64, count=min(1 << 18, n - a))
+        inside = np.flatnonzero(step[a : a + len(rowid)] >= 0)
         records = np.empty(len(inside), ITERATION_FACTS)
-        records["rowid"], records["step"], records["position"] = rowid[inside], step[inside], position[inside]
+        records["rowid"], records["step"], records["position"] = rowid[inside], step[a + inside], position[a + inside]
         scratch.iterations.add(records)
     return iterations_note(found, int((position < 0).sum()))
 
@@ -249,7 +265,7 @@ class Scratch:
         from gpuvar.ingest.nsys_fact_files import FactFiles
 
         self.con = open_scratch(export, folder)
-        self.export = Path(export)
+        self.export, self.folder = Path(export), Path(folder)
         self.facts: HostFacts | None = None
         self.kernels = FactFiles(Path(folder) / "facts", "kernels", KERNEL_FACTS)
         self.copies = FactFiles(Path(folder) / "facts", "copies", COPY_FACT_RECORD)

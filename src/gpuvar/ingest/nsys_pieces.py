@@ -89,7 +89,7 @@ from gpuvar.ingest.nsys_sources import ROWID, ParquetSource, SqliteSource
 from gpuvar.ingest.nsys_sqlite import connect, rowid_name
 from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
 from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
-from gpuvar.ingest.step_store import DENSE_STEPS
+from gpuvar.ingest.step_store import DENSE_STEPS, FirstStarts
 from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
 from gpuvar.schema import empty_memcpy, finalize_kernels, finalize_memcpy
 
@@ -118,7 +118,7 @@ class _State:
     carry: pd.DataFrame | None = None  # earlier kernels still running, or last on their stream
     copies: pd.DataFrame | None = None  # copies of the buckets read, not yet ended
     buckets_read: int = 0
-    step_first: dict = field(default_factory=dict)  # (device, step) -> first start
+    step_first: FirstStarts = field(default_factory=FirstStarts)  # (device, step) -> first start
     corun_overlapping: int = 0
     corun_lost: int = 0
     kernels: _Books = field(default_factory=_Books)
@@ -242,9 +242,7 @@ def _step_offsets(state: _State, kernels: pa.Table) -> np.ndarray:
     )
     offset = np.full(kernels.num_rows, np.nan)
     if len(rows):
-        local = pd.Series(start[rows]).groupby([device[rows], step[rows]]).min()
-        first = {key: state.step_first.setdefault(key, int(value)) for key, value in local.items()}
-        base = np.array([first[(d, s)] for d, s in zip(device[rows].tolist(), step[rows].tolist())], np.int64)
+        base = state.step_first.first(device[rows], step[rows], start[rows])
         offset[rows] = (start[rows] - base).astype(np.float64)
     return offset
 

@@ -10,7 +10,10 @@ comes back later, as per-epoch step ranges do, continues its counts), so counts 
     arrays indexed by the step (steps are counts from 0 here: iterations, cudaDeviceSynchronize segments, and the
     numbers in NVTX step ranges), or a dict where the numbers are too sparse for arrays;
   * StepCounters: the counters of the steps used last in memory; the others pickled into a table of the scratch
-    database, many steps a row, and read back if their step comes back.
+    database, many steps a row, and read back if their step comes back;
+  * FirstStarts: each (device, step)'s first start, carried from piece to piece by gpuvar.ingest.nsys_pieces for
+    the step offsets, in sorted arrays per device (16 bytes a step; a dict keyed by tuples took ~200 bytes a step,
+    0.2 GB for a capture of a million steps).
 """
 
 from __future__ import annotations
@@ -167,3 +170,46 @@ class _StepIndex:
             self.dense[dense] = value + 1
         for step in steps[~inside].tolist():
             self.sparse[step] = value
+
+
+class FirstStarts:
+    """Each (device, step)'s first start: set by the first rows of the key seen (the least start among them), kept
+    after. Per device, the steps seen in sorted order and their first starts; a piece's new steps usually come after
+    every step seen, and are then appended (the arrays grow by doubling), else merged in."""
+
+    def __init__(self):
+        self._by_device: dict[int, list] = {}  # device -> [steps, starts, used]
+
+    def first(self, device: np.ndarray, step: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """For rows (device, step, start): their key's first start, the keys not seen before taking the least start
+        of their rows here (as a groupby's min, then a dict's setdefault)."""
+        out = np.empty(len(step), np.int64)
+        for d in np.unique(device).tolist():
+            rows = np.flatnonzero(device == d)
+            keys, inverse = np.unique(step[rows], return_inverse=True)
+            least = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
+            np.minimum.at(least, inverse, start[rows])
+            steps, starts, used = self._by_device.setdefault(d, [np.zeros(0, np.int64), np.zeros(0, np.int64), 0])
+            at = np.searchsorted(steps[:used], keys)
+            seen = at < used
+            seen[seen] = steps[at[seen]] == keys[seen]
+            values = least.copy()
+            values[seen] = starts[at[seen]]
+            if not seen.all():
+                self._add(d, keys[~seen], least[~seen])
+            out[rows] = values[inverse]
+        return out
+
+    def _add(self, device: int, steps_new: np.ndarray, starts_new: np.ndarray) -> None:
+        steps, starts, used = self._by_device[device]
+        if not used or steps_new[0] > steps[used - 1]:  # (keys come sorted from np.unique)
+            if used + len(steps_new) > len(steps):
+                size = max(2 * len(steps), used + len(steps_new), 1024)
+                steps, starts = np.resize(steps, size), np.resize(starts, size)
+            steps[used : used + len(steps_new)], starts[used : used + len(steps_new)] = steps_new, starts_new
+            self._by_device[device] = [steps, starts, used + len(steps_new)]
+            return
+        at = np.searchsorted(steps[:used], steps_new)
+        merged_steps = np.insert(steps[:used], at, steps_new)
+        merged_starts = np.insert(starts[:used], at, starts_new)
+        self._by_device[device] = [merged_steps, merged_starts, len(merged_steps)]
