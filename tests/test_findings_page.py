@@ -91,6 +91,28 @@ def test_no_library_warning_reaches_the_console(trace, tmp_path, run_cli):
     assert "Warning" not in result.stderr and "Warning" not in result.stdout, result.stderr[-2000:]
 
 
+def test_the_step_headline_says_how_many_partial_steps_it_left_out():
+    """The dataset's line counts every step; the step line measures the whole ones. Where it left partial steps out
+    (fewer than half the median step's launches: a step the profiler's window cut, or a launch pattern that split
+    one), it says how many, so that the two counts do not contradict each other."""
+    from gpuvar.findings.steps import headline
+
+    record = {
+        "gpu_time_ns": {"min": 1.4e4, "max": 2.2e5, "median": 2.5e4, "p95": 6.2e4, "cv": 0.53},
+        "steps": 500_165,
+        "partial_steps_left_out": 498_802,
+        "shares": None,
+        "declined": "too few steps",
+    }
+    assert "over 500165 steps, 498802 partial steps left out (under half the median step's launches)" in headline(
+        record
+    )
+    record |= {"ranks": 4, "partial_steps_left_out": 1}
+    assert "over 500165 steps of 4 ranks, 1 partial rank step left out" in headline(record)
+    record["partial_steps_left_out"] = 0
+    assert "left out" not in headline(record)
+
+
 def test_the_step_headline_says_which_op_offsets_shares_above_100_percent():
     """On a straggler rank its collective waits less as its GEMMs grow: a negative covariance share, and the GEMMs'
     share passes 100 %. The headline names the op that offsets it instead of leaving '105 %' unexplained."""
