@@ -320,12 +320,13 @@ def headline(record: dict | None, short=lambda s: s) -> str | None:
     if record.get("ranks"):
         over = f"{record['steps']} steps of {record['ranks']} ranks"
     left = record.get("partial_steps_left_out") or 0
+    partial = ""
     if left:  # (the dataset's line counts every step: say where the others went)
         unit = "step" if not record.get("ranks") else "rank step"
-        over += f", {left} partial {unit}{'s' if left > 1 else ''} left out (under half the median step's launches)"
+        partial = f"; {left} partial {unit}{'s' if left > 1 else ''} left out: under half the median step's launches"
     text = (
         f"step GPU time {duration_text(t['min'])}–{duration_text(t['max'])} over {over} "
-        f"(median {duration_text(t['median'])}, p95 {duration_text(t['p95'])}, CV {percent(t['cv'])})"
+        f"(median {duration_text(t['median'])}, p95 {duration_text(t['p95'])}, CV {percent(t['cv'])}{partial})"
     )
     if record.get("shares") is None:
         return text + f"; not split ({record.get('declined')})"
