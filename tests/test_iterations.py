@@ -55,3 +55,22 @@ def test_a_loop_of_one_kernel_is_not_a_loop_structure():
 def test_too_few_repetitions_are_not_iterations():
     names, _ = _loop(2)
     assert find_iterations(np.array(names, dtype=object)).anchor is None
+
+
+def test_a_kernel_variant_taken_in_some_loops_only_is_not_the_anchor():
+    """A loop whose first GEMM is `tile64` for small sizes and `tile128` for big ones, and whose second GEMM is
+    always `tile128`: every name agrees with the loop everywhere, but `tile64` comes back only with a small size
+    (segments of one, two, three loops) and `tile128` once or twice per loop at uneven places. The anchor is a name
+    launched once per loop, and each iteration is one loop of ten launches."""
+    rng = np.random.default_rng(5)
+    names, truth = [], []
+    for i in range(300):
+        first = "gemm_tile64_kernel" if i == 0 or rng.random() < 0.5 else "gemm_tile128_kernel"  # (tile64 first)
+        body = [first, "bias_act", "relu", "elementwise", "dgrad", "wgrad", "accumulate"]
+        body += ["gemm_tile128_kernel", "bias_act", "relu"]
+        names += body
+        truth += [i] * len(body)
+    it = find_iterations(np.array(names, dtype=object))
+    assert it.anchor not in ("gemm_tile64_kernel", "gemm_tile128_kernel", "bias_act", "relu")
+    lengths = np.bincount(it.iteration[it.iteration >= 0])
+    assert it.count >= 299 and set(lengths[:-1].tolist()) == {10}  # (the last one ends with the trace)

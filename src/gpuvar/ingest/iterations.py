@@ -17,6 +17,12 @@ The search, per sequence of launches (one per rank, in launch order):
     candidate's score is the share of all launches that sit at a position agreeing with its mode;
   * an anchor is tried only when a quarter of its segments share one length of two launches or more (a random
     launch order, or a loop of one kernel, has none);
+  * an anchor launched once per loop cuts segments of about one loop's length (label drift adds or removes a
+    launch or two); a kernel name that a size-picked library variant takes in some loops only (a GEMM that is
+    `tile64` in small iterations, `tile128` in big ones) cuts segments of one, two, three loops, and so does a name
+    launched twice per loop at uneven places. In a loop that repeats exactly, every anchor agrees everywhere, so
+    the score cannot tell them apart: the anchors whose segments are REGULAR_SHARE or more within half the typical
+    length of it rank first;
   * the best-scoring anchor wins (ties: the anchor launched first, so a loop's first kernel beats its second);
     it is accepted when the score is at least MIN_SCORE, the typical segment has at least two launches (a loop of
     one kernel has no structure to find), and at least MIN_ITERATIONS segments are iterations.
@@ -39,6 +45,7 @@ MIN_SCORE = 0.6
 MAX_CANDIDATES = 64  # most frequent names tried as anchors
 MODAL_SHARE = 0.25  # of an anchor's segments at least this many have the typical length (label drift varies it)
 MAX_POSITIONS = 4096  # positions compared per segment (a longer "iteration" is not a loop body we can use)
+REGULAR_SHARE = 0.75  # of an anchor's segments within half the typical length of it: one loop each (see below)
 _NUMBER = re.compile(r"\d+")
 
 
@@ -175,10 +182,13 @@ def find_iterations_coded(codes: np.ndarray, names: np.ndarray, dtype=np.int64) 
         if lengths.argmax() < 2 or lengths.max() < MODAL_SHARE * counts[c]:
             continue  # no typical segment of two launches or more: a random order, or a loop of one kernel
         mode, strong, agree = _agreement(seq, starts)
-        key = (float(agree) / n, -int(starts[0]))
+        typical = int(lengths.argmax())  # segments of about one loop: the typical length, give or take label drift
+        regular = float(lengths[typical - typical // 2 : typical + typical // 2 + 1].sum()) / len(starts)
+        score = float(agree) / n
+        key = (regular >= REGULAR_SHARE, score, -int(starts[0]))
         if best is None or key > best[0]:
             best = (key, c, starts, mode, strong)
-    if best is None or best[0][0] < MIN_SCORE:
+    if best is None or best[0][1] < MIN_SCORE:
         return _none(n)
     _, c, starts, mode, strong = best
     modal = np.flatnonzero(strong)
@@ -201,4 +211,4 @@ def find_iterations_coded(codes: np.ndarray, names: np.ndarray, dtype=np.int64) 
         keep = (seg >= 0) & is_iteration[np.maximum(seg, 0)]
         iteration[a:b] = np.where(keep, number[np.maximum(seg, 0)], -1)
         position[a:b] = np.where(keep, pos, -1)
-    return Iterations(iteration, position, str(np.asarray(names, dtype=object)[seen[c]]), best[0][0], count)
+    return Iterations(iteration, position, str(np.asarray(names, dtype=object)[seen[c]]), best[0][1], count)
