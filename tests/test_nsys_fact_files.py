@@ -25,7 +25,7 @@ def test_ranges_come_back_in_rowid_order_whatever_order_they_went_in(tmp_path):
     assert files.rows == len(rowids)
     everything = np.sort(rowids)
     for lo, hi in [(0, None), (1, 2), (65_000, 200_000), ((1 << BUCKET_BITS), (2 << BUCKET_BITS)), (3, 3)]:
-        got = files.between(lo, hi)
+        got = files.columns_between(lo, hi)
         wanted = everything[(everything >= lo) & (everything < (hi if hi is not None else np.inf))]
         np.testing.assert_array_equal(got["rowid"], wanted)
         np.testing.assert_array_equal(got["op"], wanted * 3)
@@ -36,7 +36,7 @@ def test_ranges_come_back_in_rowid_order_whatever_order_they_went_in(tmp_path):
 
 def test_an_empty_store_reads_as_no_rows(tmp_path):
     files = FactFiles(tmp_path, "k", RECORD)
-    assert len(files.between(0, None)) == 0
+    assert len(files.columns_between(0, None)["rowid"]) == 0
     assert list(files.buckets()) == []
 
 

@@ -35,36 +35,23 @@ class FactFiles:
         if not len(records):
             return
         records = np.asarray(records, self.dtype)
-        bucket = records["rowid"] >> BUCKET_BITS
-        order = np.argsort(bucket, kind="stable")
-        bucket = bucket[order]
-        cuts = np.flatnonzero(bucket[1:] != bucket[:-1]) + 1
-        for first, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)]):
-            key = int(bucket[first])
+        for key, rows in _by_bucket(records["rowid"]):
             with open(self._file(key), "ab") as fh:
-                fh.write(records[order[first:end]].tobytes())
+                fh.write(records[rows].tobytes())
             self._buckets.add(key)
         self.rows += len(records)
 
-    def between(self, lo: int, hi: int | None) -> np.ndarray:
-        """The records with lo <= rowid < hi (hi None: no upper bound), in rowid order."""
-        records, order = self._between(lo, hi)
-        return records[order]
-
     def columns_between(self, lo: int, hi: int | None) -> dict[str, np.ndarray]:
-        """between's records as one array per field (each gathered once from the files' rows: no record copies)."""
-        records, order = self._between(lo, hi)
-        return {name: records[name][order] for name in self.dtype.names}
-
-    def _between(self, lo: int, hi: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """(the records of the buckets that can hold the range, the positions of those in it in rowid order)."""
+        """The records with lo <= rowid < hi (hi None: no upper bound) in rowid order, one array per field (each
+        gathered once from the files' rows: no record copies)."""
         first, last = lo >> BUCKET_BITS, None if hi is None else (hi - 1) >> BUCKET_BITS
         keys = sorted(k for k in self._buckets if k >= first and (last is None or k <= last))
         parts = [np.fromfile(self._file(k), self.dtype) for k in keys]
         records = (np.concatenate(parts) if len(parts) > 1 else parts[0]) if parts else np.zeros(0, self.dtype)
         rowid = records["rowid"]
         inside = np.flatnonzero(rowid >= lo if hi is None else (rowid >= lo) & (rowid < hi))
-        return records, inside[np.argsort(rowid[inside], kind="stable")]
+        order = inside[np.argsort(rowid[inside], kind="stable")]
+        return {name: records[name][order] for name in self.dtype.names}
 
     def lookup(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(records, found): the record of each of these rowids (any order, maybe scattered over the whole trace:
@@ -72,11 +59,7 @@ class FactFiles:
         rowids = np.asarray(rowids, np.int64)
         records = np.zeros(len(rowids), self.dtype)
         found = np.zeros(len(rowids), bool)
-        bucket = rowids >> BUCKET_BITS
-        order = np.argsort(bucket, kind="stable")
-        cuts = np.flatnonzero(bucket[order][1:] != bucket[order][:-1]) + 1
-        for rows in np.split(order, cuts) if len(order) else []:
-            key = int(bucket[rows[0]])
+        for key, rows in _by_bucket(rowids):
             if key not in self._buckets:
                 continue
             stored = np.fromfile(self._file(key), self.dtype)
@@ -92,3 +75,12 @@ class FactFiles:
         for key in sorted(self._buckets):
             records = np.fromfile(self._file(key), self.dtype)
             yield records[np.argsort(records["rowid"], kind="stable")]
+
+
+def _by_bucket(rowids: np.ndarray):
+    """(bucket, the positions of its rowids, in their order) for each bucket these rowids fall in."""
+    bucket = rowids >> BUCKET_BITS
+    order = np.argsort(bucket, kind="stable")
+    cuts = np.flatnonzero(bucket[order][1:] != bucket[order][:-1]) + 1
+    for rows in np.split(order, cuts) if len(order) else []:
+        yield int(bucket[rows[0]]), rows

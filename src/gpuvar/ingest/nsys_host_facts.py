@@ -5,7 +5,7 @@ launching call (gpuvar.ingest.call_sites): the innermost NVTX push/pop range aro
 launching op, a step range or the cudaDeviceSynchronize calls around it are its step, and the op instances and
 launches of a step are numbered in the order the program made the calls. In memory that costs the whole host
 timeline and every launch at once. Here SQLite's own sorter (which spills to temporary files) streams the launches
-in call order, and one sweep places and numbers them with a stack of open ranges per thread and counters per
+in call order, and one sweep places and numbers them with the ranges still open per thread and counters per
 (step, thread, op) of the steps in play (gpuvar.ingest.step_store), which is what memory then follows. The facts
 of each launch go to files keyed by rowid (gpuvar.ingest.nsys_fact_files), which gpuvar.ingest.nsys_pieces reads
 range by range when it
@@ -187,12 +187,13 @@ def iterations_in_call_order(scratch: Scratch, head: nsys.ExportHead) -> str | N
     # rowid goes to a file in sequence order and comes back a block at a time with the iterations found (held, the
     # rowids were 0.16 GB at 20 M launches); the arrays are made at their size (no copy when the runs are joined)
     n = con.execute(f'SELECT count(*) FROM x."{nsys.KERNEL_TABLE}" t WHERE {kept_kernels_sql("t")}').fetchone()[0]
-    spill = open(scratch.folder / "sequence-rowids.bin", "w+b")  # noqa: SIM115 - closed below, whatever happens
+    path = scratch.folder / "sequence-rowids.bin"
+    spill = open(path, "w+b")  # noqa: SIM115 - closed below, whatever happens
     try:
         return _iterations(scratch, sql, names, n, spill)
     finally:
         spill.close()
-        (scratch.folder / "sequence-rowids.bin").unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
 
 
 def _iterations(scratch: Scratch, sql: str, names, n: int, spill) -> str | None:
@@ -297,28 +298,13 @@ class Scratch:
         columns = self.facts.shape_columns
         if not columns:
             return {}
-        values = {c: np.full(len(rowids), np.nan) for c in columns}
-        if len(rowids):
-            records = self.shapes.between(int(rowids[0]), int(rowids[-1]) + 1)
-            if len(records):
-                at = np.searchsorted(rowids, records["rowid"])
-                for c in columns:
-                    values[c][at] = records[c]
-        return values
+        records, found = self.shapes.lookup(rowids)
+        return {c: np.where(found, records[c], np.nan) for c in columns}
 
     def copy_facts(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(op code, step) of the copies with these rowids (rowids of one range, in order)."""
-        if not len(rowids):
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        records = self.copies.between(int(rowids.min()), int(rowids.max()) + 1)
-        have = records["rowid"]
-        at = np.minimum(np.searchsorted(have, rowids), max(len(have) - 1, 0))
-        op, step = np.full(len(rowids), -1, np.int64), np.full(len(rowids), MISSING, np.int64)
-        if len(have):
-            found = have[at] == rowids
-            op[found] = records["op"][at[found]]
-            step[found] = records["step"][at[found]]
-        return op, step
+        records, found = self.copies.lookup(rowids)
+        return np.where(found, records["op"], -1), np.where(found, records["step"], MISSING)
 
 
 def step_threads(scratch: Scratch, head: nsys.ExportHead) -> StepTotals:

@@ -3,7 +3,7 @@ API calls placed and numbered in call order.
 
 Why apart: the passes before it only read and sort (nsys_host_facts); this is the one stateful walk, over the
 launches with their calls in (thread, call time, correlation id, rowid) order beside the NVTX push/pop ranges in
-(thread, start, longest first, rowid) order, with a stack of open ranges per thread, the open op instances and the
+(thread, start, longest first, rowid) order, with the ranges still open per thread, the open op instances and the
 per-step counters of gpuvar.ingest.step_store. What it finds goes to the fact files of the scratch folder
 (gpuvar.ingest.nsys_fact_files): the kernels', the copies' and the kernels' size features.
 """
@@ -77,7 +77,7 @@ class _Ops:
         return self.shapes[key]
 
     def load(self) -> bool:
-        """The next rows into self.rows (from self.at = 0); False at the end."""
+        """The next chunk of ranges into the arrays (from self.at = 0); False at the end."""
         codes, strip, suffix_at = self.codes, NVTX_SUFFIX.sub, _SUFFIX_AT.match
         for rows in self._chunks:
             kept = []
@@ -104,8 +104,8 @@ class _Ops:
         return False
 
     def _set(self, kept: list) -> None:
-        """The chunk's rows, and its thread, start, end, rowid and op code as arrays (the walk slices them)."""
-        self.rows, self.at = kept, 0
+        """The chunk's thread, start, end, rowid, op code and size features as arrays (the walk slices them)."""
+        self.at = 0
         columns = list(zip(*kept)) if kept else [()] * 5
         self.thread, self.start, self.end, self.rowid, self.code = (np.array(columns[j], np.int64) for j in range(5))
         self.shape = np.fromiter(columns[5], object, len(kept)) if kept else np.zeros(0, object)
@@ -206,12 +206,7 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame, sto
             step = _steps_of(sweep, hc, ot, gs, it_step)
             sweep.steps_seen.see(step[step != MISSING])
             batch = walk.batch(th, hc, ot, step, is_kernel)
-            op_row, op_code, thread_code = (
-                np.array(batch.op_row, np.int64),
-                np.array(batch.op_code, np.int64),
-                batch.thread,
-            )
-            occurrence, index = np.array(batch.occurrence, np.int64), np.array(batch.index, np.int64)
+            op_row, op_code, occurrence, index = batch.op_row, batch.op_code, batch.occurrence, batch.index
             if it:
                 index = np.where((occurrence == MISSING) & is_kernel, np.where(it_pos >= 0, it_pos, MISSING), index)
             k = np.flatnonzero(is_kernel)
@@ -224,7 +219,7 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame, sto
                 ("step", step),
                 ("occurrence", occurrence),
                 ("index", index),
-                ("thread", thread_code),
+                ("thread", batch.thread),
             ):
                 kernel_facts[name] = values[k]
             store.kernels.add(kernel_facts)
@@ -328,9 +323,9 @@ class _Walk:
         self.instances.clear()
         sweep.occurrences.reset()
         sweep.positions.reset()
-        while ops.at < len(ops.rows) or (not ops.done and ops.load()):  # the earlier threads' ranges skipped
+        while ops.at < len(ops.start) or (not ops.done and ops.load()):  # the earlier threads' ranges skipped
             ops.at = max(ops.at, int(np.searchsorted(ops.thread, thread, side="left")))
-            if ops.at < len(ops.rows):
+            if ops.at < len(ops.start):
                 break
 
     def _innermost(self, thread: int, calls: np.ndarray, ot: np.ndarray, out: _Batch) -> None:
@@ -344,14 +339,14 @@ class _Walk:
         ops, times = self.ops, ot[calls]
         parts = [self.open] if self.open is not None else []
         while True:
-            if ops.at >= len(ops.rows) and (ops.done or not ops.load()):
+            if ops.at >= len(ops.start) and (ops.done or not ops.load()):
                 break
             upto = ops.upto(thread, int(times[-1]))
             if upto > ops.at:
                 at = slice(ops.at, upto)
                 parts.append({k: getattr(ops, k)[at] for k in ("start", "end", "rowid", "code", "shape")})
                 ops.at = upto
-            if upto < len(ops.rows):
+            if upto < len(ops.start):
                 break
         if not parts:
             return
