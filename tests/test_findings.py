@@ -99,6 +99,23 @@ def test_step_time_follows_the_planted_sequence_length():
     assert record["gpu_time_ns"]["max"] == time.max() and record["gpu_time_ns"]["median"] == time.median()
 
 
+def test_a_step_level_over_more_steps_than_its_fit_cap_fits_a_sample_and_says_so(monkeypatch):
+    """Above STEP_FIT_CAP steps the share tests fit a seeded sample (the planted size still found, the headline
+    naming the sample); the step times and the shares by op stay those of every step."""
+    from gpuvar.findings import steps
+    from gpuvar.findings.decompose import groups_of
+
+    frame = label_drift()
+    whole = steps.step_level(frame, groups_of(frame))
+    monkeypatch.setattr(steps, "STEP_FIT_CAP", 120)
+    sampled = steps.step_level(frame, groups_of(frame))
+    assert whole.get("steps_fitted") is None and sampled["steps_fitted"] == 120
+    assert sampled["shares"]["size"] >= 0.9 and sampled["verdicts"]["size"]["rows"] == 120
+    assert sampled["ops"] == whole["ops"] and sampled["gpu_time_ns"] == whole["gpu_time_ns"]
+    assert "fitted on a sample of 120 steps" in steps.headline(sampled)
+    assert sampled == steps.step_level(frame, groups_of(frame))  # seeded: the same sample every time
+
+
 def test_pure_noise_is_not_explained():
     frame = heteroscedastic()
     rng = np.random.default_rng(5)

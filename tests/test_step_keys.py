@@ -4,6 +4,7 @@ the answers a set and a dict gave, over batches that repeat, interleave and revi
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gpuvar.findings import step_keys
 from gpuvar.findings.step_keys import StepStarts, StepValues
@@ -65,3 +66,44 @@ def test_step_sums_in_runs_add_up_to_the_whole_tables():
             batched.add(pieces[k])
         for key in (["rank", "step"], ["step"]):
             pd.testing.assert_frame_equal(batched.table(key), whole.table(key))
+
+
+@pytest.mark.parametrize("steps_kind", ["whole", "halves", "sparse", "one rank"])
+def test_step_table_from_blocks_is_the_table_of_every_launch_at_once(monkeypatch, steps_kind):
+    """The sums held in blocks indexed by the step number (gpuvar.findings.step_table) give the groupby table of
+    the whole trace, in any batch order: per (rank, step) with launches without a rank left out, per step with
+    them added in. Steps that are not whole numbers, or too sparse for blocks, go back to the runs of tables with
+    the same answer."""
+    import pandas as pd
+
+    from gpuvar.findings import steps as steps_module
+    from gpuvar.findings.steps import StepSums
+
+    rng = np.random.default_rng(5)
+    n = 9_000
+    step = np.sort(rng.integers(0, 700, n))
+    step = {"whole": step, "halves": step / 2, "sparse": step * 10**6, "one rank": step}[steps_kind]
+    rank = np.where(rng.random(n) < 0.1, np.nan, rng.integers(0, 3, n).astype(np.float64))
+    frame = pd.DataFrame(
+        {
+            "rank": np.zeros(n) if steps_kind == "one rank" else rank,
+            "step": step,
+            "duration": rng.integers(1_000, 9_000, n),
+            "grid_size": rng.integers(1, 64, n),
+            "ctx_copy_active": rng.integers(0, 2, n).astype(np.float64),
+            "ctx_other_process_overlap": rng.random(n),  # fractions: added with compensation
+        }
+    )
+    batched = StepSums(list(frame.columns))
+    cuts = np.r_[0, np.sort(rng.choice(np.arange(1, n), 40, replace=False)), n]
+    for k in rng.permutation(len(cuts) - 1):
+        batched.add(frame.iloc[cuts[k] : cuts[k + 1]])
+    assert (batched.blocks is not None) == (steps_kind in ("whole", "one rank"))
+    monkeypatch.setattr(steps_module.StepBlocks, "add", lambda self, table: False)  # the runs of tables alone
+    whole = StepSums(list(frame.columns))
+    whole.add(frame)
+    assert whole.blocks is None
+    for key in (["rank", "step"], ["step"]):
+        got, expected = batched.table(key), whole.table(key)
+        pd.testing.assert_frame_equal(got, expected, check_exact=False, rtol=1e-12)
+        assert got["launches"].sum() == (frame["rank"].notna().sum() if "rank" in key else n)

@@ -26,10 +26,13 @@ import numpy as np
 import pandas as pd
 
 from gpuvar.causal.share_test import DECLINED, MIN_ROWS, share_test
+from gpuvar.findings.step_table import StepBlocks
 
 MISSING_RANK = "no rank"  # the runs' key for launches without a rank
 PARTIAL_STEP = 0.5  # of the median launches per step
 TOP_OPS = 5
+STEP_FIT_CAP = 100_000  # steps the share tests fit (a seeded sample above it: _fit_rows)
+STEP_SAMPLE_STREAM = 39  # the step sample's own random stream
 
 
 SIZE_SUMS = ("op_flops", "op_bytes", "op_numel")
@@ -54,7 +57,8 @@ class StepSums:
         self.ranks: set = set()
         self.threads_known = True
         self.sizes_known: set[str] = set()
-        self.parts: list[pd.DataFrame] = []  # runs of sums, each after the one before, then the recent batches'
+        self.blocks: StepBlocks | None = None  # the sums, while the steps are whole numbers that fill blocks
+        self.parts: list[pd.DataFrame] = []  # else runs of sums, each after the one before, then the recent batches'
         self.sealed = 0  # runs at the front of parts
         self.last_step: dict = {}  # rank -> the last step of the runs
 
@@ -92,6 +96,16 @@ class StepSums:
         grouped = pd.DataFrame(values).groupby([rows[k] for k in self.ranked_by], sort=True, dropna=False)
         sums = grouped.sum()
         sums.insert(1, "launches", grouped.size())
+        if not self.parts:
+            self.blocks = self.blocks or StepBlocks(list(sums.columns), ranked="rank" in self.ranked_by)
+            if self.blocks.add(sums):
+                return
+            # steps that are not whole numbers, or sparse: what the blocks hold becomes the first run of tables
+            if self.blocks.keys:
+                first = self.blocks.frame()
+                self.parts, self.sealed = [first], 1
+                self.last_step = (_step_spans(first, {}) or (0, {}))[1]
+            self.blocks = None
         self.parts.append(sums)
         if len(self.parts) - self.sealed > 8:  # the batches since the last run folded into one run
             run = _fold(self.parts[self.sealed :])
@@ -104,8 +118,14 @@ class StepSums:
             for r, high in (spans[1] if spans else {}).items():
                 self.last_step[r] = max(self.last_step.get(r, -np.inf), high)
 
-    def table(self, key: list[str]) -> pd.DataFrame:
-        """The step table by `key` over every batch so far."""
+    def table(self, key: list[str], release: bool = False) -> pd.DataFrame:
+        """The step table by `key` over every batch so far (release: the sums' last use, given back)."""
+        if self.blocks is not None:
+            if "rank" not in self.ranked_by or "rank" in key:
+                return self.blocks.frame(missing_rank=False, release=release)
+            if self.blocks.rank_count() == 1:
+                return self.blocks.frame(drop_rank=True, release=release)
+            return _fold([self.blocks.frame(release=release)], key)
         table = _fold(self.parts)
         if "rank" in self.ranked_by:
             if "rank" in key:  # a launch without a rank is in no (rank, step) (groupby's dropna)
@@ -117,13 +137,14 @@ class StepSums:
     def record(self, launches: Callable[[], Iterable[tuple]], names, seed: int = 0) -> dict | None:
         """The step-level record (see the module docstring); None when the trace has no steps. `launches()`:
         (group code, duration, step, rank) arrays of every launch with a duration, batch by batch (the rank all
-        NaN without ranks), the pass the shares by op take; `names`: the group of each code."""
-        if not self.parts:
+        NaN without ranks), the pass the shares by op take; `names`: the group of each code. The sums are
+        dropped once the table is built: record is their last use."""
+        if not self.parts and self.blocks is None:
             return None
         key = ["rank", "step"] if len(self.ranks) > 1 else ["step"]
-        return _record(
-            self.table(key), key, self, seed, lambda index, centred: _op_time(index, centred, launches), names
-        )
+        table = self.table(key, release=True)
+        self.blocks, self.parts = None, []  # the record is the sums' last use: given back before its fits
+        return _record(table, key, self, seed, lambda index, centred: _op_time(index, centred, launches), names)
 
 
 def _step_spans(run: pd.DataFrame, last_step: dict) -> tuple[int, dict] | None:
@@ -254,10 +275,15 @@ def _record(table: pd.DataFrame, key: list[str], sums: StepSums, seed: int, op_t
     size = pd.DataFrame(size).reindex(full_index)
     context = _context_table(table, key).reindex(full_index)
     y = time.to_numpy(np.float64)
-    Xs, size_names = _with_squares(size)
-    Xc, ctx_names = _with_squares(context)
-    size_test = share_test(Xs, y, size_names, seed=seed, residual_check=False)
-    both = share_test(np.column_stack([Xs, Xc]), y, size_names + ctx_names, seed=seed, residual_check=False)
+    fit = _fit_rows(n, seed)
+    if fit is not None:
+        record["steps_fitted"] = len(fit)
+    Xs, size_names = _with_squares(size if fit is None else size.iloc[fit])
+    Xc, ctx_names = _with_squares(context if fit is None else context.iloc[fit])
+    y_fit = y if fit is None else y[fit]
+    size_test = share_test(Xs, y_fit, size_names, seed=seed, residual_check=False)
+    both = share_test(np.column_stack([Xs, Xc]), y_fit, size_names + ctx_names, seed=seed, residual_check=False)
+    del Xs, Xc
     s = size_test.share if size_test.verdict != DECLINED else 0.0
     b = both.share if both.verdict != DECLINED else 0.0
     record["shares"] = {"size": s, "context": max(0.0, b - s), "unexplained": max(0.0, 1.0 - max(s, b))}
@@ -278,6 +304,16 @@ def _record(table: pd.DataFrame, key: list[str], sums: StepSums, seed: int, op_t
         for k, v in time.sort_values(ascending=False, kind="stable").head(5).items()
     ]
     return record
+
+
+def _fit_rows(n: int, seed: int) -> np.ndarray | None:
+    """The steps the share tests fit where there are more than STEP_FIT_CAP (a seeded sample, in step order),
+    None to fit all. Why a cap: the groups' fits see at most FIT_CAP launches each for the same reason; at 2 M steps
+    the two tests' cross-validation and 200 permutations took 26 s and 0.5 GB, while a share estimated on 100,000
+    steps has a standard error under 0.01. The step times, the shares by op and the median size stay exact."""
+    if n <= STEP_FIT_CAP:
+        return None
+    return np.sort(np.random.default_rng([seed, STEP_SAMPLE_STREAM]).choice(n, STEP_FIT_CAP, replace=False))
 
 
 def _at_median_size(size: pd.DataFrame, y: np.ndarray) -> dict | None:
@@ -335,6 +371,8 @@ def headline(record: dict | None, short=lambda s: s) -> str | None:
         f"; {percent(s['size'])} follows problem size, {percent(s['context'])} context, "
         f"{percent(s['unexplained'])} unexplained"
     )
+    if record.get("steps_fitted"):
+        text += f" (fitted on a sample of {record['steps_fitted']} steps)"
     at = record.get("at_median_size")
     if at:
         text += (
