@@ -168,7 +168,7 @@ def residual_dependence_of(scale_X: np.ndarray, fitted: np.ndarray, resid: np.nd
 def varying_columns(X: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:
     """Columns that vary and are finite everywhere."""
     keep = [k for k in range(X.shape[1]) if np.isfinite(X[:, k]).all() and np.ptp(X[:, k]) > 0]
-    return (X if len(keep) == X.shape[1] else X[:, keep]), [names[k] for k in keep]
+    return X[:, keep], [names[k] for k in keep]
 
 
 def verdict_of(share: float, p: float) -> str:
@@ -203,9 +203,10 @@ def share_test(
     X, names = varying_columns(X, names)
     if not names:  # constant features explain nothing: a certain answer, not a refusal
         return ShareTest(NOT_EXPLAINED, rows=n, reason="no recorded feature varies")
-    # scale columns so that lstsq's rank decisions do not depend on units (divided in place: one copy of X)
+    # scale columns so that lstsq's rank decisions do not depend on units (in place, in varying_columns' copy: its
+    # memory layout, which the fits' rounding follows, and one copy of X instead of three)
     scale = X.std(axis=0)
-    X = X - X.mean(axis=0)
+    X -= X.mean(axis=0)
     X /= scale
     y_scale = float(y.std())
     ys = (y - y.mean()) / y_scale
