@@ -2,7 +2,7 @@
 # Record tests/data/recorded/h100-torch-ncu/ on a machine with an NVIDIA GPU, Nsight Compute and PyTorch.
 # Usage: tools/record_ncu/record.sh OUTDIR [STEPS]
 # One profiling run (ncu -o), exported twice from the same report: the long "details" CSV and the wide
-# "--page raw" CSV, so both layouts describe the same launches; the report itself is kept as report.ncu-rep
+# "--page raw" CSV, so both layouts describe the same launches; the report itself is kept as report.ncu-rep.xz
 # (the .ncu-rep reader is tested against both exports). Clocks are not locked (--clock-control none) so the
 # durations keep their natural run-to-run variation, which is what gpuvar studies.
 set -euo pipefail
@@ -21,6 +21,6 @@ report=$(mktemp -d)/workload
 ncu --clock-control none --metrics "$metrics" -f -o "$report" python3 "$here/workload.py" --steps "$steps"
 ncu --import "$report.ncu-rep" --csv > "$out/details.csv"
 ncu --import "$report.ncu-rep" --csv --page raw > "$out/raw.csv"
-cp "$report.ncu-rep" "$out/report.ncu-rep"
+xz -9 -c "$report.ncu-rep" > "$out/report.ncu-rep.xz"  # ~54 MB whatever the launches (the profiled binaries); xz: ~2.4 MB
 echo "$metrics" | tr , '\n' > "$out/metrics_used.txt"
 wc -l "$out"/*.csv
