@@ -311,8 +311,8 @@ def _finalize(df: pd.DataFrame, table: str) -> pa.Table:
             arrays.append(arr)
             fields.append(pa.field(str(extra), arr.type))
             continue
-        if isinstance(values.dtype, pd.CategoricalDtype):
-            values = values.astype(object)
+        if isinstance(values.dtype, (pd.CategoricalDtype, pd.StringDtype)):  # pandas 3 reads text as `str`: as
+            values = values.astype(object)  # object, it is parsed as numbers where it is numbers, else Arrow's string
         if values.dtype == object:
             numeric = pd.to_numeric(values, errors="coerce")
             if numeric.notna().sum() == values.notna().sum():

@@ -205,7 +205,12 @@ def raw_frame(raw: RawTrace, name: str) -> pd.DataFrame:
             i = table.schema.get_field_index(f.name)
             if i >= 0 and not table.schema.field(i).type.equals(f.type):
                 table = table.set_column(i, f, table.column(i).cast(f.type))
-    return table.to_pandas()
+    frame = table.to_pandas()
+    text = [c for c, t in frame.dtypes.items() if isinstance(t, pd.StringDtype)]
+    if text:  # pandas 3 reads text as `str`: object columns with None, as the readers expect (and as pandas 2 reads)
+        frame = frame.astype({c: object for c in text})
+        frame[text] = frame[text].where(frame[text].notna(), None)
+    return frame
 
 
 # ------------------------------------------------------------------------------------------- column mapping
@@ -263,6 +268,7 @@ def map_amd_dispatch_columns(
 ) -> pd.DataFrame:
     """Rename rocprof v1 / Omniperf identity columns to canonical names, derive the 1-D grid, rename Table 1
     counters; every other column is kept under its source name."""
+    df = _consolidated(df)
     cols = set(df.columns)
     rename = canonical_renames(cols, AMD_COLUMNS)
     grd, wgr = first_present(cols, GRID_WORK_ITEMS), first_present(cols, WORKGROUP)
@@ -276,7 +282,7 @@ def map_amd_dispatch_columns(
             df = rename_columns(df, {grd: "grid_work_items"})
         # identical to workgroup_size, derived from block_x; dropped in one step: `del` split a wide object block
         # into a block per column (997 on a 0-row Omniperf file) and every later insert warned of fragmentation
-        df = df.drop(columns=[wgr])
+        df = _consolidated(df.drop(columns=[wgr]))
     if "arch_vgpr" in df.columns:
         df["registers_per_thread"] = df["arch_vgpr"]
     if "wave_size" not in df.columns and "vgpr" in rename:
@@ -293,6 +299,13 @@ def map_amd_dispatch_columns(
                 f"{changed} kernel name(s)"
             )
     return rename_table1(df)
+
+
+def _consolidated(df: pd.DataFrame) -> pd.DataFrame:
+    """A wide frame as one block per dtype: pandas 3 (copy on write) keeps a frame's columns in a block each after a
+    drop or a selection, and each insert into such a frame warns (PerformanceWarning). One copy consolidates it, as
+    pandas advises; a frame of a hundred columns or fewer is left as it is."""
+    return df.copy() if df.shape[1] > 100 else df
 
 
 def rename_table1(df: pd.DataFrame) -> pd.DataFrame:

@@ -64,7 +64,14 @@ def ints(column, fill: int = -1) -> np.ndarray:
 
 
 def texts(column) -> np.ndarray:
-    return np.asarray(column.to_pandas(), dtype=object) if column is not None else np.zeros(0, object)
+    """A text column as Python strings, None where missing. Read by Arrow itself: pandas 3's to_pandas() gives NaN
+    for a missing string, and an NVTX range whose text sits in StringIds (`text` null, `textId` set) then kept NaN
+    for a name (64 NCCL launches of a real capture lost their op)."""
+    if column is None:
+        return np.zeros(0, object)
+    if pa.types.is_dictionary(column.type):  # (Arrow's to_numpy of a dictionary column fills nulls with a value)
+        column = column.cast(column.type.value_type)
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
 
 
 def _kineto_host(raw) -> HostTimeline | None:
