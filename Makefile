@@ -18,7 +18,7 @@ FAST_WORKERS ?= 2
 XDIST := --dist loadgroup --no-loadscope-reorder
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env demo run run-slurm test test-fast lint dag clean mutation
+.PHONY: env demo run run-slurm test test-fast test-pandas3 lint dag clean mutation
 
 env: $(STAMP)
 
@@ -50,6 +50,12 @@ test-fast: $(STAMP)
 	pytest -q -x -n $(FAST_WORKERS) $(XDIST) -m "not slow and not slurm and not snakemake and not long" --ignore=tests/test_workflow.py --ignore=tests/test_paper.py \
 		--ignore=tests/test_slurm.py --ignore=tests/test_workflow_layer.py --ignore=tests/test_readme_commands.py \
 		--ignore=tests/test_shell_injection.py
+
+# the same unit and real-data tests against pandas 3 (CI pins pandas 2.3.3 in constraints.txt; a plain `pip install`
+# gets pandas 3): pandas 3 laid over the environment in .pandas3/, nothing of .venv changed
+test-pandas3: $(STAMP)
+	$(BIN)/pip install --quiet --no-deps --upgrade --target .pandas3 'pandas>=3,<4'
+	PYTHONPATH=$(CURDIR)/.pandas3 pytest -q -n $(FAST_WORKERS) $(XDIST) -m "not slow and not slurm" --ignore=tests/test_slurm.py
 
 # break the code on purpose (tools/mutation_check.py): every mutation must apply and be caught (~2.5 min; CI runs it)
 mutation: $(STAMP)
