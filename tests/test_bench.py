@@ -148,6 +148,12 @@ def test_bench_paper_scale_to_findings_runs_every_stage_to_the_page(tmp_path, ru
     assert [len(r) for r in out["stages"]["binning"]["peak_rss_mb_per_rank"]] == [2, 2]
     assert all(p > 0 for p in out["peak_rss_mb_max"].values())
     assert all(Path(p).suffix == ".sqlite" for p in out["data"])
+    # the two traces were written at once, each in its own process: the bytes one process writes alone
+    assert all(s is not None for s in out["generate_s"])
+    from gpuvar.bench.paper_pipeline import nsys_trace
+
+    alone, _ = nsys_trace(tmp_path / "alone", 3000, 0, 1)
+    assert Path(out["data"][1]).read_bytes() == alone.read_bytes()
 
 
 def test_bench_paper_scale_refuses_a_bad_size(tmp_path, run_cli):

@@ -51,6 +51,16 @@ def nsys_trace(data_dir: Path, rows: int, seed: int, variant: int) -> tuple[Path
     return path, round(time.perf_counter() - t0, 2)
 
 
+def write_traces(data_dir: Path, rows: int, seed: int, count: int, jobs: int) -> tuple[list[Path], list]:
+    """The `count` demo exports (nsys_trace), the missing ones written `jobs` at a time in their own processes: one
+    20 M-kernel export takes ~2 minutes to write, and a 16-core machine need not write four in a row."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=max(1, min(jobs, count))) as pool:
+        done = list(pool.map(nsys_trace, *zip(*((data_dir, rows, seed, v) for v in range(count)))))
+    return [path for path, _ in done], [seconds for _, seconds in done]
+
+
 def run_jobs(cmds: list[list[str]], logs: list[Path], jobs: int) -> tuple[float, list[dict]]:
     """Run the commands, `jobs` at a time; (wall seconds from the first start to the last end, per command its
     wall seconds and peak RSS). A failure is a GpuvarError with the command's last log line."""
@@ -143,11 +153,7 @@ def stage_commands(out: Path, trace: Path, name: str, args) -> dict[str, list[st
 def run_to_findings(args, paper: dict) -> int:
     if args.jobs <= 0:
         raise GpuvarError(f"--jobs must be positive, got {args.jobs}")
-    traces, generate_s = [], []
-    for variant in range(args.traces):
-        path, seconds = nsys_trace(args.data_dir, args.rows, args.seed, variant)
-        traces.append(path)
-        generate_s.append(seconds)
+    traces, generate_s = write_traces(args.data_dir, args.rows, args.seed, args.traces, args.jobs)
     load = os.getloadavg()[0]
     stages: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="gpuvar-paper-findings-") as tmp:

@@ -56,7 +56,7 @@ def configure_paper_scale(p):
         "--jobs",
         type=int,
         default=os.cpu_count() or 2,
-        help="--to findings: traces ingested, analysed and explained at once (default: the CPUs, %(default)s)",
+        help="--to findings: traces written, ingested, analysed and explained at once (default: the CPUs, %(default)s)",
     )
     p.add_argument(
         "--data-dir",
