@@ -15,7 +15,8 @@ two ways:
                step's time - the mean): one pass over the launches once the step times are known, instead of a
                table of time per (step, group), which holds a number per launch when steps are short.
 Steps with fewer than half the median number of launches are partial (the profiler's window cut them) and left
-out, counted.
+out, counted. Above STEP_FIT_CAP steps the two share tests fit a seeded sample of them (the record and the headline
+say so); the step times and the shares by op are over every step.
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ READS = ("step", "rank", "duration", "grid_size", "workgroup_size", *SIZE_SUMS, 
 
 class StepSums:
     """Per (rank, step) sums of the launches of one batch after another: what the step level needs, never the
-    launches (the shares by op take a second pass over them, `record`'s `launches`). A trace read whole is one
-    batch and its sums are the table's groupby sums themselves (nothing is added twice), so the record is the one
-    a whole-table computation gives; over several batches the partial sums are added (exact for the integer
-    durations, threads and counts of the canonical schema)."""
+    launches (the shares by op take a second pass over them, `record`'s `launches`). Each batch's groupby sums go
+    into blocks of arrays indexed by the step number (gpuvar.findings.step_table), or, where the steps are not whole
+    numbers or too sparse for blocks, into runs of tables; over several batches the partial sums are added (exact
+    for the integer durations, threads and counts of the canonical schema)."""
 
     def __init__(self, columns: list[str]):
         self.columns = set(columns)
