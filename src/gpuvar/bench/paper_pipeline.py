@@ -55,9 +55,10 @@ def write_traces(data_dir: Path, rows: int, seed: int, count: int, jobs: int) ->
     """The `count` demo exports (nsys_trace), the missing ones written `jobs` at a time in their own processes: one
     20 M-kernel export takes ~2 minutes to write, and a 16-core machine need not write four in a row."""
     from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
 
     with ProcessPoolExecutor(max_workers=max(1, min(jobs, count))) as pool:
-        done = list(pool.map(nsys_trace, *zip(*((data_dir, rows, seed, v) for v in range(count)))))
+        done = list(pool.map(partial(nsys_trace, data_dir, rows, seed), range(count)))
     return [path for path, _ in done], [seconds for _, seconds in done]
 
 

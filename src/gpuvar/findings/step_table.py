@@ -120,8 +120,9 @@ class StepBlocks:
         index = step if not self.ranked or drop_rank else pd.MultiIndex.from_arrays([rank, step])
         return pd.DataFrame(data, index=index, copy=False)
 
-    def rank_count(self, missing_rank: bool = True) -> int:
-        return sum(1 for v in self.rank_values if missing_rank or not np.isnan(v))
+    def rank_count(self) -> int:
+        """The ranks seen, launches without one counted as one more."""
+        return len(self.rank_values)
 
 
 def _concat(arrays: list[np.ndarray]) -> np.ndarray:

@@ -129,7 +129,7 @@ def normalize(raw: RawTrace) -> ReaderOutput:
     """Kernel rows with canonical names where known (amd_common's mapping), every other column kept."""
     source = Path(raw.source).name
     out = raw.start_output(None)
-    df = amd_common.map_amd_dispatch_columns(raw.tables[RAW_TABLE].to_pandas(), out, source)
+    df = amd_common.map_amd_dispatch_columns(amd_common.raw_frame(raw, RAW_TABLE), out, source)
     df = amd_common.check_timestamps(df, out, source)
     out.kernels = amd_common.drop_nameless(df, out)
     return out
