@@ -21,11 +21,13 @@ def canonical(tmp_path_factory):
     return pq.read_table(folder / "ingest" / "kernels.parquet").replace_schema_metadata(None).combine_chunks()
 
 
+@pytest.mark.parametrize("background", [False, True])
 @pytest.mark.parametrize("sizes", [[37, 150, 1, 300], [100, 100, 100], [1000]])
-def test_parts_make_the_whole_tables_file(canonical, tmp_path, sizes):
+def test_parts_make_the_whole_tables_file(canonical, tmp_path, sizes, background):
+    """Also with each row group encoded in a thread (background: the ingest in pieces)."""
     meta = {"source": "trap.sqlite", "format": "nsys-sqlite"}
     write_canonical(canonical, tmp_path / "whole.parquet", meta, row_group_rows=100)
-    with CanonicalWriter(tmp_path / "parts.parquet", meta, row_group_rows=100) as writer:
+    with CanonicalWriter(tmp_path / "parts.parquet", meta, row_group_rows=100, background=background) as writer:
         at = 0
         for size in sizes + [canonical.num_rows]:
             writer.add(canonical.slice(at, size))
@@ -42,6 +44,25 @@ def test_a_failed_write_leaves_no_file(canonical, tmp_path):
         with CanonicalWriter(target, {}, row_group_rows=100) as writer:
             writer.add(canonical.slice(0, 250))
             writer.add(canonical.slice(250, 10).drop_columns(["start"]))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_in_the_background_encoding_is_raised_and_leaves_no_file(canonical, tmp_path, monkeypatch):
+    """A row group that fails to encode in the writer's thread (a full disk) fails the write in the caller with the
+    one line naming the file, and the temporary file goes."""
+    import pyarrow.parquet as parquet
+
+    from gpuvar.errors import StageError
+
+    def full(self, table, row_group_size=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(parquet.ParquetWriter, "write_table", full)
+    target = tmp_path / "kernels.parquet"
+    with pytest.raises(StageError, match=r"cannot write .*kernels\.parquet: No space left on device"):
+        with CanonicalWriter(target, {}, row_group_rows=100, background=True) as writer:
+            for at in range(0, 400, 50):
+                writer.add(canonical.slice(at, 50))
     assert list(tmp_path.iterdir()) == []
 
 

@@ -185,3 +185,54 @@ def test_an_export_that_would_not_fit_whole_is_taken_in_pieces(trap, tmp_path, m
     normalized = normalize_folder(tmp_path / "raw", tmp_path / "normalized")
     assert normalized["pieces"]["count"] >= 1
     assert_same_as_memory(tmp_path / "memory", {tmp_path / "normalized": normalized})
+
+
+def test_pieces_prepared_by_worker_processes_are_the_same_bytes(trap, tmp_path):
+    """`--workers 2`: the pieces fetched and normalized in two processes ahead of the one being written
+    (gpuvar.ingest.nsys_piece_work), the launch ids offset after, the drops and unresolved names summed in piece
+    order: the in-memory bytes and report, from the export and from the raw tables of `gpuvar read`."""
+    from gpuvar.ingest import normalize_folder
+    from gpuvar.ingest.nsys_sources import write_raw_in_ranges
+
+    memory = ingest(trap, tmp_path / "memory", pieces=IN_MEMORY)
+    pieces = ingest(trap, tmp_path / "pieces", pieces=PieceSettings(above=0, rows=60, workers=2))
+    assert pieces["pieces"]["count"] >= 30
+    _same(tmp_path, memory, pieces)
+    write_raw_in_ranges(trap, tmp_path / "raw", True, 100)
+    normalized = normalize_folder(tmp_path / "raw", tmp_path / "normalized", PieceSettings(above=0, workers=1, rows=90))
+    assert normalized["pieces"]["count"] >= 20
+    assert_same_as_memory(tmp_path / "memory", {tmp_path / "normalized": normalized})
+    assert not list((tmp_path / "pieces").glob(".gpuvar-pieces-*"))  # the workers' files went with the folder
+
+
+def test_real_export_with_launch_calls_prepared_by_workers(tmp_path):
+    """The real 2-GPU capture with its CUDA API calls: the kept rows' rowids (for the launches' facts) come back
+    from the workers with each piece."""
+    source = real_file(f"{REAL}/mfu_2gpu_after.sqlite")
+    memory = ingest(source, tmp_path / "memory", pieces=IN_MEMORY)
+    pieces = ingest(source, tmp_path / "pieces", pieces=PieceSettings(above=0, rows=300, workers=2))
+    assert pieces["pieces"]["count"] >= 10
+    _same(tmp_path, memory, pieces)
+
+
+def test_a_worker_killed_is_one_line_naming_the_export(trap, tmp_path, monkeypatch):
+    """A worker process that dies (the out-of-memory killer) stops the ingest with one StageError line naming the
+    export; no table is left in the output folder."""
+    import os
+    import signal
+
+    from gpuvar.errors import StageError
+    from gpuvar.ingest.nsys_piece_work import PieceWork
+
+    result = PieceWork.result
+
+    def killed(self, k):
+        ready = result(self, k)  # (the pool's processes exist once a piece is back)
+        for pid in list(self.pool._processes):
+            os.kill(pid, signal.SIGKILL)
+        return ready
+
+    monkeypatch.setattr(PieceWork, "result", killed)
+    with pytest.raises(StageError, match=r"trap\.sqlite: a worker preparing its pieces .* killed \(out of memory\?\)"):
+        ingest(trap, tmp_path / "out", pieces=PieceSettings(above=0, rows=100, workers=1))
+    assert not list((tmp_path / "out").glob("*.parquet"))

@@ -150,14 +150,26 @@ class CanonicalWriter:
     """A canonical table written in parts that arrive sorted (each part sorted, and after the one before): the file
     write_canonical makes of the whole table, with the same row groups (ROW_GROUP_ROWS rows, the last shorter) and
     options, holding at most a row group and a part. Used as a context manager; the file is in place on a clean
-    exit, and nothing is on error (gpuvar.output.replacing)."""
+    exit, and nothing is on error (gpuvar.output.replacing).
+    background: each row group is combined and encoded in a thread while the caller makes the next parts (the
+    encoder releases the GIL; an export's ingest spends a quarter of its time there), at most one row group in
+    flight, so the writer holds one row group more. The same calls in the same order: the same bytes."""
 
-    def __init__(self, path: str | Path, metadata: dict | None = None, row_group_rows: int = ROW_GROUP_ROWS):
+    def __init__(
+        self,
+        path: str | Path,
+        metadata: dict | None = None,
+        row_group_rows: int = ROW_GROUP_ROWS,
+        background: bool = False,
+    ):
         self.path, self.metadata, self.row_group_rows = Path(path), metadata, row_group_rows
         self.parts: list[pa.Table] = []
         self.buffered = 0
         self.schema: pa.Schema | None = None
         self.writer: pq.ParquetWriter | None = None
+        self.background = background
+        self._pool = None
+        self._pending = None  # the row group being written in the background (a Future)
 
     def __enter__(self) -> CanonicalWriter:
         self._stack = ExitStack()
@@ -182,6 +194,24 @@ class CanonicalWriter:
         columns, rest = whole.slice(0, rows).columns, whole.slice(rows)
         self.parts, self.buffered = ([rest] if rest.num_rows else []), rest.num_rows
         del whole
+        self._wait()  # (one row group in flight: the writer's order and memory)
+        if not self.background:
+            self._encode(columns)
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuvar-parquet")
+        self._pending = self._pool.submit(self._encode, columns)
+        del columns
+
+    def _wait(self) -> None:
+        """Wait for the row group in flight; its error, if any, is raised here."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _encode(self, columns: list) -> None:
         # combined a column at a time, each column's parts let go once it is combined: the table combined at once
         # held the parts and their copy together, two row groups (0.5 GB of a 61-column real capture) under the
         # encoder's peak; now the parts and one column's copy
@@ -198,10 +228,15 @@ class CanonicalWriter:
     def _finish(self) -> None:
         if self.schema is None:
             raise ValueError(f"{self.path}: no part was written")
+        self._wait()  # (the first row group makes the writer)
         if self.buffered or self.writer is None:
             self._write(self.buffered)
+        self._wait()
 
     def _close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)  # (on error: the row group in flight ends before the file is removed)
+            self._pool = self._pending = None
         if self.writer is not None:
             self.writer.close()
             self.writer = None

@@ -179,6 +179,14 @@ class Ingest(Strict):
         description="Nsight Systems: also read the export columns the "
         "canonical schema does not use (kept under their own names)",
     )
+    workers: Int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Nsight Systems exports ingested in pieces (above 2 M kernel rows): worker processes that fetch "
+        "and normalize the pieces ahead of the one being written (0: a thread); the workflow's normalize job asks "
+        "for 1 + workers cores",
+    )
 
 
 class Targets(Strict):

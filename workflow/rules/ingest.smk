@@ -54,7 +54,7 @@ rule normalize_columns:
     priority: 1
     conda:
         ENV
-    threads: 1
+    threads: 1 + CFG.ingest.workers
     resources:
         mem_mb=REG.ingest_mb,
         runtime=20,
@@ -62,6 +62,8 @@ rule normalize_columns:
         command="normalize",
         positional=lambda wildcards, input: input.raw,
         output=lambda wildcards, output: files.folder(output.report),
+        # an export in pieces: its worker processes, the cores Snakemake gave the job but one
+        workers=lambda wildcards, threads: threads - 1,
     script:
         GPUVAR
 

@@ -107,7 +107,7 @@ def stage_commands(out: Path, trace: Path, name: str, args) -> dict[str, list[st
     mpiexec = Path(sys.executable).with_name("mpiexec")
     launcher = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(args.ranks)]
     return {
-        "ingest": [*GPUVAR, "ingest", str(trace), "-o", str(ingest)],
+        "ingest": [*GPUVAR, "ingest", str(trace), "-o", str(ingest), "--workers", str(args.ingest_workers)],
         "binning": [
             *launcher,
             *GPUVAR,

@@ -59,6 +59,12 @@ def configure_paper_scale(p):
         help="--to findings: traces written, ingested, analysed and explained at once (default: the CPUs, %(default)s)",
     )
     p.add_argument(
+        "--ingest-workers",
+        type=int,
+        default=0,
+        help="--to findings: `gpuvar ingest --workers` of each trace (default: %(default)s)",
+    )
+    p.add_argument(
         "--data-dir",
         type=Path,
         default=Path(tempfile.gettempdir()) / "gpuvar-bench-binning",

@@ -28,15 +28,23 @@ def one_or_all(sources: list[str]):
     return sources[0] if len(sources) == 1 else sources
 
 
+WORKERS = "--workers", "ingest", "workers"
+
+
 def configure(p):
+    from gpuvar.options import ConfigOption, add_options
+
     add_source_arguments(p, "output folder")
+    add_options(p, (ConfigOption(*WORKERS),))
 
 
 def run(args) -> int:
     from gpuvar.ingest import ingest
     from gpuvar.ingest.footprint import peak_bytes, warn_if_short
+    from gpuvar.ingest.nsys_plan import PieceSettings
 
     warn_if_short("ingest", args.source[0], peak_bytes(args.source, args.format))
-    report = ingest(one_or_all(args.source), args.output, args.format, keep_vendor_columns=args.keep_vendor_columns)
+    pieces = PieceSettings(workers=args.workers)
+    report = ingest(one_or_all(args.source), args.output, args.format, args.keep_vendor_columns, pieces)
     print(json.dumps({"format": report["format"], "tables": report["tables"]}, sort_keys=True))
     return 0

@@ -8,12 +8,17 @@ import json
 
 def configure(p):
     p.add_argument("raw", help="output folder of `gpuvar read`")
+    from gpuvar.ingest.cli import WORKERS
+    from gpuvar.options import ConfigOption, add_options
+
     p.add_argument("--output", "-o", required=True, help="output folder of the canonical tables")
+    add_options(p, (ConfigOption(*WORKERS),))
 
 
 def run(args) -> int:
     from gpuvar.ingest import normalize_folder
+    from gpuvar.ingest.nsys_plan import PieceSettings
 
-    report = normalize_folder(args.raw, args.output)
+    report = normalize_folder(args.raw, args.output, PieceSettings(workers=args.workers))
     print(json.dumps({"format": report["format"], "tables": report["tables"]}, sort_keys=True))
     return 0

@@ -39,7 +39,6 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpuvar.canonical_io import CanonicalWriter, sort_canonical, write_canonical
+from gpuvar.canonical_io import CanonicalWriter, from_numpy, sort_canonical, write_canonical
 from gpuvar.heap import give_back
 from gpuvar.ingest import books, finish_report, nsys, recorded_duplicates, report_head
 from gpuvar.ingest.base import ReaderOutput, in_wal_mode
@@ -74,6 +73,7 @@ from gpuvar.ingest.gpu_identity import Recorded, single_trace_gpus, single_trace
 from gpuvar.ingest.host_timeline import MISSING
 from gpuvar.ingest.nsys_host_facts import COPY_FACTS, Scratch, has_launch_calls, host_facts
 from gpuvar.ingest.nsys_host_parquet import ParquetFacts
+from gpuvar.ingest.nsys_piece_work import KERNEL_LIGHT, PieceWork, Prepared
 from gpuvar.ingest.nsys_plan import (
     NotInPieces,
     PieceSettings,
@@ -81,7 +81,6 @@ from gpuvar.ingest.nsys_plan import (
     bucket_copies,
     exact_ints,
     kept_rows,
-    light_columns,
     make_plan,
     sum_step_threads,
 )
@@ -91,7 +90,7 @@ from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
 from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
 from gpuvar.ingest.step_store import DENSE_STEPS, FirstStarts
 from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
-from gpuvar.schema import empty_memcpy, finalize_kernels, finalize_memcpy
+from gpuvar.schema import empty_memcpy, finalize_memcpy
 
 log = logging.getLogger("gpuvar.ingest.nsys_pieces")
 
@@ -128,34 +127,8 @@ class _State:
     host: Scratch | None = None  # an export with launch calls: the facts of its launches (nsys_host_facts)
 
 
-_KERNEL_LIGHT = ("start", "end", "device_id", "stream_id", "rank", "process_id")  # context and co-running inputs
-
-
-def _normalize_kernels(table: pa.Table, head: nsys.ExportHead, out, offset: int, unresolved: dict | None):
-    """Canonical kernels of fetched rows, as the in-memory path makes them, launch ids from `offset`; (table, rows
-    after the reader's own drops: the launch ids they took)."""
-
-    keep = bool(head.raw.info.get("keep_vendor_columns", True))
-    frame = nsys._kernels(table.drop_columns([ROWID]), head.raw.tables.get(nsys.RAW_STRINGS), out, keep, unresolved)
-    frame["launch_id"] = frame["launch_id"] + offset
-    kernels = drop_negative_durations(finalize_kernels(frame), out, "kernels")
-    require_int64_times(nsys.FORMAT, kernels=kernels)
-    return kernels, len(frame)
-
-
-def _ahead(source, head: nsys.ExportHead, plan: Plan, k: int) -> pd.DataFrame | None:
-    """Kernels of the later pieces that start by piece k's last end (light canonical columns), None if none."""
-    piece = plan.pieces[k]
-    later = [p for p in plan.pieces[k + 1 :] if p.first <= piece.last_end]
-    if not later:
-        return None
-    chunk = source.fetch(nsys.KERNEL_TABLE, head.k_cols, piece.hi, later[-1].hi, start_max=piece.last_end)
-    kernels, _ = _normalize_kernels(chunk, head, ReaderOutput(nsys.FORMAT, None), 0, {})
-    return input_frame(kernels, _KERNEL_LIGHT)
-
-
-def _merge_drops(into: ReaderOutput, part: ReaderOutput) -> None:
-    for table, reasons in part.dropped.items():
+def _merge_drops(into: ReaderOutput, dropped: dict) -> None:
+    for table, reasons in dropped.items():
         for reason, count in reasons.items():
             into.drop(table, reason, count)
 
@@ -209,7 +182,7 @@ def _copies(table: pa.Table, head: nsys.ExportHead, kind_names, state: _State) -
         if len(op) != memcpy.num_rows:
             raise RuntimeError(f"{len(op)} copy facts for {memcpy.num_rows} copies")
         memcpy = copies_from_facts(memcpy, op, step, state.host.facts)
-    _merge_drops(state.out, part)
+    _merge_drops(state.out, part.dropped)
     state.memcpy.duplicates += recorded_duplicates(memcpy)
     state.memcpy.rows_written += memcpy.num_rows
     state.memcpy.columns = memcpy.num_columns
@@ -306,23 +279,29 @@ def _carry(state: _State, ext: pd.DataFrame, upto: int, next_first: int | None) 
     state.carry = both[open_ | last].reset_index(drop=True)
 
 
-def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, corun_on, table) -> None:
+def _offset_launches(kernels: pa.Table, offset: int) -> pa.Table:
+    """The piece's launch ids (from 0) after the `offset` launches of the pieces before."""
+    at = kernels.schema.get_field_index("launch_id")
+    ids = from_numpy(exact_ints(kernels.column(at)) + offset)
+    return kernels.set_column(at, kernels.schema.field(at), ids)
+
+
+def _piece(head, plan, k, state, files, kind_names, writers, recorded, corun_on, ready: Prepared) -> None:
 
     piece = plan.pieces[k]
-    nsys.check_times(source.path, table, nsys.KERNEL_TABLE)
-    rowids = _kept_rowids(table) if state.host is not None else None
-    part = ReaderOutput(nsys.FORMAT, None)
-    kernels, taken = _normalize_kernels(table, head, part, state.launch_offset, state.unresolved)
-    del table
-    state.launch_offset += taken
-    _merge_drops(state.out, part)
+    kernels, rowids = _offset_launches(ready.kernels, state.launch_offset), ready.rowids
+    ready.kernels = None
+    state.launch_offset += ready.taken
+    _merge_drops(state.out, ready.dropped)
+    for column, count in ready.unresolved.items():
+        state.unresolved[column] = state.unresolved.get(column, 0) + count
     n = kernels.num_rows
     if n != piece.kept:
         raise RuntimeError(f"piece {k}: {n} kernels kept where the plan counted {piece.kept}")
     if writers.get("memcpy") is not None:
         _read_buckets(state, plan, k, files, head, kind_names, writers["memcpy"])
-    light = input_frame(kernels, _KERNEL_LIGHT)
-    frames = [f for f in (state.carry, light, _ahead(source, head, plan, k)) if f is not None and len(f)]
+    light = input_frame(kernels, KERNEL_LIGHT)
+    frames = [f for f in (state.carry, light, ready.ahead) if f is not None and len(f)]
     ext = pd.concat(frames, ignore_index=True) if len(frames) > 1 else light
     state.held_kernels = max(state.held_kernels, len(ext))
     first = len(state.carry) if state.carry is not None and len(state.carry) else 0
@@ -335,6 +314,7 @@ def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, c
     corun = _corun(state, ext, rows, recorded) if corun_on else {}
     _carry(state, ext, first + n, plan.pieces[k + 1].first if k + 1 < len(plan.pieces) else None)
     del ext, light
+    ready.ahead = None
     if state.host is not None:
         facts, shapes = state.host.piece_facts(piece, rowids, exact_ints(kernels.column("start")))
         kernels = add_sites_from_facts(kernels, facts, state.host.facts, state.summary)
@@ -342,7 +322,13 @@ def _piece(source, head, plan, k, state, files, kind_names, writers, recorded, c
             kernels = set_columns(kernels, {name: pa.array(values, type=pa.float64(), from_pandas=True)})
     else:
         kernels, _ = add_call_sites(
-            None, part, kernels, None, host=None, iterations=_iterations_of(plan, state, kernels), summary=state.summary
+            None,
+            ReaderOutput(nsys.FORMAT, None),  # (with a summary, the note is the summary's)
+            kernels,
+            None,
+            host=None,
+            iterations=_iterations_of(plan, state, kernels),
+            summary=state.summary,
         )
     offsets = pa.array(_step_offsets(state, kernels), type=pa.float64(), from_pandas=True)
     kernels = append_context(kernels, context | {"ctx_step_offset_ns": offsets})
@@ -503,7 +489,7 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
                 plan.step_threads = _plan_step_threads(*host.facts.step_threads)
             else:
                 sum_step_threads(source, head, plan)
-            return _write(source, output, head, plan, files, copy_rows, t0, settings, host)
+            return _write(source, output, head, plan, files, copy_rows, t0, settings, folder, host)
         except NotInPieces as exc:  # (the files pass 3 was writing are removed: canonical_io writes them atomically)
             log.info("%s: ingested in memory: %s", source.path, exc)
             return None
@@ -513,14 +499,9 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _kept_rowids(table: pa.Table) -> np.ndarray:
-    """The rowids of the fetched rows the reader keeps."""
-    light = light_columns(table)
-    return light["rowid"][kept_rows(light["start"], light["end"], light["valid"])]
-
-
-def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSettings, host=None) -> dict:
-    """Pass 3 and the report. host: the Scratch of an export with launch calls (nsys_host_facts), else None."""
+def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSettings, folder, host=None) -> dict:
+    """Pass 3 and the report (folder: the temporary one). host: the Scratch of an export with launch calls
+    (nsys_host_facts), else None."""
 
     label = head.raw.source
     out = nsys.start_output(head.raw)
@@ -533,21 +514,12 @@ def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSett
     corun_on = len(plan.processes) >= 2
     meta = {"source": label, "format": nsys.FORMAT}
     with ExitStack() as stack:
-        writers = {"kernels": stack.enter_context(CanonicalWriter(output / KERNELS_TABLE, meta))}
+        writers = {"kernels": stack.enter_context(CanonicalWriter(output / KERNELS_TABLE, meta, background=True))}
         if head.m_cols is not None:
-            writers["memcpy"] = stack.enter_context(CanonicalWriter(output / MEMCPY_TABLE, meta))
-        pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
-
-        def fetch(k: int):  # the next piece is read while this one is worked on (connectorx releases the GIL)
-            piece = plan.pieces[k]
-            return pool.submit(source.fetch, nsys.KERNEL_TABLE, head.k_cols, piece.lo, piece.hi)
-
-        pending = fetch(0)
+            writers["memcpy"] = stack.enter_context(CanonicalWriter(output / MEMCPY_TABLE, meta, background=True))
+        work = stack.enter_context(PieceWork(source, head, plan, settings.workers, host is not None, folder))
         for k in range(len(plan.pieces)):
-            table = pending.result()
-            pending = fetch(k + 1) if k + 1 < len(plan.pieces) else None
-            _piece(source, head, plan, k, state, files, kind_names, writers, recorded, corun_on, table)
-            del table
+            _piece(head, plan, k, state, files, kind_names, writers, recorded, corun_on, work.result(k))
         if head.m_cols is not None and writers["memcpy"].schema is None:  # no copy row at all: the empty table
             empty = source.fetch(nsys.MEMCPY_TABLE, head.m_cols, 0, 0).drop_columns([ROWID])
             writers["memcpy"].add(_copies(empty, head, kind_names, state))

@@ -34,6 +34,7 @@ class PieceSettings:
     above: int | None = 2_000_000  # None: never in pieces
     rows: int = 1 << 16
     when_short: bool = True
+    workers: int = 0  # processes preparing the pieces ahead (gpuvar.ingest.nsys_piece_work); 0: a thread
 
 
 class NotInPieces(Exception):
