@@ -85,6 +85,7 @@ def test_real_exports_without_host_tables_in_pieces(name, tmp_path):
     con.close()
     memory, pieces = _both(source, tmp_path, rows=200)
     assert pieces["pieces"]["count"] >= 15
+    assert pieces["pieces"]["copies"] == "rowid ranges (stored in start order)"  # as nsys stores them
     assert any("2 processes" in n for n in memory["notes"])  # two GPUs, two processes: co-running columns
     _same(tmp_path, memory, pieces)
 
@@ -224,15 +225,56 @@ def test_a_worker_killed_is_one_line_naming_the_export(trap, tmp_path, monkeypat
     from gpuvar.errors import StageError
     from gpuvar.ingest.nsys_piece_work import PieceWork
 
-    result = PieceWork.result
+    take = PieceWork.take
 
-    def killed(self, k):
-        ready = result(self, k)  # (the pool's processes exist once a piece is back)
+    def killed(self, task):
+        ready = take(self, task)  # (the pool's processes exist once a task is back)
         for pid in list(self.pool._processes):
             os.kill(pid, signal.SIGKILL)
         return ready
 
-    monkeypatch.setattr(PieceWork, "result", killed)
+    monkeypatch.setattr(PieceWork, "take", killed)
     with pytest.raises(StageError, match=r"trap\.sqlite: a worker preparing its pieces .* killed \(out of memory\?\)"):
         ingest(trap, tmp_path / "out", pieces=PieceSettings(above=0, rows=100, workers=1))
     assert not list((tmp_path / "out").glob("*.parquet"))
+
+
+@pytest.mark.parametrize("null_start", [False, True])
+def test_copies_stored_in_start_order_are_fetched_by_rowid_range(trap, tmp_path, null_start):
+    """Copies stored in start order (as nsys stores them) are fetched piece by piece by rowid range instead of
+    being sorted into files first (nsys_plan.copy_ranges): the planted copies (lasting many iterations, before the
+    first kernel and after the last, on kernels' boundaries) re-stored in start order give the in-memory bytes.
+    A null start among them takes the files (its bucket is the first), with the same bytes."""
+    source = tmp_path / "sorted.sqlite"
+    shutil.copyfile(trap, source)
+    con = sqlite3.connect(source)
+    con.execute("CREATE TABLE c AS SELECT * FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY start, rowid")
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY SELECT * FROM c")
+    con.execute("DROP TABLE c")
+    if null_start:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET start = NULL WHERE rowid = 40")
+    con.commit()
+    con.close()
+    memory = ingest(source, tmp_path / "memory", pieces=IN_MEMORY)
+    for workers in (0, 2):
+        pieces = ingest(source, tmp_path / "pieces", pieces=PieceSettings(above=0, rows=70, workers=workers))
+        way = "sorted into files" if null_start else "rowid ranges (stored in start order)"
+        assert pieces["pieces"]["copies"] == way
+        assert pieces["pieces"]["count"] >= 20
+        _same(tmp_path, dict(memory), pieces)
+
+
+def test_the_demo_exports_store_their_copies_in_start_order(tmp_path):
+    """The demo's Nsight Systems export stores kernels and copies by start, as every real export does (its copies
+    are made a chunk of launches at a time, and a chunk's last copies may start after the next chunk's first)."""
+    import numpy as np
+
+    from gpuvar.demo.nsys_writer import write_nsys_demo
+
+    write_nsys_demo(tmp_path / "demo.sqlite", 600_000, seed=1)
+    con = sqlite3.connect(tmp_path / "demo.sqlite")
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"):
+        starts = np.array([r[0] for r in con.execute(f"SELECT start FROM {table} ORDER BY rowid")])
+        assert len(starts) > 100_000 and (np.diff(starts) >= 0).all(), table
+    con.close()

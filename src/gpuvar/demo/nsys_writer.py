@@ -269,11 +269,15 @@ def write_nsys_demo(path, rows: int, seed: int, variant: int = 0, draw: int = 0,
             con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", _metadata(path, rows, seed, variant))
             k_sql = f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * len(KERNEL_COLUMNS))})"
             m_sql = f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES ({', '.join('?' * len(MEMCPY_COLUMNS))})"
+            held = None  # copies that may start after the next chunk's first (_in_start_order)
             for chunk in synth.generate(rows, seed, variant, chunk_rows=250_000, draw=draw, change=change):
                 con.executemany(k_sql, _kernel_rows(chunk.kernels, name_ids, global_pid))
-                con.executemany(m_sql, _memcpy_rows(chunk.memcpy, global_pid))
+                ready, held = _in_start_order(held, chunk.memcpy)
+                con.executemany(m_sql, _memcpy_rows(ready, global_pid))
                 kernel_rows += len(chunk.kernels["start"])
                 memcpy_rows += len(chunk.memcpy["start"])
+            if held is not None:
+                con.executemany(m_sql, _memcpy_rows(held, global_pid))
             con.execute("COMMIT")
         finally:
             con.close()
@@ -285,6 +289,19 @@ def write_nsys_demo(path, rows: int, seed: int, variant: int = 0, draw: int = 0,
         "seed": seed,
         "variant": variant,
     }
+
+
+def _in_start_order(held: dict | None, memcpy: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """(the copies to write now, those held back): the copies in start order, as Nsight Systems stores its activity
+    tables (every real export in ../shared/data/real: kernels and copies by start), which lets the ingest in pieces
+    fetch a piece's copies by rowid range (gpuvar.ingest.nsys_plan.copy_ranges). The synthetic copies come in launch
+    order, a chunk at a time, and a chunk's last copies may start after the next chunk's first: those starting from
+    this chunk's first are held back and sorted with the next."""
+    both = memcpy if held is None else {name: np.concatenate([held[name], memcpy[name]]) for name in memcpy}
+    order = np.argsort(both["start"], kind="stable")
+    both = {name: np.asarray(values)[order] for name, values in both.items()}
+    cut = int(np.searchsorted(both["start"], memcpy["start"].min(), side="left")) if len(memcpy["start"]) else 0
+    return {n: v[:cut] for n, v in both.items()}, {n: v[cut:] for n, v in both.items()}
 
 
 def _metadata(path: Path, rows: int, seed: int, variant: int) -> list[tuple[str, str]]:

@@ -1,16 +1,18 @@
 """The part of pass 3 of an export ingested in pieces (gpuvar.ingest.nsys_pieces) that no piece carries to the next,
-done ahead for the pieces to come, in worker processes.
+done ahead for the pieces to come, in worker processes: the kernels of each piece and the copies of each bucket.
 
 Why: one process ingested an export piece after piece (2.5 s a million launches on the 2-core VM, 5.9 s on a
 16-core Xeon) while the machine's other cores waited. A piece's kernel rows fetched and normalized (names,
 canonical columns, the reader's drops) and the later kernels its context needs depend on nothing carried from piece
-to piece but the launch-id offset, which the main process adds after. So workers prepare pieces ahead while the main
+to piece but the launch-id offset, which the main process adds after; so do a bucket's copies (normalized, sorted,
+their context inputs), except where an export's launch calls place them (the main process holds those facts). So workers prepare pieces ahead while the main
 process carries the state (context, call sites, step offsets) and writes in order: the same bytes for any number of
 workers (tests/test_nsys_piece_work.py).
 
-PieceWork(workers=0) prepares each next piece in a thread, as pass 3 always fetched it; workers >= 1 uses that
-many processes (spawned: the main process runs connectorx's and Arrow's threads, which a fork would copy mid-lock),
-with up to workers + 1 pieces prepared or in preparation, which bounds the main process's memory.
+PieceWork(workers=0) prepares the next piece or bucket in a thread while the main process works on one; workers >= 1
+uses that many processes (spawned: the main process runs connectorx's and Arrow's threads, which a fork would copy
+mid-lock), with up to workers + 1 tasks prepared or in preparation, which bounds the main process's memory. The tasks
+run in the order pass 3 takes them: piece k, then the buckets up to the last one its kernels can overlap.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from gpuvar.errors import worker_death
 from gpuvar.ingest import nsys
 from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.context import input_frame
+from gpuvar.ingest.host_timeline import MISSING
 from gpuvar.ingest.nsys_plan import kept_rows, light_columns
 from gpuvar.ingest.nsys_sources import ROWID
 from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
@@ -80,21 +83,90 @@ def prepare(source, head: nsys.ExportHead, span: tuple, ahead: tuple | None, row
     return Prepared(kernels, taken, dropped, unresolved, kept, later)
 
 
-_WORKER: dict = {}  # a worker process's source, export head and scratch folder (set once, by _start)
+@dataclass
+class PreparedCopies:
+    """A bucket's copies as pass 3 takes them."""
+
+    memcpy: pa.Table  # canonical, launch ids from 0; sorted unless `facts`
+    taken: int  # rows after the reader's own drops: the launch ids they took
+    dropped: dict
+    facts: tuple | None  # (launching op, step) per row where the export's launch calls place the copies (the caller
+    # sets them: copies_from_facts), else None
+    light: pd.DataFrame | None = None  # the copies' context inputs (COPY_INPUTS) in bucket order, when facts is None
+    duplicates: int = 0  # rows repeating an earlier one (recorded_duplicates), when facts is None
 
 
-def _start(source, head, folder: Path) -> None:
-    _WORKER.update(source=source, head=head, folder=Path(folder))
+def prepare_copies(bucket, head: nsys.ExportHead, kind_names: dict, source=None, schema=None) -> PreparedCopies:
+    """The canonical copies of a bucket, as the in-memory path makes them, launch ids from 0. bucket: its IPC file
+    (removed once read), a table, or its rowid range (lo, hi) in `source`, fetched and cast to `schema`."""
+    from gpuvar.canonical_io import sort_canonical
+    from gpuvar.ingest import recorded_duplicates
+    from gpuvar.ingest.call_sites import copies_without_host
+    from gpuvar.ingest.context import COPY_INPUTS
+    from gpuvar.ingest.nsys_host_facts import COPY_FACTS
+    from gpuvar.ingest.nsys_plan import exact_ints
+    from gpuvar.schema import finalize_memcpy
+
+    table = bucket
+    if isinstance(bucket, tuple):
+        table = source.fetch(nsys.MEMCPY_TABLE, head.m_cols, *bucket).drop_columns([ROWID])
+        nsys.check_times(source.path, table, nsys.MEMCPY_TABLE)
+        table = table.cast(schema) if table.schema != schema else table
+    elif not isinstance(bucket, pa.Table):
+        with pa.ipc.open_stream(bucket) as reader:
+            table = reader.read_all()
+        os.unlink(bucket)
+    part, facts = ReaderOutput(nsys.FORMAT, None), None
+    if COPY_FACTS[0] in table.column_names:  # the copies' facts, for the rows the reader keeps
+        start, end = table.column("start"), table.column("end")
+        valid = ~(np.asarray(start.is_null()) | np.asarray(end.is_null()))
+        kept = kept_rows(exact_ints(start, 0), exact_ints(end, 0), valid)
+        facts = (exact_ints(table.column(COPY_FACTS[0]))[kept], exact_ints(table.column(COPY_FACTS[1]), MISSING)[kept])
+        table = table.drop_columns(list(COPY_FACTS))
+    frame = nsys._memcpy(table, kind_names, part, bool(head.raw.info.get("keep_vendor_columns", True)))
+    memcpy = drop_negative_durations(finalize_memcpy(frame), part, "memcpy")
+    require_int64_times(nsys.FORMAT, memcpy=memcpy)
+    dropped = {table: dict(reasons) for table, reasons in part.dropped.items()}
+    ready = PreparedCopies(memcpy, len(frame), dropped, facts)
+    if facts is None:
+        memcpy = copies_without_host(memcpy)
+        ready.light, ready.duplicates = input_frame(memcpy, COPY_INPUTS), recorded_duplicates(memcpy)
+        ready.memcpy = sort_canonical(memcpy)
+    return ready
 
 
-def _prepare_there(k: int, span: tuple, ahead: tuple | None, rowids: bool) -> Prepared:
-    """prepare() in a worker; the kernels go back as an Arrow IPC file in the scratch folder, which the main process
+def context_of(inputs: pd.DataFrame, copies: pd.DataFrame | None, rows: slice) -> dict:
+    """The context columns (gpuvar.ingest.context.context_columns) of a piece's rows, `rows` of `inputs`: the
+    kernels carried from the pieces before, the piece's and the later ones starting by its last end."""
+    from gpuvar.ingest.context import context_columns
+
+    return {name: values[rows] for name, values in context_columns(inputs, copies).items()}
+
+
+_WORKER: dict = {}  # a worker process's source, export head, copy kinds and scratch folder (set once, by _start)
+
+
+def _start(source, head, kind_names: dict, folder: Path) -> None:
+    _WORKER.update(source=source, head=head, kind_names=kind_names, folder=Path(folder))
+
+
+def _run(task: tuple, args: tuple):
+    """A task in this process: ("piece", k) -> prepare(...), ("copies", j) -> prepare_copies(...)."""
+    if task[0] == "piece":
+        return prepare(_WORKER["source"], _WORKER["head"], *args)
+    return prepare_copies(args[0], _WORKER["head"], _WORKER["kind_names"], _WORKER["source"], args[1])
+
+
+def _run_there(task: tuple, args: tuple):
+    """A task in a worker; its table goes back as an Arrow IPC file in the scratch folder, which the main process
     maps instead of unpickling 40 MB a piece from a pipe (2-3x the piece's preparation in its own time)."""
-    ready = prepare(_WORKER["source"], _WORKER["head"], span, ahead, rowids)
-    path = _WORKER["folder"] / f"piece-{k}.arrow"
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, ready.kernels.schema) as writer:
-        writer.write_table(ready.kernels)
-    ready.kernels = str(path)
+    ready = _run(task, args)
+    name = "kernels" if task[0] == "piece" else "memcpy"
+    table = getattr(ready, name)
+    path = _WORKER["folder"] / f"{task[0]}-{task[1]}.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    setattr(ready, name, str(path))
     return ready
 
 
@@ -106,16 +178,35 @@ def _mapped(path: str) -> pa.Table:
     return table
 
 
-class PieceWork:
-    """The pieces of a plan prepared ahead, handed out in order (module docstring). A context manager."""
+def task_order(plan, buckets: list) -> list[tuple]:
+    """The tasks in the order pass 3 takes them: ("piece", k), then ("copies", j) for each bucket with rows
+    (buckets[j] not None) up to the last one piece k's kernels can overlap (nsys_pieces._read_buckets)."""
+    pieces, order, read = plan.pieces, [], 0
+    for k, piece in enumerate(pieces):
+        order.append(("piece", k))
+        if not buckets:
+            continue
+        last = max([k] + [j for j in range(k + 1, len(pieces)) if pieces[j].first <= piece.last_end])
+        order.extend(("copies", j) for j in range(read, last + 1) if buckets[j] is not None)
+        read = max(read, last + 1)
+    return order
 
-    def __init__(self, source, head: nsys.ExportHead, plan, workers: int, rowids: bool, folder: Path):
+
+class PieceWork:
+    """The pieces and copy buckets of a plan prepared ahead, handed out in order (module docstring). A context
+    manager. buckets: the copy buckets, IPC files or rowid ranges (None where a bucket has no rows; [] without copies),
+    schema: the one the ranges are cast to."""
+
+    def __init__(self, source, head, plan, workers: int, rowids: bool, folder: Path, buckets: list, kind_names, schema):
         self.source, self.head, self.plan, self.rowids, self.folder = source, head, plan, rowids, Path(folder)
+        self.buckets, self.kind_names, self.schema = buckets, kind_names, schema
         self.workers = max(0, int(workers))
         self.depth = self.workers + 1
         self.pool: Executor | None = None
+        self.order = task_order(plan, buckets)
         self.futures: dict = {}
-        self.next = 0  # the next piece to submit
+        self.next = 0  # the next task to submit
+        self.taken = 0  # the tasks handed out
 
     def __enter__(self) -> PieceWork:
         if self.workers:
@@ -123,7 +214,7 @@ class PieceWork:
                 self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start,
-                initargs=(self.source, self.head, self.folder),
+                initargs=(self.source, self.head, self.kind_names, self.folder),
             )
         else:
             self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuvar-piece")
@@ -135,26 +226,46 @@ class PieceWork:
         self.futures.clear()
         self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def _args(self, k: int) -> tuple:
+    def _args(self, task: tuple) -> tuple:
+        if task[0] == "copies":
+            bucket = self.buckets[task[1]]
+            return (bucket if isinstance(bucket, tuple) else str(bucket)), self.schema
         pieces = self.plan.pieces
-        piece = pieces[k]
-        later = [p for p in pieces[k + 1 :] if p.first <= piece.last_end]
+        piece = pieces[task[1]]
+        later = [p for p in pieces[task[1] + 1 :] if p.first <= piece.last_end]
         ahead = (piece.hi, later[-1].hi, piece.last_end) if later else None
         return (piece.lo, piece.hi), ahead, self.rowids
 
-    def _submit(self, k: int) -> None:
+    def _submit(self, task: tuple) -> None:
         if self.workers:
-            self.futures[k] = self.pool.submit(_prepare_there, k, *self._args(k))
+            self.futures[task] = self.pool.submit(_run_there, task, self._args(task))
+        elif task[0] == "piece":
+            self.futures[task] = self.pool.submit(prepare, self.source, self.head, *self._args(task))
         else:
-            self.futures[k] = self.pool.submit(prepare, self.source, self.head, *self._args(k))
+            bucket, schema = self._args(task)
+            self.futures[task] = self.pool.submit(
+                prepare_copies, bucket, self.head, self.kind_names, self.source, schema
+            )
 
-    def result(self, k: int) -> Prepared:
-        """Piece k prepared (pieces are asked for in order); the next ones are set going."""
+    def context(self, inputs: pd.DataFrame, copies: pd.DataFrame | None, rows: slice):
+        """A piece's context columns (context_of): a dict here without workers, else a Future of a worker's."""
+        if not self.workers:
+            return context_of(inputs, copies, rows)
         with worker_death(f"{self.source.path}: a worker preparing its pieces (--workers 0 prepares them here)"):
-            while self.next < len(self.plan.pieces) and self.next < k + self.depth + (self.workers == 0):
-                self._submit(self.next)
+            return self.pool.submit(context_of, inputs, copies, rows)
+
+    def take(self, task: tuple):
+        """The next task's result (Prepared or PreparedCopies); `task` is the one pass 3 expects (checked); the next
+        ones are set going."""
+        if self.taken >= len(self.order) or self.order[self.taken] != task:
+            raise RuntimeError(f"pass 3 asked for {task}, the plan's next task is {self.order[self.taken :][:1]}")
+        with worker_death(f"{self.source.path}: a worker preparing its pieces (--workers 0 prepares them here)"):
+            while self.next < len(self.order) and self.next <= self.taken + self.depth:
+                self._submit(self.order[self.next])
                 self.next += 1
-            ready = self.futures.pop(k).result()
-        if isinstance(ready.kernels, str):
-            ready.kernels = _mapped(ready.kernels)
+            ready = self.futures.pop(task).result()
+        self.taken += 1
+        name = "kernels" if task[0] == "piece" else "memcpy"
+        if isinstance(getattr(ready, name), str):
+            setattr(ready, name, _mapped(getattr(ready, name)))
         return ready

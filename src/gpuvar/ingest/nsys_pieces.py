@@ -58,39 +58,36 @@ from gpuvar.ingest.call_sites import (
     add_call_sites,
     add_sites_from_facts,
     copies_from_facts,
-    copies_without_host,
 )
 from gpuvar.ingest.context import (
     COPY_INPUTS,
     KERNEL_INPUTS,
     append_context,
     arrow_floats,
-    context_columns,
     input_frame,
 )
 from gpuvar.ingest.corun import corun_columns, corun_note, set_columns
 from gpuvar.ingest.gpu_identity import Recorded, single_trace_gpus, single_trace_notes
 from gpuvar.ingest.host_timeline import MISSING
-from gpuvar.ingest.nsys_host_facts import COPY_FACTS, Scratch, has_launch_calls, host_facts
+from gpuvar.ingest.nsys_host_facts import Scratch, has_launch_calls, host_facts
 from gpuvar.ingest.nsys_host_parquet import ParquetFacts
-from gpuvar.ingest.nsys_piece_work import KERNEL_LIGHT, PieceWork, Prepared
+from gpuvar.ingest.nsys_piece_work import KERNEL_LIGHT, PieceWork, PreparedCopies, prepare_copies
 from gpuvar.ingest.nsys_plan import (
     NotInPieces,
     PieceSettings,
     Plan,
     bucket_copies,
+    copy_ranges,
     exact_ints,
-    kept_rows,
     make_plan,
     sum_step_threads,
 )
 from gpuvar.ingest.nsys_sources import ROWID, ParquetSource, SqliteSource
 from gpuvar.ingest.nsys_sqlite import connect, rowid_name
-from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
 from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
 from gpuvar.ingest.step_store import DENSE_STEPS, FirstStarts
 from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
-from gpuvar.schema import empty_memcpy, finalize_memcpy
+from gpuvar.schema import empty_memcpy
 
 log = logging.getLogger("gpuvar.ingest.nsys_pieces")
 
@@ -133,9 +130,10 @@ def _merge_drops(into: ReaderOutput, dropped: dict) -> None:
             into.drop(table, reason, count)
 
 
-def _read_buckets(state: _State, plan: Plan, k: int, files: list, head: nsys.ExportHead, kind_names, writer) -> None:
-    """Normalize and write the copy buckets up to the last one piece k's kernels can overlap, keeping their
-    light columns in the copy window; then drop the copies that ended before the piece's first start."""
+def _read_buckets(state: _State, plan: Plan, k: int, files: list, work: PieceWork, writer) -> None:
+    """Take and write the copy buckets up to the last one piece k's kernels can overlap (normalized ahead:
+    gpuvar.ingest.nsys_piece_work), keeping their light columns in the copy window; then drop the copies that
+    ended before the piece's first start."""
 
     piece = plan.pieces[k]
     last = max([k] + [j for j in range(k + 1, len(plan.pieces)) if plan.pieces[j].first <= piece.last_end])
@@ -145,48 +143,35 @@ def _read_buckets(state: _State, plan: Plan, k: int, files: list, head: nsys.Exp
         state.buckets_read += 1
         if files[j] is None:
             continue
-        with pa.ipc.open_stream(files[j]) as reader:
-            table = reader.read_all()
-        files[j].unlink()
-        memcpy = _copies(table, head, kind_names, state)
-        frames.append(input_frame(memcpy, COPY_INPUTS))
+        memcpy, light = _take_copies(state, work.take(("copies", j)))
+        frames.append(light)
         state.held_copies = max(state.held_copies, sum(len(f) for f in frames))
-        writer.add(sort_canonical(memcpy))
+        writer.add(memcpy)
     if not frames:
         return
     window = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     state.copies = window[window["end"].to_numpy() >= piece.first].reset_index(drop=True)
 
 
-def _copies(table: pa.Table, head: nsys.ExportHead, kind_names, state: _State) -> pa.Table:
-    """Canonical copies of a bucket (or of no rows), as the in-memory path makes them, launch ids from the copies
-    before; their drops, duplicates and rows go to the books."""
+def _take_copies(state: _State, ready: PreparedCopies) -> tuple[pa.Table, pd.DataFrame]:
+    """A bucket's copies, sorted, with launch ids from the copies before, and their context inputs; their drops,
+    duplicates and rows go to the books. Where the export's launch calls place them, placed here."""
 
-    part = ReaderOutput(nsys.FORMAT, None)
-    facts = None
-    if COPY_FACTS[0] in table.column_names:  # the copies' facts, for the rows the reader keeps
-        start, end = table.column("start"), table.column("end")
-        valid = ~(np.asarray(start.is_null()) | np.asarray(end.is_null()))
-        kept = kept_rows(exact_ints(start, 0), exact_ints(end, 0), valid)
-        facts = (exact_ints(table.column(COPY_FACTS[0]))[kept], exact_ints(table.column(COPY_FACTS[1]), MISSING)[kept])
-        table = table.drop_columns(list(COPY_FACTS))
-    frame = nsys._memcpy(table, kind_names, part, bool(head.raw.info.get("keep_vendor_columns", True)))
-    frame["launch_id"] = frame["launch_id"] + state.copy_offset
-    state.copy_offset += len(frame)
-    memcpy = drop_negative_durations(finalize_memcpy(frame), part, "memcpy")
-    require_int64_times(nsys.FORMAT, memcpy=memcpy)
-    if facts is None:
-        memcpy = copies_without_host(memcpy)
-    else:
-        op, step = facts
+    memcpy = _offset_launches(ready.memcpy, state.copy_offset)
+    state.copy_offset += ready.taken
+    light, duplicates = ready.light, ready.duplicates
+    if ready.facts is not None:
+        op, step = ready.facts
         if len(op) != memcpy.num_rows:
             raise RuntimeError(f"{len(op)} copy facts for {memcpy.num_rows} copies")
         memcpy = copies_from_facts(memcpy, op, step, state.host.facts)
-    _merge_drops(state.out, part.dropped)
-    state.memcpy.duplicates += recorded_duplicates(memcpy)
+        light, duplicates = input_frame(memcpy, COPY_INPUTS), recorded_duplicates(memcpy)
+        memcpy = sort_canonical(memcpy)
+    _merge_drops(state.out, ready.dropped)
+    state.memcpy.duplicates += duplicates
     state.memcpy.rows_written += memcpy.num_rows
     state.memcpy.columns = memcpy.num_columns
-    return memcpy
+    return memcpy, light
 
 
 def _iterations_of(plan: Plan, state: _State, kernels: pa.Table):
@@ -279,16 +264,32 @@ def _carry(state: _State, ext: pd.DataFrame, upto: int, next_first: int | None) 
     state.carry = both[open_ | last].reset_index(drop=True)
 
 
-def _offset_launches(kernels: pa.Table, offset: int) -> pa.Table:
-    """The piece's launch ids (from 0) after the `offset` launches of the pieces before."""
-    at = kernels.schema.get_field_index("launch_id")
-    ids = from_numpy(exact_ints(kernels.column(at)) + offset)
-    return kernels.set_column(at, kernels.schema.field(at), ids)
+def _offset_launches(table: pa.Table, offset: int) -> pa.Table:
+    """A piece's launch ids (from 0) after the `offset` launches of the pieces before (kernels or copies)."""
+    at = table.schema.get_field_index("launch_id")
+    ids = from_numpy(exact_ints(table.column(at)) + offset)
+    return table.set_column(at, table.schema.field(at), ids)
 
 
-def _piece(head, plan, k, state, files, kind_names, writers, recorded, corun_on, ready: Prepared) -> None:
+@dataclass
+class _Front:
+    """A piece between its two halves: its kernels (launch ids offset), the rowids of its kept rows (an export with
+    launch calls), its context columns (a dict, or a Future of a worker's) and its co-running columns."""
+
+    kernels: pa.Table
+    rowids: np.ndarray | None
+    context: object
+    corun: dict
+
+
+def _front(plan, k, state, files, work: PieceWork, writers, recorded, corun_on) -> _Front:
+    """The first half of piece k: what carries from piece to piece (launch and copy offsets, drops, the copy window,
+    the kernels carried for the next piece's context) and the piece's context columns, set going in a worker where
+    there are workers. With workers, pass 3 runs piece k + 1's first half before piece k's second, so that the
+    workers compute a context while the main process places the launches of the piece before."""
 
     piece = plan.pieces[k]
+    ready = work.take(("piece", k))
     kernels, rowids = _offset_launches(ready.kernels, state.launch_offset), ready.rowids
     ready.kernels = None
     state.launch_offset += ready.taken
@@ -299,7 +300,7 @@ def _piece(head, plan, k, state, files, kind_names, writers, recorded, corun_on,
     if n != piece.kept:
         raise RuntimeError(f"piece {k}: {n} kernels kept where the plan counted {piece.kept}")
     if writers.get("memcpy") is not None:
-        _read_buckets(state, plan, k, files, head, kind_names, writers["memcpy"])
+        _read_buckets(state, plan, k, files, work, writers["memcpy"])
     light = input_frame(kernels, KERNEL_LIGHT)
     frames = [f for f in (state.carry, light, ready.ahead) if f is not None and len(f)]
     ext = pd.concat(frames, ignore_index=True) if len(frames) > 1 else light
@@ -309,14 +310,20 @@ def _piece(head, plan, k, state, files, kind_names, writers, recorded, corun_on,
     copies = None
     if writers.get("memcpy") is not None:
         copies = state.copies if state.copies is not None else pd.DataFrame(columns=list(COPY_INPUTS))
-    context = context_columns(ext[[c for c in KERNEL_INPUTS if c in ext.columns and c != "step"]], copies)
-    context = arrow_floats({name: values[rows] for name, values in context.items()})
+    inputs = ext[[c for c in KERNEL_INPUTS if c in ext.columns and c != "step"]]
+    context = work.context(inputs, copies, rows)
     corun = _corun(state, ext, rows, recorded) if corun_on else {}
     _carry(state, ext, first + n, plan.pieces[k + 1].first if k + 1 < len(plan.pieces) else None)
-    del ext, light
-    ready.ahead = None
+    return _Front(kernels, rowids, context, corun)
+
+
+def _back(plan, k, state, front: _Front, writers) -> None:
+    """The second half of piece k: call sites, step offsets and sizes, the context columns, the books, the write."""
+
+    piece, kernels, n = plan.pieces[k], front.kernels, front.kernels.num_rows
+    front.kernels = None
     if state.host is not None:
-        facts, shapes = state.host.piece_facts(piece, rowids, exact_ints(kernels.column("start")))
+        facts, shapes = state.host.piece_facts(piece, front.rowids, exact_ints(kernels.column("start")))
         kernels = add_sites_from_facts(kernels, facts, state.host.facts, state.summary)
         for name, values in shapes.items():
             kernels = set_columns(kernels, {name: pa.array(values, type=pa.float64(), from_pandas=True)})
@@ -331,14 +338,29 @@ def _piece(head, plan, k, state, files, kind_names, writers, recorded, corun_on,
             summary=state.summary,
         )
     offsets = pa.array(_step_offsets(state, kernels), type=pa.float64(), from_pandas=True)
-    kernels = append_context(kernels, context | {"ctx_step_offset_ns": offsets})
+    context = front.context if isinstance(front.context, dict) else front.context.result()
+    kernels = append_context(kernels, arrow_floats(context) | {"ctx_step_offset_ns": offsets})
     threads = pa.array(_step_threads_of(plan, kernels), type=pa.float64(), from_pandas=True)
     kernels = kernels.set_column(kernels.column_names.index(STEP_THREADS), STEP_THREADS, threads)
-    kernels = set_columns(kernels, corun)
+    kernels = set_columns(kernels, front.corun)
     state.kernels.duplicates += recorded_duplicates(kernels)
     state.kernels.rows_written += n
     state.kernels.columns = kernels.num_columns
     writers["kernels"].add(sort_canonical(kernels))
+
+
+def _pass3(plan, state, files, work: PieceWork, writers, recorded, corun_on) -> None:
+    """Every piece's two halves, in order; with workers, piece k + 1's first half before piece k's second."""
+    count = len(plan.pieces)
+    ahead = _front(plan, 0, state, files, work, writers, recorded, corun_on)
+    for k in range(count):
+        front, ahead = ahead, None
+        if work.workers and k + 1 < count:
+            ahead = _front(plan, k + 1, state, files, work, writers, recorded, corun_on)
+        _back(plan, k, state, front, writers)
+        del front
+        if ahead is None and k + 1 < count:
+            ahead = _front(plan, k + 1, state, files, work, writers, recorded, corun_on)
 
 
 # --- the entry point -----------------------------------------------------------------------------------------
@@ -481,15 +503,20 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
                 give_back()  # the sweep's freed memory, before the pieces' row groups (gpuvar.heap)
             elif host is not None:
                 host.check(plan)
-            files, copy_rows = [], None
+            files, copy_rows, work_schema = [], None, None
             if head.m_cols is not None:
                 attach = host.attach if host is not None else None
-                files, copy_rows, _ = bucket_copies(source, head, plan, folder, settings.rows, attach)
+                ranges = copy_ranges(source, head, plan, settings.rows) if host is None else None
+                if ranges is not None:  # copies stored in start order: fetched bucket by bucket in pass 3
+                    files, copy_rows, work_schema = ranges
+                else:
+                    files, copy_rows, _ = bucket_copies(source, head, plan, folder, settings.rows, attach)
             if host is not None:
                 plan.step_threads = _plan_step_threads(*host.facts.step_threads)
             else:
                 sum_step_threads(source, head, plan)
-            return _write(source, output, head, plan, files, copy_rows, t0, settings, folder, host)
+            buckets = (files, work_schema)
+            return _write(source, output, head, plan, buckets, copy_rows, t0, settings, folder, host)
         except NotInPieces as exc:  # (the files pass 3 was writing are removed: canonical_io writes them atomically)
             log.info("%s: ingested in memory: %s", source.path, exc)
             return None
@@ -499,10 +526,12 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSettings, folder, host=None) -> dict:
-    """Pass 3 and the report (folder: the temporary one). host: the Scratch of an export with launch calls
-    (nsys_host_facts), else None."""
+def _write(source, output, head, plan, buckets, copy_rows, t0, settings: PieceSettings, folder, host=None) -> dict:
+    """Pass 3 and the report (folder: the temporary one). buckets: (the copy buckets, IPC files of bucket_copies or
+    rowid ranges of copy_ranges, None where empty; the schema they are cast to, None for IPC files). host: the
+    Scratch of an export with launch calls (nsys_host_facts), else None."""
 
+    files, schema = buckets
     label = head.raw.source
     out = nsys.start_output(head.raw)
     scratch = ReaderOutput(nsys.FORMAT, None)
@@ -517,12 +546,12 @@ def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSett
         writers = {"kernels": stack.enter_context(CanonicalWriter(output / KERNELS_TABLE, meta, background=True))}
         if head.m_cols is not None:
             writers["memcpy"] = stack.enter_context(CanonicalWriter(output / MEMCPY_TABLE, meta, background=True))
-        work = stack.enter_context(PieceWork(source, head, plan, settings.workers, host is not None, folder))
-        for k in range(len(plan.pieces)):
-            _piece(head, plan, k, state, files, kind_names, writers, recorded, corun_on, work.result(k))
+        work = PieceWork(source, head, plan, settings.workers, host is not None, folder, files, kind_names, schema)
+        stack.enter_context(work)
+        _pass3(plan, state, files, work, writers, recorded, corun_on)
         if head.m_cols is not None and writers["memcpy"].schema is None:  # no copy row at all: the empty table
             empty = source.fetch(nsys.MEMCPY_TABLE, head.m_cols, 0, 0).drop_columns([ROWID])
-            writers["memcpy"].add(_copies(empty, head, kind_names, state))
+            writers["memcpy"].add(_take_copies(state, prepare_copies(empty, head, kind_names))[0])
     if head.m_cols is None:
         write_canonical(empty_memcpy(), output / MEMCPY_TABLE, meta)
     out.rows_read = {"kernels": plan.rows} | ({"memcpy": copy_rows} if copy_rows is not None else {})
@@ -545,6 +574,10 @@ def _write(source, output, head, plan, files, copy_rows, t0, settings: PieceSett
         "kernel_rows_each": settings.rows,
         "most_kernel_rows_held": state.held_kernels,
         "most_copy_rows_held": state.held_copies,
+        "workers": settings.workers,
     }
+    kinds = {type(b) for b in files if b is not None}
+    if kinds:  # how pass 3 found each piece's copies (copy_ranges, else bucket_copies)
+        report["pieces"]["copies"] = "rowid ranges (stored in start order)" if tuple in kinds else "sorted into files"
     finish_report(report, output, time.perf_counter() - t0, t0, None)
     return report

@@ -289,6 +289,47 @@ def bucket_copies(source, head: nsys.ExportHead, plan: Plan, folder: Path, step:
     return [f if j in writers else None for j, f in enumerate(files)], seen, schema
 
 
+def copy_ranges(source, head: nsys.ExportHead, plan: Plan, step: int) -> tuple | None:
+    """The buckets of bucket_copies as rowid ranges, where the copies are stored in start order without a null start
+    (as nsys writes them): a scan of their start times instead of every column copied into IPC files. Then bucket j's
+    rows, the copies starting from piece j's first start to piece j + 1's, are the rowids [lo, hi), in the order
+    bucket_copies appends them; pass 3 fetches them (nsys_piece_work.prepare_copies). (buckets: (lo, hi) or None
+    per piece, rows read, the first run's schema, which every bucket is cast to as bucket_copies casts its runs);
+    None where the copies are not so stored."""
+    firsts = np.array([p.first for p in plan.pieces[1:]], dtype=np.int64)
+    rows, chunks = source.ranges(nsys.MEMCPY_TABLE, ["start"], step)
+    cuts: list[int] = []  # the rowid where each bucket after the first begins
+    at: list[int] = []  # its position in the table
+    seen, first_rowid, last_start = 0, None, None
+    for chunk in chunks:
+        start = chunk.column("start")
+        if start.null_count or not pa.types.is_integer(start.type):  # (bucket_copies counts them, or says why not)
+            return None
+        s, rowid = exact_ints(start), exact_ints(chunk.column(ROWID))
+        if (last_start is not None and len(s) and s[0] < last_start) or (s[1:] < s[:-1]).any():
+            return None
+        if len(s):
+            first_rowid = int(rowid[0]) if first_rowid is None else first_rowid
+            found = np.searchsorted(s, firsts[len(cuts) :], side="left")
+            found = found[found < len(s)]
+            cuts.extend(int(r) for r in rowid[found])
+            at.extend(int(seen + f) for f in found)
+            last_start = int(s[-1])
+        seen += chunk.num_rows
+    if seen != rows:
+        raise NotInPieces(f"rowid ranges read {seen} copy rows where SQLite counts {rows}")
+    lows = [first_rowid] + cuts + [None] * (len(plan.pieces) - 1 - len(cuts))
+    highs = cuts + [None] * (len(plan.pieces) - len(cuts))
+    starts = [0] + at + [seen] * (len(plan.pieces) - 1 - len(at))
+    sizes = np.diff(starts + [seen])
+    buckets = [(lo, hi) if size else None for lo, hi, size in zip(lows, highs, sizes)]
+    schema = None
+    if seen:
+        _, runs = source.ranges(nsys.MEMCPY_TABLE, head.m_cols, step)
+        schema = next(runs).drop_columns([ROWID]).schema
+    return buckets, seen, schema
+
+
 _LAUNCH = {c: nsys.KERNEL_RENAME[c] for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")}
 LAUNCH_COLUMNS = tuple(_LAUNCH)  # the export's launch configuration columns
 

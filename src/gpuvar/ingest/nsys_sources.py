@@ -99,6 +99,9 @@ class ParquetSource:
         self.folder, self.path = Path(folder), Path(label)
         self._cache: dict[tuple, pa.Table] = {}
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_cache": {}}  # (a worker of nsys_piece_work reads its own row groups)
+
     def _file(self, table: str) -> pq.ParquetFile:
         from gpuvar.ingest.raw import table_file
 
