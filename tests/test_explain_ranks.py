@@ -224,6 +224,28 @@ def test_rank_jobs_follow_the_cores_and_the_free_memory(monkeypatch, tmp_path):
         explain.rank_jobs(files, 0)
 
 
+def test_piece_workers_follow_the_cores_and_the_free_memory(monkeypatch):
+    """One big Nsight Systems export: no worker below 4 cores (they slow a 2-core machine), else the cores but two
+    and at most 3, fewer where the available memory would not hold them; --jobs J: J - 1."""
+    import os
+
+    from gpuvar import explain
+    from gpuvar.ingest import footprint
+
+    for cores, free, expected in [
+        (2, 64 << 30, 0),
+        (4, 64 << 30, 2),
+        (16, 64 << 30, 3),
+        (16, None, 3),
+        (16, explain.MAIN_BYTES + explain.WORKER_BYTES, 1),
+        (16, explain.MAIN_BYTES // 2, 0),
+    ]:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        monkeypatch.setattr(footprint, "available_bytes", lambda free=free: free)
+        assert explain.piece_workers(None) == expected, (cores, free)
+    assert explain.piece_workers(1) == 0 and explain.piece_workers(5) == 4
+
+
 def test_a_bad_rank_file_read_by_a_worker_names_itself(scale_job, tmp_path):
     """The rank section's worker processes (explain --jobs) raise a bad file's InputError in the analysing process
     whole: its path and reason, which the section's one line is made of (an InputError used not to unpickle)."""

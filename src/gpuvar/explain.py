@@ -57,7 +57,9 @@ def configure(p):
         default=None,
         help="rank files ingested (and read for the rank section) at once, each in its own process, and merges of 16 "
         "ranks run at once when merging them (default: the cores this process may use, at most the rank files and "
-        "what the free memory holds; gpuvar.explain.rank_jobs)",
+        "what the free memory holds; gpuvar.explain.rank_jobs); one big Nsight Systems export: its ingest's "
+        "processes, JOBS - 1 of them preparing its pieces (default: none below 4 cores, else up to 3; "
+        "gpuvar.explain.piece_workers)",
     )
 
 
@@ -233,6 +235,27 @@ def rank_jobs(ranks: list[list[Path]], jobs: int | None, peaks: list[int] | None
     return max(1, min(cores, len(ranks), by_memory))
 
 
+WORKER_BYTES = 400 << 20  # a worker preparing pieces (nsys_piece_work): 200-260 MB measured at 64 Ki-row pieces
+MAIN_BYTES = 1 << 30  # the ingest in pieces itself: <= 0.8 GB measured
+
+
+def piece_workers(jobs: int | None) -> int:
+    """Worker processes for one Nsight Systems export ingested in pieces (gpuvar.ingest.nsys_piece_work): `jobs` - 1
+    when given, else none below 4 cores (on 2 they slowed a 2 M-kernel ingest from 5.3 to 6.9 s: the main process,
+    the Parquet encoder and the worker share the cores), else the cores but 2, at most 3 (on 16 cores, 7 were no
+    faster than 3: the main process is then the bound), and at most what the available memory holds."""
+    import os
+
+    from gpuvar.ingest.footprint import available_bytes
+
+    if jobs is not None:
+        return max(0, jobs - 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    free = available_bytes()
+    by_memory = 3 if free is None else max(0, int((free - MAIN_BYTES) // WORKER_BYTES))
+    return 0 if cores < 4 else min(3, cores - 2, by_memory)
+
+
 def _ingest_rank(files: list[Path], part: Path, fmt: str) -> str | None:
     """One rank file's ingest, in a worker process: None, or the one line its error prints (the explain process
     raises the lowest failing rank's, so which error a user reads does not depend on which worker ended first)."""
@@ -340,6 +363,7 @@ def _explain(
     from gpuvar.ingest import ingest as ingest_trace
     from gpuvar.ingest.cli import one_or_all
     from gpuvar.ingest.merge import merge
+    from gpuvar.ingest.nsys_plan import PieceSettings
     from gpuvar.ranks.section import rank_section
     from gpuvar.targets import DEFAULT_TARGET
 
@@ -348,7 +372,8 @@ def _explain(
     parts, jobs = [], 1
     if len(ranks) == 1:
         _progress(f"ingest {', '.join(map(str, ranks[0]))}", t0)
-        _stage("ingest", ingest, ranks[0], ingest_trace, one_or_all(ranks[0]), ingest, args.format)
+        pieces = PieceSettings(workers=piece_workers(args.jobs))
+        _stage("ingest", ingest, ranks[0], ingest_trace, one_or_all(ranks[0]), ingest, args.format, pieces=pieces)
     else:
         parts = [ingest / EXPLAIN_RANK_INGEST / str(k) for k in range(len(ranks))]  # (layout.RANK_INGEST_DIR)
         jobs = rank_jobs(ranks, args.jobs, peaks)

@@ -428,6 +428,15 @@ class SiteSummary:
     how: str | None = None
     op_source: str | None = None  # the host timeline's op source; None without one
 
+    def add(self, other: SiteSummary) -> None:
+        """Count another part's summary in (the parts of gpuvar.ingest.nsys_pieces, placed in worker processes)."""
+        self.sites |= other.sites
+        self.launches += other.launches
+        self.by_op += other.by_op
+        self.by_position += other.by_position
+        self.with_op += other.with_op
+        self.how, self.op_source = other.how, other.op_source
+
     def note(self) -> str:
         n, by_op, by_position = self.launches, self.by_op, self.by_position
         what = (

@@ -50,6 +50,7 @@ class Prepared:
     unresolved: dict  # name column -> rows whose name id StringIds lacks (nsys._kernels)
     rowids: np.ndarray | None  # the rowids of the rows kept, when asked (an export with launch calls)
     ahead: pd.DataFrame | None  # light columns of the later kernels starting by the piece's last end, None if none
+    sites: object = None  # the call-site note's counts (call_sites.SiteSummary), where the call sites were set here
 
 
 def normalize_kernels(table: pa.Table, head: nsys.ExportHead, out: ReaderOutput, unresolved: dict | None):
@@ -62,9 +63,10 @@ def normalize_kernels(table: pa.Table, head: nsys.ExportHead, out: ReaderOutput,
     return kernels, len(frame)
 
 
-def prepare(source, head: nsys.ExportHead, span: tuple, ahead: tuple | None, rowids: bool) -> Prepared:
+def prepare(source, head: nsys.ExportHead, span: tuple, ahead: tuple | None, rowids: bool, sites=None) -> Prepared:
     """Fetch and normalize the kernel rows of rowids span = (lo, hi), and the kernels of ahead = (lo, hi, last end)
-    that start by that end."""
+    that start by that end. sites: (steps, positions, note) of the trace's iterations for these rows in launch
+    order (an export without launch calls: nsys_plan._iterations), from which the call sites are set here."""
     table = source.fetch(nsys.KERNEL_TABLE, head.k_cols, *span)
     nsys.check_times(source.path, table, nsys.KERNEL_TABLE)
     kept = None
@@ -80,7 +82,31 @@ def prepare(source, head: nsys.ExportHead, span: tuple, ahead: tuple | None, row
         chunk = source.fetch(nsys.KERNEL_TABLE, head.k_cols, lo, hi, start_max=last_end)
         later = input_frame(normalize_kernels(chunk, head, ReaderOutput(nsys.FORMAT, None), {})[0], KERNEL_LIGHT)
     dropped = {table: dict(reasons) for table, reasons in part.dropped.items()}
-    return Prepared(kernels, taken, dropped, unresolved, kept, later)
+    summary = None
+    if sites is not None:
+        kernels, summary = with_call_sites(kernels, *sites)
+    return Prepared(kernels, taken, dropped, unresolved, kept, later, summary)
+
+
+def with_call_sites(kernels: pa.Table, steps: np.ndarray | None, positions: np.ndarray | None, note: str | None):
+    """(the kernels with their call-site columns, the note's counts): add_call_sites with the trace's iterations,
+    given in launch order (start, then correlation id, then the row), put back in table order."""
+    from gpuvar.ingest.call_sites import Iterations, SiteSummary, add_call_sites
+    from gpuvar.ingest.nsys_plan import exact_ints
+
+    n = kernels.num_rows
+    step, position = np.full(n, MISSING, np.int64), np.full(n, -1, np.int64)
+    if steps is not None:
+        corr = exact_ints(kernels.column("correlation_id"), MISSING)
+        order = np.lexsort((np.arange(n), corr, exact_ints(kernels.column("start"), MISSING)))
+        step[order] = np.where(steps >= 0, steps.astype(np.int64), MISSING)
+        position[order] = positions.astype(np.int64)
+    summary = SiteSummary()
+    out = ReaderOutput(nsys.FORMAT, None)  # (with a summary, the note is the summary's)
+    kernels, _ = add_call_sites(
+        None, out, kernels, None, host=None, iterations=Iterations(step, position, note), summary=summary
+    )
+    return kernels, summary
 
 
 @dataclass
@@ -204,6 +230,7 @@ class PieceWork:
         self.depth = self.workers + 1
         self.pool: Executor | None = None
         self.order = task_order(plan, buckets)
+        self.kept_before = np.cumsum([0] + [p.kept for p in plan.pieces])  # each piece's place in the launch order
         self.futures: dict = {}
         self.next = 0  # the next task to submit
         self.taken = 0  # the tasks handed out
@@ -234,7 +261,12 @@ class PieceWork:
         piece = pieces[task[1]]
         later = [p for p in pieces[task[1] + 1 :] if p.first <= piece.last_end]
         ahead = (piece.hi, later[-1].hi, piece.last_end) if later else None
-        return (piece.lo, piece.hi), ahead, self.rowids
+        sites = None
+        if not self.rowids:  # no launch calls: the call sites from the plan's iterations, set with the piece
+            at = slice(self.kept_before[task[1]], self.kept_before[task[1]] + piece.kept)
+            plan = self.plan
+            sites = (None, None, plan.note) if plan.step is None else (plan.step[at], plan.position[at], plan.note)
+        return (piece.lo, piece.hi), ahead, self.rowids, sites
 
     def _submit(self, task: tuple) -> None:
         if self.workers:

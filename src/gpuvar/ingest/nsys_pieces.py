@@ -53,9 +53,7 @@ from gpuvar.heap import give_back
 from gpuvar.ingest import books, finish_report, nsys, recorded_duplicates, report_head
 from gpuvar.ingest.base import ReaderOutput, in_wal_mode
 from gpuvar.ingest.call_sites import (
-    Iterations,
     SiteSummary,
-    add_call_sites,
     add_sites_from_facts,
     copies_from_facts,
 )
@@ -109,7 +107,6 @@ class _State:
     unresolved: dict = field(default_factory=dict)
     summary: object = None  # call_sites.SiteSummary
     launch_offset: int = 0
-    sequence_offset: int = 0
     copy_offset: int = 0
     carry: pd.DataFrame | None = None  # earlier kernels still running, or last on their stream
     copies: pd.DataFrame | None = None  # copies of the buckets read, not yet ended
@@ -172,23 +169,6 @@ def _take_copies(state: _State, ready: PreparedCopies) -> tuple[pa.Table, pd.Dat
     state.memcpy.rows_written += memcpy.num_rows
     state.memcpy.columns = memcpy.num_columns
     return memcpy, light
-
-
-def _iterations_of(plan: Plan, state: _State, kernels: pa.Table):
-    """The trace's iterations for these kernel rows (call_sites.Iterations), in table order."""
-
-    n = kernels.num_rows
-    step = np.full(n, MISSING, np.int64)
-    position = np.full(n, -1, np.int64)
-    if plan.step is not None:
-        corr = exact_ints(kernels.column("correlation_id"), MISSING)
-        order = np.lexsort((np.arange(n), corr, exact_ints(kernels.column("start"), MISSING)))
-        at = slice(state.sequence_offset, state.sequence_offset + n)
-        seq_step, seq_position = plan.step[at].astype(np.int64), plan.position[at].astype(np.int64)
-        step[order] = np.where(seq_step >= 0, seq_step, MISSING)
-        position[order] = seq_position
-    state.sequence_offset += n
-    return Iterations(step, position, plan.note)
 
 
 def _step_offsets(state: _State, kernels: pa.Table) -> np.ndarray:
@@ -280,6 +260,7 @@ class _Front:
     rowids: np.ndarray | None
     context: object
     corun: dict
+    sites: object  # the call-site note's counts of a piece whose call sites were set with it, else None
 
 
 def _front(plan, k, state, files, work: PieceWork, writers, recorded, corun_on) -> _Front:
@@ -314,7 +295,7 @@ def _front(plan, k, state, files, work: PieceWork, writers, recorded, corun_on) 
     context = work.context(inputs, copies, rows)
     corun = _corun(state, ext, rows, recorded) if corun_on else {}
     _carry(state, ext, first + n, plan.pieces[k + 1].first if k + 1 < len(plan.pieces) else None)
-    return _Front(kernels, rowids, context, corun)
+    return _Front(kernels, rowids, context, corun, ready.sites)
 
 
 def _back(plan, k, state, front: _Front, writers) -> None:
@@ -327,16 +308,8 @@ def _back(plan, k, state, front: _Front, writers) -> None:
         kernels = add_sites_from_facts(kernels, facts, state.host.facts, state.summary)
         for name, values in shapes.items():
             kernels = set_columns(kernels, {name: pa.array(values, type=pa.float64(), from_pandas=True)})
-    else:
-        kernels, _ = add_call_sites(
-            None,
-            ReaderOutput(nsys.FORMAT, None),  # (with a summary, the note is the summary's)
-            kernels,
-            None,
-            host=None,
-            iterations=_iterations_of(plan, state, kernels),
-            summary=state.summary,
-        )
+    else:  # the call sites were set with the piece (nsys_piece_work.with_call_sites)
+        state.summary.add(front.sites)
     offsets = pa.array(_step_offsets(state, kernels), type=pa.float64(), from_pandas=True)
     context = front.context if isinstance(front.context, dict) else front.context.result()
     kernels = append_context(kernels, arrow_floats(context) | {"ctx_step_offset_ns": offsets})

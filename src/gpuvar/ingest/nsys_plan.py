@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, ints
-from gpuvar.ingest.nsys_sources import ROWID
+from gpuvar.ingest.nsys_sources import ROWID, prefetched
 
 _INT32_NONE = -1
 
@@ -144,6 +144,7 @@ def make_plan(source, head: nsys.ExportHead, settings: PieceSettings, sequence: 
     pending: dict | None = None
     lo = source.first(nsys.KERNEL_TABLE)
     rows, chunks = source.ranges(nsys.KERNEL_TABLE, columns, settings.rows)
+    chunks = prefetched(chunks)
     piece = Piece(lo, lo, 0, 0)
     last_start, seen = None, 0
     for chunk in chunks:
@@ -298,6 +299,7 @@ def copy_ranges(source, head: nsys.ExportHead, plan: Plan, step: int) -> tuple |
     None where the copies are not so stored."""
     firsts = np.array([p.first for p in plan.pieces[1:]], dtype=np.int64)
     rows, chunks = source.ranges(nsys.MEMCPY_TABLE, ["start"], step)
+    chunks = prefetched(chunks)
     cuts: list[int] = []  # the rowid where each bucket after the first begins
     at: list[int] = []  # its position in the table
     seen, first_rowid, last_start = 0, None, None

@@ -92,6 +92,19 @@ class SqliteSource:
         return self.rows(table), runs()
 
 
+def prefetched(runs):
+    """The runs of an iterator, each next one read in a thread while the caller works on the one it has (connectorx
+    and the Parquet reader release the GIL): pass 1 spent half its time waiting for SQLite's rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    runs, done = iter(runs), object()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuvar-runs") as pool:
+        pending = pool.submit(next, runs, done)
+        while (run := pending.result()) is not done:
+            pending = pool.submit(next, runs, done)
+            yield run
+
+
 class ParquetSource:
     """The raw kernel and memcpy tables of `gpuvar read` (raw/<table>.parquet), read in row ranges."""
 
