@@ -226,7 +226,7 @@ def test_rank_jobs_follow_the_cores_and_the_free_memory(monkeypatch, tmp_path):
 
 def test_piece_workers_follow_the_cores_and_the_free_memory(monkeypatch):
     """One big Nsight Systems export: no worker below 4 cores (they slow a 2-core machine), else the cores but two
-    and at most 3, fewer where the available memory would not hold them; --jobs J: J - 1."""
+    and at most 7, fewer where the available memory would not hold them; --jobs J: J - 1."""
     import os
 
     from gpuvar import explain
@@ -235,8 +235,9 @@ def test_piece_workers_follow_the_cores_and_the_free_memory(monkeypatch):
     for cores, free, expected in [
         (2, 64 << 30, 0),
         (4, 64 << 30, 2),
-        (16, 64 << 30, 3),
-        (16, None, 3),
+        (16, 64 << 30, 7),
+        (6, 64 << 30, 4),
+        (16, None, 7),
         (16, explain.MAIN_BYTES + explain.WORKER_BYTES, 1),
         (16, explain.MAIN_BYTES // 2, 0),
     ]:

@@ -58,7 +58,7 @@ def configure(p):
         help="rank files ingested (and read for the rank section) at once, each in its own process, and merges of 16 "
         "ranks run at once when merging them (default: the cores this process may use, at most the rank files and "
         "what the free memory holds; gpuvar.explain.rank_jobs); one big Nsight Systems export: its ingest's "
-        "processes, JOBS - 1 of them preparing its pieces (default: none below 4 cores, else up to 3; "
+        "processes, JOBS - 1 of them preparing its pieces (default: none below 4 cores, else up to 7; "
         "gpuvar.explain.piece_workers)",
     )
 
@@ -237,13 +237,15 @@ def rank_jobs(ranks: list[list[Path]], jobs: int | None, peaks: list[int] | None
 
 WORKER_BYTES = 400 << 20  # a worker preparing pieces (nsys_piece_work): 200-260 MB measured at 64 Ki-row pieces
 MAIN_BYTES = 1 << 30  # the ingest in pieces itself: <= 0.8 GB measured
+MAX_PIECE_WORKERS = 7
 
 
 def piece_workers(jobs: int | None) -> int:
     """Worker processes for one Nsight Systems export ingested in pieces (gpuvar.ingest.nsys_piece_work): `jobs` - 1
     when given, else none below 4 cores (on 2 they slowed a 2 M-kernel ingest from 5.3 to 6.9 s: the main process,
-    the Parquet encoder and the worker share the cores), else the cores but 2, at most 3 (on 16 cores, 7 were no
-    faster than 3: the main process is then the bound), and at most what the available memory holds."""
+    the Parquet encoder and the worker share the cores), else the cores but 2, at most 7 (on a 16-core Xeon a 5 M-kernel
+    export took 25.6 s with none, 16.1-16.7 s with 3, 13.0 s with 7: docs/performance.md), and at most what the
+    available memory holds."""
     import os
 
     from gpuvar.ingest.footprint import available_bytes
@@ -252,8 +254,8 @@ def piece_workers(jobs: int | None) -> int:
         return max(0, jobs - 1)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     free = available_bytes()
-    by_memory = 3 if free is None else max(0, int((free - MAIN_BYTES) // WORKER_BYTES))
-    return 0 if cores < 4 else min(3, cores - 2, by_memory)
+    by_memory = MAX_PIECE_WORKERS if free is None else max(0, int((free - MAIN_BYTES) // WORKER_BYTES))
+    return 0 if cores < 4 else min(MAX_PIECE_WORKERS, cores - 2, by_memory)
 
 
 def _ingest_rank(files: list[Path], part: Path, fmt: str) -> str | None:
