@@ -43,6 +43,17 @@ def _same(tmp: Path, memory: dict, pieces: dict) -> None:
     assert pieces == memory
 
 
+def _edited(source: Path, target: Path, *statements: str) -> Path:
+    """A copy of an export with SQL statements applied."""
+    shutil.copyfile(source, target)
+    con = sqlite3.connect(target)
+    for statement in statements:
+        con.execute(statement)
+    con.commit()
+    con.close()
+    return target
+
+
 @pytest.fixture(scope="module")
 def trap(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("trap") / "trap.sqlite"
@@ -76,13 +87,8 @@ def test_piece_size_does_not_change_the_files(trap, tmp_path, rows):
 
 @pytest.mark.parametrize("name", ["mfu_2gpu_before.sqlite", "mfu_2gpu_after.sqlite"])
 def test_real_exports_without_host_tables_in_pieces(name, tmp_path):
-    source = tmp_path / name
-    shutil.copyfile(real_file(f"{REAL}/{name}"), source)
-    con = sqlite3.connect(source)
-    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
-    con.execute("DROP TABLE NVTX_EVENTS")
-    con.commit()
-    con.close()
+    drops = ("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME", "DROP TABLE NVTX_EVENTS")
+    source = _edited(real_file(f"{REAL}/{name}"), tmp_path / name, *drops)
     memory, pieces = _both(source, tmp_path, rows=200)
     assert pieces["pieces"]["count"] >= 15
     assert pieces["pieces"]["copies"] == "rowid ranges (stored in start order)"  # as nsys stores them
@@ -104,14 +110,13 @@ def test_real_exports_with_launch_calls_in_pieces(name, tmp_path):
 
 
 def test_kernels_out_of_start_order_are_ingested_in_memory(trap, tmp_path):
-    shuffled = tmp_path / "shuffled.sqlite"
-    shutil.copyfile(trap, shuffled)
-    con = sqlite3.connect(shuffled)
-    con.execute("CREATE TABLE k2 AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start DESC")
-    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
-    con.execute("ALTER TABLE k2 RENAME TO CUPTI_ACTIVITY_KIND_KERNEL")
-    con.commit()
-    con.close()
+    shuffled = _edited(
+        trap,
+        tmp_path / "shuffled.sqlite",
+        "CREATE TABLE k2 AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start DESC",
+        "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL",
+        "ALTER TABLE k2 RENAME TO CUPTI_ACTIVITY_KIND_KERNEL",
+    )
     memory, pieces = _both(shuffled, tmp_path, rows=150)
     assert "pieces" not in pieces
     _same_without_pieces = {k: v for k, v in pieces.items() if k != "seconds"}
@@ -245,17 +250,15 @@ def test_copies_stored_in_start_order_are_fetched_by_rowid_range(trap, tmp_path,
     being sorted into files first (nsys_plan.copy_ranges): the planted copies (lasting many iterations, before the
     first kernel and after the last, on kernels' boundaries) re-stored in start order give the in-memory bytes.
     A null start among them takes the files (its bucket is the first), with the same bytes."""
-    source = tmp_path / "sorted.sqlite"
-    shutil.copyfile(trap, source)
-    con = sqlite3.connect(source)
-    con.execute("CREATE TABLE c AS SELECT * FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY start, rowid")
-    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_MEMCPY")
-    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY SELECT * FROM c")
-    con.execute("DROP TABLE c")
+    statements = [
+        "CREATE TABLE c AS SELECT * FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY start, rowid",
+        "DELETE FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY SELECT * FROM c",
+        "DROP TABLE c",
+    ]
     if null_start:
-        con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET start = NULL WHERE rowid = 40")
-    con.commit()
-    con.close()
+        statements.append("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET start = NULL WHERE rowid = 40")
+    source = _edited(trap, tmp_path / "sorted.sqlite", *statements)
     memory = ingest(source, tmp_path / "memory", pieces=IN_MEMORY)
     for workers in (0, 2):
         pieces = ingest(source, tmp_path / "pieces", pieces=PieceSettings(above=0, rows=70, workers=workers))

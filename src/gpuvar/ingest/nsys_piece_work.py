@@ -1,18 +1,23 @@
 """The part of pass 3 of an export ingested in pieces (gpuvar.ingest.nsys_pieces) that no piece carries to the next,
-done ahead for the pieces to come, in worker processes: the kernels of each piece and the copies of each bucket.
+done ahead for the pieces to come, in worker processes.
 
 Why: one process ingested an export piece after piece (2.5 s a million launches on the 2-core VM, 5.9 s on a
-16-core Xeon) while the machine's other cores waited. A piece's kernel rows fetched and normalized (names,
-canonical columns, the reader's drops) and the later kernels its context needs depend on nothing carried from piece
-to piece but the launch-id offset, which the main process adds after; so do a bucket's copies (normalized, sorted,
-their context inputs), except where an export's launch calls place them (the main process holds those facts). So workers prepare pieces ahead while the main
-process carries the state (context, call sites, step offsets) and writes in order: the same bytes for any number of
-workers (tests/test_nsys_piece_work.py).
+16-core Xeon) while the machine's other cores waited. Most of a piece's work depends on nothing carried from piece
+to piece but offsets the main process adds after:
+  * its kernel rows fetched and normalized (names, canonical columns, the reader's drops; launch ids from 0), the
+    later kernels its context needs, and, for an export without launch calls, its call sites (the plan's
+    iterations for its rows travel with the task; the note's counts come back as a SiteSummary);
+  * each copy bucket fetched (or read from its file), normalized and sorted, with its context inputs, except where
+    an export's launch calls place the copies (the main process holds those facts);
+  * its context columns, once the main process has the kernels carried from the piece before (context_of).
+The main process keeps what carries (offsets, drops, the copy window, the kernels carried, the step offsets) and
+writes in order: the same bytes for any number of workers (tests/test_nsys_pieces.py).
 
-PieceWork(workers=0) prepares the next piece or bucket in a thread while the main process works on one; workers >= 1
-uses that many processes (spawned: the main process runs connectorx's and Arrow's threads, which a fork would copy
-mid-lock), with up to workers + 1 tasks prepared or in preparation, which bounds the main process's memory. The tasks
-run in the order pass 3 takes them: piece k, then the buckets up to the last one its kernels can overlap.
+PieceWork(workers=0) prepares the next piece or bucket in a thread while the main process works on one, and computes
+contexts itself; workers >= 1 uses that many processes (spawned: the main process runs connectorx's and Arrow's
+threads, which a fork would copy mid-lock), with up to workers + 1 tasks prepared or in preparation, which bounds
+the main process's memory. The tasks run in the order pass 3 takes them: piece k, then the buckets up to the last
+one its kernels can overlap. A worker hands its table back as an Arrow IPC file in the pieces' temporary folder.
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ def prepare(source, head: nsys.ExportHead, span: tuple, ahead: tuple | None, row
         lo, hi, last_end = ahead
         chunk = source.fetch(nsys.KERNEL_TABLE, head.k_cols, lo, hi, start_max=last_end)
         later = input_frame(normalize_kernels(chunk, head, ReaderOutput(nsys.FORMAT, None), {})[0], KERNEL_LIGHT)
-    dropped = {table: dict(reasons) for table, reasons in part.dropped.items()}
+    dropped = {name: dict(reasons) for name, reasons in part.dropped.items()}
     summary = None
     if sites is not None:
         kernels, summary = with_call_sites(kernels, *sites)
@@ -152,7 +157,7 @@ def prepare_copies(bucket, head: nsys.ExportHead, kind_names: dict, source=None,
     frame = nsys._memcpy(table, kind_names, part, bool(head.raw.info.get("keep_vendor_columns", True)))
     memcpy = drop_negative_durations(finalize_memcpy(frame), part, "memcpy")
     require_int64_times(nsys.FORMAT, memcpy=memcpy)
-    dropped = {table: dict(reasons) for table, reasons in part.dropped.items()}
+    dropped = {name: dict(reasons) for name, reasons in part.dropped.items()}
     ready = PreparedCopies(memcpy, len(frame), dropped, facts)
     if facts is None:
         memcpy = copies_without_host(memcpy)
@@ -279,19 +284,30 @@ class PieceWork:
                 prepare_copies, bucket, self.head, self.kind_names, self.source, schema
             )
 
+    def _died(self):
+        return worker_death(f"{self.source.path}: a worker preparing its pieces (--workers 0 prepares them here)")
+
     def context(self, inputs: pd.DataFrame, copies: pd.DataFrame | None, rows: slice):
-        """A piece's context columns (context_of): a dict here without workers, else a Future of a worker's."""
+        """A piece's context columns (context_of): a dict here without workers, else a Future of a worker's, which
+        `contexts` turns into the dict."""
         if not self.workers:
             return context_of(inputs, copies, rows)
-        with worker_death(f"{self.source.path}: a worker preparing its pieces (--workers 0 prepares them here)"):
+        with self._died():
             return self.pool.submit(context_of, inputs, copies, rows)
+
+    def contexts(self, context) -> dict:
+        """The dict of `context`'s result."""
+        if isinstance(context, dict):
+            return context
+        with self._died():
+            return context.result()
 
     def take(self, task: tuple):
         """The next task's result (Prepared or PreparedCopies); `task` is the one pass 3 expects (checked); the next
         ones are set going."""
         if self.taken >= len(self.order) or self.order[self.taken] != task:
             raise RuntimeError(f"pass 3 asked for {task}, the plan's next task is {self.order[self.taken :][:1]}")
-        with worker_death(f"{self.source.path}: a worker preparing its pieces (--workers 0 prepares them here)"):
+        with self._died():
             while self.next < len(self.order) and self.next <= self.taken + self.depth:
                 self._submit(self.order[self.next])
                 self.next += 1

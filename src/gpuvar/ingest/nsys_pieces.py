@@ -20,15 +20,18 @@ or the raw Parquet of `gpuvar read` for `gpuvar normalize`, the workflow's two s
     end, the processes, and the kernel-name sequence per (process, device) in launch order (1-2 bytes per launch
     for each of the two codes), from which the
     iterations are found once for the whole trace (gpuvar.ingest.iterations), as the in-memory path does.
- 2. copies, every column: each row appended to the Arrow IPC file of the piece its start falls in (a bucket sort
-    on disk, in a temporary folder inside the output folder, removed at the end). With iterations, the kernels'
-    launch configurations again: step_threads needs each step's total.
+ 2. copies: stored in start order (as nsys stores them), a scan of their starts finds each piece's rowid range
+    (nsys_plan.copy_ranges); otherwise every column, each row appended to the Arrow IPC file of the piece its
+    start falls in (a bucket sort on disk, in a temporary folder inside the output folder, removed at the end).
+    With iterations, the kernels' launch configurations again: step_threads needs each step's total.
  3. per piece: its kernel rows normalized by the reader (gpuvar.ingest.nsys), launch ids offset by the rows
     before; the context and co-running columns over the piece plus the kernels and copies beside it in time
     (earlier kernels still running or last on their stream, later ones starting before the piece's last end, the
     copies of the buckets up to that end); call sites from the trace's iterations; step offsets from each step's
     first start (carried from piece to piece); sorted and written in write_canonical's row groups. The copy
-    buckets are normalized and written as the kernel pieces reach them.
+    buckets are normalized and written as the kernel pieces reach them. What no piece carries to the next
+    (fetching and normalizing, call sites, context columns) is prepared ahead, in PieceSettings.workers worker
+    processes (gpuvar.ingest.nsys_piece_work); the main process adds the offsets and writes in order.
 The notes and the books sum the pieces' counts into the in-memory path's words.
 """
 
@@ -298,7 +301,7 @@ def _front(plan, k, state, files, work: PieceWork, writers, recorded, corun_on) 
     return _Front(kernels, rowids, context, corun, ready.sites)
 
 
-def _back(plan, k, state, front: _Front, writers) -> None:
+def _back(plan, k, state, front: _Front, work: PieceWork, writers) -> None:
     """The second half of piece k: call sites, step offsets and sizes, the context columns, the books, the write."""
 
     piece, kernels, n = plan.pieces[k], front.kernels, front.kernels.num_rows
@@ -311,7 +314,7 @@ def _back(plan, k, state, front: _Front, writers) -> None:
     else:  # the call sites were set with the piece (nsys_piece_work.with_call_sites)
         state.summary.add(front.sites)
     offsets = pa.array(_step_offsets(state, kernels), type=pa.float64(), from_pandas=True)
-    context = front.context if isinstance(front.context, dict) else front.context.result()
+    context = work.contexts(front.context)
     kernels = append_context(kernels, arrow_floats(context) | {"ctx_step_offset_ns": offsets})
     threads = pa.array(_step_threads_of(plan, kernels), type=pa.float64(), from_pandas=True)
     kernels = kernels.set_column(kernels.column_names.index(STEP_THREADS), STEP_THREADS, threads)
@@ -330,7 +333,7 @@ def _pass3(plan, state, files, work: PieceWork, writers, recorded, corun_on) -> 
         front, ahead = ahead, None
         if work.workers and k + 1 < count:
             ahead = _front(plan, k + 1, state, files, work, writers, recorded, corun_on)
-        _back(plan, k, state, front, writers)
+        _back(plan, k, state, front, work, writers)
         del front
         if ahead is None and k + 1 < count:
             ahead = _front(plan, k + 1, state, files, work, writers, recorded, corun_on)
