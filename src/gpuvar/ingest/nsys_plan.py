@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, ints
-from gpuvar.ingest.nsys_sources import ROWID, prefetched
+from gpuvar.ingest.nsys_sources import ROWID
 
 _INT32_NONE = -1
 
@@ -143,8 +143,7 @@ def make_plan(source, head: nsys.ExportHead, settings: PieceSettings, sequence: 
     code_parts, group_parts, pieces, processes = [], [], [], set()
     pending: dict | None = None
     lo = source.first(nsys.KERNEL_TABLE)
-    rows, chunks = source.ranges(nsys.KERNEL_TABLE, columns, settings.rows)
-    chunks = prefetched(chunks)
+    rows, chunks = source.spans(nsys.KERNEL_TABLE, columns, settings.rows)
     piece = Piece(lo, lo, 0, 0)
     last_start, seen = None, 0
     for chunk in chunks:
@@ -298,8 +297,7 @@ def copy_ranges(source, head: nsys.ExportHead, plan: Plan, step: int) -> tuple |
     per piece, rows read, the first run's schema, which every bucket is cast to as bucket_copies casts its runs);
     None where the copies are not so stored."""
     firsts = np.array([p.first for p in plan.pieces[1:]], dtype=np.int64)
-    rows, chunks = source.ranges(nsys.MEMCPY_TABLE, ["start"], step)
-    chunks = prefetched(chunks)
+    rows, chunks = source.spans(nsys.MEMCPY_TABLE, ["start"], step)
     cuts: list[int] = []  # the rowid where each bucket after the first begins
     at: list[int] = []  # its position in the table
     seen, first_rowid, last_start = 0, None, None

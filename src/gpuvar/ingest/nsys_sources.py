@@ -10,6 +10,7 @@ Parquet file (the row groups that hold the range; the last one read is kept for 
 from __future__ import annotations
 
 import sqlite3
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,23 @@ class SqliteSource:
         where = f"{rowid} >= {int(lo)}" + (f" AND {rowid} < {int(hi)}" if hi is not None else "")
         return self._query(table, columns, where + (f" AND start <= {int(start_max)}" if start_max is not None else ""))
 
+    def spans(self, table: str, columns: list[str], step: int, ahead: int = 3):
+        """ranges(), read faster: where the rowids are dense (their span at most twice the rows), consecutive rowid
+        ranges of `step` rowids, `ahead` read at once in threads (connectorx releases the GIL: pass 1 of an export
+        in pieces waited on SQLite for two thirds of its time); else ranges() with the next run read ahead."""
+        rows = self.rows(table)
+        con = connect(self.path)
+        try:
+            key = self.rowids[table]
+            span = f'SELECT (SELECT min({key}) FROM "{table}"), (SELECT max({key}) FROM "{table}")'
+            lo, hi = con.execute(span).fetchone()
+        finally:
+            con.close()
+        if not rows or lo is None or hi - lo + 1 > 2 * rows:
+            return rows, prefetched(self.ranges(table, columns, step)[1])
+        fetch = partial(self.fetch, table, columns)
+        return rows, _in_order(lambda a: fetch(a, a + step), range(lo, hi + 1, step), ahead)
+
     def ranges(self, table: str, columns: list[str], step: int):
         """(rows SQLite counts, the rows in consecutive runs of `step` rows): each run starts after the last rowid
         of the one before, a seek in the b-tree, so sparse rowids (up to 2**63 - 1) cost nothing."""
@@ -103,6 +121,24 @@ def prefetched(runs):
         while (run := pending.result()) is not done:
             pending = pool.submit(next, runs, done)
             yield run
+
+
+def _in_order(fetch, starts, ahead: int):
+    """fetch(a) for each a of `starts`, `ahead` at once in threads, yielded in order (those with rows)."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+    from itertools import islice
+
+    starts = iter(starts)
+    with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="gpuvar-spans") as pool:
+        pending = deque(pool.submit(fetch, a) for a in islice(starts, ahead))
+        while pending:
+            chunk = pending.popleft().result()
+            following = next(starts, None)
+            if following is not None:
+                pending.append(pool.submit(fetch, following))
+            if chunk.num_rows:
+                yield chunk
 
 
 class ParquetSource:
@@ -144,6 +180,11 @@ class ParquetSource:
         if start_max is not None:
             result = result.filter(pc.fill_null(pc.less_equal(result.column("start"), start_max), True))
         return result
+
+    def spans(self, table: str, columns: list[str], step: int):
+        """ranges() with the next run read ahead (one reader: the row-group cache is this object's)."""
+        rows, runs = self.ranges(table, columns, step)
+        return rows, prefetched(runs)
 
     def ranges(self, table: str, columns: list[str], step: int):
         rows = self._file(table).metadata.num_rows
