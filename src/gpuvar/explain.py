@@ -219,16 +219,15 @@ def rank_jobs(ranks: list[list[Path]], jobs: int | None, peaks: list[int] | None
     rank files, and at most what the memory available now holds (footprint.available_bytes) at the largest file's
     estimated peak (`peaks`, each rank's gpuvar.ingest.footprint.peak_bytes; found here when not given). Why a cap on memory: a job's ranks are ingested side by side on a laptop as well as
     on a node, and eight 1 M-kernel Kineto traces at once need ~11 GB."""
-    import os
 
     from gpuvar.errors import GpuvarError
-    from gpuvar.ingest.footprint import available_bytes, peak_bytes
+    from gpuvar.ingest.footprint import available_bytes, peak_bytes, usable_cores
 
     if jobs is not None:
         if jobs < 1:
             raise GpuvarError(f"--jobs {jobs}: give 1 or more")
         return min(jobs, len(ranks))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     free = available_bytes()  # (inside a Slurm job its limit, not the node's free memory; None: the cores decide)
     widest = max(peaks if peaks is not None else [peak_bytes(files) for files in ranks])
     by_memory = max(1, int(free // widest)) if free else len(ranks)
@@ -246,13 +245,11 @@ def piece_workers(jobs: int | None) -> int:
     the Parquet encoder and the worker share the cores), else the cores but 2, at most 7 (on a 16-core Xeon a 5 M-kernel
     export took 25.6 s with none, 16.1-16.7 s with 3, 13.0 s with 7: docs/performance.md), and at most what the
     available memory holds."""
-    import os
-
-    from gpuvar.ingest.footprint import available_bytes
+    from gpuvar.ingest.footprint import available_bytes, usable_cores
 
     if jobs is not None:
         return max(0, jobs - 1)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     free = available_bytes()
     by_memory = MAX_PIECE_WORKERS if free is None else max(0, int((free - MAIN_BYTES) // WORKER_BYTES))
     return 0 if cores < 4 else min(MAX_PIECE_WORKERS, cores - 2, by_memory)

@@ -98,6 +98,14 @@ def uncompressed_size(path: Path) -> int:
     return recorded
 
 
+def usable_cores() -> int:
+    """The cores this process may use (its affinity: a Slurm job's or taskset's share), which, with the memory
+    available, decides how many processes an ingest starts."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def available_bytes() -> int | None:
     """The memory this process can still take: the kernel's MemAvailable, or less where a cgroup limits the process
     (a Slurm job's --mem, a container's limit); None where neither is known."""

@@ -188,11 +188,11 @@ def _loose(values) -> pa.Array:
 def _workers(path: Path) -> int:
     """Worker processes for the decode: 2 (or GPUVAR_KINETO_WORKERS) for a big trace on a machine with the cores
     and fork; 0 (in-process) otherwise."""
-    from gpuvar.ingest.footprint import uncompressed_size
+    from gpuvar.ingest.footprint import uncompressed_size, usable_cores
 
     try:
         wanted = int(os.environ.get("GPUVAR_KINETO_WORKERS", "2"))
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = usable_cores()
         size = uncompressed_size(Path(path))  # (a gzip file's own record of it: JSON shrinks 5-15x)
     except (ValueError, OSError):
         return 0

@@ -7,10 +7,10 @@ import json
 
 
 def configure(p):
-    p.add_argument("raw", help="output folder of `gpuvar read`")
     from gpuvar.ingest.cli import WORKERS
     from gpuvar.options import ConfigOption, add_options
 
+    p.add_argument("raw", help="output folder of `gpuvar read`")
     p.add_argument("--output", "-o", required=True, help="output folder of the canonical tables")
     add_options(p, (ConfigOption(*WORKERS),))
 

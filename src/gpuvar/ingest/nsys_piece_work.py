@@ -37,7 +37,7 @@ from gpuvar.ingest import nsys
 from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.context import input_frame
 from gpuvar.ingest.host_timeline import MISSING
-from gpuvar.ingest.nsys_plan import kept_rows, light_columns
+from gpuvar.ingest.nsys_plan import kept_rows, last_overlapped, light_columns
 from gpuvar.ingest.nsys_sources import ROWID
 from gpuvar.ingest.sanity import drop_negative_durations, require_int64_times
 from gpuvar.schema import finalize_kernels
@@ -212,12 +212,12 @@ def _mapped(path: str) -> pa.Table:
 def task_order(plan, buckets: list) -> list[tuple]:
     """The tasks in the order pass 3 takes them: ("piece", k), then ("copies", j) for each bucket with rows
     (buckets[j] not None) up to the last one piece k's kernels can overlap (nsys_pieces._read_buckets)."""
-    pieces, order, read = plan.pieces, [], 0
-    for k, piece in enumerate(pieces):
+    order, read = [], 0
+    for k in range(len(plan.pieces)):
         order.append(("piece", k))
         if not buckets:
             continue
-        last = max([k] + [j for j in range(k + 1, len(pieces)) if pieces[j].first <= piece.last_end])
+        last = last_overlapped(plan, k)
         order.extend(("copies", j) for j in range(read, last + 1) if buckets[j] is not None)
         read = max(read, last + 1)
     return order
@@ -263,9 +263,8 @@ class PieceWork:
             bucket = self.buckets[task[1]]
             return (bucket if isinstance(bucket, tuple) else str(bucket)), self.schema
         pieces = self.plan.pieces
-        piece = pieces[task[1]]
-        later = [p for p in pieces[task[1] + 1 :] if p.first <= piece.last_end]
-        ahead = (piece.hi, later[-1].hi, piece.last_end) if later else None
+        piece, last = pieces[task[1]], last_overlapped(self.plan, task[1])
+        ahead = (piece.hi, pieces[last].hi, piece.last_end) if last > task[1] else None
         sites = None
         if not self.rowids:  # no launch calls: the call sites from the plan's iterations, set with the piece
             at = slice(self.kept_before[task[1]], self.kept_before[task[1]] + piece.kept)

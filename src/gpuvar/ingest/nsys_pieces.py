@@ -80,11 +80,12 @@ from gpuvar.ingest.nsys_plan import (
     bucket_copies,
     copy_ranges,
     exact_ints,
+    last_overlapped,
     make_plan,
     sum_step_threads,
 )
 from gpuvar.ingest.nsys_sources import ROWID, ParquetSource, SqliteSource
-from gpuvar.ingest.nsys_sqlite import connect, rowid_name
+from gpuvar.ingest.nsys_sqlite import connect, rowid_name, rowid_span
 from gpuvar.ingest.step_size import COLUMN as STEP_THREADS
 from gpuvar.ingest.step_store import DENSE_STEPS, FirstStarts
 from gpuvar.layout import KERNELS_TABLE, MEMCPY_TABLE
@@ -135,8 +136,7 @@ def _read_buckets(state: _State, plan: Plan, k: int, files: list, work: PieceWor
     gpuvar.ingest.nsys_piece_work), keeping their light columns in the copy window; then drop the copies that
     ended before the piece's first start."""
 
-    piece = plan.pieces[k]
-    last = max([k] + [j for j in range(k + 1, len(plan.pieces)) if plan.pieces[j].first <= piece.last_end])
+    piece, last = plan.pieces[k], last_overlapped(plan, k)
     frames = [state.copies] if state.copies is not None else []
     while state.buckets_read <= last:
         j = state.buckets_read
@@ -375,16 +375,14 @@ def _plan_reason(path: Path, settings: PieceSettings) -> str | None:
 
 
 def export_rows(con: sqlite3.Connection) -> tuple[int, int]:
-    """(kernel rows, copy rows) of an export, as their rowid spans: two b-tree lookups per table (count(*) scans the
+    """(kernel rows, copy rows) of an export, as their rowid spans (nsys_sqlite.rowid_span; count(*) scans the
     table's pages: 0.5 s at 2 M rows). An export with sparse rowids counts more rows than it has, which costs time
-    (pieces below the threshold), never bytes. Two subqueries: SQLite looks a lone min() or max() up in the b-tree,
-    but scans for min() and max() together."""
+    (pieces below the threshold), never bytes."""
     rows = []
     for table in (nsys.KERNEL_TABLE, nsys.MEMCPY_TABLE):
         try:
             key = rowid_name(con, table)
-            span = f'SELECT (SELECT min({key}) FROM "{table}"), (SELECT max({key}) FROM "{table}")'
-            lo, hi = con.execute(span).fetchone() if key is not None else (None, None)
+            lo, hi = rowid_span(con, table, key) if key is not None else (None, None)
         except sqlite3.Error:  # (no such table)
             lo = hi = None
         rows.append(0 if lo is None else hi - lo + 1)

@@ -289,6 +289,16 @@ def bucket_copies(source, head: nsys.ExportHead, plan: Plan, folder: Path, step:
     return [f if j in writers else None for j, f in enumerate(files)], seen, schema
 
 
+def last_overlapped(plan: Plan, k: int) -> int:
+    """The last piece whose kernels start by piece k's last end (k itself at least): the later pieces piece k's
+    context sees, and the last copy bucket its kernels can overlap. The pieces' first starts rise (kernels are
+    stored in start order), so those pieces are k + 1 to it."""
+    pieces, last = plan.pieces, k
+    while last + 1 < len(pieces) and pieces[last + 1].first <= pieces[k].last_end:
+        last += 1
+    return last
+
+
 def copy_ranges(source, head: nsys.ExportHead, plan: Plan, step: int) -> tuple | None:
     """The buckets of bucket_copies as rowid ranges, where the copies are stored in start order without a null start
     (as nsys writes them): a scan of their start times instead of every column copied into IPC files. Then bucket j's
@@ -325,8 +335,7 @@ def copy_ranges(source, head: nsys.ExportHead, plan: Plan, step: int) -> tuple |
     buckets = [(lo, hi) if size else None for lo, hi, size in zip(lows, highs, sizes)]
     schema = None
     if seen:
-        _, runs = source.ranges(nsys.MEMCPY_TABLE, head.m_cols, step)
-        schema = next(runs).drop_columns([ROWID]).schema
+        schema = source.first_run(nsys.MEMCPY_TABLE, head.m_cols, step).drop_columns([ROWID]).schema
     return buckets, seen, schema
 
 

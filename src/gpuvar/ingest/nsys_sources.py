@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from gpuvar.ingest import nsys
 from gpuvar.ingest.base import select_arrow
-from gpuvar.ingest.nsys_sqlite import connect, quote_name, rowid_name
+from gpuvar.ingest.nsys_sqlite import connect, quote_name, rowid_name, rowid_span
 
 ROWID = "__gpuvar_rowid"
 RAW_NAMES = {nsys.KERNEL_TABLE: nsys.RAW_KERNELS, nsys.MEMCPY_TABLE: nsys.RAW_MEMCPY}
@@ -82,15 +82,17 @@ class SqliteSource:
         rows = self.rows(table)
         con = connect(self.path)
         try:
-            key = self.rowids[table]
-            span = f'SELECT (SELECT min({key}) FROM "{table}"), (SELECT max({key}) FROM "{table}")'
-            lo, hi = con.execute(span).fetchone()
+            lo, hi = rowid_span(con, table, self.rowids[table])
         finally:
             con.close()
         if not rows or lo is None or hi - lo + 1 > 2 * rows:
             return rows, prefetched(self.ranges(table, columns, step)[1])
         fetch = partial(self.fetch, table, columns)
         return rows, _in_order(lambda a: fetch(a, a + step), range(lo, hi + 1, step), ahead)
+
+    def first_run(self, table: str, columns: list[str], step: int) -> pa.Table:
+        """The first run ranges() yields, without counting the table (count(*) scans its pages)."""
+        return self._query(table, columns, "1", f" LIMIT {int(step)}")
 
     def ranges(self, table: str, columns: list[str], step: int):
         """(rows SQLite counts, the rows in consecutive runs of `step` rows): each run starts after the last rowid
@@ -112,7 +114,7 @@ class SqliteSource:
 
 def prefetched(runs):
     """The runs of an iterator, each next one read in a thread while the caller works on the one it has (connectorx
-    and the Parquet reader release the GIL): pass 1 spent half its time waiting for SQLite's rows."""
+    and the Parquet reader release the GIL)."""
     from concurrent.futures import ThreadPoolExecutor
 
     runs, done = iter(runs), object()
@@ -180,6 +182,10 @@ class ParquetSource:
         if start_max is not None:
             result = result.filter(pc.fill_null(pc.less_equal(result.column("start"), start_max), True))
         return result
+
+    def first_run(self, table: str, columns: list[str], step: int) -> pa.Table:
+        """The first run ranges() yields."""
+        return self.fetch(table, columns, 0, min(step, self._file(table).metadata.num_rows))
 
     def spans(self, table: str, columns: list[str], step: int):
         """ranges() with the next run read ahead (one reader: the row-group cache is this object's)."""

@@ -81,6 +81,13 @@ def quote_name(column: str) -> str:
 ROWID_ALIASES = ("_rowid_", "rowid", "oid")  # SQLite's names of a table's rowid, unless a column takes one
 
 
+def rowid_span(con: sqlite3.Connection, table: str, key: str) -> tuple[int | None, int | None]:
+    """(smallest, largest) rowid of `table` (`key`: its rowid_name), (None, None) when it is empty: two b-tree
+    lookups. Two subqueries: SQLite looks a lone min() or max() up in the b-tree, but scans for min() and max()
+    together."""
+    return con.execute(f'SELECT (SELECT min({key}) FROM "{table}"), (SELECT max({key}) FROM "{table}")').fetchone()
+
+
 def rowid_name(con: sqlite3.Connection, table: str) -> str | None:
     """The name under which `table`'s real rowid can be selected: the first alias no column of the table shadows
     (a column named `rowid` is what `rowid` then means), or None: every alias is a column, or the table is
