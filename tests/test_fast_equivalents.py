@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from gpuvar.causal import within_site
-from gpuvar.causal.within_site import RIDGE, SlopeGroups, fit_predict, within_permutations
+from gpuvar.causal.within_site import RIDGE, SlopeGroups, fit_predict, stable_argsort, within_permutations
 from gpuvar.findings.predict import MAX_BINS, _bins, _bins_by_site, _site_rows
 
 
@@ -38,6 +38,15 @@ def test_permutations_within_call_sites_are_lexsorts_of_the_draws(n_sites):
         expected = _lexsort_permutations(sites, y, 5, np.random.default_rng(trial))
         got = within_permutations(None, sites, y, 5, np.random.default_rng(trial))
         assert np.array_equal(expected, got)
+
+
+@pytest.mark.parametrize("distinct", [1, 2, 50, 2**40, 2**63])
+def test_the_fast_sort_is_the_stable_sort_ties_included(distinct):
+    """The keys' fast order is the stable order: among equal keys, by row (many ties, a few, almost none)."""
+    rng = np.random.default_rng(distinct % 1000)
+    for n in (0, 1, 2, 17, 5000):
+        keys = rng.integers(0, distinct, n, dtype=np.uint64)
+        assert np.array_equal(stable_argsort(keys), np.argsort(keys, kind="stable"))
 
 
 def test_a_permutation_keeps_each_call_sites_values():

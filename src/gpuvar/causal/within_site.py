@@ -173,6 +173,18 @@ _UNIT_BITS = 53  # Generator.random draws k / 2**53 with an integer k < 2**53: k
 _KEY_SITES = 1 << (64 - _UNIT_BITS)  # call sites one uint64 key holds above the draw
 
 
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable"), exactly, at the speed of numpy's default sort (a SIMD quicksort on x86:
+    0.18 ms against 0.79 ms for 20,000 uint64 keys). The two orders differ only among equal keys, so the fast
+    order is checked for a tie (one pass over the sorted keys) and the stable sort runs only when there is one:
+    a copy's keys hold a 53-bit draw each, so a tie is a chance of about n**2 / 2**54 (1e-8 at 20,000 rows)."""
+    order = np.argsort(keys)
+    ranked = keys[order]
+    if len(keys) > 1 and (ranked[1:] == ranked[:-1]).any():
+        return np.argsort(keys, kind="stable")
+    return order
+
+
 def within_permutations(groups: SlopeGroups, site_codes_sorted: np.ndarray, y: np.ndarray, count: int, rng):
     """`count` copies of y (sorted rows) each permuted within its call site (columns of a 2-D array).
 
@@ -180,7 +192,8 @@ def within_permutations(groups: SlopeGroups, site_codes_sorted: np.ndarray, y: n
     `np.lexsort((rng.random(n), sites))` gives it. Why not lexsort: it was most of the findings' time (two merge
     sorts of every row per copy, 200 copies per test). The rows are put in call-site order once; each copy then
     sorts one uint64 key per row, the site's rank in the high bits and the draw's integer k (draw = k / 2**53,
-    exact) in the low 53: the same order, ties included, 3x faster. More call sites than the high bits hold: lexsort."""
+    exact) in the low 53: the same order, ties included, 3x faster. More call sites than the high bits hold: lexsort.
+    The keys are sorted by stable_argsort: numpy's SIMD sort, the stable one only where two keys are equal."""
     n = len(y)
     base = np.argsort(site_codes_sorted, kind="stable")
     in_site_order = site_codes_sorted[base]
@@ -191,7 +204,7 @@ def within_permutations(groups: SlopeGroups, site_codes_sorted: np.ndarray, y: n
     for c in range(count):
         draws = rng.random(n)
         if keyed:
-            shuffled = base[np.argsort(high | (draws[base] * 2.0**_UNIT_BITS).astype(np.uint64), kind="stable")]
+            shuffled = base[stable_argsort(high | (draws[base] * 2.0**_UNIT_BITS).astype(np.uint64))]
         else:
             shuffled = np.lexsort((draws, site_codes_sorted))
         column = np.empty(n)
