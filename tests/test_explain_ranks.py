@@ -247,6 +247,27 @@ def test_piece_workers_follow_the_cores_and_the_free_memory(monkeypatch):
     assert explain.piece_workers(1) == 0 and explain.piece_workers(5) == 4
 
 
+def test_the_causal_graphs_run_beside_the_findings_of_a_big_job_with_cores_and_memory(monkeypatch):
+    """Beside the findings: from BESIDE_LAUNCHES launches (below, a process's start-up costs about what the
+    findings take), with two cores or more and the memory for both stages."""
+    import os
+
+    from gpuvar import explain
+    from gpuvar.ingest import footprint
+
+    big, small = explain.BESIDE_LAUNCHES, explain.BESIDE_LAUNCHES - 1
+    for cores, free, launches, expected in [
+        (2, 64 << 30, big, True),
+        (16, None, big, True),
+        (16, 64 << 30, small, False),
+        (1, 64 << 30, big, False),
+        (16, explain.BESIDE_BYTES - 1, big, False),
+    ]:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        monkeypatch.setattr(footprint, "available_bytes", lambda free=free: free)
+        assert explain.causal_beside(launches) is expected, (cores, free, launches)
+
+
 def test_a_bad_rank_file_read_by_a_worker_names_itself(scale_job, tmp_path):
     """The rank section's worker processes (explain --jobs) raise a bad file's InputError in the analysing process
     whole: its path and reason, which the section's one line is made of (an InputError used not to unpickle)."""
@@ -267,8 +288,9 @@ def test_a_bad_rank_file_read_by_a_worker_names_itself(scale_job, tmp_path):
 
 def test_stages_in_processes_of_their_own_write_what_one_process_writes(scale_job, tmp_path, monkeypatch, capsys):
     """A job of ISOLATED_LAUNCHES launches or more runs the merge, binning, causal graphs, rank section and
-    findings each in a process of its own (their memory given back when they end): the files and the console are
-    those of the stages run in explain's own process."""
+    findings each in a process of its own (their memory given back when they end), and where the cores allow the
+    causal graphs run beside the rank section and the findings: the files and the console are those of the stages
+    run one after the other in explain's own process."""
     from gpuvar import explain
     from gpuvar.cli import main
 
@@ -277,8 +299,9 @@ def test_stages_in_processes_of_their_own_write_what_one_process_writes(scale_jo
     monkeypatch.setattr(
         explain, "_isolated", lambda stage, *a, **k: isolated.append(a[0]) or in_own_process(stage, *a, **k)
     )
-    for threshold in (10**12, 0):
+    for threshold, beside in ((10**12, False), (0, False), (10**12, True)):
         monkeypatch.setattr(explain, "ISOLATED_LAUNCHES", threshold)
+        monkeypatch.setattr(explain, "causal_beside", lambda launches, beside=beside: beside)
         out = tmp_path / "out"
         assert main(["explain", *map(str, scale_job), "-o", str(out), "--jobs", "1"]) == 0
         console = capsys.readouterr()
@@ -287,14 +310,17 @@ def test_stages_in_processes_of_their_own_write_what_one_process_writes(scale_jo
             for p in sorted(out.rglob("*"))
             if p.is_file() and (p.suffix != ".json" or p.name in ("findings.json", "ranks.json"))
         }
-        results[threshold] = (console.out, files)
+        results[threshold, beside] = (console.out, files)
         assert ("stage `gpuvar" in console.err) is False
+        assert ("beside what follows" in console.err) is beside
         shutil.rmtree(out)
-    (out_here, here), (out_apart, apart) = results[10**12], results[0]
-    assert out_here == out_apart and "findings page:" in out_here
+    out_here, here = results[10**12, False]
+    assert "findings page:" in out_here and {"bin/sample_rows.parquet", "ranks/ranks.md"} <= {str(p) for p in here}
     assert isolated[:4] == ["ingest-merge", "bin", "causal", "ranks"] and len(isolated) == 5  # and the findings
-    assert here.keys() == apart.keys() and {"bin/sample_rows.parquet", "ranks/ranks.md"} <= {str(p) for p in here}
-    assert [p for p in here if here[p] != apart[p]] == []
+    for out_apart, apart in (results[0, False], results[10**12, True]):
+        assert out_here == out_apart
+        assert here.keys() == apart.keys()
+        assert [p for p in here if here[p] != apart[p]] == []
 
 
 def test_a_stage_whose_process_is_killed_is_one_line():
@@ -307,6 +333,8 @@ def test_a_stage_whose_process_is_killed_is_one_line():
 
     with pytest.raises(StageError, match="ended abruptly: its process was killed"):
         explain._isolated(os._exit, 9)
+    with explain.Beside(os._exit, 9) as beside, pytest.raises(StageError, match="its process was killed"):
+        beside.wait()
 
 
 def test_rank_ingest_workers_decode_in_their_own_process(monkeypatch, tmp_path):

@@ -8,7 +8,9 @@ decomposition.csv, figures/}, and with several files OUTPUT/ranks (gpuvar ranks:
 per-rank ingests under OUTPUT/ingest/ranks/: the same files the workflow writes for one dataset, so `gpuvar plot`,
 `gpuvar compare` and `gpuvar causal-checks` read them as they read the workflow's.
 
-A job of ISOLATED_LAUNCHES launches or more runs every stage after the ingest in a process of its own.
+A job of ISOLATED_LAUNCHES launches or more runs every stage after the ingest in a process of its own. Where two
+cores and the memory allow (causal_beside), the causal graphs run in a process of their own beside the rank section
+and the findings' analysis, which does not read them: the graphs are attached to the findings once both are done.
 
 OUTPUT appears whole or not at all: every stage writes into one staging folder that replaces OUTPUT once the last
 stage is done, so a failed rerun leaves the previous answer as it was, never one run's ingest beside another's
@@ -17,6 +19,7 @@ checked before any work (readable, a known format, no file given twice)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -80,16 +83,71 @@ def _isolated(stage, *args, **kwargs):
     of 100 k launches the process held 0.46 GB between stages, under the findings' own 0.6 GB. A process of its
     own gives everything back when it ends, for ~1 s of start-up, nothing beside a stage that long. The logging
     levels explain set are set there too, so the console is the same."""
-    import logging
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    levels = {name: logging.getLogger(name).level for name in ("", "gpuvar", "gpuvar.causal")}
     from gpuvar.errors import worker_death
 
-    with worker_death(f"the stage `gpuvar {args[0]}`" if stage is _stage else "the findings stage"):
+    with worker_death(_stage_label(stage, args)):
         with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-            return pool.submit(_in_child, levels, stage, args, kwargs).result()
+            return pool.submit(_in_child, _levels(), stage, args, kwargs).result()
+
+
+def _stage_label(stage, args) -> str:
+    return f"the stage `gpuvar {args[0]}`" if stage is _stage else "the findings stage"
+
+
+def _levels() -> dict:
+    import logging
+
+    return {name: logging.getLogger(name).level for name in ("", "gpuvar", "gpuvar.causal")}
+
+
+class Beside:
+    """stage(*args, **kwargs) in a spawned process of its own while this process goes on (_isolated, not waited
+    on): wait() returns its result, its error or a killed process one line, as _isolated's. Leaving the `with`
+    block waits for the process to end, so no stage outlives explain's staging folder."""
+
+    def __init__(self, stage, *args, **kwargs):
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        self.label = _stage_label(stage, args)
+        self.pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+        self.future = self.pool.submit(_in_child, _levels(), stage, args, kwargs)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def wait(self):
+        from gpuvar.errors import worker_death
+
+        with worker_death(self.label):
+            return self.future.result()
+
+    def __enter__(self) -> Beside:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+BESIDE_BYTES = 2 << 30  # the causal stage (0.29 GB and its bootstrap workers) beside the findings (<= 0.7 GB)
+BESIDE_LAUNCHES = 1_000_000  # below, the findings take about what a process's start-up (~1 s) costs the graphs
+
+
+def causal_beside(launches: int) -> bool:
+    """Whether the causal graphs run beside the findings' analysis: a job of BESIDE_LAUNCHES launches or more, two
+    cores or more, and the memory available for both. On the 2-core VM, a 2 M-launch export's causal stage took
+    5.9 s on 1.7 cores (its bootstrap workers), the findings 5.9 s on one: explain 21.6 s one after the other,
+    16.7 s side by side; at 1 M launches 14.1-14.3 s against 13.2-14.4 s; on a real 5,700-launch trace 0.3 s
+    slower (docs/performance.md)."""
+    from gpuvar.ingest.footprint import available_bytes, usable_cores
+
+    if launches < BESIDE_LAUNCHES:
+        return False
+    free = available_bytes()
+    return usable_cores() >= 2 and (free is None or free >= BESIDE_BYTES)
 
 
 def _in_child(levels: dict, stage, args, kwargs):
@@ -106,7 +164,6 @@ def _in_child(levels: dict, stage, args, kwargs):
 def _stage(command: str, folder: Path, inputs, work, *args, **kwargs):
     """Run one stage's function in this process under the output rule of its command (gpuvar.cli.stage_output:
     the folder claimed, marked as that command's output), its console output kept off explain's summary."""
-    import contextlib
     import io
 
     from gpuvar.atomic import claimed
@@ -335,12 +392,18 @@ def _run(isolate: bool, stage, *args, **kwargs):
     return _isolated(stage, *args, **kwargs) if isolate else stage(*args, **kwargs)
 
 
-def _findings(name: str, ingest: Path, causal, plots, out: Path, output: Path) -> dict:
-    """The findings stage: the analysis, then OUTPUT/findings written; returns the findings record."""
+def _findings(isolate: bool, name: str, ingest: Path, causal, out: Path, output: Path, t0: float, beside=None) -> dict:
+    """The findings stage: the analysis (in a process of its own when `isolate`), the causal graphs attached once
+    the causal stage running `beside` it is done, then OUTPUT/findings written here; returns the findings record."""
     from gpuvar.atomic import rewrite_paths
-    from gpuvar.findings.run import analyse_dataset, write_dataset
+    from gpuvar.findings.run import analyse_dataset, causal_evidence, write_dataset
 
-    record, table, kernels = analyse_dataset(name, ingest, causal, plots)
+    record, table, kernels = _run(isolate, analyse_dataset, name, ingest)
+    if beside is not None:
+        if not beside.done():
+            _progress("waiting for the causal graphs", t0)
+        beside.wait()
+    causal_evidence(record, causal, None)
     record = rewrite_paths(record, out, output)  # the folders it names, where they will be
     findings = out / EXPLAIN_FINDINGS
     _stage("findings", findings, (ingest,), write_dataset, record, table, findings, kernels)
@@ -380,8 +443,9 @@ def _explain(
         _progress(f"merge {len(parts)} ranks", t0)
         isolate = _launches(parts) >= ISOLATED_LAUNCHES
         _run(isolate, _stage, "ingest-merge", ingest, parts, merge, parts, ingest, jobs=jobs)  # (jobs: threads)
-    big = _launches([ingest]) >= ISOLATED_LAUNCHES
-    causal = plots = None
+    launches = _launches([ingest])
+    big = launches >= ISOLATED_LAUNCHES
+    causal = beside = None
     if not args.no_causal:
         target = DEFAULT_TARGET
         bins = out / EXPLAIN_BINS
@@ -390,15 +454,21 @@ def _explain(
         settings = bin_settings(kernels, copies, bins, target=target, sample_bins=sample_bins)
         _progress(f"bin the timeline ({settings.bin_width} windows, top {settings.top_k})", t0)
         _run(big, _stage, "bin", bins, (kernels, copies), bin_execute, settings)
-        _progress("causal graphs of the most variable windows", t0)
         causal = out / EXPLAIN_CAUSAL
         rows, sample = bins / TOPK_ROWS, bins / SAMPLE_ROWS
         options = causal_options(target=target)
-        _run(big, _stage, "causal", causal, (rows, sample), causal_execute, options, rows, sample, causal)
-    rank_lines = []
-    if len(ranks) > 1:
-        _progress(f"ranks: stragglers and waits across {len(ranks)} ranks", t0)
-        traces, folder = [files[0] for files in ranks], out / EXPLAIN_RANKS
-        rank_lines = _run(big, _stage, "ranks", folder, traces, rank_section, traces, parts, folder, 0, jobs)
-    _progress("findings: variance decomposition and verdicts per kernel", t0)
-    return _run(big, _findings, name, ingest, causal, plots, out, args.output), rank_lines
+        stage = (_stage, "causal", causal, (rows, sample), causal_execute, options, rows, sample, causal)
+        if causal_beside(launches):
+            _progress("causal graphs of the most variable windows, beside what follows", t0)
+            beside = Beside(*stage)
+        else:
+            _progress("causal graphs of the most variable windows", t0)
+            _run(big, *stage)
+    with beside or contextlib.nullcontext():
+        rank_lines = []
+        if len(ranks) > 1:
+            _progress(f"ranks: stragglers and waits across {len(ranks)} ranks", t0)
+            traces, folder = [files[0] for files in ranks], out / EXPLAIN_RANKS
+            rank_lines = _run(big, _stage, "ranks", folder, traces, rank_section, traces, parts, folder, 0, jobs)
+        _progress("findings: variance decomposition and verdicts per kernel", t0)
+        return _findings(big, name, ingest, causal, out, args.output, t0, beside), rank_lines

@@ -85,7 +85,7 @@ class Kept:
         return self.parts[group][1]
 
 
-def _causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | None) -> None:
+def causal_evidence(record: dict, causal_dir: Path | None, plots_dir: Path | None) -> None:
     """Attach to each finding the causal graphs (folder, verdict, figure) of its kernels, when the causal run
     analysed them: the graphs are per kernel name over the most variable windows, the finding over every launch
     of its call sites, so the page says which graph to open and that its scope differs."""
@@ -183,7 +183,7 @@ def analyse_dataset(
             passes.cap,
         )
     record["ingest"] = str(ingest_dir)
-    _causal_evidence(record, Path(causal_dir) if causal_dir else None, Path(plots_dir) if plots_dir else None)
+    causal_evidence(record, Path(causal_dir) if causal_dir else None, Path(plots_dir) if plots_dir else None)
     rows = []
     for dec in decompositions:
         r = dec.record()
