@@ -14,6 +14,7 @@ import pytest
 from gpuvar.causal import within_site
 from gpuvar.causal.within_site import RIDGE, SlopeGroups, fit_predict, stable_argsort, within_permutations
 from gpuvar.findings.predict import MAX_BINS, _bins, _bins_by_site, _site_rows
+from gpuvar.findings.sample import chosen_rows
 
 
 def _lexsort_permutations(sites, y, count, rng):
@@ -167,3 +168,22 @@ def test_per_group_fits_in_blocks_are_the_fits_of_all_groups_at_once(monkeypatch
     got = fit_predict(groups, X, y, train)
     assert np.array_equal(got, _plain_fit_predict(groups, X, y, train))
     assert not got[groups.sorted_codes == 5].any()
+
+
+@pytest.mark.parametrize("n_cells", [1, 7, 300, 70_000])
+def test_the_sampled_rows_of_a_batch_are_those_whose_key_is_chosen(n_cells):
+    """chosen_rows: the rows whose key offset[cell] + (launches of the cell before it) is among the chosen keys,
+    as one lookup per row finds them; batch after batch, with cells absent from a batch, chosen keys at the edges
+    of a cell's run and more cells than a uint16 code holds."""
+    rng = np.random.default_rng(n_cells)
+    batches = [rng.integers(0, n_cells, int(rng.integers(0, 3000))) for _ in range(6)]
+    launches = np.bincount(np.concatenate(batches), minlength=n_cells)
+    offset = np.cumsum(launches) - launches
+    chosen = np.sort(rng.choice(int(launches.sum()), int(launches.sum()) // 3, replace=False))
+    chosen = np.union1d(chosen, offset[launches > 0])  # every cell's first launch
+    seen = np.zeros(n_cells, np.int64)
+    for cell in batches:
+        ordinal = seen[cell] + pd.Series(cell).groupby(cell).cumcount().to_numpy()
+        expected = np.flatnonzero(np.isin(offset[cell] + ordinal, chosen))
+        assert np.array_equal(chosen_rows(cell, seen, offset, chosen), expected)
+        seen += np.bincount(cell, minlength=n_cells)
