@@ -77,10 +77,7 @@ class Labeller:
         d = pd.to_numeric(batch["duration"], errors="coerce").to_numpy(dtype=np.float64)
         pos = np.flatnonzero(~np.isnan(d))
         keys = [c for c in KEY_COLUMNS if c in batch.columns]
-        combo = np.zeros(len(pos), dtype=np.int64)
-        for column in keys:  # one code per distinct combination so far (kept below the row count: no overflow)
-            codes, uniques = pd.factorize(batch[column].iloc[pos], use_na_sentinel=True)
-            combo = pd.factorize(combo * (len(uniques) + 1) + (codes + 1))[0].astype(np.int64)
+        combo = _combinations(batch, keys, None if len(pos) == len(batch) else pos)
         first = np.flatnonzero(combo > np.maximum.accumulate(np.r_[-1, combo[:-1]])) if len(combo) else combo
         rows = batch[keys].iloc[pos[first]]
         group_ids = self.groups.ids(list(groups_of(rows)))
@@ -105,6 +102,32 @@ class Labeller:
             triple=triple_ids[combo],
             is_op=is_op[combo],
         )
+
+
+def _combinations(batch: pd.DataFrame, keys: list[str], pos: np.ndarray | None) -> np.ndarray:
+    """Per row (at `pos`, or every row) the code of its combination of the `keys` columns' values (null a value
+    of its own), numbered in order of first appearance.
+
+    The columns' codes are combined as digits of one integer, compressed to first-appearance codes only when the
+    next digit could overflow, then numbered once. Why: a factorize per column and per combination so far cost
+    ~5 ms a batch (1.6 s of 20 M launches); a categorical column (pass 1 reads text as categories) has its codes
+    already. Any one-to-one key of the combinations numbers them the same way."""
+    combo, size = np.zeros(len(batch) if pos is None else len(pos), np.int64), 1
+    for column in keys:
+        values = batch[column]
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            codes, count = values.cat.codes.to_numpy().astype(np.int64), len(values.cat.categories)
+        else:
+            codes, uniques = pd.factorize(values, use_na_sentinel=True)
+            count = len(uniques)
+        if pos is not None:
+            codes = codes[pos]
+        if size * (count + 1) >= 1 << 62:
+            combo = pd.factorize(combo)[0].astype(np.int64)
+            size = int(combo.max()) + 1 if len(combo) else 1
+        combo = combo * (count + 1) + (codes + 1)
+        size *= count + 1
+    return pd.factorize(combo)[0].astype(np.int64)
 
 
 class RowLabels:

@@ -47,7 +47,6 @@ class _Targets:
         self.inside = count.astype(np.int64)
         self.value = np.where(lo == hi, lo, 0)
         self.done = lo == hi
-        self.gathered: list[list[np.ndarray]] = [[] for _ in range(len(unit))]
 
 
 def exact_medians(store, partitions: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], integral: bool):
@@ -80,70 +79,91 @@ def exact_medians(store, partitions: list[tuple[str, np.ndarray, np.ndarray, np.
 
 
 def _one_pass(store, partitions, t: _Targets, integral: bool) -> None:
+    """One pass over the store: each active target's range split in bins (or gathered), counted per distinct range.
+
+    A unit's two targets (ranks (n-1)//2 and n//2) mostly share their range, so the values are counted once per
+    distinct (partition, unit, range), not once per target: half the work of a pass where they share it. Each
+    target then reads its own rank off its range's counts."""
     active = np.flatnonzero(~t.done)
-    gather = active[t.inside[active] <= COLLECT]
-    split = active[t.inside[active] > COLLECT]
+    ranges = _Ranges(t, active)
+    split = np.flatnonzero(~ranges.gather)
     bins = int(max(2, min(MAX_BINS, TOTAL_BINS // max(1, len(split)))))
-    width = np.ones(len(t.unit), np.uint64)
-    for k in split:
-        span = int(t.hi[k]) - int(t.lo[k]) + 1
-        width[k] = -(-span // bins)
-    slot_of = {k: i for i, k in enumerate(split)}
-    split_row = np.full(len(t.unit), -1, np.int64)
+    span = (ranges.hi[split] - ranges.lo[split]).view(np.uint64) + np.uint64(1)  # (keys' differences < 2**64)
+    width = np.ones(len(ranges.lo), np.uint64)
+    width[split] = span // np.uint64(bins) + (span % np.uint64(bins) != 0)
+    split_row = np.full(len(ranges.lo), -1, np.int64)
     split_row[split] = np.arange(len(split))
     counts = np.zeros(len(split) * bins, np.int64)
-    wanted = np.zeros(len(t.unit), bool)
-    wanted[gather] = True
-    split_mask = np.zeros(len(t.unit), bool)
-    split_mask[split] = True
-    lookups = []
-    for p, (name, n, _, _) in enumerate(partitions):  # unit -> its (up to two) active targets
-        mine = np.flatnonzero((t.part == p) & ~t.done)
-        for take in (mine[: len(mine) // 2 + len(mine) % 2], mine[len(mine) // 2 + len(mine) % 2 :]):
-            slot = np.full(len(n), -1, np.int64)
-            slot[t.unit[take]] = take
-            lookups.append((name, slot))
+    gathered: list[list[np.ndarray]] = [[] for _ in range(len(ranges.lo))]
+    lookups = [(partitions[p][0], slot) for p, slot in ranges.lookups(partitions)]
     binned = _Counts(counts)
     for rows in store:
         keys = None
         for name, slot in lookups:
-            target = slot[rows[name]]
-            use = target >= 0
+            r = slot[rows[name]]
+            use = r >= 0
             if not use.any():
                 continue
             if keys is None:
                 keys = to_key(rows["d"], integral)
-            k, tk = keys[use], target[use]
-            inside = (k >= t.lo[tk]) & (k <= t.hi[tk])
-            k, tk = k[inside], tk[inside]
-            g = wanted[tk]
-            if g.any():  # each target's keys in row order, targets in ascending order
-                order = np.argsort(tk[g], kind="stable")
-                gathered_keys, gathered_targets = k[g][order], tk[g][order]
-                starts = np.flatnonzero(np.r_[True, gathered_targets[1:] != gathered_targets[:-1]])
+            k, r = keys[use], r[use]
+            inside = (k >= ranges.lo[r]) & (k <= ranges.hi[r])
+            k, r = k[inside], r[inside]
+            g = ranges.gather[r]
+            if g.any():  # each range's keys in row order
+                order = np.argsort(r[g], kind="stable")
+                gathered_keys, gathered_ranges = k[g][order], r[g][order]
+                starts = np.flatnonzero(np.r_[True, gathered_ranges[1:] != gathered_ranges[:-1]])
                 for start, end in zip(starts, np.r_[starts[1:], len(order)]):
-                    t.gathered[gathered_targets[start]].append(gathered_keys[start:end])
-            s = split_mask[tk]
-            if s.any():
-                ks, ts = k[s], tk[s]
-                b = (ks - t.lo[ts]).view(np.uint64) // width[ts]
-                binned.add(split_row[ts] * bins + b.astype(np.int64))
+                    gathered[gathered_ranges[start]].append(gathered_keys[start:end])
+            if not g.all():
+                ks, rs = k[~g], r[~g]
+                b = (ks - ranges.lo[rs]).view(np.uint64) // width[rs]
+                binned.add(split_row[rs] * bins + b.astype(np.int64))
     binned.flush()
-    for k in gather:
-        values = np.sort(np.concatenate(t.gathered[k])) if t.gathered[k] else np.zeros(0, np.int64)
-        t.value[k] = values[t.rank[k] - t.below[k]]
-        t.done[k] = True
-        t.gathered[k] = []
-    for k, i in slot_of.items():
+    values = {
+        int(r): np.sort(np.concatenate(gathered[r])) if gathered[r] else np.zeros(0, np.int64)
+        for r in np.flatnonzero(ranges.gather)
+    }
+    for k, r in zip(active.tolist(), ranges.of.tolist(), strict=True):
+        if ranges.gather[r]:
+            t.value[k] = values[r][t.rank[k] - t.below[k]]
+            t.done[k] = True
+            continue
+        i = split_row[r]
         c = counts[i * bins : (i + 1) * bins]
         cum = np.cumsum(c)
         j = int(np.searchsorted(cum, t.rank[k] - t.below[k], side="right"))
         t.below[k] += int(cum[j - 1]) if j else 0
         t.inside[k] = int(c[j])
-        lo = int(t.lo[k]) + j * int(width[k])
-        t.lo[k], t.hi[k] = lo, min(int(t.hi[k]), lo + int(width[k]) - 1)
+        lo = int(t.lo[k]) + j * int(width[r])
+        t.lo[k], t.hi[k] = lo, min(int(t.hi[k]), lo + int(width[r]) - 1)
         if t.lo[k] == t.hi[k]:
             t.value[k], t.done[k] = t.lo[k], True
+
+
+class _Ranges:
+    """The distinct (partition, unit, range) of the active targets, sorted; `of`: each active target's range.
+    Targets that share a range share its count of values inside, so whether it is gathered or split."""
+
+    def __init__(self, t: _Targets, active: np.ndarray):
+        key = np.stack([t.part[active], t.unit[active], t.lo[active], t.hi[active]], axis=1)
+        distinct, first, self.of = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        self.of = self.of.reshape(-1)
+        self.part, self.unit, self.lo, self.hi = (distinct[:, c] for c in range(4))
+        self.gather = t.inside[active[first]] <= COLLECT
+
+    def lookups(self, partitions):
+        """(partition, unit -> range or -1) per partition and layer: a unit's first range in layer 0, its second
+        (its two targets apart) in layer 1, so that no slot holds two ranges."""
+        again = np.r_[False, (self.part[1:] == self.part[:-1]) & (self.unit[1:] == self.unit[:-1])]
+        for p, (_, n, _, _) in enumerate(partitions):
+            for layer in (False, True):
+                mine = np.flatnonzero((self.part == p) & (again == layer))
+                if len(mine):
+                    slot = np.full(len(n), -1, np.int64)
+                    slot[self.unit[mine]] = mine
+                    yield p, slot
 
 
 class _Counts:

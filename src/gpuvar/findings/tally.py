@@ -100,7 +100,7 @@ class Tally:
             self.group_op = np.r_[self.group_op, np.zeros(grow, np.int64)]
             self.launches_with_step = np.r_[self.launches_with_step, np.zeros(grow, np.int64)]
         self.group_op += np.bincount(labels.group[labels.is_op], minlength=n_groups)
-        rows = batch.iloc[labels.pos]
+        rows = batch if len(labels.pos) == len(batch) else batch.iloc[labels.pos]  # (every row: no copy)
         if "step" in self.columns:
             step = pd.to_numeric(rows["step"], errors="coerce")
             known = step.notna().to_numpy()
