@@ -159,3 +159,17 @@ def test_bench_paper_scale_to_findings_runs_every_stage_to_the_page(tmp_path, ru
 def test_bench_paper_scale_refuses_a_bad_size(tmp_path, run_cli):
     result = run_cli("bench", "paper-scale", "--rows", "0", "--data-dir", tmp_path)
     assert result.returncode != 0 and "--rows must be positive" in result.stderr
+
+
+def test_the_findings_bench_child_reports_its_own_peak_not_its_parents(tmp_path):
+    """A child started by a parent holding 400 MB (as the bench process right after generating a trace) reports
+    its own peak, not the parent's: Linux carries ru_maxrss across fork and exec."""
+    import subprocess
+    import sys
+
+    held = bytearray(400 << 20)
+    held[::4096] = b"x" * len(held[::4096])  # every page touched: resident
+    code = "from gpuvar.bench.findings import own_peak_rss_kb; print(own_peak_rss_kb())"
+    peak_kb = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0 < peak_kb < 300 << 10
+    del held

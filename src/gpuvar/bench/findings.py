@@ -1,8 +1,9 @@
 """`gpuvar findings` on a canonical demo trace of --rows launches: wall time, peak RSS and the rows it held.
 
 The findings stage runs in a child process (`python -m gpuvar.bench.findings INGEST OUTPUT`: analyse_dataset and
-write_dataset, as `gpuvar findings` runs them), so its peak resident memory (its own ru_maxrss, interpreter and
-imports included) is the stage's, not this process's or the data generator's. The child reports the most launches it held at once for one group
+write_dataset, as `gpuvar findings` runs them), so its peak resident memory (its own high-water mark, interpreter
+and imports included) is the stage's, not this process's or the data generator's. The child reports the most
+launches it held at once for one group
 (`held_rows_max_per_group`: every launch of a group up to the fit's cap, its stratified sample above it;
 gpuvar.findings.sample) and how many groups were sampled. The trace is generated once per (rows, seed) into
 --data-dir (the binning benchmark's cache: the same files) and reused; --ingest runs an existing ingest folder
@@ -86,10 +87,24 @@ def run_findings(args) -> int:
     return 0
 
 
-def _child(folder: str, out: str) -> None:
-    """Run the findings stage as `gpuvar findings` does and print its numbers as one JSON line."""
+def own_peak_rss_kb() -> int:
+    """This process's peak resident memory since it was started by exec: VmHWM, the high-water mark of its own
+    address space. Why not ru_maxrss: Linux keeps it across fork and exec, so a child started by a parent that
+    had just generated a 1 M-launch trace reported the parent's 1.8 GB. ru_maxrss where /proc is not there."""
     import resource
 
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _child(folder: str, out: str) -> None:
+    """Run the findings stage as `gpuvar findings` does and print its numbers as one JSON line."""
     from gpuvar.findings.run import analyse_dataset, write_dataset
 
     t0 = time.perf_counter()
@@ -109,7 +124,7 @@ def _child(folder: str, out: str) -> None:
                 "fit_cap": getattr(kept, "fit_cap", None),
                 "analyse_s": round(t1 - t0, 2),
                 "write_s": round(t2 - t1, 2),
-                "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                "peak_rss_kb": own_peak_rss_kb(),
             }
         )
     )
