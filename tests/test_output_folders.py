@@ -195,3 +195,18 @@ def test_ingest_and_its_two_steps_write_the_same_folder(work, tmp_path, run_cli)
     assert run_cli(*commands(work)["ingest"], "-o", out).returncode == 0
     assert run_cli("normalize", work / "raw", "-o", out).returncode == 0
     assert run_cli(*commands(work)["ingest"], "-o", out).returncode == 0
+
+
+def test_a_file_output_that_is_a_folder_is_refused_before_the_work(tmp_path, monkeypatch):
+    """`gpuvar demo-data --format nsys -o FOLDER` writes one file: a folder there is one line before any row is
+    generated (it was refused only at the rename, 79 s into a 20 M-launch export), and the folder stays."""
+    from gpuvar.demo import nsys_writer
+    from gpuvar.errors import StageError
+
+    folder = tmp_path / "d20"
+    folder.mkdir()
+    (folder / UNRELATED).write_text("mine")
+    monkeypatch.setattr(nsys_writer, "_in_start_order", lambda *a, **k: pytest.fail("generated rows first"))
+    with pytest.raises(StageError, match="it is a folder"):
+        nsys_writer.write_nsys_demo(folder, 1_000, 0, 0)
+    assert [p.name for p in folder.iterdir()] == [UNRELATED]

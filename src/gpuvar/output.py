@@ -35,6 +35,8 @@ def replacing(path: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield the temporary path to write; on success it replaces `path`, on any failure it is removed.
     `suffix` ends the temporary name, for a tool that insists on its extension (nsys export: .sqlite)."""
     path = Path(path)
+    if path.is_dir():  # said before the work, not after it (a 20 M-launch demo export took 79 s to be refused)
+        raise StageError(f"cannot write {path}: it is a folder (name a file)")
     make_parent(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{suffix}")
     try:
