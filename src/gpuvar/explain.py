@@ -133,15 +133,16 @@ class Beside:
 
 
 BESIDE_BYTES = 2 << 30  # the causal stage (0.29 GB and its bootstrap workers) beside the findings (<= 0.7 GB)
-BESIDE_LAUNCHES = 1_000_000  # below, the findings take about what a process's start-up (~1 s) costs the graphs
+BESIDE_LAUNCHES = 50_000  # below, the findings take about what a process's start-up (~1 s) costs the graphs
 
 
 def causal_beside(launches: int) -> bool:
     """Whether the causal graphs run beside the findings' analysis: a job of BESIDE_LAUNCHES launches or more, two
     cores or more, and the memory available for both. On the 2-core VM, a 2 M-launch export's causal stage took
     5.9 s on 1.7 cores (its bootstrap workers), the findings 5.9 s on one: explain 21.6 s one after the other,
-    16.7 s side by side; at 1 M launches 14.1-14.3 s against 13.2-14.4 s; on a real 5,700-launch trace 0.3 s
-    slower (docs/performance.md)."""
+    16.7 s side by side; the real 60 k-launch GPT-2 recording 8.8-8.9 s against 7.6-8.5 s; a real 5,700-launch
+    trace the same either way (5.1-5.8 s), its findings taking what the process's start-up takes
+    (docs/performance.md)."""
     from gpuvar.ingest.footprint import available_bytes, usable_cores
 
     if launches < BESIDE_LAUNCHES:
