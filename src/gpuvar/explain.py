@@ -394,21 +394,27 @@ def _run(isolate: bool, stage, *args, **kwargs):
 
 
 def _findings(isolate: bool, name: str, ingest: Path, causal, out: Path, output: Path, t0: float, beside=None) -> dict:
-    """The findings stage: the analysis (in a process of its own when `isolate`), the causal graphs attached once
-    the causal stage running `beside` it is done, then OUTPUT/findings written here; returns the findings record."""
+    """The findings stage: the analysis (in a process of its own when `isolate`), then OUTPUT/findings written here,
+    the evidence figures first and the causal graphs attached once the causal stage running `beside` is done;
+    returns the findings record."""
     from gpuvar.atomic import rewrite_paths
     from gpuvar.findings.run import analyse_dataset, causal_evidence, write_dataset
 
     record, table, kernels = _run(isolate, analyse_dataset, name, ingest)
-    if beside is not None:
-        if not beside.done():
-            _progress("waiting for the causal graphs", t0)
-        beside.wait()
-    causal_evidence(record, causal, None)
-    record = rewrite_paths(record, out, output)  # the folders it names, where they will be
+    finished = {}
+
+    def finish(drawn: dict) -> dict:  # (after the figures, which do not show the causal graphs)
+        if beside is not None:
+            if not beside.done():
+                _progress("waiting for the causal graphs", t0)
+            beside.wait()
+        causal_evidence(drawn, causal, None)
+        finished["record"] = rewrite_paths(drawn, out, output)  # the folders it names, where they will be
+        return finished["record"]
+
     findings = out / EXPLAIN_FINDINGS
-    _stage("findings", findings, (ingest,), write_dataset, record, table, findings, kernels)
-    return record
+    _stage("findings", findings, (ingest,), write_dataset, record, table, findings, kernels, finish)
+    return finished["record"]
 
 
 def _explain(

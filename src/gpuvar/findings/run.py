@@ -245,14 +245,20 @@ def _round_floats(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def write_dataset(record: dict, table: pd.DataFrame, folder: Path, kernels: pd.DataFrame | None = None) -> None:
-    """findings.json, findings.md, decomposition.csv and, given the kernels, one evidence figure per finding."""
+def write_dataset(
+    record: dict, table: pd.DataFrame, folder: Path, kernels: pd.DataFrame | None = None, finish=None
+) -> None:
+    """findings.json, findings.md, decomposition.csv and, given the kernels, one evidence figure per finding.
+    finish(record) -> the record the page shows, called once the figures are drawn (gpuvar explain attaches the
+    causal graphs there: they run beside the figures, which do not show them)."""
     from gpuvar.atomic import staged_folder
     from gpuvar.output import write_json
 
     with staged_folder(folder) as tmp:
         if kernels is not None:
             _draw_figures(record, kernels, tmp, folder)
+        if finish is not None:
+            record = finish(record)
         _round_floats(table).to_csv(tmp / DECOMPOSITION_TABLE, index=False)
         page = render([record], __version__)
         (tmp / FINDINGS_PAGE).write_text(page, encoding="utf-8")
