@@ -131,3 +131,48 @@ def test_a_fifo_as_input_is_refused_not_waited_on(run_cli, tmp_path, command):
     _one_line_error(proc)
     assert proc.stderr.strip() == f"gpuvar {command[0]}: error: {fifo}: not a regular file (a FIFO)"
     assert not (tmp_path / "out").exists()
+
+
+_INTERRUPT_BESIDE_THE_CAUSAL_GRAPHS = """
+import os, signal, sys
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from gpuvar import explain
+import gpuvar.findings.run as run
+explain.causal_beside = lambda launches: True
+original = run.analyse_dataset
+def ctrl_c_then_analyse(*args, **kwargs):
+    os.killpg(0, signal.SIGINT)  # as a terminal's Ctrl-C: the causal graphs' own process too
+    return original(*args, **kwargs)
+run.analyse_dataset = ctrl_c_then_analyse
+from gpuvar.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_while_the_causal_graphs_run_beside_the_findings(tmp_path):
+    """Ctrl-C once explain runs the causal graphs in a process beside the findings: exit 130 on one line, no
+    output folder, no staging folder left, and the graphs' process gone with it."""
+    import subprocess
+    import sys
+
+    from gpuvar.demo.nsys_writer import write_nsys_demo
+
+    source, out = tmp_path / "trace.sqlite", tmp_path / "out"
+    write_nsys_demo(source, 5_000, 1, 0)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPT_BESIDE_THE_CAUSAL_GRAPHS, "explain", str(source), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the signal reaches it and its children, not pytest
+    )
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "gpuvar explain: interrupted", err
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name != source.name] == []
+    group = subprocess.run(["ps", "-o", "stat=,args=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+    running = [line for line in group.splitlines() if line.strip() and not line.strip().startswith("Z")]
+    assert running == [], group  # no process of the run is left (an exited one not yet reaped by init aside)
