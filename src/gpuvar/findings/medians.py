@@ -4,9 +4,10 @@ Why: the time above median (what ranks the findings) is sum(max(duration - its c
 approximate median would move every finding's number. Holding each call site's durations to sort them is what
 made the findings' memory grow with the trace. Instead, the k-th smallest value of a unit (a cell or a call site)
 is found by histogram refinement over the stored durations (gpuvar.findings.labels.RowLabels), all units at once:
-each pass counts, per target, the unit's values in `bins` equal bins across the target's current range and keeps
-the bin that holds the target's rank; a range that holds at most COLLECT values is gathered and sorted on the next
-pass. A unit of n launches has targets (n-1)//2 and n//2, and its median is their mean, as pandas computes it.
+each pass counts the unit's values in `bins` equal bins across each target's current range (once per distinct
+range: a unit's two targets mostly share theirs) and keeps the bin that holds the target's rank; a range that holds
+at most COLLECT values is gathered and sorted on the next pass. A unit of n launches has targets (n-1)//2 and n//2,
+and its median is their mean, as pandas computes it.
 Values are compared as int64 keys that keep their order: integer durations (what the canonical schema stores) as
 themselves, other floats by their IEEE bits, so a range always splits until it holds one value. Integer
 durations up to 10^9 ns take two or three passes; memory is bins x targets counts, never launches.
