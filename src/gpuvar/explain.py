@@ -401,7 +401,6 @@ def _findings(isolate: bool, name: str, ingest: Path, causal, out: Path, output:
     from gpuvar.findings.run import analyse_dataset, causal_evidence, write_dataset
 
     record, table, kernels = _run(isolate, analyse_dataset, name, ingest)
-    finished = {}
 
     def finish(drawn: dict) -> dict:  # (after the figures, which do not show the causal graphs)
         if beside is not None:
@@ -409,12 +408,10 @@ def _findings(isolate: bool, name: str, ingest: Path, causal, out: Path, output:
                 _progress("waiting for the causal graphs", t0)
             beside.wait()
         causal_evidence(drawn, causal, None)
-        finished["record"] = rewrite_paths(drawn, out, output)  # the folders it names, where they will be
-        return finished["record"]
+        return rewrite_paths(drawn, out, output)  # the folders it names, where they will be
 
     findings = out / EXPLAIN_FINDINGS
-    _stage("findings", findings, (ingest,), write_dataset, record, table, findings, kernels, finish)
-    return finished["record"]
+    return _stage("findings", findings, (ingest,), write_dataset, record, table, findings, kernels, finish)
 
 
 def _explain(

@@ -247,10 +247,10 @@ def _round_floats(table: pd.DataFrame) -> pd.DataFrame:
 
 def write_dataset(
     record: dict, table: pd.DataFrame, folder: Path, kernels: pd.DataFrame | None = None, finish=None
-) -> None:
-    """findings.json, findings.md, decomposition.csv and, given the kernels, one evidence figure per finding.
-    finish(record) -> the record the page shows, called once the figures are drawn (gpuvar explain attaches the
-    causal graphs there: they run beside the figures, which do not show them)."""
+) -> dict:
+    """findings.json, findings.md, decomposition.csv and, given the kernels, one evidence figure per finding;
+    returns the record written. finish(record) -> the record the page shows, called once the figures are drawn
+    (gpuvar explain attaches the causal graphs there: they run beside the figures, which do not show them)."""
     from gpuvar.atomic import staged_folder
     from gpuvar.output import write_json
 
@@ -268,6 +268,7 @@ def write_dataset(
         write_json(
             {"gpuvar_version": __version__, "thresholds": thresholds(), "datasets": [record]}, tmp / FINDINGS_RECORD
         )
+    return record
 
 
 def rebase_figures(record: dict, source_folder: Path, folder: Path) -> dict:
