@@ -185,5 +185,6 @@ def test_the_sampled_rows_of_a_batch_are_those_whose_key_is_chosen(n_cells):
     for cell in batches:
         ordinal = seen[cell] + pd.Series(cell).groupby(cell).cumcount().to_numpy()
         expected = np.flatnonzero(np.isin(offset[cell] + ordinal, chosen))
-        assert np.array_equal(chosen_rows(cell, seen, offset, chosen), expected)
-        seen += np.bincount(cell, minlength=n_cells)
+        counts = np.bincount(cell, minlength=n_cells)
+        assert np.array_equal(chosen_rows(cell, counts, seen, offset, chosen), expected)
+        seen += counts

@@ -83,14 +83,8 @@ def _isolated(stage, *args, **kwargs):
     of 100 k launches the process held 0.46 GB between stages, under the findings' own 0.6 GB. A process of its
     own gives everything back when it ends, for ~1 s of start-up, nothing beside a stage that long. The logging
     levels explain set are set there too, so the console is the same."""
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    from gpuvar.errors import worker_death
-
-    with worker_death(_stage_label(stage, args)):
-        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-            return pool.submit(_in_child, _levels(), stage, args, kwargs).result()
+    with Beside(stage, *args, **kwargs) as apart:
+        return apart.wait()
 
 
 def _stage_label(stage, args) -> str:
@@ -104,9 +98,9 @@ def _levels() -> dict:
 
 
 class Beside:
-    """stage(*args, **kwargs) in a spawned process of its own while this process goes on (_isolated, not waited
-    on): wait() returns its result, its error or a killed process one line, as _isolated's. Leaving the `with`
-    block waits for the process to end, so no stage outlives explain's staging folder."""
+    """stage(*args, **kwargs) in a spawned process of its own while this process goes on (_isolated waits on it
+    at once): wait() returns its result, its error, or a killed process as one line. Leaving the `with` block waits
+    for the process to end, so no stage outlives explain's staging folder."""
 
     def __init__(self, stage, *args, **kwargs):
         from concurrent.futures import ProcessPoolExecutor

@@ -36,6 +36,7 @@ def run_causal(args) -> int:
 
     from gpuvar.causal import pwling
     from gpuvar.causal.discover import sink_prior_knowledge
+    from gpuvar.ingest.footprint import usable_cores
 
     X = synthetic_sem(args.p, args.n, args.seed)
     pk = None if args.no_sink else sink_prior_knowledge(args.p, args.p - 1)
@@ -56,7 +57,7 @@ def run_causal(args) -> int:
         "n": args.n,
         "seed": args.seed,
         "sink_prior_knowledge": pk is not None,
-        "threads": args.threads if args.threads else pwling.default_threads(),
+        "threads": args.threads if args.threads else usable_cores(),
         "lingam_s": round(lingam_s, 3),
         "lingam_import_s": round(import_s, 3),
         "gpuvar_s": round(gpuvar_s, 3),

@@ -14,7 +14,6 @@ re-implemented with the same sklearn estimators, so lingam itself (3.5 s to impo
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -154,14 +153,6 @@ def _search_step(xt: np.ndarray, U: np.ndarray, Uc: list[int], pool: ThreadPoolE
     return Uc[int(np.argmax(-1.0 * m))]
 
 
-def default_threads() -> int:
-    """Cores this process may use (the affinity mask, not the machine's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def causal_order(X: np.ndarray, prior_knowledge: np.ndarray | None = None, threads: int | None = None) -> list[int]:
     """DirectLiNGAM causal order of the columns of X (n_samples, n_features).
 
@@ -170,8 +161,10 @@ def causal_order(X: np.ndarray, prior_knowledge: np.ndarray | None = None, threa
     data is large enough to gain from them, else 1); the result does not depend on it.
     """
     if threads is None:
+        from gpuvar.ingest.footprint import usable_cores
+
         n, p = np.shape(X)
-        threads = default_threads() if n * p * p >= _THREADED_MIN_ELEMENTS else 1
+        threads = usable_cores() if n * p * p >= _THREADED_MIN_ELEMENTS else 1
     threads = max(1, int(threads))
     if threads == 1:
         return _causal_order(X, prior_knowledge, None)

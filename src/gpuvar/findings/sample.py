@@ -128,9 +128,10 @@ def group_parts(source, summary, the_plan: Plan) -> Iterator[tuple[int, pd.DataF
             cell = store.take(len(pos))["cell"].astype(np.int64)
             group = summary.cell_group[cell]
             kept = ~the_plan.sampled[group]
+            counts = np.bincount(cell, minlength=len(seen))
             if not kept.all():
-                kept[chosen_rows(cell, seen, the_plan.offset, the_plan.chosen)] = True
-            seen[:] += np.bincount(cell, minlength=len(seen))
+                kept[chosen_rows(cell, counts, seen, the_plan.offset, the_plan.chosen)] = True
+            seen[:] += counts
             return pos[kept], group[kept]
 
         for piece, rows, group in source.picked(list(source.columns), pick):
@@ -152,16 +153,17 @@ def group_parts(source, summary, the_plan: Plan) -> Iterator[tuple[int, pd.DataF
         spill.close()
 
 
-def chosen_rows(cell: np.ndarray, seen: np.ndarray, offset: np.ndarray, chosen: np.ndarray) -> np.ndarray:
-    """The rows of a batch (cell codes in file order; `seen`: each cell's launches in the batches before) whose
-    key offset[cell] + ordinal within the cell is in `chosen` (sorted), ascending.
+def chosen_rows(
+    cell: np.ndarray, counts: np.ndarray, seen: np.ndarray, offset: np.ndarray, chosen: np.ndarray
+) -> np.ndarray:
+    """The rows of a batch (cell codes in file order; `counts`: each cell's launches in it, `seen`: in the batches
+    before) whose key offset[cell] + ordinal within the cell is in `chosen` (sorted), ascending.
 
     Why not one searchsorted of every row's key: the keys of a batch jump between call sites, so each lookup
     landed somewhere else in `chosen` (7 ms a batch of 65,536 rows against 120,000 chosen keys, 2 s of a 20 M-launch
     findings). A cell's keys in one batch are one run, first = offset + seen: two lookups per cell find the chosen
     keys in its run, and their places in the run are its rows in file order (a stable sort of the cell codes)."""
     n_cells = len(seen)
-    counts = np.bincount(cell, minlength=n_cells)
     first = offset + seen
     lo, hi = np.searchsorted(chosen, first), np.searchsorted(chosen, first + counts)
     hits = hi - lo
