@@ -109,7 +109,9 @@ class Dataset(Strict):
     name: str = Field(description="identifier used in output paths")
     source: str | list[str] = Field(
         min_length=1,
-        description="profiler file or folder; a glob expands to one dataset per match. A list (globs expand in "
+        description="profiler file or folder (a folder that is not one trace, e.g. a dataset folder with its "
+        "notes: the one trace directly in it, found by content); a glob expands to one dataset per match. A list "
+        "(globs expand in "
         "place) without merge: the files of one trace, a rocprof / rocprofv3 kernel trace with its counter passes "
         "(joined by dispatch). With merge: true, a list of files and/or globs whose matches are ingested side by "
         "side (one job per file) and combined",

@@ -46,7 +46,9 @@ def configure(p):
         nargs="+",
         type=Path,
         help="profiler file(s); several = ranks of one job, or a rocprof / rocprofv3 kernel trace with its counter "
-        "passes (results.csv pmc_1.csv ..., kernel_trace.csv counter_collection.csv)",
+        "passes (results.csv pmc_1.csv ..., kernel_trace.csv counter_collection.csv). A folder: the traces directly "
+        "in it, recognised by content, other files left out and named (one trace, or the ranks of one job when each "
+        "records its rank, e.g. a tensorboard_trace_handler log folder)",
     )
     p.add_argument("--output", "-o", type=Path, required=True, help="output folder")
     p.add_argument("--name", default=None, help="dataset name on the findings page (default: the first file's stem)")
@@ -244,6 +246,7 @@ def run(args) -> int:
     if not getattr(args, "verbose", False):  # the stages' INFO lines are for the workflow's logs, not this summary
         logging.getLogger("gpuvar").setLevel(logging.WARNING)
         logging.getLogger("gpuvar.causal").setLevel(logging.ERROR)  # graph verdicts are on the findings page
+    args.traces = _opened(args.traces, args.format, t0)
     check_inputs(args.traces, args.format)
     out = args.output
     ranks = group_files(args.traces)  # one group: one trace (a kernel trace may come with its counter passes)
@@ -264,6 +267,18 @@ def run(args) -> int:
         print(f"ranks page: {out / EXPLAIN_RANKS / RANKS_PAGE}")
     print(f"findings page: {out / EXPLAIN_FINDINGS / FINDINGS_PAGE}")
     return 0
+
+
+def _opened(traces: list[Path], fmt: str, t0: float) -> list[Path]:
+    """The traces to explain: a folder given (that no reader claims whole) is the traces in it, said in one progress
+    line each, and refused unless they are one trace or the ranks of one job (gpuvar.ingest.folders)."""
+    from gpuvar.ingest.folders import job_ranks, resolve_sources
+
+    paths, opened = resolve_sources(traces, fmt)
+    job_ranks(opened)
+    for folder in opened:
+        _progress(folder.note(), t0)
+    return paths
 
 
 def rank_jobs(ranks: list[list[Path]], jobs: int | None, peaks: list[int] | None = None) -> int:

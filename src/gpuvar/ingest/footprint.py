@@ -37,7 +37,18 @@ def peak_bytes(files, fmt: str = "auto") -> int:
     """The estimated peak of one ingest of `files` (the files of one trace, or a folder): BASE_BYTES and what the
     trace holds (trace_bytes)."""
     files = [files] if isinstance(files, str | Path) else list(files)
-    return BASE_BYTES + sum(trace_bytes(Path(f), fmt) for f in files)
+    return BASE_BYTES + sum(trace_bytes(Path(f), fmt) for f in _traces(files, fmt))
+
+
+def _traces(files: list, fmt: str) -> list:
+    """The files an ingest reads: a folder that no reader claims whole is its traces (gpuvar.ingest.folders), not
+    the notes beside them; as given where that cannot be said (the ingest says why)."""
+    from gpuvar.ingest.folders import resolve_sources
+
+    try:
+        return resolve_sources(files, fmt)[0]
+    except (OSError, GpuvarError, ValueError):
+        return files
 
 
 def trace_bytes(path: Path, fmt: str = "auto") -> int:

@@ -19,12 +19,13 @@ def run(args) -> int:
 
     from gpuvar.atomic import staged_folder
     from gpuvar.ingest import read_source, reader_for
-    from gpuvar.ingest.cli import one_or_all
+    from gpuvar.ingest.cli import one_or_all, sources_of
     from gpuvar.ingest.nsys_pieces import PieceSettings, plan_reason
     from gpuvar.ingest.raw import RAW_MANIFEST, ReadOptions, write_raw
 
     output = Path(args.output)
     fmt = args.format
+    args.source = sources_of(args.source, fmt)
     if len(args.source) == 1:
         source = Path(args.source[0])
         fmt = reader_for(source, fmt).FORMAT  # detected once: read_source takes the format by name
