@@ -268,6 +268,19 @@ def test_the_causal_graphs_run_beside_the_findings_of_a_big_job_with_cores_and_m
         assert explain.causal_beside(launches) is expected, (cores, free, launches)
 
 
+def test_the_causal_graphs_beside_the_findings_take_the_cores_the_findings_leave(monkeypatch):
+    """Beside the findings' process the causal stage's bootstrap is fitted by as many processes as the findings
+    leave cores, and by two at least (that process and one helper), so that it takes the core the findings free
+    when they end first. The graphs are the same bytes for any number of them (the stage test below)."""
+    import os
+
+    from gpuvar import explain
+
+    for cores, expected in ((1, 2), (2, 2), (4, 3), (16, 15), (128, explain.MAX_CAUSAL_WORKERS)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert explain.beside_workers() == expected, cores
+
+
 def test_a_bad_rank_file_read_by_a_worker_names_itself(scale_job, tmp_path):
     """The rank section's worker processes (explain --jobs) raise a bad file's InputError in the analysing process
     whole: its path and reason, which the section's one line is made of (an InputError used not to unpickle)."""

@@ -239,7 +239,12 @@ class Causal(Strict):
     bootstrap: Int = Field(100, ge=0, le=10_000, description="resamples of whole bins for edge probability (0: none)")
     min_rows: Int = Field(30, ge=2, le=1_000_000_000, description="groups with fewer usable rows are skipped")
     engine: Literal["fast", "lingam"] = Field("fast", description="fast (vectorised pwling) or lingam (reference)")
-    workers: Int = Field(2, gt=0, le=64, description="bootstrap worker processes")
+    workers: Int = Field(
+        2,
+        gt=0,
+        le=64,
+        description="processes fitting the bootstrap's resamples, the causal job's own included (1: no helper process)",
+    )
     per_group: bool = Field(True, description="one graph per kernel group besides the whole dataset")
     rows: Literal["top_k", "random", "all"] = Field(
         "top_k",

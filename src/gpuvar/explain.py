@@ -147,6 +147,19 @@ def causal_beside(launches: int) -> bool:
     return usable_cores() >= 2 and (free is None or free >= BESIDE_BYTES)
 
 
+def beside_workers() -> int:
+    """The processes fitting the causal stage's bootstrap (gpuvar.causal.bootstrap: that process and its helpers)
+    when the stage runs beside the findings: the cores the findings' process leaves, and at least two, so that the
+    stage takes the core the findings free when they end first (one on two cores had left it idle: a 300 k-launch
+    trace waited 4 s for the graphs)."""
+    from gpuvar.ingest.footprint import usable_cores
+
+    return max(2, min(MAX_CAUSAL_WORKERS, usable_cores() - 1))
+
+
+MAX_CAUSAL_WORKERS = 64  # the config's bound on causal.workers
+
+
 def _in_child(levels: dict, stage, args, kwargs):
     import logging
 
@@ -469,9 +482,10 @@ def _explain(
         _run(big, _stage, "bin", bins, (kernels, copies), bin_execute, settings)
         causal = out / EXPLAIN_CAUSAL
         rows, sample = bins / TOPK_ROWS, bins / SAMPLE_ROWS
-        options = causal_options(target=target)
+        together = causal_beside(launches)
+        options = causal_options(target=target, workers=beside_workers() if together else Causal().workers)
         stage = (_stage, "causal", causal, (rows, sample), causal_execute, options, rows, sample, causal)
-        if causal_beside(launches):
+        if together:
             _progress("causal graphs of the most variable windows, beside what follows", t0)
             beside = Beside(*stage)
         else:

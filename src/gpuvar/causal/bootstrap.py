@@ -9,8 +9,12 @@ the stability of the fit under resampling, not a p-value.
 
 Resample k draws its bins from numpy's generator seeded with (seed, k), so the set of resamples — and
 every output byte — is the same whether they run in-process or over any number of worker processes.
-Workers are spawned (not forked) so BLAS/OpenMP thread pools in the parent cannot deadlock them; each
-worker limits BLAS to one thread because the pool already fills the cores (`one_blas_thread`).
+`workers` counts the processes that fit resamples, this one included: workers - 1 helpers are spawned (not
+forked, so BLAS/OpenMP thread pools in the parent cannot deadlock them), and this process fits the chunks no
+helper has started, from the last one back, while they take them from the first. Why this process works too:
+it had only waited for the helpers, and each helper costs ~1 CPU-s to start (the scientific stack imported
+again), which on two cores beside `gpuvar explain`'s findings was a quarter of the stage. Every process fits
+with one BLAS thread (`one_blas_thread`): the processes already fill the cores.
 """
 
 from __future__ import annotations
@@ -92,8 +96,10 @@ def _fit_resamples(
 
 
 def make_pool(workers: int) -> ProcessPoolExecutor:
-    """Spawned worker processes, reusable across groups (spawning costs ~1 s per worker)."""
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker)
+    """The helpers of `workers` processes fitting resamples (this one fits too): workers - 1 spawned processes,
+    reusable across groups (spawning costs ~1 s per helper)."""
+    helpers = max(1, workers - 1)
+    return ProcessPoolExecutor(helpers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker)
 
 
 def bootstrap_adjacencies(
@@ -106,45 +112,94 @@ def bootstrap_adjacencies(
     pool: ProcessPoolExecutor | None = None,
     bins: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Adjacency matrices of resamples 0..n_samples-1, stacked (n_samples, p, p), in resample order.
+    """Adjacency matrices of resamples 0..n_samples-1, stacked (n_samples, p, p), in resample order (Bootstrap,
+    waited for at once)."""
+    return Bootstrap(X, prior_knowledge, n_samples, seed, workers, engine, pool, bins).result()
+
+
+class Bootstrap:
+    """The resamples of one fit, under way from when it is made: with workers > 1 every chunk is handed to the
+    helpers (`pool`, or a pool made here), and result() fits in this process the chunks none has started
+    (_fit_here), then gathers the rest in order. Why started apart from result(): gpuvar.causal.discover starts the
+    next group's fits and checks while the helpers work through this group's chunks.
 
     bins: the bin of each row (None: every row its own bin, i.e. a plain row bootstrap). workers=1 runs
-    in-process; otherwise `pool` (or a pool made here) runs chunks of resamples.
-    """
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    bins = np.arange(len(X)) if bins is None else np.asarray(bins)
-    p = X.shape[1]
-    out = np.empty((n_samples, p, p))
-    if n_samples == 0:
-        return out
-    n_chunks = 10 if workers <= 1 else max(10, 4 * workers)
-    chunks = [c.tolist() for c in np.array_split(np.arange(n_samples), min(n_chunks, n_samples))]
-    state = {"done": 0, "decile": 0}
+    in-process, in result()."""
 
-    def progress(count: int) -> None:
-        state["done"] += count
-        decile = 10 * state["done"] // n_samples
-        if decile > state["decile"]:
-            state["decile"] = decile
-            log.info("bootstrap %d/%d resamples (%d%%)", state["done"], n_samples, 100 * state["done"] // n_samples)
+    def __init__(
+        self,
+        X: np.ndarray,
+        prior_knowledge: np.ndarray | None,
+        n_samples: int,
+        seed: int,
+        workers: int = 1,
+        engine: str = "fast",
+        pool: ProcessPoolExecutor | None = None,
+        bins: np.ndarray | None = None,
+    ):
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        self.bins = np.arange(len(X)) if bins is None else np.asarray(bins)
+        self.fit = (X, prior_knowledge, engine, seed)
+        self.n_samples = n_samples
+        self.out = np.empty((n_samples, X.shape[1], X.shape[1]))
+        n_chunks = 10 if workers <= 1 else max(10, 4 * workers)
+        self.chunks = [c.tolist() for c in np.array_split(np.arange(n_samples), min(n_chunks, n_samples))]
+        self.futures: list = []
+        self.own = None
+        self._done, self._decile = 0, 0
+        if n_samples and workers > 1:
+            self.own = make_pool(workers) if pool is None else None
+            run = self.own or pool
+            self.futures = [run.submit(_fit_resamples, *self.fit, chunk, 1, self.bins) for chunk in self.chunks]
 
-    if workers <= 1:
-        with one_blas_thread():
-            for chunk in chunks:
-                out[chunk] = _fit_resamples(X, prior_knowledge, engine, seed, chunk, threads=1, bins=bins)
-                progress(len(chunk))
-        return out
-    own = pool is None
-    pool = make_pool(workers) if own else pool
-    try:
-        futures = [pool.submit(_fit_resamples, X, prior_knowledge, engine, seed, chunk, 1, bins) for chunk in chunks]
-        for chunk, future in zip(chunks, futures):
-            out[chunk] = future.result()
-            progress(len(chunk))
-    finally:
-        if own:
-            pool.shutdown()
-    return out
+    def _progress(self, count: int) -> None:
+        self._done += count
+        decile = 10 * self._done // self.n_samples
+        if decile > self._decile:
+            self._decile = decile
+            log.info("bootstrap %d/%d resamples (%d%%)", self._done, self.n_samples, 100 * self._done // self.n_samples)
+
+    def result(self) -> np.ndarray:
+        """The stacked adjacency matrices, every chunk fitted."""
+        try:
+            if not self.futures:
+                with one_blas_thread():
+                    for chunk in self.chunks if self.n_samples else []:
+                        self.out[chunk] = _fit_resamples(*self.fit, chunk, threads=1, bins=self.bins)
+                        self._progress(len(chunk))
+                return self.out
+            here = _fit_here(self.futures, self.chunks, self.out, self.fit, self.bins, self._progress)
+            for k, (chunk, future) in enumerate(zip(self.chunks, self.futures)):
+                if k not in here:
+                    self.out[chunk] = future.result()
+                    self._progress(len(chunk))
+        finally:
+            self.close()
+        return self.out
+
+    def close(self) -> None:
+        """Chunks not started are dropped (an error elsewhere: no fit is left running for nothing)."""
+        for future in self.futures:
+            future.cancel()
+        if self.own is not None:
+            self.own.shutdown(cancel_futures=True)
+            self.own = None
+
+
+def _fit_here(futures: list, chunks: list, out: np.ndarray, fit: tuple, bins: np.ndarray, progress) -> set[int]:
+    """Fit in this process the chunks no helper has started, from the last one back (the helpers take them from
+    the first, so the first chunk found started means every chunk before it is); returns their indices. A chunk's
+    numbers do not depend on the process that fits it (one BLAS thread in each)."""
+    X, prior_knowledge, engine, seed = fit
+    here: set[int] = set()
+    with one_blas_thread():
+        for k in reversed(range(len(chunks))):
+            if not futures[k].cancel():
+                break
+            out[chunks[k]] = _fit_resamples(X, prior_knowledge, engine, seed, chunks[k], threads=1, bins=bins)
+            progress(len(chunks[k]))
+            here.add(k)
+    return here
 
 
 def summarise_edges(stack: np.ndarray, names: list[str], fitted: np.ndarray | None = None) -> pd.DataFrame:

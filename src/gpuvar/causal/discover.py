@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from gpuvar.causal.bootstrap import (
-    bootstrap_adjacencies,
+    Bootstrap,
     fit_adjacency,
     make_pool,
     one_blas_thread,
@@ -158,17 +159,34 @@ def fit_random_bins(
         return names, fit_adjacency(other.data.to_numpy(dtype=np.float64), pk, opts.engine)[1]
 
 
+@dataclass
+class _Started:
+    """A group fitted and checked, its bootstrap under way (finish_group writes it once the resamples are in)."""
+
+    record: dict
+    outdir: Path
+    names: list = field(default_factory=list)
+    order: list = field(default_factory=list)
+    B: np.ndarray | None = None
+    contrib: pd.DataFrame | None = None
+    explained: float = 0.0
+    edges: pd.DataFrame | None = None
+    random_fit: tuple | None = None
+    boot: Bootstrap | None = None
+    t_boot: float = 0.0
+    labels: dict = field(default_factory=dict)
+    done: bool = False  # a skipped group: its record is written
+
+
 def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None, random_fit=None) -> dict:
     """Fit one prepared group, check it, and write its files; returns the causal.json record."""
-    engine, seed, bootstrap, workers, pk_mode = (
-        opts.engine,
-        opts.seed,
-        opts.bootstrap,
-        opts.workers,
-        opts.prior_knowledge,
-    )
-    import networkx as nx
+    return finish_group(start_group(prep, outdir, opts, pool, random_fit))
 
+
+def start_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None, random_fit=None) -> _Started:
+    """Fit and check one prepared group and hand its bootstrap to `pool` (opts.workers processes fit it, this one
+    included, in finish_group)."""
+    engine, seed, bootstrap, pk_mode = opts.engine, opts.seed, opts.bootstrap, opts.prior_knowledge
     outdir.mkdir(parents=True, exist_ok=True)
     record = prep.record() | {
         "slug": outdir.name,
@@ -179,7 +197,7 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
     }
     if prep.data is None:
         write_json(record, outdir / CAUSAL_RECORD, stable_float)
-        return record
+        return _Started(record, outdir, done=True)
     names = list(prep.data.columns)
     target = len(names) - 1
     labels = {n: prep.label(n) for n in names}
@@ -192,21 +210,49 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
         order, B = fit_adjacency(X, pk, engine)
         timings["fit_s"] = round(time.perf_counter() - t0, 4)
         unconstrained = fit_adjacency(X, None, engine)
+    t_boot = time.perf_counter()
+    boot = Bootstrap(X, pk, bootstrap, seed, opts.workers, engine, pool, bins=prep.bins) if bootstrap > 0 else None
     te = total_effects(B, target)
     contrib, explained = contributions(X, B, names, target, labels)
     n_bins = int(len(np.unique(prep.bins))) if prep.bins is not None else 0
-    verdict = assumption_checks(
-        X, B, names, target, te, prep.condition_number, unconstrained, seed, siblings, n_bins if bootstrap > 0 else None
+    try:
+        verdict = assumption_checks(
+            X, B, names, target, te, prep.condition_number, unconstrained, seed, siblings, n_bins if bootstrap else None
+        )
+        graph_verdict_record, trusted = graph_verdict(X, names, target, prep.bins, seed, verdict["checks"], prep.sites)
+    except BaseException:
+        if boot is not None:
+            boot.close()
+        raise
+    record.update(
+        causal_order=[names[k] for k in order],
+        tiers=tiers(names, target),
+        checks=verdict["checks"],
+        verdict=graph_verdict_record,
+        trusted=trusted,
+        warnings=verdict["warnings"],
+        bins_analysed=n_bins,
+        timings=timings,
     )
-    graph_verdict_record, trusted = graph_verdict(X, names, target, prep.bins, seed, verdict["checks"], prep.sites)
     edges = edge_table(B, names)
+    return _Started(record, outdir, names, order, B, contrib, explained, edges, random_fit, boot, t_boot, labels)
+
+
+def finish_group(started: _Started) -> dict:
+    """The group's bootstrap gathered (its chunks no helper has started fitted here) and its files written."""
+    if started.done:
+        return started.record
+    import networkx as nx
+
+    record, outdir, names, B, edges = started.record, started.outdir, started.names, started.B, started.edges
+    labels = started.labels
+    target = len(names) - 1
     boot = None
-    if bootstrap > 0:
-        t0 = time.perf_counter()
-        stack = bootstrap_adjacencies(X, pk, bootstrap, seed, workers, engine, pool, bins=prep.bins)
+    if started.boot is not None:
+        stack = started.boot.result()
         boot = summarise_edges(stack, names, B)
         boot.to_csv(outdir / CAUSAL_BOOTSTRAP_EDGES, index=False, float_format=FLOAT_FORMAT)
-        timings["bootstrap_s"] = round(time.perf_counter() - t0, 4)
+        record["timings"]["bootstrap_s"] = round(time.perf_counter() - started.t_boot, 4)
     prob = {} if boot is None else {(r["from"], r["to"]): r for r in boot.to_dict("records")}
     edges["probability"] = [
         prob.get((f, t), {}).get("probability", 0.0 if boot is not None else np.nan)
@@ -215,33 +261,50 @@ def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None,
     edges["sign_agreement"] = [
         prob.get((f, t), {}).get("sign_agreement", np.nan) for f, t in zip(edges["from"], edges["to"])
     ]
-    edges["in_random_bins"] = selection_flags(edges, names, random_fit)
+    edges["in_random_bins"] = selection_flags(edges, names, started.random_fit)
     selection_only = [f"{r['from']} -> {r['to']}" for r in edges.to_dict("records") if r["in_random_bins"] is False]
-    write_json({"causal_order": [names[k] for k in order], "target": names[target]}, outdir / CAUSAL_ORDER)
+    write_json({"causal_order": record["causal_order"], "target": names[target]}, outdir / CAUSAL_ORDER)
     adj = pd.DataFrame(B, index=names, columns=names)
     adj.index.name = "to"
     adj.to_csv(outdir / CAUSAL_ADJACENCY, float_format=FLOAT_FORMAT)
     edges.to_csv(outdir / CAUSAL_EDGES, index=False, float_format=FLOAT_FORMAT)
+    contrib = started.contrib
     contrib.to_csv(outdir / CAUSAL_CONTRIBUTIONS, index=False, float_format=FLOAT_FORMAT)
     nx.write_graphml(build_graph(names, target, edges, contrib, labels), outdir / CAUSAL_GRAPH)
     record.update(
-        causal_order=[names[k] for k in order],
-        tiers=tiers(names, target),
         n_edges=len(edges),
-        explained_share=round(explained, 6),
+        explained_share=round(started.explained, 6),
         top_contributors=contrib.head(5).to_dict("records"),
-        checks=verdict["checks"],
-        verdict=graph_verdict_record,
-        trusted=trusted,
-        warnings=verdict["warnings"],
-        bins_analysed=n_bins,
-        selection={"random_bins_fitted": random_fit is not None, "edges_only_in_selected_bins": selection_only},
-        timings=timings,
+        selection={
+            "random_bins_fitted": started.random_fit is not None,
+            "edges_only_in_selected_bins": selection_only,
+        },
     )
     if not (contrib["variance_share"] > 0).any():
         record["note"] = "no feature has a directed path to the target (all total effects are zero)"
     write_json(record, outdir / CAUSAL_RECORD, stable_float)
     return record
+
+
+SUMMARY_KEYS = (
+    "group",
+    "slug",
+    "status",
+    "skip_reason",
+    "rows_used",
+    "features",
+    "n_edges",
+    "explained_share",
+    "trusted",
+    "verdict",
+    "warnings",
+    "top_contributors",
+)
+
+
+def _summary_entry(record: dict) -> dict:
+    """A group's entry in summary.json: its record's SUMMARY_KEYS."""
+    return {k: record.get(k) for k in SUMMARY_KEYS}
 
 
 def discover_all(df: pd.DataFrame, opts: CausalOptions, outdir: str | Path, random_rows=None) -> dict:
@@ -264,34 +327,24 @@ def discover_all(df: pd.DataFrame, opts: CausalOptions, outdir: str | Path, rand
     groups = []
     need_pool = workers > 1 and bootstrap > 0 and any(p.data is not None for p in prepared)
     pool = make_pool(workers) if need_pool else None  # one pool for all groups: spawning is the slow part
+    # one group ahead: a group's fits and checks run here while the helpers fit the previous group's resamples
+    started: list[_Started] = []
     try:
         for prep in prepared:
             slug = group_slug(prep.group)
             log.info("causal: group %s (%s): %s", prep.group[:60], slug, prep.skip_reason or f"{prep.rows_used} rows")
             random_fit = fit_random_bins(random_rows, prep, opts)
-            rec = discover_group(prep, outdir / slug, opts, pool, random_fit)
-            groups.append(
-                {
-                    k: rec.get(k)
-                    for k in (
-                        "group",
-                        "slug",
-                        "status",
-                        "skip_reason",
-                        "rows_used",
-                        "features",
-                        "n_edges",
-                        "explained_share",
-                        "trusted",
-                        "verdict",
-                        "warnings",
-                        "top_contributors",
-                    )
-                }
-            )
+            started.append(start_group(prep, outdir / slug, opts, pool, random_fit))
+            if len(started) > 1:
+                groups.append(_summary_entry(finish_group(started.pop(0))))
+        while started:
+            groups.append(_summary_entry(finish_group(started.pop(0))))
     finally:
+        for left in started:  # (an error: no resample left running for nothing)
+            if left.boot is not None:
+                left.boot.close()
         if pool is not None:
-            pool.shutdown()
+            pool.shutdown(cancel_futures=True)
     summary = {
         "target": target,
         "group_by": opts.group_by,
