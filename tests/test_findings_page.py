@@ -75,6 +75,22 @@ def test_stable_needs_enough_launches_and_one_launch_is_nothing_to_compare(traps
     assert re.search(r"aten::steady: 300 launches, CV within call sites \d\.\d %", page)
 
 
+def test_a_one_launch_trace_reads_as_one_launch_with_nothing_to_split(tmp_path, run_cli):
+    """The real Nsight Compute CSV of one SAXPY launch: counts in the singular, and no shares that add up to 0 %
+    (the console printed "0 % call sites, 0 % size, ..." and "1 launches of 1 kernel names at 1 call sites")."""
+    from conftest import real_file
+
+    result = run_cli("explain", real_file("ncu-csv/roofline-profiler-rtx5070/saxpy.csv"), "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-2000:]
+    first = result.stdout.splitlines()[0]
+    assert first == (
+        "saxpy: 1 launch, 1 kernel name at 1 call site; no spread of durations to split (too few launches to compare)"
+    )
+    assert "1 group not compared (too few launches)" in result.stdout
+    page = (tmp_path / "out" / "findings" / "findings.md").read_text()
+    assert "1 launch of 1 kernel name at 1 call site, " in page and "1 launch at 1 call site: too few" in page
+
+
 @pytest.mark.long  # ~12 s of two explains: in `make test`, not `make test-fast`
 @pytest.mark.parametrize(
     "trace",

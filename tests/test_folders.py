@@ -129,3 +129,30 @@ def test_a_folder_a_reader_claims_whole_is_kept_and_an_empty_one_refused(tmp_pat
     proc = run_cli("ingest", tmp_path / "empty", "-o", tmp_path / "out")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "no trace directly in this folder (README.txt: not a trace)" in proc.stderr
+
+
+def test_a_workflow_dataset_folder_is_its_traces_or_a_one_line_config_error(tmp_path):
+    """`source: DIR` in the workflow's config: with merge: true the folder's ranks (natural order), without it its
+    one trace, as the rules' inputs (not the folder, whose notes would rerun the ingest); a folder of several
+    recordings without merge, or of none, stops the run before any job with the key that says so."""
+    from gpuvar.errors import ConfigError
+    from gpuvar.workflow.registry import build_registry
+
+    gloo = real_file(GLOO)
+    datasets = [
+        {"name": "job", "source": str(gloo), "merge": True},
+        {"name": "gpt2", "source": str(GPT2)},
+    ]
+    registry = build_registry({"datasets": datasets}, tmp_path)
+    assert registry.datasets["job"].sources == [
+        str(gloo / "rank0.pt.trace.json.gz"),
+        str(gloo / "rank1.pt.trace.json.gz"),
+    ]
+    assert registry.datasets["gpt2"].source == str(GPT2_TRACE)
+    ladder = real_file(NCU_LADDER)
+    with pytest.raises(ConfigError, match=r"datasets\[0\]\.source: .* holds 5 traces .*set merge: true"):
+        build_registry({"datasets": [{"name": "ladder", "source": str(ladder)}]}, tmp_path)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.txt").write_text("traces go here\n")
+    with pytest.raises(ConfigError, match=r"datasets\[0\]\.source: 'notes' of dataset 'x': no trace directly in"):
+        build_registry({"datasets": [{"name": "x", "source": "notes"}]}, tmp_path)

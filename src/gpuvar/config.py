@@ -110,8 +110,8 @@ class Dataset(Strict):
     source: str | list[str] = Field(
         min_length=1,
         description="profiler file or folder (a folder that is not one trace, e.g. a dataset folder with its "
-        "notes: the one trace directly in it, found by content); a glob expands to one dataset per match. A list "
-        "(globs expand in "
+        "notes: the one trace directly in it, found by content; with merge: true its traces, the job's ranks); a glob "
+        "expands to one dataset per match. A list (globs expand in "
         "place) without merge: the files of one trace, a rocprof / rocprofv3 kernel trace with its counter passes "
         "(joined by dispatch). With merge: true, a list of files and/or globs whose matches are ingested side by "
         "side (one job per file) and combined",

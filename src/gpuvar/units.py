@@ -36,6 +36,15 @@ def format_bin_width(text: str | int | float) -> str:
     return "".join(str(text).split())
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 launch', '2 launches', '1 kernel name', '609 call sites': what a page says of a count (the pages used to
+    read '1 launches of 1 kernel names at 1 call sites'). Plural by English's regular rule, which every noun the
+    pages count follows (launch -> launches, call site -> call sites, group -> groups)."""
+    if n == 1:
+        return f"{n} {noun}"
+    return f"{n} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n} {noun}s"
+
+
 def three_digits(x: float) -> str:
     """x to three significant digits (trailing zeros dropped), or its whole part where that would take
     exponent notation (3833.1 -> 3833, 999.6 -> 1000, 0.1142 -> 0.114)."""

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpuvar.units import counted
+
 MAX_CALL_SITES = 8  # colours; the rest are drawn grey as "other call sites"
 MAX_POINTS = 20_000  # per figure: a deterministic subsample beyond that
 SITE_LABEL = 40  # characters of a call site in the legend, shortened at a word boundary
@@ -97,7 +99,7 @@ def finding_figure(part: pd.DataFrame, sites: np.ndarray, finding: dict, stem: P
     style.footnote(
         fig,
         [
-            f"{finding['launches']} launches at {finding['call_sites']} call site(s); lines: each call site's median. "
+            f"{counted(finding['launches'], 'launch')} at {counted(finding['call_sites'], 'call site')}; lines: each call site's median. "
             f"Verdict: {v['verdict']} (cross-validated share {v['share']:.2f} of the within-call-site variance).",
         ],
     )

@@ -14,7 +14,7 @@ from gpuvar.findings.report import MAX_KERNEL_ROWS, MIN_RECOVERABLE_SHARE, perce
 from gpuvar.findings.steps import headline as step_headline
 from gpuvar.text_safety import md_code, md_text
 from gpuvar.text_safety import plain as plain_text
-from gpuvar.units import duration_text
+from gpuvar.units import counted, duration_text
 
 # names from a trace (kernels, ops, datasets) pass through gpuvar.text_safety: no Markdown structure, no escapes
 safe, code, plain = md_text, md_code, plain_text
@@ -57,7 +57,7 @@ def _finding(f: dict) -> list[str]:
         f"- **Time above the call site's median**: {duration_text(f['recoverable_ns'])} "
         f"(90 % interval {duration_text(low)}–{duration_text(high)}), "
         f"{percent(f['recoverable_share_of_kernel_time'])} of kernel time",
-        f"- **Launches**: {f['launches']} at {f['call_sites']} call site(s); CV {percent(f['cv'])}, within call sites "
+        f"- **Launches**: {f['launches']} at {counted(f['call_sites'], 'call site')}; CV {percent(f['cv'])}, within call sites "
         f"{percent(f['cv_within_call_site'])}; kernel{'s' if len(kernels) > 1 else ''}: {names}{more}",
         f"- **Where its variance comes from**: {_shares(f['shares'])}",
     ]
@@ -191,7 +191,8 @@ def dataset_section(rec: dict) -> list[str]:
     steps = f", {rec['steps']} steps" if rec.get("steps") else ""
     unit = rec.get("unit", "kernel name")
     lines.append(
-        f"{rec['launches']} launches of {rec['kernel_names']} kernel names at {rec.get('call_sites', '?')} call sites, "
+        f"{counted(rec['launches'], 'launch')} of {counted(rec['kernel_names'], 'kernel name')} at "
+        f"{counted(rec['call_sites'], 'call site') if 'call_sites' in rec else '? call sites'}, "
         f"{duration_text(rec['kernel_time_ns'])} of kernel time{steps}; findings are grouped by {unit}"
         + (f" ({rec['vendor']} GPU)." if rec.get("vendor") not in (None, "unknown") else ".")
     )
@@ -239,19 +240,22 @@ def dataset_section(rec: dict) -> list[str]:
         "**Call-site differences, not run-to-run variability** (stable within each call site):",
         rec["call_site_differences"],
         lambda e: (
-            f"{e['launches']} launches at {e['call_sites']} call sites, {percent(e['between_call_sites'])} of its "
+            f"{counted(e['launches'], 'launch')} at {counted(e['call_sites'], 'call site')}, "
+            f"{percent(e['between_call_sites'])} of its "
             f"variance between them; CV within call sites {percent(e['cv_within'])}"
         ),
     )
     lines += _listing(
         f"**Stable** (CV within call sites < {percent(STABLE_CV)}, {MIN_ROWS} launches or more):",
         rec["stable"],
-        lambda e: f"{e['launches']} launches, CV within call sites {100 * e['cv_within']:.1f} %",  # vs the 3 % line
+        lambda e: (
+            f"{counted(e['launches'], 'launch')}, CV within call sites {100 * e['cv_within']:.1f} %"
+        ),  # vs the 3 % line
     )
     lines += _listing(
         "**Not compared**:",
         rec.get("not_compared", []),
-        lambda e: f"{e['launches']} launches at {e['call_sites']} call sites: {e['reason']}",
+        lambda e: f"{counted(e['launches'], 'launch')} at {counted(e['call_sites'], 'call site')}: {e['reason']}",
     )
     lines += _listing(
         f"**Variable but costs < {percent(MIN_RECOVERABLE_SHARE)} of kernel time**, and nothing recorded explains it:",

@@ -34,7 +34,7 @@ from gpuvar.layout import (
     figure_file,
 )
 from gpuvar.markdown_html import render_fragment, render_html
-from gpuvar.units import duration_text
+from gpuvar.units import counted, duration_text
 
 log = logging.getLogger("gpuvar.findings")
 
@@ -326,8 +326,8 @@ def console_summary(records: list[dict], top: int = 5) -> str:
             else "no spread of durations to split (too few launches to compare)"
         )
         lines.append(
-            f"{plain(rec['dataset'])}: {rec['launches']} launches, {rec['kernel_names']} kernel names at "
-            f"{rec['call_sites']} call sites; {spread}"
+            f"{plain(rec['dataset'])}: {counted(rec['launches'], 'launch')}, "
+            f"{counted(rec['kernel_names'], 'kernel name')} at {counted(rec['call_sites'], 'call site')}; {spread}"
         )
         step = headline(rec.get("step_level"))
         if step:
@@ -338,9 +338,9 @@ def console_summary(records: list[dict], top: int = 5) -> str:
             lines.append(f"  {f['rank']}. {plain(f['headline'])} — {duration_text(f['recoverable_ns'])} above median")
         if rec["stable"]:
             lines.append(
-                f"  {len(rec['stable'])} group(s) stable (CV within call sites < {percent(STABLE_CV)}, "
+                f"  {counted(len(rec['stable']), 'group')} stable (CV within call sites < {percent(STABLE_CV)}, "
                 f"{V.MIN_ROWS}+ launches)"
             )
         if rec.get("not_compared"):
-            lines.append(f"  {len(rec['not_compared'])} group(s) not compared (too few launches)")
+            lines.append(f"  {counted(len(rec['not_compared']), 'group')} not compared (too few launches)")
     return "\n".join(lines)

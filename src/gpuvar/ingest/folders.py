@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuvar.errors import InputError
+from gpuvar.units import counted
 
 _DIGITS = re.compile(r"(\d+)")
 _RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(-?\d+)\s*[,}]')
@@ -37,7 +38,7 @@ class Opened:
 
     def note(self) -> str:
         """One line: what the folder gave and what was left out, by name and why."""
-        found = f"{self.folder}: {_count(len(self.traces), 'trace')} ({_names([p.name for p in self.traces])})"
+        found = f"{self.folder}: {counted(len(self.traces), 'trace')} ({_names([p.name for p in self.traces])})"
         if not self.left_out:
             return found
         reasons: dict[str, list[str]] = {}
@@ -45,12 +46,8 @@ class Opened:
             reasons.setdefault(why, []).append(name)
         hidden = reasons.pop(HIDDEN, [])  # (.DS_Store, gpuvar's own lock files: counted, not named)
         parts = [f"{_names(names)} ({why})" for why, names in reasons.items()]
-        parts += [_count(len(hidden), "hidden file")] if hidden else []
+        parts += [counted(len(hidden), "hidden file")] if hidden else []
         return f"{found}; left out {'; '.join(parts)}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _names(names: list[str]) -> str:
@@ -151,7 +148,7 @@ def one_trace(sources, fmt: str = "auto") -> tuple[list[str], list[Opened]]:
         folder = opened[0]
         raise InputError(
             folder.folder,
-            f"holds {_count(len(folder.traces), 'trace')} ({_names([p.name for p in folder.traces])}): give one "
+            f"holds {counted(len(folder.traces), 'trace')} ({_names([p.name for p in folder.traces])}): give one "
             f"of them (e.g. {folder.traces[0]}); the ranks of one job: `gpuvar explain` or a dataset with merge: true",
         )
     return [str(p) for p in paths], opened
@@ -190,7 +187,7 @@ def job_ranks(opened: list[Opened]) -> None:
         if None in ranks:
             raise InputError(
                 folder.folder,
-                f"holds {_count(len(ranks), 'trace')} ({_names([p.name for p in folder.traces])}) that do not each "
+                f"holds {counted(len(ranks), 'trace')} ({_names([p.name for p in folder.traces])}) that do not each "
                 "record their rank (Kineto distributedInfo), so they may be separate recordings: explain one of "
                 f"them, or name them as the ranks of one job: gpuvar explain {_pattern(folder)}",
             )

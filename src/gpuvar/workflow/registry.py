@@ -143,12 +143,46 @@ def build_registry(config: dict, basedir: str | Path, paper_yaml: str | Path | N
     basedir = Path(basedir)
     cfg = validate_config(config, basedir)
     check_sources(cfg, basedir)
+    cfg = with_folder_sources(cfg, basedir)
     datasets = {d.name: d for d in cfg.datasets}
     if paper_yaml is None or not Path(paper_yaml).is_file():
         return Registry(cfg, datasets)
     paper = load_paper_config(paper_yaml, basedir)
     merged, names = merge_datasets(paper, datasets)
     return Registry(cfg, merged, paper, names)
+
+
+def with_folder_sources(cfg: Config, basedir: Path) -> Config:
+    """A dataset whose source is one folder that no reader claims whole gets the trace files directly in it, found
+    by content (gpuvar.ingest.folders), as its source: with merge: true, its ranks (in natural name order); else its
+    one trace (or a kernel trace with its counter passes). Why here: the rules' inputs are then the traces, not a
+    folder whose notes would rerun the ingest, and a folder of several traces given as one trace is a ConfigError
+    before any job, not a failed read job."""
+    from gpuvar.config import WORKFLOW_SOURCES
+    from gpuvar.errors import ConfigError, InputError
+    from gpuvar.ingest.counter_passes import group_files
+    from gpuvar.ingest.folders import claimed_whole, open_folder
+
+    datasets = []
+    for i, d in enumerate(cfg.datasets):
+        given = d.sources[0] if len(d.sources) == 1 else None
+        path = None if given is None else Path(given) if Path(given).is_absolute() else basedir / given
+        if path is None or Path(given).as_posix().startswith(WORKFLOW_SOURCES) or claimed_whole(path, d.format):
+            datasets.append(d)
+            continue
+        try:
+            traces = open_folder(path, d.format).traces
+        except InputError as exc:
+            raise ConfigError(f"datasets[{i}].source: {given!r} of dataset {d.name!r}: {exc.reason}") from None
+        files = [str(Path(given) / t.name) for t in traces]
+        if not d.merge and len(group_files(traces)) > 1:
+            names = ", ".join(t.name for t in traces[:6]) + (" ..." if len(traces) > 6 else "")
+            raise ConfigError(
+                f"datasets[{i}].source: {given!r} of dataset {d.name!r} holds {len(traces)} traces ({names}): "
+                "name one of them, or set merge: true to analyse them as the ranks of one job"
+            )
+        datasets.append(d.model_copy(update={"source": files if d.merge or len(files) > 1 else files[0]}))
+    return cfg.model_copy(update={"datasets": datasets})
 
 
 def print_run_summary(
