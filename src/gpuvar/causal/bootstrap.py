@@ -143,7 +143,8 @@ class Bootstrap:
         self.n_samples = n_samples
         self.out = np.empty((n_samples, X.shape[1], X.shape[1]))
         n_chunks = 10 if workers <= 1 else max(10, 4 * workers)
-        self.chunks = [c.tolist() for c in np.array_split(np.arange(n_samples), min(n_chunks, n_samples))]
+        split = np.array_split(np.arange(n_samples), min(n_chunks, n_samples)) if n_samples else []
+        self.chunks = [c.tolist() for c in split]
         self.futures: list = []
         self.own = None
         self._done, self._decile = 0, 0
@@ -164,7 +165,7 @@ class Bootstrap:
         try:
             if not self.futures:
                 with one_blas_thread():
-                    for chunk in self.chunks if self.n_samples else []:
+                    for chunk in self.chunks:
                         self.out[chunk] = _fit_resamples(*self.fit, chunk, threads=1, bins=self.bins)
                         self._progress(len(chunk))
                 return self.out

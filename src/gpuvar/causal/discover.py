@@ -166,7 +166,6 @@ class _Started:
     record: dict
     outdir: Path
     names: list = field(default_factory=list)
-    order: list = field(default_factory=list)
     B: np.ndarray | None = None
     contrib: pd.DataFrame | None = None
     explained: float = 0.0
@@ -176,11 +175,6 @@ class _Started:
     t_boot: float = 0.0
     labels: dict = field(default_factory=dict)
     done: bool = False  # a skipped group: its record is written
-
-
-def discover_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None, random_fit=None) -> dict:
-    """Fit one prepared group, check it, and write its files; returns the causal.json record."""
-    return finish_group(start_group(prep, outdir, opts, pool, random_fit))
 
 
 def start_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None, random_fit=None) -> _Started:
@@ -235,7 +229,7 @@ def start_group(prep: Prepared, outdir: Path, opts: CausalOptions, pool=None, ra
         timings=timings,
     )
     edges = edge_table(B, names)
-    return _Started(record, outdir, names, order, B, contrib, explained, edges, random_fit, boot, t_boot, labels)
+    return _Started(record, outdir, names, B, contrib, explained, edges, random_fit, boot, t_boot, labels)
 
 
 def finish_group(started: _Started) -> dict:
