@@ -121,3 +121,32 @@ def test_paths_recorded_by_the_stages_name_the_output_not_the_staging_folder(dem
     assert str(out / "ingest") in (out / "findings" / "findings.json").read_text()
     for sub in ("", "ingest", "bin", "causal", "findings", "ranks"):
         assert (out / sub / OUTPUT_MARKER).is_file(), sub
+
+
+def test_a_long_stage_says_how_far_it_has_come(tmp_path, monkeypatch, capsys):
+    """Every HEARTBEAT_S (here 20 ms) explain prints how far the step under way has come: the Kineto read by its
+    bytes, the findings' first pass by its launches; a stage's step ends with it (no stale line after), and the
+    files are those of a run without the lines."""
+    import re
+
+    from gpuvar import explain, progress
+    from gpuvar.cli import main
+
+    trace = Path(__file__).parent / "data" / "recorded" / "h100-gpt2-varlen" / "gpt2varlen.pt.trace.json.gz"
+    monkeypatch.setattr(explain, "HEARTBEAT_S", 0.02)
+    assert main(["explain", str(trace), "-o", str(tmp_path / "out"), "--no-causal"]) == 0
+    err = capsys.readouterr().err
+    beats = [line for line in err.splitlines() if re.match(r"\[\s*\d+\.\d s\]   \S", line)]
+    assert beats, err
+    assert any(re.search(r"reading the Kineto trace: \d+ % \([\d.]+ [kMG]?B of [\d.]+ [kMG]?B\)", b) for b in beats)
+    assert any("findings: " in b for b in beats), beats
+    assert progress.current() is None  # (the heartbeat ended with explain)
+
+
+def test_a_step_reads_as_a_share_of_its_total():
+    from gpuvar.progress import Step
+
+    assert Step("writing", 20e6, "kernel rows", 8.4e6).line() == "writing: 42 % (8.4 M of 20 M kernel rows)"
+    assert Step("reading", 3 << 30, "bytes", 1 << 29).line() == "reading: 17 % (512 MB of 3 GB)"
+    assert Step("placing", None, "launches", 1_200_000).line() == "placing: 1.2 M launches so far"
+    assert Step("medians").line() == "medians"

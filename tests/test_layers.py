@@ -4,7 +4,7 @@ that each stage can be read, tested and changed knowing only what lies beneath i
 Layers, lowest first; a module imports only from its own layer and the layers below it:
 
   0 foundation  the package root (`__version__`), errors, units, text_safety, canonical_io, layout, output, atomic,
-                schema, config, options, targets, kernel_names, markdown_html, heap, blas_kernels: shared by every
+                schema, config, options, targets, kernel_names, markdown_html, heap, blas_kernels, progress: shared by every
                 stage, knowing none
   1 ingest      profiler files -> canonical tables
   2 binning     canonical tables -> bins and the rows of the most variable ones
@@ -54,6 +54,7 @@ LAYERS = (
             "markdown_html",
             "heap",
             "blas_kernels",
+            "progress",
         },
     ),
     ("ingest", {"ingest"}),

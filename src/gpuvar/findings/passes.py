@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
+from gpuvar import progress
 from gpuvar.findings import sample as S
 from gpuvar.findings.decompose import Exact, fit_inputs
 from gpuvar.findings.source import source_of
@@ -48,7 +49,9 @@ class Passes:
 
     def groups(self) -> Iterator[tuple[int, str, pd.DataFrame, Exact | None]]:
         """(code, group, the launches its fits see, its exact numbers when sampled) of every group, by name."""
+        meter = progress.start("findings: each group's decomposition and verdict", len(self.summary.groups), "groups")
         for g, part in S.group_parts(self.source, self.summary, self.plan):
+            progress.at(meter, meter.done + 1)
             self.held_rows_max = max(self.held_rows_max, len(part))
             yield g, str(self.summary.groups[g]), part, self.exact(g, len(part))
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gpuvar import progress
 from gpuvar.findings.group_steps import GroupSteps, group_step_facts
 from gpuvar.findings.labels import KEY_COLUMNS, Labeller, RowLabels
 from gpuvar.findings.medians import exact_medians
@@ -127,8 +128,10 @@ def summarise(source, sampled_groups=None, seed: int = 0) -> Summary:
     tally = Tally(columns, need_threads=STEP_THREADS not in columns)
     steps = StepSums(columns)
     integral = True
+    meter = progress.start("findings: every launch's call site, moments and step (pass 1)", source.rows, "launches")
     try:
         for k, batch in enumerate(source.batches(reads, categories=True)):
+            progress.at(meter, meter.done + len(batch))
             if k % GIVE_BACK_EVERY == GIVE_BACK_EVERY - 1:
                 give_back()  # the batches' frames and the folds' copies, freed: fragments under the next fold
             labels = labeller.label(batch)
@@ -136,6 +139,7 @@ def summarise(source, sampled_groups=None, seed: int = 0) -> Summary:
             steps.add(batch)
             store.append(labels, floats_at(batch, "step", labels.pos), floats_at(batch, "rank", labels.pos))
             integral &= bool(np.all(labels.d == np.round(labels.d)) and np.all(np.abs(labels.d) < 2.0**62))
+        progress.start("findings: the exact medians and the time above them")
         summary = _moments(source, columns, labeller, tally, steps, store, integral)
         _pass_two(summary, store)
         sampled = np.zeros(len(summary.groups), bool)

@@ -180,12 +180,17 @@ def ingest(
             report = ingest_in_pieces(Path(source), output, keep_vendor_columns, pieces or PieceSettings())
             if report is not None:
                 return report
+    from gpuvar import progress
+
     with whole_trace_memory():  # the whole trace in memory: fewer of its columns faulted in (gpuvar.heap)
+        progress.start("reading the trace")  # (a reader that streams says how far it has come)
         raw = read_source(source, fmt, _options(keep_vendor_columns, output))
         # several files of one trace: the kernel trace's path (the passes are listed under counter_passes)
         label = raw.source if isinstance(source, list | tuple) else str(Path(source))
         t_scan = time.perf_counter() - t0
+        progress.start("canonical columns, call sites and context")
         loaded = normalize_trace(raw, release=True)  # the source's tables: freed before call sites and Parquet
+        progress.start("writing the canonical tables")
         return write_ingest(label, output, *loaded, t_read=time.perf_counter() - t0, t0=t0, t_scan=t_scan)
 
 

@@ -53,6 +53,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpuvar import progress
 from gpuvar.errors import InputError
 from gpuvar.ingest.base import ReaderOutput
 from gpuvar.ingest.compression import open_binary
@@ -247,6 +248,8 @@ def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list, host: dic
 
     Big traces are decoded by worker processes (fork: they need no imports), pieces in order, the main
     process reading, cutting and gathering the columns; see TraceStream.pieces for how a wrong cut is redone."""
+    from gpuvar.ingest.footprint import uncompressed_size
+
     workers = _workers(path)
     pool = None
     if workers:
@@ -257,7 +260,9 @@ def _read_events(path: Path, gpu: _Gpu, counts: Counter, ranges: list, host: dic
             # workers read an uncompressed trace themselves: here the file is mapped, only the cuts are read
             stream = TraceStream(fh, path, mapped=pool is not None and isinstance(fh, io.BufferedReader))
             remote = _remote(pool, path, fh) if pool is not None else None
+            meter = progress.start("reading the Kineto trace", uncompressed_size(path), "bytes")
             for part in stream.pieces(process_piece, remote=remote, depth=workers + 1):
+                progress.at(meter, stream.offset + stream.pos)
                 counts["events"] += part["events"]
                 counts.update({f"cat:{k}": v for k, v in part["categories"].items()})
                 ranges.extend(part["ranges"])

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from gpuvar import progress
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_STEP, SYNC_NAME, step_number
 from gpuvar.ingest.nsys_host_sql import (
@@ -339,10 +340,13 @@ def host_facts(scratch: Scratch, head: nsys.ExportHead, plan: Plan | None) -> Ho
     """Passes 1-4 (module docstring) into the scratch database; NotInPieces where the export is left to memory.
     plan None: the kernels kept are counted by the one who reads the facts (ParquetFacts)."""
     con = scratch.con
+    progress.start("indexing the CUDA API calls")
     copy_calls(con, head)
     steps = step_ranges(con, head)
     sync_frame = syncs(con, head)
     mode = "nvtx" if steps is not None else "sync" if sync_frame is not None else "iterations"
+    if mode == "iterations":
+        progress.start("finding the launch loop's iterations in call order")
     note = iterations_in_call_order(scratch, head) if mode == "iterations" else None
     from gpuvar.ingest.nsys_host_sweep import sweep_launches
 

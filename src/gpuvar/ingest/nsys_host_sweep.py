@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gpuvar import progress
 from gpuvar.ingest import nsys
 from gpuvar.ingest import nsys_host_sql as host_sql
 from gpuvar.ingest.host_timeline import MISSING, NVTX_PUSHPOP, NVTX_STEP, step_number
@@ -195,8 +196,10 @@ def sweep_launches(con, head: nsys.ExportHead, mode: str, steps, sync_frame, sto
     )
     ops = _Ops(con, head, sweep.codes)
     walk = _Walk(sweep, ops, it)
+    meter = progress.start("placing the launches by their API calls", None, "launches")
     with _no_cycle_collection():
         for rows in host_sql.fetch_batches(con, sql):
+            progress.at(meter, meter.done + len(rows))
             cols = np.array(rows, np.int64).T  # (a column of a 2-d conversion: five times faster than one by one)
             kh = cols[0]
             is_kernel, hc = (kh & 1) == 0, kh >= 2

@@ -51,6 +51,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpuvar import progress
 from gpuvar.canonical_io import CanonicalWriter, from_numpy, sort_canonical, write_canonical
 from gpuvar.heap import give_back
 from gpuvar.ingest import books, finish_report, nsys, recorded_duplicates, report_head
@@ -328,8 +329,10 @@ def _back(plan, k, state, front: _Front, work: PieceWork, writers) -> None:
 def _pass3(plan, state, files, work: PieceWork, writers, recorded, corun_on) -> None:
     """Every piece's two halves, in order; with workers, piece k + 1's first half before piece k's second."""
     count = len(plan.pieces)
+    meter = progress.start("writing the canonical tables piece by piece", plan.rows, "kernel rows")
     ahead = _front(plan, 0, state, files, work, writers, recorded, corun_on)
     for k in range(count):
+        progress.at(meter, plan.pieces[k].lo - plan.pieces[0].lo)
         front, ahead = ahead, None
         if work.workers and k + 1 < count:
             ahead = _front(plan, k + 1, state, files, work, writers, recorded, corun_on)
@@ -479,6 +482,7 @@ def _in_pieces(source, head: nsys.ExportHead, output: Path, settings: PieceSetti
                 host.check(plan)
             files, copy_rows, work_schema = [], None, None
             if head.m_cols is not None:
+                progress.start("sorting the copies into the pieces")
                 attach = host.attach if host is not None else None
                 ranges = copy_ranges(source, head, plan, settings.rows) if host is None else None
                 if ranges is not None:  # copies stored in start order: fetched bucket by bucket in pass 3

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from gpuvar import progress
 from gpuvar.ingest import nsys
 from gpuvar.ingest.host_timeline import MISSING, ints
 from gpuvar.ingest.nsys_sources import ROWID
@@ -146,8 +147,10 @@ def make_plan(source, head: nsys.ExportHead, settings: PieceSettings, sequence: 
     rows, chunks = source.spans(nsys.KERNEL_TABLE, columns, settings.rows)
     piece = Piece(lo, lo, 0, 0)
     last_start, seen = None, 0
+    meter = progress.start("reading the kernels' times to cut the pieces", rows, "kernel rows")
     for chunk in chunks:
         seen += chunk.num_rows
+        progress.at(meter, seen)
         nsys.check_times(source.path, chunk, nsys.KERNEL_TABLE)
         light = light_columns(chunk)
         keep = kept_rows(light["start"], light["end"], light["valid"])
