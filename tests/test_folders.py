@@ -156,3 +156,14 @@ def test_a_workflow_dataset_folder_is_its_traces_or_a_one_line_config_error(tmp_
     (tmp_path / "notes" / "README.txt").write_text("traces go here\n")
     with pytest.raises(ConfigError, match=r"datasets\[0\]\.source: 'notes' of dataset 'x': no trace directly in"):
         build_registry({"datasets": [{"name": "x", "source": "notes"}]}, tmp_path)
+
+
+def test_a_report_beside_its_own_export_is_one_recording(tmp_path):
+    """`nsys export` leaves report1.sqlite beside report1.nsys-rep: the folder is that one recording, read from
+    the export, the report named as left out (not two traces refused as separate recordings)."""
+    export = real_file("nsys-sqlite/nvfuser-matmul-h200/report1.sqlite")
+    (tmp_path / "report1.sqlite").symlink_to(export)
+    (tmp_path / "report1.nsys-rep").write_bytes(b"NSYS-REP\0" + bytes(64))  # (detected by its name)
+    paths, opened = resolve_sources([tmp_path])
+    assert [p.name for p in paths] == ["report1.sqlite"]
+    assert opened[0].note().endswith("left out report1.nsys-rep (its export is beside it)")

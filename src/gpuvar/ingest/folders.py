@@ -94,6 +94,7 @@ def _trace_format(path: Path, fmt: str) -> str:
 def open_folder(folder: Path, fmt: str = "auto") -> Opened:
     """The trace files directly inside `folder`, in natural name order, and what was left out."""
     opened = Opened(folder)
+    formats: dict[Path, str] = {}
     try:
         entries = sorted(folder.iterdir(), key=lambda p: natural_key(p.name))
     except OSError as exc:
@@ -105,7 +106,7 @@ def open_folder(folder: Path, fmt: str = "auto") -> Opened:
             opened.left_out.append((entry.name, "subfolder"))
         else:
             try:
-                _trace_format(entry, fmt)
+                formats[entry] = _trace_format(entry, fmt)
             except InputError as exc:  # a note or table ("not a trace"), or the reader's problem ("empty file")
                 opened.left_out.append(
                     (entry.name, "not a trace" if exc.reason.startswith("unrecognised") else exc.reason)
@@ -115,10 +116,20 @@ def open_folder(folder: Path, fmt: str = "auto") -> Opened:
                 opened.left_out.append((entry.name, exc.strerror or str(exc)))
                 continue
             opened.traces.append(entry)
+    _exported_reports(opened, formats)
     if not opened.traces:
         what = "; ".join(f"{name}: {why}" for name, why in opened.left_out[:SHOWN]) or "it is empty"
         raise InputError(folder, f"no trace directly in this folder ({what})")
     return opened
+
+
+def _exported_reports(opened: Opened, formats: dict[Path, str]) -> None:
+    """An Nsight Systems report beside its own export (report1.nsys-rep and report1.sqlite, as `nsys export` leaves
+    them) is one recording: the export is read and the report left out, named, rather than two traces."""
+    exports = {p.name.split(".")[0] for p in opened.traces if formats[p] == "nsys-sqlite"}
+    for path in [p for p in opened.traces if formats[p] == "nsys-rep" and p.name.split(".")[0] in exports]:
+        opened.traces.remove(path)
+        opened.left_out.append((path.name, "its export is beside it"))
 
 
 def resolve_sources(sources, fmt: str = "auto") -> tuple[list[Path], list[Opened]]:
