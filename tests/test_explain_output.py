@@ -150,3 +150,20 @@ def test_a_step_reads_as_a_share_of_its_total():
     assert Step("reading", 3 << 30, "bytes", 1 << 29).line() == "reading: 17 % (512 MB of 3 GB)"
     assert Step("placing", None, "launches", 1_200_000).line() == "placing: 1.2 M launches so far"
     assert Step("medians").line() == "medians"
+
+
+def test_a_command_logs_its_step_for_a_jobs_log(tmp_path, monkeypatch, caplog):
+    """Every command logs its step under way every LOG_PROGRESS_S (a minute; here 20 ms) on the gpuvar.progress
+    logger, which a Slurm job's log keeps: `gpuvar ingest` of the GPT-2 recording says how much of the trace it
+    has read."""
+    import logging
+
+    from gpuvar import cli
+
+    trace = Path(__file__).parent / "data" / "recorded" / "h100-gpt2-varlen" / "gpt2varlen.pt.trace.json.gz"
+    monkeypatch.setattr(cli, "LOG_PROGRESS_S", 0.02)
+    with caplog.at_level(logging.INFO, logger="gpuvar.progress"):
+        assert cli.main(["ingest", str(trace), "-o", str(tmp_path / "out")]) == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "gpuvar.progress"]
+    assert said and all(line for line in said), said
+    assert any(line.startswith(("reading the", "canonical columns", "writing the")) for line in said), said

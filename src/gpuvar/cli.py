@@ -128,10 +128,15 @@ def run_command(args) -> int:
     from contextlib import nullcontext
 
     from gpuvar.atomic import claimed
+    from gpuvar.progress import Heartbeat
 
     output = output_of(args)
-    with claimed(output) if output is not None else nullcontext():
+    beat = Heartbeat(logging.getLogger("gpuvar.progress").info, LOG_PROGRESS_S)
+    with claimed(output) if output is not None else nullcontext(), beat:
         return int(args._module.run(args) or 0)
+
+
+LOG_PROGRESS_S = 60.0  # a command's step logged this often (explain prints its own every 20 s)
 
 
 ONE_CORE_COMMANDS = {"bin"}  # each process uses one core and no BLAS: numpy's OpenBLAS starts no thread pool

@@ -74,40 +74,7 @@ def _progress(message: str, t0: float) -> None:
     print(f"[{time.perf_counter() - t0:6.1f} s] {plain(message)}", file=sys.stderr, flush=True)
 
 
-HEARTBEAT_S = 20.0  # how often a long step says how far it has come
-
-
-class Heartbeat:
-    """Every HEARTBEAT_S, one progress line saying how far the step under way in this process has come
-    (gpuvar.progress: the ingest's passes, the findings' passes), so that a stage of minutes (the ingest of a
-    20 M-launch export with API calls) is not silent. A stage in a process of its own says nothing here; its
-    start and end are explain's own lines."""
-
-    def __init__(self, t0: float, every: float | None = None):
-        import threading
-
-        self.t0, self.every = t0, HEARTBEAT_S if every is None else every
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name="gpuvar-heartbeat", daemon=True)
-
-    def _beat(self) -> None:
-        from gpuvar import progress
-
-        while not self.stop.wait(self.every):
-            step = progress.current()
-            if step is not None:
-                _progress(f"  {step.line()}", self.t0)
-
-    def __enter__(self) -> Heartbeat:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        from gpuvar import progress
-
-        self.stop.set()
-        self.thread.join()
-        progress.finish()
+HEARTBEAT_S = 20.0  # how often a long stage says how far its step has come (gpuvar.progress.Heartbeat)
 
 
 ISOLATED_LAUNCHES = 2_000_000  # a stage over this many launches runs in a process of its own (_isolated)
@@ -294,6 +261,7 @@ def run(args) -> int:
     from gpuvar.findings.run import console_summary
     from gpuvar.ingest.counter_passes import group_files
     from gpuvar.ingest.footprint import peak_bytes, warn_if_short
+    from gpuvar.progress import Heartbeat
     from gpuvar.text_safety import plain
 
     t0 = time.perf_counter()
@@ -310,7 +278,8 @@ def run(args) -> int:
     widest = max(range(len(ranks)), key=peaks.__getitem__)
     warn_if_short("explain", ranks[widest][0], peaks[widest])
     name = args.name or default_name(args.traces, ranks)
-    with staged_folder(out) as tmp, Heartbeat(t0):  # every stage writes in tmp; OUTPUT is replaced once, at the end
+    beat = Heartbeat(lambda line: _progress(f"  {line}", t0), HEARTBEAT_S)
+    with staged_folder(out) as tmp, beat:  # every stage writes in tmp; OUTPUT is replaced once, at the end
         record, rank_lines = _explain(args, ranks, peaks, name, tmp, t0)
         rewrite_files(tmp, out)  # paths the stages recorded name OUTPUT, not the staging folder
     _progress("done", t0)

@@ -5,7 +5,8 @@ calls: ~5 minutes of ingest) with nothing on the console, which reads as a hang.
 say here where they are (`start` a step, `at` a count), at the cost of an attribute write per batch; whoever
 shows progress reads `current()` from another thread (explain's heartbeat, gpuvar.explain.Heartbeat), so a
 stage never prints or times anything itself. A step is per process: a stage run in a process of its own reports
-nothing to explain's console.
+nothing to explain's console. Every command logs its step once a minute (gpuvar.cli: a Slurm job's log says how
+far a 10-minute ingest has come).
 """
 
 from __future__ import annotations
@@ -74,3 +75,28 @@ def current() -> Step | None:
     """The step under way, None when none is."""
     with _lock:
         return _current
+
+
+class Heartbeat:
+    """Every `every` seconds, say(the step under way's line) while the `with` block runs (nothing while no step is
+    under way); no step is left under way after it."""
+
+    def __init__(self, say, every: float):
+        self.say, self.every = say, every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="gpuvar-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self.stop.wait(self.every):
+            step = current()
+            if step is not None:
+                self.say(step.line())
+
+    def __enter__(self) -> Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        finish()
