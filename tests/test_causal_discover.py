@@ -119,6 +119,26 @@ def test_bootstrap_identical_bytes_for_any_worker_count(tmp_path):
     assert row["probability"] == 1.0 and row["coef_q05"] > 0
 
 
+def test_the_job_fits_resamples_beside_its_helpers_one_group_ahead(tmp_path, monkeypatch):
+    """workers=2: one helper and the job's own process fit the resamples (the job fits the chunks no helper has
+    started), each group's fits and checks running while the helper fits the group before's; every file of every
+    group (two kernel groups and all rows) is the bytes of the fit in one process."""
+    from gpuvar.causal import bootstrap
+
+    fitted_here = []
+    own = bootstrap._fit_here
+    monkeypatch.setattr(bootstrap, "_fit_here", lambda *a: fitted_here.append(own(*a)) or fitted_here[-1])
+    df = planted(300, seed=7)
+    args = dict(target="kernel_variability", group_by="kernel_name", features="grid_x,grid_y,block_x", bootstrap=24)
+    discover_all(df, opts(**args, workers=1), tmp_path / "w1")
+    discover_all(df, opts(**args, workers=2), tmp_path / "w2")
+    assert len(fitted_here) == 3 and sum(map(len, fitted_here)) > 0  # (3 groups; chunks fitted in the job)
+    files = sorted(p.relative_to(tmp_path / "w1") for p in (tmp_path / "w1").rglob("*.csv"))
+    assert len(files) >= 3 * 4
+    for f in files:
+        assert (tmp_path / "w1" / f).read_bytes() == (tmp_path / "w2" / f).read_bytes(), f
+
+
 def _fit_then_thread_counts() -> dict[str, int]:
     """In a bootstrap worker: one fit (loads scipy's OpenBLAS and sklearn's OpenMP), then every pool's threads."""
     from threadpoolctl import threadpool_info
