@@ -126,8 +126,8 @@ def test_the_job_fits_resamples_beside_its_helpers_one_group_ahead(tmp_path, mon
     from gpuvar.causal import bootstrap
 
     fitted_here = []
-    own = bootstrap._fit_here
-    monkeypatch.setattr(bootstrap, "_fit_here", lambda *a: fitted_here.append(own(*a)) or fitted_here[-1])
+    own = bootstrap.Bootstrap._fit_here
+    monkeypatch.setattr(bootstrap.Bootstrap, "_fit_here", lambda self: fitted_here.append(own(self)) or fitted_here[-1])
     df = planted(300, seed=7)
     args = dict(target="kernel_variability", group_by="kernel_name", features="grid_x,grid_y,block_x", bootstrap=24)
     discover_all(df, opts(**args, workers=1), tmp_path / "w1")

@@ -275,8 +275,9 @@ def test_the_causal_graphs_beside_the_findings_take_the_cores_the_findings_leave
     import os
 
     from gpuvar import explain
+    from gpuvar.options import bounds
 
-    for cores, expected in ((1, 2), (2, 2), (4, 3), (16, 15), (128, explain.MAX_CAUSAL_WORKERS)):
+    for cores, expected in ((1, 2), (2, 2), (4, 3), (16, 15), (128, bounds("causal", "workers")["le"])):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
         assert explain.beside_workers() == expected, cores
 

@@ -131,7 +131,8 @@ def run_command(args) -> int:
     from gpuvar.progress import Heartbeat
 
     output = output_of(args)
-    beat = Heartbeat(logging.getLogger("gpuvar.progress").info, LOG_PROGRESS_S)
+    own = getattr(args._module, "SAYS_PROGRESS", False)  # (explain prints its own, every 20 s)
+    beat = nullcontext() if own else Heartbeat(logging.getLogger("gpuvar.progress").info, LOG_PROGRESS_S)
     with claimed(output) if output is not None else nullcontext(), beat:
         return int(args._module.run(args) or 0)
 

@@ -75,6 +75,7 @@ def _progress(message: str, t0: float) -> None:
 
 
 HEARTBEAT_S = 20.0  # how often a long stage says how far its step has come (gpuvar.progress.Heartbeat)
+SAYS_PROGRESS = True  # (gpuvar.cli.run_command: no logged heartbeat beside this one)
 
 
 ISOLATED_LAUNCHES = 2_000_000  # a stage over this many launches runs in a process of its own (_isolated)
@@ -156,11 +157,9 @@ def beside_workers() -> int:
     stage takes the core the findings free when they end first (one on two cores had left it idle: a 300 k-launch
     trace waited 4 s for the graphs)."""
     from gpuvar.ingest.footprint import usable_cores
+    from gpuvar.options import bounds
 
-    return max(2, min(MAX_CAUSAL_WORKERS, usable_cores() - 1))
-
-
-MAX_CAUSAL_WORKERS = 64  # the config's bound on causal.workers
+    return max(2, min(bounds("causal", "workers")["le"], usable_cores() - 1))
 
 
 def _in_child(levels: dict, stage, args, kwargs):

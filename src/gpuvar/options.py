@@ -51,6 +51,12 @@ def default(section: str, name: str):
     return _spec(section, name)["default"]
 
 
+def bounds(section: str, name: str) -> dict:
+    """The config field's bounds ({"gt": 0, "le": 64}), from the table: a caller that picks a value itself keeps
+    within them without writing them again."""
+    return _spec(section, name)["bounds"]
+
+
 def out_of_bounds(section: str, name: str, value) -> str | None:
     """Why `value` breaks the field's bounds ("must be > 0"), or None; read from the table, as the command
     line checks them, for a settings object built by a library caller without the command line."""

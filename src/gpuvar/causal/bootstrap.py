@@ -102,25 +102,10 @@ def make_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(helpers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker)
 
 
-def bootstrap_adjacencies(
-    X: np.ndarray,
-    prior_knowledge: np.ndarray | None,
-    n_samples: int,
-    seed: int,
-    workers: int = 1,
-    engine: str = "fast",
-    pool: ProcessPoolExecutor | None = None,
-    bins: np.ndarray | None = None,
-) -> np.ndarray:
-    """Adjacency matrices of resamples 0..n_samples-1, stacked (n_samples, p, p), in resample order (Bootstrap,
-    waited for at once)."""
-    return Bootstrap(X, prior_knowledge, n_samples, seed, workers, engine, pool, bins).result()
-
-
 class Bootstrap:
     """The resamples of one fit, under way from when it is made: with workers > 1 every chunk is handed to the
     helpers (`pool`, or a pool made here), and result() fits in this process the chunks none has started
-    (_fit_here), then gathers the rest in order. Why started apart from result(): gpuvar.causal.discover starts the
+    (Bootstrap._fit_here), then gathers the rest in order. Why started apart from result(): gpuvar.causal.discover starts the
     next group's fits and checks while the helpers work through this group's chunks.
 
     bins: the bin of each row (None: every row its own bin, i.e. a plain row bootstrap). workers=1 runs
@@ -165,11 +150,10 @@ class Bootstrap:
         try:
             if not self.futures:
                 with one_blas_thread():
-                    for chunk in self.chunks:
-                        self.out[chunk] = _fit_resamples(*self.fit, chunk, threads=1, bins=self.bins)
-                        self._progress(len(chunk))
+                    for k in range(len(self.chunks)):
+                        self._fit_chunk(k)
                 return self.out
-            here = _fit_here(self.futures, self.chunks, self.out, self.fit, self.bins, self._progress)
+            here = self._fit_here()
             for k, (chunk, future) in enumerate(zip(self.chunks, self.futures)):
                 if k not in here:
                     self.out[chunk] = future.result()
@@ -178,6 +162,24 @@ class Bootstrap:
             self.close()
         return self.out
 
+    def _fit_here(self) -> set[int]:
+        """Fit in this process the chunks no helper has started, from the last one back (the helpers take them from
+        the first, so the first chunk found started means every chunk before it is); returns their indices. A
+        chunk's numbers do not depend on the process that fits it (one BLAS thread in each)."""
+        here: set[int] = set()
+        with one_blas_thread():
+            for k in reversed(range(len(self.chunks))):
+                if not self.futures[k].cancel():
+                    break
+                self._fit_chunk(k)
+                here.add(k)
+        return here
+
+    def _fit_chunk(self, k: int) -> None:
+        """Chunk k fitted in this process."""
+        self.out[self.chunks[k]] = _fit_resamples(*self.fit, self.chunks[k], threads=1, bins=self.bins)
+        self._progress(len(self.chunks[k]))
+
     def close(self) -> None:
         """Chunks not started are dropped (an error elsewhere: no fit is left running for nothing)."""
         for future in self.futures:
@@ -185,22 +187,6 @@ class Bootstrap:
         if self.own is not None:
             self.own.shutdown(cancel_futures=True)
             self.own = None
-
-
-def _fit_here(futures: list, chunks: list, out: np.ndarray, fit: tuple, bins: np.ndarray, progress) -> set[int]:
-    """Fit in this process the chunks no helper has started, from the last one back (the helpers take them from
-    the first, so the first chunk found started means every chunk before it is); returns their indices. A chunk's
-    numbers do not depend on the process that fits it (one BLAS thread in each)."""
-    X, prior_knowledge, engine, seed = fit
-    here: set[int] = set()
-    with one_blas_thread():
-        for k in reversed(range(len(chunks))):
-            if not futures[k].cancel():
-                break
-            out[chunks[k]] = _fit_resamples(X, prior_knowledge, engine, seed, chunks[k], threads=1, bins=bins)
-            progress(len(chunks[k]))
-            here.add(k)
-    return here
 
 
 def summarise_edges(stack: np.ndarray, names: list[str], fitted: np.ndarray | None = None) -> pd.DataFrame:

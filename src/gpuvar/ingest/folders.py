@@ -38,19 +38,20 @@ class Opened:
 
     def note(self) -> str:
         """One line: what the folder gave and what was left out, by name and why."""
-        found = f"{self.folder}: {counted(len(self.traces), 'trace')} ({_names([p.name for p in self.traces])})"
+        found = f"{self.folder}: {counted(len(self.traces), 'trace')} ({listed([p.name for p in self.traces])})"
         if not self.left_out:
             return found
         reasons: dict[str, list[str]] = {}
         for name, why in self.left_out:
             reasons.setdefault(why, []).append(name)
         hidden = reasons.pop(HIDDEN, [])  # (.DS_Store, gpuvar's own lock files: counted, not named)
-        parts = [f"{_names(names)} ({why})" for why, names in reasons.items()]
+        parts = [f"{listed(names)} ({why})" for why, names in reasons.items()]
         parts += [counted(len(hidden), "hidden file")] if hidden else []
         return f"{found}; left out {'; '.join(parts)}"
 
 
-def _names(names: list[str]) -> str:
+def listed(names: list[str]) -> str:
+    """Names for a one-line message: the first SHOWN, then how many more."""
     shown = ", ".join(names[:SHOWN])
     return shown if len(names) <= SHOWN else f"{shown} and {len(names) - SHOWN} more"
 
@@ -159,7 +160,7 @@ def one_trace(sources, fmt: str = "auto") -> tuple[list[str], list[Opened]]:
         folder = opened[0]
         raise InputError(
             folder.folder,
-            f"holds {counted(len(folder.traces), 'trace')} ({_names([p.name for p in folder.traces])}): give one "
+            f"holds {counted(len(folder.traces), 'trace')} ({listed([p.name for p in folder.traces])}): give one "
             f"of them (e.g. {folder.traces[0]}); the ranks of one job: `gpuvar explain` or a dataset with merge: true",
         )
     return [str(p) for p in paths], opened
@@ -198,7 +199,7 @@ def job_ranks(opened: list[Opened]) -> None:
         if None in ranks:
             raise InputError(
                 folder.folder,
-                f"holds {counted(len(ranks), 'trace')} ({_names([p.name for p in folder.traces])}) that do not each "
+                f"holds {counted(len(ranks), 'trace')} ({listed([p.name for p in folder.traces])}) that do not each "
                 "record their rank (Kineto distributedInfo), so they may be separate recordings: explain one of "
                 f"them, or name them as the ranks of one job: gpuvar explain {_pattern(folder)}",
             )

@@ -161,7 +161,7 @@ def with_folder_sources(cfg: Config, basedir: Path) -> Config:
     from gpuvar.config import WORKFLOW_SOURCES
     from gpuvar.errors import ConfigError, InputError
     from gpuvar.ingest.counter_passes import group_files
-    from gpuvar.ingest.folders import claimed_whole, open_folder
+    from gpuvar.ingest.folders import claimed_whole, listed, open_folder
 
     datasets = []
     for i, d in enumerate(cfg.datasets):
@@ -176,7 +176,7 @@ def with_folder_sources(cfg: Config, basedir: Path) -> Config:
             raise ConfigError(f"datasets[{i}].source: {given!r} of dataset {d.name!r}: {exc.reason}") from None
         files = [str(Path(given) / t.name) for t in traces]
         if not d.merge and len(group_files(traces)) > 1:
-            names = ", ".join(t.name for t in traces[:6]) + (" ..." if len(traces) > 6 else "")
+            names = listed([t.name for t in traces])
             raise ConfigError(
                 f"datasets[{i}].source: {given!r} of dataset {d.name!r} holds {len(traces)} traces ({names}): "
                 "name one of them, or set merge: true to analyse them as the ranks of one job"
