@@ -368,3 +368,24 @@ def test_rank_ingest_workers_decode_in_their_own_process(monkeypatch, tmp_path):
     assert kineto._workers(big) == 2
     explain._rank_worker_start()  # (monkeypatch puts the variable back)
     assert kineto._workers(big) == 0
+
+
+def test_a_job_of_many_rank_files_says_how_far_its_ingest_has_come_in_ten_lines(monkeypatch, capsys, tmp_path):
+    """Up to RANK_LINES files, one line names each; a job of 256 files printed 512 lines before (one per file
+    started and ingested), now a line per tenth of them, the last at every file."""
+    from gpuvar import explain
+
+    ingested = []
+    monkeypatch.setattr(explain, "_ingest_rank", lambda files, part, fmt: ingested.append(files) and None)
+    for count in (5, 23):
+        ranks = [[tmp_path / f"rank{k}.pt.trace.json"] for k in range(count)]
+        explain._ingest_ranks(ranks, [tmp_path / str(k) for k in range(count)], "auto", 1, 0.0)
+        lines = capsys.readouterr().err.splitlines()
+        assert len(ingested) == count
+        ingested.clear()
+        if count <= explain.RANK_LINES:
+            assert [line.split("] ")[1] for line in lines] == [f"ingest rank file {k}: {ranks[k][0]}" for k in range(5)]
+        else:
+            counts = [int(line.split("ingested ")[1].split(" of")[0]) for line in lines[1:]]
+            assert "ingest 23 rank files, one at a time" in lines[0]
+            assert counts == [3, 5, 7, 10, 12, 14, 17, 19, 21, 23] and all(" of 23 rank files" in x for x in lines[1:])

@@ -78,6 +78,7 @@ HEARTBEAT_S = 20.0  # how often a long stage says how far its step has come (gpu
 SAYS_PROGRESS = True  # (gpuvar.cli.run_command: no logged heartbeat beside this one)
 
 
+RANK_LINES = 8  # rank files named one progress line each; a job of more: a line per tenth of its files
 ISOLATED_LAUNCHES = 2_000_000  # a stage over this many launches runs in a process of its own (_isolated)
 
 
@@ -370,12 +371,26 @@ def _ingest_ranks(ranks: list[list[Path]], parts: list[Path], fmt: str, jobs: in
     def named(k: int) -> str:
         return f"rank file {k}: {', '.join(map(str, ranks[k]))}"
 
+    each = len(ranks) <= RANK_LINES  # one line per file; a job of hundreds of files: one per tenth of them
+    tenths = {-(-len(ranks) * j // 10) for j in range(1, 11)}
+
+    def ingested(k: int, done: int) -> None:
+        if each:
+            _progress(f"ingested {named(k)} ({done} of {len(ranks)})", t0)
+        elif done in tenths:
+            _progress(f"ingested {done} of {len(ranks)} rank files", t0)
+
     if jobs <= 1:
+        if not each:
+            _progress(f"ingest {len(ranks)} rank files, one at a time", t0)
         for k, part in enumerate(parts):
-            _progress(f"ingest {named(k)}", t0)
+            if each:
+                _progress(f"ingest {named(k)}", t0)
             failed = _ingest_rank(ranks[k], part, fmt)
             if failed:
                 raise GpuvarError(failed)
+            if not each:
+                ingested(k, k + 1)
         return
     _progress(f"ingest {len(ranks)} rank files, {jobs} at a time", t0)
     failures = {}
@@ -392,7 +407,7 @@ def _ingest_ranks(ranks: list[list[Path]], parts: list[Path], fmt: str, jobs: in
                 for other in futures:
                     other.cancel()  # (those not started yet)
             else:
-                _progress(f"ingested {named(k)} ({done} of {len(ranks)})", t0)
+                ingested(k, done)
     if failures:
         raise GpuvarError(failures[min(failures)])
 
