@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpuvar.causal")
 _LIMITS = None  # keeps a worker's BLAS thread limit alive
-_CONTROLLER = None  # threadpoolctl's view of this process's BLAS and OpenMP libraries (one_blas_thread)
 
 
 def resample_bins(bins: np.ndarray, seed: int, index: int) -> np.ndarray:
@@ -58,20 +57,12 @@ def fit_adjacency(X: np.ndarray, prior_knowledge: np.ndarray | None, engine: str
 
 
 def one_blas_thread():
-    """threadpool_limits(1) over every BLAS and OpenMP pool a fit uses (use as a context manager, or keep it).
+    """One thread in every BLAS and OpenMP pool a fit uses (gpuvar.blas_kernels.one_blas_thread, OpenMP
+    included: sklearn's lasso fits run in the bootstrap workers, where 2 workers x 2 OpenBLAS threads on 2 cores
+    made the demo's rank0 memory_stall causal job take 22 s against 13 s with one worker; now 8 s)."""
+    from gpuvar.blas_kernels import one_blas_thread as limit
 
-    threadpoolctl limits only the libraries loaded when it is called: scipy's own OpenBLAS and sklearn's OpenMP
-    load at their first import, so a limit set before that left them one thread per core. In the bootstrap
-    workers that was 2 workers x 2 OpenBLAS threads on 2 cores: the demo's rank0 memory_stall causal job took
-    22 s with 2 workers against 13 s with one (41 against 14 CPU seconds); now 8 s."""
-    global _CONTROLLER
-    if _CONTROLLER is None:  # the libraries are found once per process (threadpool_limits scans them every call)
-        import scipy.linalg  # noqa: F401 - loads scipy's OpenBLAS
-        import sklearn.linear_model  # noqa: F401 - loads sklearn's OpenMP runtime
-        from threadpoolctl import ThreadpoolController
-
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=1)
+    return limit(openmp=True)
 
 
 def _init_worker() -> None:

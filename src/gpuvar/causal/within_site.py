@@ -13,13 +13,17 @@ verdict: gpuvar.causal.share_test), for the findings of every launch and for eac
 
 Everything here works on data already centred per call site (centred), rows sorted by slope group; per-group sums are
 `np.add.reduceat` over contiguous segments, so a fit, a projection or a permutation costs a few passes over
-the rows whatever the number of call sites.
+the rows whatever the number of call sites. Those passes cost rows x columns**2 elementwise, though: a job of 256
+ranks has a 0/1 indicator per rank among the context features, and its findings spent 88 % of 41 s there. A
+design of more than WIDE_COLUMNS columns is therefore fitted and projected one slope group at a time with
+matrix products (WideBasis, _fit_predict_wide): the same least squares and the same spans, to rounding.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from gpuvar.blas_kernels import one_blas_thread
 from gpuvar.causal.share_test import (
     DECLINED,
     MIN_ROWS,
@@ -37,6 +41,7 @@ _TOL = 1e-9
 DRIVER_MIN_SHARE = 0.05  # a feature (or counter) adding less of the within-call-site variance is not a driver
 MAX_COUNTERS = 3  # counters chosen by select_counters at most
 FIT_BLOCK_BYTES = 32 << 20  # the per-group normal equations fit_predict holds at once
+WIDE_COLUMNS = 32  # designs of more columns are fitted and projected group by group with BLAS (WideBasis)
 
 
 class SlopeGroups:
@@ -112,8 +117,86 @@ class Basis:
         return out
 
 
-def basis_of(groups: SlopeGroups, X: np.ndarray) -> Basis:
-    """The basis spanned by the columns of X (sorted rows)."""
+class WideBasis:
+    """Basis for many columns: per slope group, blocks of orthonormal columns (rows of the group x columns) that
+    project with matrix products. The same span as Basis's column by column: a column is kept in a group where
+    what the columns before it leave of it is above _TOL of its norm (Householder's |R_jj|, after projecting the
+    basis out twice, as Basis's Gram-Schmidt does), else left out there."""
+
+    def __init__(self, groups: SlopeGroups, n: int):
+        self.groups, self.n = groups, n
+        bounds = np.r_[groups.starts, n].astype(np.int64)
+        self.rows = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        self.blocks: list[list[np.ndarray]] = [[] for _ in self.rows]
+
+    def copy(self) -> WideBasis:
+        out = WideBasis.__new__(WideBasis)
+        out.groups, out.n, out.rows = self.groups, self.n, self.rows
+        out.blocks = [list(b) for b in self.blocks]
+        return out
+
+    def _project_out(self, g: int, X: np.ndarray) -> np.ndarray:
+        for Q in self.blocks[g]:
+            X = X - Q @ (Q.T @ X)
+        return X
+
+    def add_columns(self, X: np.ndarray) -> bool:
+        """Add the part of X's columns (sorted rows, 2-D) not spanned yet; False when nothing is left anywhere.
+
+        Which columns add to a group's span: a QR with column pivoting of what the basis leaves of them (each step
+        takes the column with most left, so the dependent ones come last: a QR in column order would give a zero
+        or dependent column a direction of its own and drop independent columns after it); a column adds where
+        what is left of it is above _TOL of its norm. The kept columns, in their pivot order, are then made
+        orthonormal by a plain QR."""
+        from scipy.linalg import qr
+
+        added = False
+        with one_blas_thread():
+            for g, rows in enumerate(self.rows):
+                added |= self._add_in_group(g, X[rows], qr)
+        return added
+
+    def _add_in_group(self, g: int, Xg: np.ndarray, qr) -> bool:
+        """add_columns in slope group g (Xg: its rows)."""
+        before = np.sqrt((Xg * Xg).sum(axis=0))
+        live = np.flatnonzero(before > 0)  # (a column of zeros in the group adds nothing there)
+        if not len(live):
+            return False
+        R = self._project_out(g, self._project_out(g, Xg[:, live]))
+        triangle, pivots = qr(R, mode="r", pivoting=True, check_finite=False)
+        left = np.abs(np.diagonal(triangle))
+        kept = pivots[: len(left)][left > _TOL * before[live][pivots[: len(left)]]]
+        if not len(kept):
+            return False
+        self.blocks[g].append(np.linalg.qr(R[:, kept])[0])
+        return True
+
+    def add(self, x: np.ndarray) -> bool:
+        return self.add_columns(x[:, None])
+
+    def residual(self, x: np.ndarray) -> np.ndarray:
+        out = np.array(x, dtype=np.float64)
+        for g, rows in enumerate(self.rows):
+            out[rows] = self._project_out(g, out[rows])
+        return out
+
+    def explained(self, y: np.ndarray) -> float:
+        return float(self.explained_many(y[:, None])[0])
+
+    def explained_many(self, Y: np.ndarray) -> np.ndarray:
+        out = np.zeros(Y.shape[1])
+        for g, rows in enumerate(self.rows):
+            for Q in self.blocks[g]:
+                out += ((Q.T @ Y[rows]) ** 2).sum(axis=0)
+        return out
+
+
+def basis_of(groups: SlopeGroups, X: np.ndarray) -> Basis | WideBasis:
+    """The basis spanned by the columns of X (sorted rows); a WideBasis beyond WIDE_COLUMNS columns."""
+    if X.shape[1] > WIDE_COLUMNS:
+        wide = WideBasis(groups, X.shape[0])
+        wide.add_columns(X)
+        return wide
     b = Basis(groups, X.shape[0])
     for k in range(X.shape[1]):
         b.add(X[:, k])
@@ -132,6 +215,8 @@ def fit_predict(groups: SlopeGroups, X: np.ndarray, y: np.ndarray, train: np.nda
     if k == 0 or n == 0:
         return np.zeros(n)
     w = train.astype(np.float64)
+    if k > WIDE_COLUMNS:
+        return _fit_predict_wide(groups, X, y, w)
     starts = groups.starts
     bounds = np.r_[starts, n]
     per_block = max(1, FIT_BLOCK_BYTES // (8 * k * k))
@@ -150,6 +235,23 @@ def fit_predict(groups: SlopeGroups, X: np.ndarray, y: np.ndarray, train: np.nda
         G[:, np.arange(k), np.arange(k)] += RIDGE * scale[:, None]
         beta = np.linalg.solve(G, b[:, :, None])[:, :, 0]
         pred[rows] = (Xb * beta[groups.sorted_codes[rows] - g0]).sum(axis=1)
+    return pred
+
+
+def _fit_predict_wide(groups: SlopeGroups, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """fit_predict one slope group at a time: each group's X'WX and X'Wy as matrix products (the same normal
+    equations and ridge, summed in BLAS's order)."""
+    n, k = X.shape
+    pred = np.empty(n)
+    bounds = np.r_[groups.starts, n]
+    diagonal = np.arange(k)
+    with one_blas_thread():
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            Xg, wg = X[a:b], w[a:b]
+            weighted = Xg * wg[:, None]
+            G = weighted.T @ Xg
+            G[diagonal, diagonal] += RIDGE * max(float(np.trace(G)) / k, 1e-300)
+            pred[a:b] = Xg @ np.linalg.solve(G, weighted.T @ y[a:b])
     return pred
 
 
